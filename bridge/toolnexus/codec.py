@@ -1,0 +1,107 @@
+"""The one place that turns messages into bytes and back.
+
+Every message travels as a two-element array ``[WIRE_VERSION, message]`` in
+msgpack (the default) or JSON. Messages are tagged (``"type": "request"``...),
+so one reused decoder reads any of them; fields a newer peer added are ignored
+and fields an older peer omits take their defaults.
+
+    >>> from toolnexus.codec import MSGPACK
+    >>> MSGPACK.decode(MSGPACK.encode(Answer(id="req-1", ok=True))).ok
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal, TypeVar
+
+import msgspec
+
+from .errors import DecodeError
+from .models import Answer, Event, Message, Request
+
+WIRE_VERSION: Final = 1
+MAX_MESSAGE_BYTES: Final = 1024 * 1024  # default size limit of one encoded message
+
+Format = Literal["msgpack", "json"]
+M = TypeVar("M", Request, Answer, Event)
+
+_Envelope = tuple[int, Message]
+
+
+class Codec:
+    """Encodes and decodes :class:`Request`, :class:`Answer` and :class:`Event` values.
+
+    Decoders are created once per codec and reused. ``max_bytes`` bounds what
+    :meth:`decode` accepts.
+    """
+
+    def __init__(self, format: Format = "msgpack", *, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        self.format: Format = format
+        self.max_bytes = max_bytes
+        mod: Any = msgspec.msgpack if format == "msgpack" else msgspec.json
+        self._encoder = mod.Encoder()
+        self._decoder = mod.Decoder(_Envelope)
+        self._raw = mod.Decoder()
+
+    def __repr__(self) -> str:
+        return f"Codec({self.format!r}, max_bytes={self.max_bytes})"
+
+    def encode(self, message: Message) -> bytes:
+        """Encode one message, version marker included."""
+        data: bytes = self._encoder.encode((WIRE_VERSION, message))
+        return data
+
+    def decode(self, data: bytes | bytearray | memoryview | str) -> Message:
+        """Decode one message.
+
+        Raises:
+            DecodeError: the input is oversized, not this format, or not a message
+                of a known type; the message says which.
+        """
+        if isinstance(data, str):
+            data = data.encode()
+        if len(data) > self.max_bytes:
+            raise DecodeError(
+                f"message of {len(data)} bytes exceeds the limit of {self.max_bytes} bytes"
+            )
+        try:
+            version, message = self._decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            raise DecodeError(self._explain(data, exc)) from exc
+        if version < 1:
+            raise DecodeError(f"invalid wire version {version}")
+        return message
+
+    def decode_as(self, data: bytes | bytearray | memoryview | str, cls: type[M]) -> M:
+        """Decode one message that must be of type ``cls``.
+
+        Raises:
+            DecodeError: as :meth:`decode`, or the message is another type.
+        """
+        message = self.decode(data)
+        if not isinstance(message, cls):
+            raise DecodeError(
+                f"expected a {cls.__name__.lower()} message, got a {type(message).__name__.lower()}"
+            )
+        return message
+
+    def _explain(self, data: bytes | bytearray | memoryview, exc: msgspec.DecodeError) -> str:
+        try:
+            raw = self._raw.decode(data)
+        except msgspec.DecodeError:
+            return f"not a {self.format} message: {exc}"
+        if (
+            isinstance(raw, list)
+            and len(raw) == 2
+            and isinstance(raw[0], int)
+            and raw[0] > WIRE_VERSION
+        ):
+            return (
+                f"wire version {raw[0]} is newer than this toolnexus understands "
+                f"({WIRE_VERSION}): {exc}"
+            )
+        return f"not a toolnexus message: {exc}"
+
+
+MSGPACK: Final = Codec("msgpack")
+JSON: Final = Codec("json")

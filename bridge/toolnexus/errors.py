@@ -1,0 +1,71 @@
+"""Every error toolnexus raises derives from :class:`ToolnexusError`.
+
+    ToolnexusError
+    ├── DecodeError            bytes that are not a valid message (garbage, oversized, wrong shape)
+    ├── InvalidRequest         a request or elicitation that cannot be mapped (also a ValueError)
+    ├── InvalidAnswer          an answer that fails the request's schema; the request stays open
+    ├── NotResolved            an answer that lost: the request was already resolved or is unknown
+    │   ├── AlreadyResolved    answered, expired or withdrawn before this answer arrived
+    │   └── UnknownRequest     no such request (never published, or its state has expired)
+    ├── BrokerUnavailable      the broker cannot be reached
+    └── ConfigurationError     a bad URL, option or missing extra
+
+Outcomes a person can cause (a decline, no answer before the deadline) are never
+errors: they are :class:`~toolnexus.Answer` values with ``ok=False``.
+"""
+
+from __future__ import annotations
+
+
+class ToolnexusError(Exception):
+    """Base class of every toolnexus error."""
+
+
+class DecodeError(ToolnexusError):
+    """Bytes that cannot be decoded into a toolnexus message."""
+
+
+class InvalidRequest(ToolnexusError, ValueError):
+    """A request (or MCP elicitation params) that is missing something it needs."""
+
+
+class InvalidAnswer(ToolnexusError, ValueError):
+    """An answer whose data fails the request's schema.
+
+    ``field`` names the offending field (``None`` for the whole form) and ``rule``
+    the keyword that failed (``"required"``, ``"maxLength"``, ...).
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, rule: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.rule = rule
+
+
+class NotResolved(ToolnexusError):
+    """An answer that did not resolve its request. ``reason`` says why, in words."""
+
+    def __init__(self, request_id: str, reason: str) -> None:
+        super().__init__(f"request {request_id!r} was not answered by this answer: {reason}")
+        self.request_id = request_id
+        self.reason = reason
+
+
+class AlreadyResolved(NotResolved):
+    """The request was resolved before this answer: ``reason`` is ``"already answered"``,
+    ``"expired"`` or ``"withdrawn"``."""
+
+
+class UnknownRequest(NotResolved):
+    """No request with this id is known to the broker."""
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__(request_id, "unknown request")
+
+
+class BrokerUnavailable(ToolnexusError):
+    """The broker (Redis) cannot be reached."""
+
+
+class ConfigurationError(ToolnexusError, ValueError):
+    """A bad URL or option, or an optional extra that is not installed."""

@@ -1,0 +1,101 @@
+"""The §10 contract: every suspension is one :class:`Request` resolved by one :class:`Answer`.
+
+Both are ``msgspec.Struct`` values. Schema-evolution rule: a field added later
+always has a default, and a reader ignores fields it does not know, so peers of
+different versions interoperate. The wire encoding lives in :mod:`toolnexus.codec`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeAlias
+
+import msgspec
+
+# Reasons an Answer with ok=False carries. Open for more: a responder may send its own.
+DECLINED = "declined"  # an explicit "no"
+DISMISSED = "dismissed"  # closed without a choice
+EXPIRED = "expired"  # no answer before the deadline
+WITHDRAWN = "withdrawn"  # the asker stopped waiting
+UNAVAILABLE = "unavailable"  # no responder or broker reachable
+
+
+def new_id(prefix: str = "req") -> str:
+    """A fresh request id: ``<prefix>-<32 hex digits>``."""
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+class Source(msgspec.Struct, omit_defaults=True, frozen=True):
+    """Who asks: the MCP server and tool, and the agent, where known."""
+
+    server: str | None = None
+    tool: str | None = None
+    agent: str | None = None
+
+
+class Request(msgspec.Struct, tag="request", tag_field="type", omit_defaults=True):
+    """Something that suspends an agent until a person (or a bot) answers it.
+
+    ``kind`` is ``"input"`` (``data["schema"]`` is a JSON Schema for the answer),
+    ``"authorization"`` (go to ``url``), ``"approval"``, or anything else agreed on.
+    ``expires_at`` is a Unix time in seconds; ``None`` lets the waiter pick the deadline.
+    ``reply_to`` is routing set by the broker that published it.
+    """
+
+    id: str
+    kind: str
+    prompt: str = ""
+    data: Any = None
+    url: str | None = None
+    source: Source = Source()
+    created_at: float = msgspec.field(default_factory=time.time)
+    expires_at: float | None = None
+    reply_to: str | None = None
+    trace: dict[str, str] | None = None
+    meta: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    @property
+    def schema(self) -> dict[str, Any] | None:
+        """The JSON Schema a form answer must satisfy, if this request carries one."""
+        if isinstance(self.data, dict):
+            schema = self.data.get("schema")
+            if isinstance(schema, dict):
+                return schema
+        return None
+
+
+class Answer(msgspec.Struct, tag="answer", tag_field="type", omit_defaults=True):
+    """The resolution of a :class:`Request`, correlated by ``id``.
+
+    ``ok=True`` accepts (with ``data`` for a form); ``ok=False`` carries a
+    ``reason``: ``"declined"``, ``"dismissed"``, ``"expired"``, ``"withdrawn"``,
+    ``"unavailable"``, or another a responder chose.
+    """
+
+    id: str
+    ok: bool
+    data: Any = None
+    reason: str | None = None
+    responder: str | None = None
+    answered_at: float = msgspec.field(default_factory=time.time)
+    meta: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+EventType: TypeAlias = Literal["published", "answered", "expired", "withdrawn", "completed"]
+
+
+class Event(msgspec.Struct, tag="event", tag_field="type", omit_defaults=True):
+    """What happened to a request, for responders that show it (UIs remove answered ones)."""
+
+    event: EventType
+    id: str
+    answer: Answer | None = None
+    at: float = msgspec.field(default_factory=time.time)
+
+
+Message: TypeAlias = Request | Answer | Event
+
+WaitFor: TypeAlias = Callable[[Request], Awaitable[Answer]]
+"""Anything that suspends until a request is answered: ``async (Request) -> Answer``."""
