@@ -65,12 +65,12 @@ class Codec:
                 f"message of {len(data)} bytes exceeds the limit of {self.max_bytes} bytes"
             )
         try:
-            version, message = self._decoder.decode(data)
+            envelope: _Envelope = self._decoder.decode(data)
         except msgspec.DecodeError as exc:
             raise DecodeError(self._explain(data, exc)) from exc
-        if version < 1:
-            raise DecodeError(f"invalid wire version {version}")
-        return message
+        if envelope[0] < 1:
+            raise DecodeError(f"invalid wire version {envelope[0]}")
+        return envelope[1]
 
     def decode_as(self, data: bytes | bytearray | memoryview | str, cls: type[M]) -> M:
         """Decode one message that must be of type ``cls``.

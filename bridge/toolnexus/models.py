@@ -83,7 +83,7 @@ class Answer(msgspec.Struct, tag="answer", tag_field="type", omit_defaults=True)
     meta: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-EventType: TypeAlias = Literal["published", "answered", "expired", "withdrawn", "completed"]
+EventType: TypeAlias = Literal["answered", "expired", "withdrawn", "completed"]
 
 
 class Event(msgspec.Struct, tag="event", tag_field="type", omit_defaults=True):

@@ -1,0 +1,248 @@
+"""The broker interface both backends implement, and :func:`connect`, which picks one.
+
+Delivery to responders is **at least once**: a request can reach a responder
+again (after a crash, a reconnect, or a lease that lapsed), so responders must be
+idempotent. Resolution is **exactly once**: the first valid answer wins, and every
+later answer is refused with :class:`~toolnexus.AlreadyResolved`.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import socket
+import time
+import uuid
+from types import TracebackType
+from typing import Any, Literal, Self
+from urllib.parse import urlsplit
+
+import msgspec
+
+from .errors import ConfigurationError, InvalidAnswer
+from .models import DECLINED, DISMISSED, Answer, Event, Request
+
+DEFAULT_TIMEOUT_S = 600.0
+"""How long :meth:`Broker.wait_for` waits when neither the call nor the request says."""
+
+RETENTION_S = 24 * 3600.0
+"""How long a resolved request is remembered (so that late answers are refused by name)."""
+
+Resolution = Literal["answered", "expired", "withdrawn"]
+"""How a request was resolved: by an answer, by its deadline, or by its waiter leaving."""
+
+NOT_RESOLVED_REASONS: dict[str, str] = {
+    "answered": "already answered",
+    "expired": "expired",
+    "withdrawn": "withdrawn",
+}
+"""What a losing answer is told, by the status of the request it tried to answer."""
+
+
+def default_consumer_name() -> str:
+    """A consumer name unique to this process: ``host-pid-random``."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def deadline_of(request: Request, timeout_s: float | None, default_timeout_s: float) -> float:
+    """The Unix time a wait ends: the earlier of the request's own expiry and ``timeout_s``."""
+    now = time.time()
+    candidates = [request.expires_at] if request.expires_at is not None else []
+    if timeout_s is not None:
+        candidates.append(now + timeout_s)
+    return min(candidates) if candidates else now + default_timeout_s
+
+
+def check_answer(request: Request, answer: Answer, responder: str | None) -> Answer:
+    """The answer as it will be stored: form data validated with defaults filled in.
+
+    Raises:
+        InvalidAnswer: ``answer.id`` is not the request's, or an accepted form's data
+            fails the request's schema (the message names the field and the rule).
+    """
+    from .schema import validate_form
+
+    if answer.id != request.id:
+        raise InvalidAnswer(f"answer id {answer.id!r} does not match request id {request.id!r}")
+    changes: dict[str, Any] = {}
+    schema = request.schema
+    if answer.ok and schema is not None:
+        changes["data"] = validate_form(schema, answer.data if answer.data is not None else {})
+    if answer.responder is None and responder is not None:
+        changes["responder"] = responder
+    return msgspec.structs.replace(answer, **changes) if changes else answer
+
+
+class Pending(abc.ABC):
+    """A request delivered to a responder, waiting for it to answer or skip it."""
+
+    request: Request
+    responder_name: str
+
+    @abc.abstractmethod
+    async def answer(self, answer: Answer) -> None:
+        """Resolve the request with ``answer`` (the first valid answer wins).
+
+        Raises:
+            InvalidAnswer: the data fails the request's schema; the request stays open.
+            AlreadyResolved: another answer, the deadline or a withdrawal came first.
+            UnknownRequest: the broker no longer knows the request.
+        """
+
+    @abc.abstractmethod
+    async def skip(self) -> None:
+        """Let this responder group pass on the request without answering it."""
+
+    async def accept(self, data: Any = None) -> None:
+        """Answer yes, with ``data`` for a form (see :meth:`answer` for errors)."""
+        await self.answer(Answer(id=self.request.id, ok=True, data=data))
+
+    async def decline(self) -> None:
+        """Answer an explicit no (see :meth:`answer` for errors)."""
+        await self.answer(Answer(id=self.request.id, ok=False, reason=DECLINED))
+
+    async def dismiss(self) -> None:
+        """Close the request without a choice (see :meth:`answer` for errors)."""
+        await self.answer(Answer(id=self.request.id, ok=False, reason=DISMISSED))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.request.id} kind={self.request.kind!r}>"
+
+
+class Responder(abc.ABC):
+    """An async iterator of the :class:`Pending` requests one consumer of a group should show.
+
+    Several groups each see every request; within a group each request goes to one
+    consumer. Use it as ``async with broker.responder("web") as r: async for p in r``.
+    """
+
+    group: str
+    consumer: str
+
+    def __aiter__(self) -> Self:
+        return self
+
+    @abc.abstractmethod
+    async def __anext__(self) -> Pending: ...
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Stop; requests held and not yet answered go back to the group."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class EventStream(abc.ABC):
+    """Events (answered, expired, withdrawn, completed) from the moment it was created."""
+
+    def __aiter__(self) -> Self:
+        return self
+
+    @abc.abstractmethod
+    async def __anext__(self) -> Event: ...
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Stop following events."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class Broker(abc.ABC):
+    """Carries requests to responders and answers back to their waiters."""
+
+    url: str
+
+    @abc.abstractmethod
+    async def wait_for(self, request: Request, *, timeout_s: float | None = None) -> Answer:
+        """Publish ``request`` and wait for its answer.
+
+        Never raises for an outcome: the deadline gives ``Answer(ok=False,
+        reason="expired")``, an unreachable broker ``reason="unavailable"``. If the
+        waiting task is cancelled, the request is withdrawn.
+
+        Raises:
+            InvalidRequest: a request with this id is already being waited for.
+        """
+
+    @abc.abstractmethod
+    def responder(self, group: str, consumer: str | None = None) -> Responder:
+        """A :class:`Responder` reading the requests of consumer group ``group``."""
+
+    @abc.abstractmethod
+    async def answer(self, answer: Answer) -> None:
+        """Resolve the request ``answer.id`` from anywhere.
+
+        Raises:
+            InvalidAnswer: the data fails the request's schema; the request stays open.
+            AlreadyResolved: the request was already answered, expired or withdrawn.
+            UnknownRequest: no such request.
+        """
+
+    @abc.abstractmethod
+    async def complete(self, request_id: str) -> None:
+        """Tell responders that the out-of-band step of an authorization request is done."""
+
+    @abc.abstractmethod
+    def events(self) -> EventStream:
+        """Follow what happens to requests from now on."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Withdraw nothing, stop background readers and close connections."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.url}>"
+
+
+def connect(url: str | None = None, **options: Any) -> Broker:
+    """A broker for ``url``: ``memory://`` (in-process) or ``redis://`` / ``rediss://``.
+
+    With no URL, ``TOOLNEXUS_URL`` is read, else ``memory://`` is used. Options go
+    to the backend (for Redis: ``namespace``, ``queue``, ``lease_ms``, ...).
+
+    Raises:
+        ConfigurationError: the URL scheme is not one toolnexus knows.
+    """
+    url = url or os.environ.get("TOOLNEXUS_URL") or "memory://"
+    scheme = urlsplit(url).scheme
+    if scheme == "memory":
+        from .memory import MemoryBroker
+
+        return MemoryBroker(url, **options)
+    if scheme in ("redis", "rediss", "unix"):
+        from .redis_broker import RedisBroker
+
+        return RedisBroker(url, **options)
+    raise ConfigurationError(
+        f"unknown broker URL scheme {scheme!r} in {url!r}: use memory://, redis:// or rediss://"
+    )

@@ -1,0 +1,54 @@
+"""Every Redis key and stream name toolnexus uses, built here and nowhere else.
+
+Keys carry Redis Cluster hash tags (the ``{...}`` part) so that the keys one atomic
+step touches share a slot, while queues and waiters spread over slots:
+
+- ``{ns:q:<queue>}:requests``   request stream of a queue (consumer groups read it)
+- ``{ns:q:<queue>}:events``     answered / expired / withdrawn / completed events
+- ``{ns:q:<queue>}:dead``       dead letters: entries that could not be read, with the error
+- ``{ns:w:<waiter>}:answers``   reply stream of one waiting process (its reader blocks on it)
+- ``{ns:w:<waiter>}:r:<id>``    state of one request: status, deadline, request, answer
+- ``ns:route:<id>``             which waiter a request belongs to (answering by id alone)
+
+The resolve script touches a request's state and its waiter's reply stream: both
+are tagged by the waiter, so it runs on one slot.
+"""
+
+from __future__ import annotations
+
+from .errors import ConfigurationError
+
+
+def _check_name(what: str, value: str) -> str:
+    if not value or any(c in value for c in "{}: \n"):
+        raise ConfigurationError(
+            f"{what} {value!r} must be non-empty without braces, colons or whitespace"
+        )
+    return value
+
+
+class Keys:
+    """Key names for one namespace and queue."""
+
+    def __init__(self, namespace: str = "toolnexus", queue: str = "default") -> None:
+        self.namespace = _check_name("namespace", namespace)
+        self.queue = _check_name("queue", queue)
+        tag = f"{{{namespace}:q:{queue}}}"
+        self.requests = f"{tag}:requests"
+        self.events = f"{tag}:events"
+        self.dead = f"{tag}:dead"
+
+    def answers(self, waiter: str) -> str:
+        """The reply stream of waiter ``waiter``."""
+        return f"{{{self.namespace}:w:{waiter}}}:answers"
+
+    def state(self, waiter: str, request_id: str) -> str:
+        """The state hash of request ``request_id`` of waiter ``waiter``."""
+        return f"{{{self.namespace}:w:{waiter}}}:r:{request_id}"
+
+    def route(self, request_id: str) -> str:
+        """The key naming the waiter of ``request_id``."""
+        return f"{self.namespace}:route:{request_id}"
+
+    def __repr__(self) -> str:
+        return f"Keys(namespace={self.namespace!r}, queue={self.queue!r})"

@@ -1,0 +1,230 @@
+"""The embedded broker (``memory://``): the Redis broker's semantics inside one process.
+
+For demos, tests and single-process agents. Nothing survives the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import msgspec
+
+from .broker import (
+    DEFAULT_TIMEOUT_S,
+    NOT_RESOLVED_REASONS,
+    RETENTION_S,
+    Broker,
+    EventStream,
+    Pending,
+    Resolution,
+    Responder,
+    check_answer,
+    deadline_of,
+    default_consumer_name,
+)
+from .errors import AlreadyResolved, InvalidRequest, UnknownRequest
+from .models import Answer, Event, EventType, Request
+
+
+@dataclass(eq=False)
+class _State:
+    request: Request
+    waiter: asyncio.Future[Answer]
+    status: Resolution | Literal["open"] = "open"
+    answer: Answer | None = None
+
+
+@dataclass(eq=False)
+class _Group:
+    queue: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
+
+
+class MemoryBroker(Broker):
+    """In-process broker; ``connect("memory://")`` makes one."""
+
+    def __init__(
+        self,
+        url: str = "memory://",
+        *,
+        default_timeout_s: float = DEFAULT_TIMEOUT_S,
+        retention_s: float = RETENTION_S,
+        **_ignored: Any,
+    ) -> None:
+        self.url = url
+        self.default_timeout_s = default_timeout_s
+        self.retention_s = retention_s
+        self._states: dict[str, _State] = {}
+        self._resolved: collections.OrderedDict[str, float] = collections.OrderedDict()
+        self._groups: dict[str, _Group] = {}
+        self._subscribers: set[asyncio.Queue[Event | None]] = set()
+        self._responders: set[MemoryResponder] = set()
+
+    # -- waiter side --------------------------------------------------------------
+
+    async def wait_for(self, request: Request, *, timeout_s: float | None = None) -> Answer:
+        if request.id in self._states and self._states[request.id].status == "open":
+            raise InvalidRequest(f"request {request.id!r} is already being waited for")
+        deadline = deadline_of(request, timeout_s, self.default_timeout_s)
+        request = msgspec.structs.replace(request, expires_at=deadline)
+        loop = asyncio.get_running_loop()
+        state = _State(request, loop.create_future())
+        self._forget_old()
+        self._states[request.id] = state
+        for group in self._groups.values():
+            group.queue.put_nowait(request.id)
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.time())):
+                return await asyncio.shield(state.waiter)
+        except TimeoutError:
+            return self._resolve_by_waiter(state, "expired")
+        except asyncio.CancelledError:
+            self._resolve_by_waiter(state, "withdrawn")
+            raise
+
+    def _resolve_by_waiter(self, state: _State, reason: Literal["expired", "withdrawn"]) -> Answer:
+        if state.answer is None:
+            self._settle(state, reason, Answer(id=state.request.id, ok=False, reason=reason))
+        assert state.answer is not None
+        return state.answer
+
+    # -- resolution ---------------------------------------------------------------
+
+    def _settle(self, state: _State, status: Resolution, answer: Answer) -> None:
+        state.status, state.answer = status, answer
+        if not state.waiter.done():
+            state.waiter.set_result(answer)
+        self._resolved[answer.id] = time.monotonic()
+        self._publish_event(status, answer.id, answer)
+
+    def _resolve(self, answer: Answer, responder: str | None) -> None:
+        state = self._states.get(answer.id)
+        if state is None:
+            raise UnknownRequest(answer.id)
+        if state.status == "open" and time.time() >= (state.request.expires_at or float("inf")):
+            self._resolve_by_waiter(state, "expired")
+        if state.status != "open":
+            raise AlreadyResolved(answer.id, NOT_RESOLVED_REASONS[state.status])
+        self._settle(state, "answered", check_answer(state.request, answer, responder))
+
+    def _forget_old(self) -> None:
+        horizon = time.monotonic() - self.retention_s
+        while self._resolved:
+            request_id, resolved_at = next(iter(self._resolved.items()))
+            if resolved_at > horizon:
+                break
+            del self._resolved[request_id]
+            self._states.pop(request_id, None)
+
+    async def answer(self, answer: Answer) -> None:
+        self._resolve(answer, None)
+
+    async def complete(self, request_id: str) -> None:
+        if request_id in self._states:
+            self._publish_event("completed", request_id, None)
+
+    # -- responder side -----------------------------------------------------------
+
+    def responder(self, group: str, consumer: str | None = None) -> MemoryResponder:
+        if group not in self._groups:
+            self._groups[group] = created = _Group()
+            for request_id, state in self._states.items():
+                if state.status == "open":
+                    created.queue.put_nowait(request_id)
+        return MemoryResponder(self, group, consumer or default_consumer_name())
+
+    # -- events -------------------------------------------------------------------
+
+    def _publish_event(self, kind: EventType, request_id: str, answer: Answer | None) -> None:
+        event = Event(event=kind, id=request_id, answer=answer)
+        for queue in self._subscribers:
+            queue.put_nowait(event)
+
+    def events(self) -> MemoryEvents:
+        return MemoryEvents(self)
+
+    async def aclose(self) -> None:
+        for queue in self._subscribers:
+            queue.put_nowait(None)
+        for responder in list(self._responders):
+            await responder.aclose()
+
+
+class MemoryPending(Pending):
+    def __init__(self, responder: MemoryResponder, request: Request) -> None:
+        self.request = request
+        self.responder_name = f"{responder.group}/{responder.consumer}"
+        self._responder = responder
+
+    async def answer(self, answer: Answer) -> None:
+        try:
+            self._responder.broker._resolve(answer, self.responder_name)
+        except (AlreadyResolved, UnknownRequest):
+            self._responder._held.pop(self.request.id, None)
+            raise
+        self._responder._held.pop(self.request.id, None)
+
+    async def skip(self) -> None:
+        self._responder._held.pop(self.request.id, None)
+
+
+class MemoryResponder(Responder):
+    def __init__(self, broker: MemoryBroker, group: str, consumer: str) -> None:
+        self.broker, self.group, self.consumer = broker, group, consumer
+        self._queue = broker._groups[group].queue
+        self._held: dict[str, MemoryPending] = {}
+        self._closed = False
+        broker._responders.add(self)
+
+    async def __anext__(self) -> MemoryPending:
+        while not self._closed:
+            getter = asyncio.ensure_future(self._queue.get())
+            self._getter = getter
+            try:
+                request_id = await getter
+            except asyncio.CancelledError:
+                if self._closed:
+                    break
+                raise
+            state = self.broker._states.get(request_id)
+            if state is None or state.status != "open" or request_id in self._held:
+                continue
+            pending = MemoryPending(self, state.request)
+            self._held[request_id] = pending
+            return pending
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.broker._responders.discard(self)
+        getter = getattr(self, "_getter", None)
+        if getter is not None:
+            getter.cancel()
+        for request_id in self._held:  # at least once: what we held goes back to the group
+            self._queue.put_nowait(request_id)
+        self._held.clear()
+
+    def __repr__(self) -> str:
+        return f"<MemoryResponder {self.group}/{self.consumer} holding {len(self._held)}>"
+
+
+class MemoryEvents(EventStream):
+    def __init__(self, broker: MemoryBroker) -> None:
+        self._broker = broker
+        self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        broker._subscribers.add(self._queue)
+
+    async def __anext__(self) -> Event:
+        event = await self._queue.get()
+        if event is None:
+            raise StopAsyncIteration
+        return event
+
+    async def aclose(self) -> None:
+        self._broker._subscribers.discard(self._queue)
+        self._queue.put_nowait(None)

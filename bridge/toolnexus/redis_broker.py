@@ -1,0 +1,708 @@
+"""The Redis Streams broker (SPEC §11): ``connect("redis://…")``.
+
+Waiter side: a request is written to its state hash and ``XADD``ed to the queue's
+request stream; the publishes of one event-loop turn share one pipeline. Answers
+come back on this process's reply stream, read by one blocking reader that wakes
+every concurrent wait of the process (a handful of connections for any number of
+waits). The reply stream belongs to this broker object alone and is read from its
+start, so an answer that arrives before the reader looks is never missed.
+
+Responder side: consumer groups on the request stream. Each consumer renews a
+lease on what it holds; the entries of a consumer that died are reclaimed with
+``XAUTOCLAIM`` once the lease lapses. Entries are acknowledged once the request is
+resolved or skipped. Undecodable entries go to the dead-letter stream.
+
+Resolution (an answer, the deadline, a withdrawal) is one Lua script on the
+request's slot: the first wins, the rest are told why they lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import msgspec
+import redis.asyncio as aioredis
+import redis.exceptions
+
+from .broker import (
+    DEFAULT_TIMEOUT_S,
+    NOT_RESOLVED_REASONS,
+    RETENTION_S,
+    Broker,
+    EventStream,
+    Pending,
+    Resolution,
+    Responder,
+    check_answer,
+    deadline_of,
+    default_consumer_name,
+)
+from .codec import MSGPACK, Codec
+from .errors import (
+    AlreadyResolved,
+    BrokerUnavailable,
+    DecodeError,
+    InvalidRequest,
+    NotResolved,
+    UnknownRequest,
+)
+from .keys import Keys
+from .models import UNAVAILABLE, Answer, Event, EventType, Request
+
+log = logging.getLogger("toolnexus.redis")
+
+T = TypeVar("T")
+
+CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+"""Faults that mean "Redis is away for now": retried with backoff, never fatal."""
+
+# KEYS: state, reply stream.  ARGV: status, answer, retention_ms, request id.
+# Returns {"ok"} | {"unknown"} | {"late"} | {<status it already has>, <its answer>}.
+_RESOLVE = """
+local st = redis.call('HMGET', KEYS[1], 's', 'x')
+if not st[1] then return {'unknown'} end
+if st[1] ~= 'open' then return {st[1], redis.call('HGET', KEYS[1], 'a')} end
+if ARGV[1] == 'answered' then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= tonumber(st[2]) then
+    return {'late'}
+  end
+end
+redis.call('HSET', KEYS[1], 's', ARGV[1], 'a', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('XADD', KEYS[2], '*', 'id', ARGV[4], 'a', ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return {'ok'}
+"""
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class _Backoff:
+    """Exponential backoff between reconnect attempts: 0.05 s doubling to ``cap_s``."""
+
+    def __init__(self, cap_s: float = 2.0) -> None:
+        self.cap_s, self.delay_s = cap_s, 0.0
+
+    async def wait(self, what: str, exc: BaseException) -> None:
+        self.delay_s = min(self.cap_s, self.delay_s * 2 or 0.05)
+        log.warning("%s: Redis unavailable (%s); retrying in %.2f s", what, exc, self.delay_s)
+        await asyncio.sleep(self.delay_s)
+
+    def reset(self) -> None:
+        self.delay_s = 0.0
+
+
+@dataclass(eq=False, slots=True)
+class _Wait:
+    request: Request
+    payload: bytes
+    answer: asyncio.Future[bytes]
+    published: asyncio.Future[None]
+
+
+def _published(wait: _Wait) -> bool:
+    return wait.published.done() and not wait.published.cancelled()
+
+
+class RedisBroker(Broker):
+    """Broker on Redis Streams. Options:
+
+    - ``namespace`` / ``queue``: where keys live (see :mod:`toolnexus.keys`).
+    - ``lease_ms``: how long a responder holds a request without renewing (30 s);
+      a dead consumer's requests are reclaimed after it.
+    - ``default_timeout_s``: a wait's deadline when none is given (600 s).
+    - ``retention_s``: how long resolved state is kept to refuse late answers (24 h).
+    - ``stream_retention_s``: requests older than this are trimmed from the request
+      stream (7 days); it is also the longest a wait may last.
+    - ``max_connections``: size of the command connection pool (16).
+    - ``block_ms``: how long a blocking read waits before looking around (1000).
+    - ``codec``: the wire :class:`~toolnexus.Codec` (msgpack).
+    - anything else goes to ``redis.asyncio.Redis.from_url`` (``ssl_ca_certs``, ...).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        namespace: str = "toolnexus",
+        queue: str = "default",
+        lease_ms: int = 30_000,
+        default_timeout_s: float = DEFAULT_TIMEOUT_S,
+        retention_s: float = RETENTION_S,
+        stream_retention_s: float = 7 * 24 * 3600.0,
+        max_connections: int = 16,
+        block_ms: int = 1000,
+        codec: Codec = MSGPACK,
+        **redis_options: Any,
+    ) -> None:
+        self.url = url
+        self.keys = Keys(namespace, queue)
+        self.lease_ms = lease_ms
+        self.default_timeout_s = default_timeout_s
+        self.retention_ms = _ms(retention_s)
+        self.stream_retention_ms = _ms(stream_retention_s)
+        self.block_ms = block_ms
+        self.codec = codec
+        self.waiter_id = uuid.uuid4().hex[:16]
+        self._redis_options = {"client_name": f"toolnexus:{namespace}", **redis_options}
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=None, **self._redis_options
+        )
+        self.redis: aioredis.Redis = aioredis.Redis.from_pool(pool)
+        self._resolve_script = self.redis.register_script(_RESOLVE)
+        self._answers_key = self.keys.answers(self.waiter_id)
+        self._waits: dict[str, _Wait] = {}
+        self._outbox: list[_Wait] = []
+        self._flush_task: asyncio.Task[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self._responders: set[RedisResponder] = set()
+        self._closed = False
+
+    def blocking_client(self) -> aioredis.Redis:
+        """A client of its own for blocking reads: one connection, no socket timeout."""
+        return aioredis.Redis.from_url(
+            self.url,
+            single_connection_client=True,
+            **{**self._redis_options, "socket_timeout": None},
+        )
+
+    async def __aenter__(self) -> RedisBroker:
+        try:
+            await self.redis.ping()
+        except CONNECTION_ERRORS as exc:
+            await self.redis.aclose()
+            raise BrokerUnavailable(f"cannot reach Redis at {self.url}: {exc}") from exc
+        return self
+
+    # -- waiter side --------------------------------------------------------------
+
+    async def wait_for(self, request: Request, *, timeout_s: float | None = None) -> Answer:
+        if request.id in self._waits:
+            raise InvalidRequest(f"request {request.id!r} is already being waited for")
+        now = time.time()
+        deadline = min(
+            deadline_of(request, timeout_s, self.default_timeout_s),
+            now + self.stream_retention_ms / 1000,
+        )
+        request = msgspec.structs.replace(request, expires_at=deadline, reply_to=self.waiter_id)
+        loop = asyncio.get_running_loop()
+        wait = _Wait(
+            request, self.codec.encode(request), loop.create_future(), loop.create_future()
+        )
+        self._waits[request.id] = wait  # registered before it is published
+        if self._reader is None or self._reader.done():
+            self._reader = loop.create_task(self._read_answers(), name="toolnexus-answers")
+        self._enqueue(wait)
+        try:
+            async with asyncio.timeout(max(0.0, deadline - now)):
+                await wait.published
+                return self.codec.decode_as(await wait.answer, Answer)
+        except TimeoutError:
+            if not _published(wait):
+                return Answer(id=request.id, ok=False, reason=UNAVAILABLE)
+            return await self._resolve_by_waiter(wait, "expired")
+        except asyncio.CancelledError:
+            if _published(wait):
+                self._spawn(self._resolve_by_waiter(wait, "withdrawn"))
+            raise
+        finally:
+            self._waits.pop(request.id, None)
+
+    def _enqueue(self, wait: _Wait) -> None:
+        self._outbox.append(wait)
+        if self._flush_task is None:
+            self._flush_task = asyncio.get_running_loop().create_task(self._flush())
+
+    async def _flush(self) -> None:
+        """Publish everything queued in this event-loop turn with one pipeline."""
+        backoff = _Backoff()
+        try:
+            while self._outbox:
+                batch, self._outbox = self._outbox, []
+                batch = [w for w in batch if not w.answer.done() and not w.published.done()]
+                while batch and not self._closed:
+                    try:
+                        await self._publish(batch)
+                        break
+                    except CONNECTION_ERRORS as exc:
+                        batch = [w for w in batch if not w.published.cancelled()]
+                        await backoff.wait("publishing requests", exc)
+                for wait in batch:
+                    if not wait.published.done():
+                        wait.published.set_result(None)
+                    elif wait.published.cancelled():  # its waiter left while it was in flight
+                        self._spawn(self._resolve_by_waiter(wait, "withdrawn"))
+        finally:
+            self._flush_task = None
+
+    async def _publish(self, batch: list[_Wait]) -> None:
+        now_ms = _ms(time.time())
+        min_id = max(0, now_ms - self.stream_retention_ms)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for wait in batch:
+                request = wait.request
+                state = self.keys.state(self.waiter_id, request.id)
+                ttl_ms = max(1, _ms(request.expires_at or 0) - now_ms) + self.retention_ms
+                # HSETNX first: a publish retried after an answer must not reopen the request.
+                pipe.hsetnx(state, "s", "open")
+                pipe.hset(state, mapping={"x": _ms(request.expires_at or 0), "req": wait.payload})
+                pipe.pexpire(state, ttl_ms)
+                pipe.set(self.keys.route(request.id), self.waiter_id, px=ttl_ms)
+                pipe.xadd(
+                    self.keys.requests,
+                    {"r": wait.payload},
+                    minid=min_id,
+                    approximate=True,
+                )
+            await pipe.execute()
+
+    async def _resolve_by_waiter(
+        self, wait: _Wait, status: Literal["expired", "withdrawn"]
+    ) -> Answer:
+        """Resolve our own request as expired or withdrawn; the answer that won either way."""
+        answer = Answer(id=wait.request.id, ok=False, reason=status)
+        payload = self.codec.encode(answer)
+        backoff = _Backoff()
+        while True:
+            try:
+                result = await self._resolve(self.waiter_id, answer.id, status, payload)
+                break
+            except CONNECTION_ERRORS as exc:
+                if self._closed:
+                    return answer
+                await backoff.wait(f"resolving {answer.id} as {status}", exc)
+        if result[0] == "ok":
+            await self._emit(status, answer)
+            return answer
+        if result[1]:
+            return self.codec.decode_as(result[1], Answer)
+        return answer
+
+    async def _resolve(
+        self, waiter: str, request_id: str, status: Resolution, payload: bytes
+    ) -> tuple[str, bytes | None]:
+        """Run the resolve script: ("ok"|"unknown"|"late"|<status>, stored answer)."""
+        keys = [self.keys.state(waiter, request_id), self.keys.answers(waiter)]
+        raw = await self._resolve_script(keys, [status, payload, self.retention_ms, request_id])
+        outcome = _text(raw[0])
+        stored: bytes | None = raw[1] if len(raw) > 1 else None
+        if outcome in NOT_RESOLVED_REASONS and stored == payload:
+            return "ok", None  # our own write, retried after its reply was lost
+        return outcome, stored
+
+    async def _emit(self, kind: EventType, answer: Answer | None, request_id: str = "") -> None:
+        event = Event(event=kind, id=answer.id if answer else request_id, answer=answer)
+        try:
+            await self.redis.xadd(
+                self.keys.events, {"e": self.codec.encode(event)}, maxlen=10_000, approximate=True
+            )
+        except CONNECTION_ERRORS as exc:  # events are advisory: losing one loses no answer
+            log.warning("could not publish %s event for %s: %s", kind, event.id, exc)
+
+    async def _read_answers(self) -> None:
+        """The one blocking reader of this process's reply stream."""
+        client = self.blocking_client()
+        last_id = "0-0"
+        read_since_trim = 0
+        backoff = _Backoff()
+        reconnected = False
+        try:
+            while not self._closed:
+                try:
+                    if reconnected:
+                        await self._reconcile()
+                        reconnected = False
+                    reply: Any = await client.xread(
+                        {self._answers_key: last_id}, count=1000, block=self.block_ms
+                    )
+                    backoff.reset()
+                except CONNECTION_ERRORS as exc:
+                    await backoff.wait("reading answers", exc)
+                    reconnected = True
+                    continue
+                for _stream, entries in reply or ():
+                    for entry_id, fields in entries:
+                        last_id = _text(entry_id)
+                        wait = self._waits.get(_text(fields.get(b"id", b"")))
+                        if wait is not None and not wait.answer.done():
+                            wait.answer.set_result(fields[b"a"])
+                    read_since_trim += len(entries)
+                if read_since_trim >= 1000:
+                    read_since_trim = 0
+                    with contextlib.suppress(*CONNECTION_ERRORS):
+                        await self.redis.xtrim(self._answers_key, minid=last_id, approximate=True)
+        finally:
+            await client.aclose()
+
+    async def _reconcile(self) -> None:
+        """After a reconnect: take answers from state, republish requests Redis lost."""
+        waits = [w for w in self._waits.values() if _published(w)]
+        if not waits:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for wait in waits:
+                pipe.hmget(self.keys.state(self.waiter_id, wait.request.id), ["s", "a"])
+            states = await pipe.execute()
+        for wait, (status, answer) in zip(waits, states, strict=True):
+            if status is None:
+                log.warning("request %s was lost by Redis; publishing it again", wait.request.id)
+                self._enqueue(wait)
+            elif answer is not None and not wait.answer.done():
+                wait.answer.set_result(answer)
+
+    # -- answering ----------------------------------------------------------------
+
+    async def answer(self, answer: Answer) -> None:
+        waiter = await self.redis.get(self.keys.route(answer.id))
+        if waiter is None:
+            raise UnknownRequest(answer.id)
+        waiter_id = _text(waiter)
+        raw_request = await self.redis.hget(self.keys.state(waiter_id, answer.id), "req")
+        if raw_request is None:
+            raise UnknownRequest(answer.id)
+        request = self.codec.decode_as(raw_request, Request)
+        await self.resolve_answer(request, check_answer(request, answer, None))
+
+    async def resolve_answer(self, request: Request, answer: Answer) -> None:
+        """Resolve ``request`` with an already checked ``answer`` (see :meth:`answer`)."""
+        waiter = request.reply_to
+        if waiter is None:
+            raise UnknownRequest(request.id)
+        payload = self.codec.encode(answer)
+        outcome, _stored = await self._resolve(waiter, request.id, "answered", payload)
+        if outcome == "ok":
+            await self._emit("answered", answer)
+        elif outcome == "unknown":
+            raise UnknownRequest(request.id)
+        elif outcome == "late":
+            raise AlreadyResolved(request.id, "expired")
+        else:
+            raise AlreadyResolved(request.id, NOT_RESOLVED_REASONS[outcome])
+
+    async def complete(self, request_id: str) -> None:
+        await self._emit("completed", None, request_id)
+
+    # -- responder side and events ------------------------------------------------
+
+    def responder(
+        self, group: str, consumer: str | None = None, *, count: int = 100
+    ) -> RedisResponder:
+        return RedisResponder(self, group, consumer or default_consumer_name(), count=count)
+
+    def events(self) -> RedisEvents:
+        return RedisEvents(self)
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def _spawn(self, coro: Awaitable[T]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def aclose(self) -> None:
+        if self._background:
+            await asyncio.wait(self._background, timeout=5)
+        self._closed = True
+        for responder in list(self._responders):
+            await responder.aclose()
+        for task in (self._reader, self._flush_task):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        await self.redis.aclose()
+
+    def statistics(self) -> dict[str, int]:
+        """Counters for operators: waits in progress, responders open."""
+        return {"waiting": len(self._waits), "responders": len(self._responders)}
+
+
+class RedisPending(Pending):
+    def __init__(self, responder: RedisResponder, request: Request, entry_id: str) -> None:
+        self.request = request
+        self.entry_id = entry_id
+        self.responder_name = f"{responder.group}/{responder.consumer}"
+        self._responder = responder
+
+    async def answer(self, answer: Answer) -> None:
+        checked = check_answer(self.request, answer, self.responder_name)
+        try:
+            await self._responder.broker.resolve_answer(self.request, checked)
+        except NotResolved:
+            await self._responder.release(self)
+            raise
+        await self._responder.release(self)
+
+    async def skip(self) -> None:
+        await self._responder.release(self)
+
+
+class RedisResponder(Responder):
+    """One consumer of a consumer group on the request stream.
+
+    Reads its own pending entries first (after a start or a reconnect), then new
+    ones; renews the lease on what it holds every ``lease_ms / 3``, reclaims the
+    entries of consumers idle longer than ``lease_ms``, acknowledges entries whose
+    request was resolved elsewhere, and resolves as expired what outlived its
+    deadline with no waiter left to do it.
+    """
+
+    def __init__(self, broker: RedisBroker, group: str, consumer: str, *, count: int) -> None:
+        self.broker, self.group, self.consumer, self.count = broker, group, consumer, count
+        self._stream = broker.keys.requests
+        self._held: dict[str, RedisPending] = {}
+        self._ready: deque[RedisPending] = deque()
+        self._client: aioredis.Redis | None = None
+        self._maintainer: asyncio.Task[None] | None = None
+        self._read_own_backlog = True
+        self._closed = False
+        self.dead_lettered = 0
+        broker._responders.add(self)
+
+    async def _ensure_group(self) -> None:
+        try:
+            await self.broker.redis.xgroup_create(self._stream, self.group, id="0", mkstream=True)
+        except redis.exceptions.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def __anext__(self) -> RedisPending:
+        backoff = _Backoff()
+        while not self._closed:
+            if self._ready:
+                return self._ready.popleft()
+            try:
+                if self._client is None:
+                    await self._ensure_group()
+                    self._client = self.broker.blocking_client()
+                    self._maintainer = asyncio.get_running_loop().create_task(self._maintain())
+                await self._read()
+                backoff.reset()
+            except CONNECTION_ERRORS as exc:
+                self._read_own_backlog = True
+                await backoff.wait(f"responder {self.group}/{self.consumer}", exc)
+            except redis.exceptions.ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                await self._ensure_group()  # Redis lost the group (restart without persistence)
+        raise StopAsyncIteration
+
+    async def _read(self) -> None:
+        assert self._client is not None
+        if self._read_own_backlog:
+            reply: Any = await self._client.xreadgroup(
+                self.group, self.consumer, {self._stream: "0"}, count=self.count
+            )
+            entries = reply[0][1] if reply else []
+            if not entries:
+                self._read_own_backlog = False
+        else:
+            reply = await self._client.xreadgroup(
+                self.group,
+                self.consumer,
+                {self._stream: ">"},
+                count=self.count,
+                block=self.broker.block_ms,
+            )
+            entries = reply[0][1] if reply else []
+        await self._admit(entries)
+
+    async def _admit(self, entries: Iterable[tuple[bytes, dict[bytes, bytes]]]) -> None:
+        """Queue the open requests among ``entries``; acknowledge or dead-letter the rest."""
+        redis_ = self.broker.redis
+        fresh: list[tuple[str, Request]] = []
+        done: list[str] = []
+        for raw_id, fields in entries:
+            entry_id = _text(raw_id)
+            payload = fields.get(b"r")
+            if not fields:  # trimmed while pending: nothing left to show
+                done.append(entry_id)
+                continue
+            try:
+                if payload is None:
+                    raise DecodeError("entry has no 'r' field holding a request")
+                request = self.broker.codec.decode_as(payload, Request)
+                if request.reply_to is None:
+                    raise DecodeError("request has no reply_to: it was not published by a broker")
+            except DecodeError as exc:
+                await self._dead_letter(entry_id, fields, str(exc))
+                continue
+            held = self._held.get(request.id)
+            if held is not None and held.entry_id != entry_id:
+                done.append(entry_id)  # a duplicate XADD of a request we already show
+            elif held is None:
+                fresh.append((entry_id, request))
+        if fresh:
+            async with redis_.pipeline(transaction=False) as pipe:
+                for _entry_id, request in fresh:
+                    assert request.reply_to is not None
+                    pipe.hget(self.broker.keys.state(request.reply_to, request.id), "s")
+                statuses = await pipe.execute()
+            for (entry_id, request), status in zip(fresh, statuses, strict=True):
+                if status == b"open":
+                    pending = RedisPending(self, request, entry_id)
+                    self._held[request.id] = pending
+                    self._ready.append(pending)
+                else:
+                    done.append(entry_id)
+        if done:
+            await redis_.xack(self._stream, self.group, *done)
+
+    async def _dead_letter(self, entry_id: str, fields: dict[bytes, bytes], error: str) -> None:
+        log.error("dead-lettering entry %s of %s: %s", entry_id, self._stream, error)
+        record: dict[Any, Any] = {"error": error, "entry": entry_id}
+        record.update({b"field:" + k: v for k, v in fields.items()})
+        async with self.broker.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(self.broker.keys.dead, record, maxlen=100_000, approximate=True)
+            pipe.xack(self._stream, self.group, entry_id)
+            await pipe.execute()
+        self.dead_lettered += 1
+
+    async def release(self, pending: RedisPending) -> None:
+        """Acknowledge ``pending``: it was resolved or skipped."""
+        if self._held.get(pending.request.id) is pending:
+            del self._held[pending.request.id]
+        await self.broker.redis.xack(self._stream, self.group, pending.entry_id)
+
+    async def _maintain(self) -> None:
+        """Renew leases, drop what was resolved elsewhere, reclaim what dead consumers held."""
+        interval_s = self.broker.lease_ms / 3000
+        backoff = _Backoff()
+        while not self._closed:
+            await asyncio.sleep(interval_s)
+            try:
+                await self._sweep_held()
+                await self._reclaim()
+                backoff.reset()
+            except CONNECTION_ERRORS as exc:
+                await backoff.wait(f"maintaining {self.group}/{self.consumer}", exc)
+
+    async def _sweep_held(self) -> None:
+        held = list(self._held.values())
+        if not held:
+            return
+        redis_ = self.broker.redis
+        async with redis_.pipeline(transaction=False) as pipe:
+            for pending in held:
+                assert pending.request.reply_to is not None
+                pipe.hget(self.broker.keys.state(pending.request.reply_to, pending.request.id), "s")
+            statuses = await pipe.execute()
+        now = time.time()
+        renew: list[int | bytes | str | memoryview] = []
+        for pending, status in zip(held, statuses, strict=True):
+            if status != b"open":
+                await self._forget(pending)
+            elif now >= (pending.request.expires_at or float("inf")):
+                answer = Answer(id=pending.request.id, ok=False, reason="expired")
+                payload = self.broker.codec.encode(answer)
+                assert pending.request.reply_to is not None
+                outcome, _ = await self.broker._resolve(
+                    pending.request.reply_to, answer.id, "expired", payload
+                )
+                if outcome == "ok":
+                    await self.broker._emit("expired", answer)
+                await self._forget(pending)
+            else:
+                renew.append(pending.entry_id)
+        if renew:  # XCLAIM by the holder resets the idle time: the lease is renewed
+            await redis_.xclaim(self._stream, self.group, self.consumer, 0, renew, justid=True)
+
+    async def _forget(self, pending: RedisPending) -> None:
+        with contextlib.suppress(ValueError):
+            self._ready.remove(pending)
+        await self.release(pending)
+
+    async def _reclaim(self) -> None:
+        cursor = "0-0"
+        while True:
+            reply: Any = await self.broker.redis.xautoclaim(
+                self._stream,
+                self.group,
+                self.consumer,
+                min_idle_time=self.broker.lease_ms,
+                start_id=cursor,
+                count=self.count,
+            )
+            cursor, entries = _text(reply[0]), reply[1]
+            if entries:
+                log.info("%s/%s reclaimed %d requests", self.group, self.consumer, len(entries))
+                await self._admit(entries)
+            if cursor == "0-0":
+                return
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.broker._responders.discard(self)
+        if self._maintainer is not None:
+            self._maintainer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._maintainer
+        if self._client is not None:
+            await self._client.aclose()
+        self._held.clear()  # unacknowledged: another consumer reclaims them after the lease
+
+    def __repr__(self) -> str:
+        return (
+            f"<RedisResponder {self.group}/{self.consumer} holding {len(self._held)}, "
+            f"dead-lettered {self.dead_lettered}>"
+        )
+
+
+class RedisEvents(EventStream):
+    """Follows the events stream from the moment it was created."""
+
+    def __init__(self, broker: RedisBroker) -> None:
+        self._broker = broker
+        self._last_id = f"{_ms(time.time())}-0"
+        self._client: aioredis.Redis | None = None
+        self._buffer: deque[Event] = deque()
+        self._closed = False
+
+    async def __anext__(self) -> Event:
+        backoff = _Backoff()
+        while not self._buffer:
+            if self._closed:
+                raise StopAsyncIteration
+            if self._client is None:
+                self._client = self._broker.blocking_client()
+            try:
+                reply: Any = await self._client.xread(
+                    {self._broker.keys.events: self._last_id},
+                    count=100,
+                    block=self._broker.block_ms,
+                )
+                backoff.reset()
+            except CONNECTION_ERRORS as exc:
+                await backoff.wait("reading events", exc)
+                continue
+            for _stream, entries in reply or ():
+                for entry_id, fields in entries:
+                    self._last_id = _text(entry_id)
+                    try:
+                        self._buffer.append(self._broker.codec.decode_as(fields[b"e"], Event))
+                    except (DecodeError, KeyError) as exc:
+                        log.error("skipping unreadable event %s: %s", entry_id, exc)
+        return self._buffer.popleft()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._client is not None:
+            await self._client.aclose()

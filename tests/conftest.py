@@ -1,0 +1,123 @@
+"""Shared fixtures: brokers on memory and on real Redis, and private redis-servers."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+import toolnexus
+from toolnexus.broker import Broker
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def _redis_is_up(url: str) -> bool:
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+    except redis.exceptions.ConnectionError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The shared Redis server (127.0.0.1:6379); tests isolate themselves by namespace."""
+    if not _redis_is_up(REDIS_URL):
+        pytest.fail(f"no Redis at {REDIS_URL}: start one (.ci/run does) to run these tests")
+    return REDIS_URL
+
+
+@pytest.fixture
+async def namespace(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """A namespace of its own for one test; its keys are deleted afterwards."""
+    ns = f"t{uuid.uuid4().hex[:10]}"
+    yield ns
+    if _redis_is_up(REDIS_URL):
+        client = aioredis.Redis.from_url(REDIS_URL)
+        keys = [k async for k in client.scan_iter(match=f"*{ns}*", count=1000)]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+
+
+FAST = {"block_ms": 100, "lease_ms": 600}
+"""Broker options that keep tests quick: short blocking reads and leases."""
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def broker(
+    request: pytest.FixtureRequest, namespace: str
+) -> AsyncIterator[Broker]:
+    """The same behaviour tests run against the embedded and the Redis broker."""
+    if request.param == "memory":
+        url = "memory://"
+    else:
+        url = request.getfixturevalue("redis_url")
+    async with toolnexus.connect(url, namespace=namespace, **FAST) as b:
+        yield b
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """A private redis-server on a free loopback port, which a test may stop and restart."""
+
+    def __init__(self, directory: Path, *args: str) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.fail("redis-server is not installed (.ci/run installs it)")
+        self.binary, self.directory, self.args = binary, directory, args
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+             "--dir", str(self.directory), "--save", "", *self.args],
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while not _redis_is_up(self.url):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server on port {self.port} did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(10)
+            self.process = None
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A started private redis-server with AOF on (``appendfsync always``)."""
+    server = RedisServer(tmp_path, "--appendonly", "yes", "--appendfsync", "always")
+    server.start()
+    try:
+        yield server
+    finally:
+        with contextlib.suppress(Exception):
+            server.kill()
