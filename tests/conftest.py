@@ -55,9 +55,7 @@ FAST = {"block_ms": 100, "lease_ms": 600}
 
 
 @pytest.fixture(params=["memory", "redis"])
-async def broker(
-    request: pytest.FixtureRequest, namespace: str
-) -> AsyncIterator[Broker]:
+async def broker(request: pytest.FixtureRequest, namespace: str) -> AsyncIterator[Broker]:
     """The same behaviour tests run against the embedded and the Redis broker."""
     if request.param == "memory":
         url = "memory://"
@@ -88,8 +86,18 @@ class RedisServer:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-             "--dir", str(self.directory), "--save", "", *self.args],
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.directory),
+                "--save",
+                "",
+                *self.args,
+            ],
             stdout=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10

@@ -4,6 +4,7 @@ Every suspension is one :class:`Request` answered by one :class:`Answer`
 (SPEC §10), carried by a broker (SPEC §11) to responders and back.
 """
 
+from .broker import Broker, EventStream, Pending, Responder, connect
 from .codec import JSON, MSGPACK, Codec
 from .errors import (
     AlreadyResolved,
@@ -16,24 +17,43 @@ from .errors import (
     ToolnexusError,
     UnknownRequest,
 )
+from .mcp_client import McpTool, McpTools, load_mcp
+from .mcp_source import answer_to_elicit_result, elicitation_to_request
 from .models import Answer, Event, Request, Source, WaitFor
+from .question import QUESTION_TOOL, QuestionResult, question, question_tool
+from .schema import validate_form
 
 __all__ = [
     "JSON",
     "MSGPACK",
+    "QUESTION_TOOL",
     "AlreadyResolved",
     "Answer",
+    "Broker",
     "BrokerUnavailable",
     "Codec",
     "ConfigurationError",
     "DecodeError",
     "Event",
+    "EventStream",
     "InvalidAnswer",
     "InvalidRequest",
+    "McpTool",
+    "McpTools",
     "NotResolved",
+    "Pending",
+    "QuestionResult",
     "Request",
+    "Responder",
     "Source",
     "ToolnexusError",
     "UnknownRequest",
     "WaitFor",
+    "answer_to_elicit_result",
+    "connect",
+    "elicitation_to_request",
+    "load_mcp",
+    "question",
+    "question_tool",
+    "validate_form",
 ]

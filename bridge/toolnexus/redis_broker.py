@@ -159,7 +159,16 @@ class RedisBroker(Broker):
         self.block_ms = block_ms
         self.codec = codec
         self.waiter_id = uuid.uuid4().hex[:16]
-        self._redis_options = {"client_name": f"toolnexus:{namespace}", **redis_options}
+        # No socket timeout by default: redis-py enforces it with asyncio.wait_for, which on
+        # Python 3.11 can swallow a task's cancellation (CPython gh-86296). Dead peers are
+        # found by TCP keepalive and health checks instead.
+        self._redis_options = {
+            "client_name": f"toolnexus:{namespace}",
+            "socket_timeout": None,
+            "socket_keepalive": True,
+            "health_check_interval": 30,
+            **redis_options,
+        }
         pool = aioredis.BlockingConnectionPool.from_url(
             url, max_connections=max_connections, timeout=None, **self._redis_options
         )

@@ -1,0 +1,184 @@
+"""Form answers checked against an MCP elicitation's requested schema (SPEC §2).
+
+MCP restricts ``requestedSchema`` to a flat object: string (``format`` email,
+uri, date, date-time; ``minLength``/``maxLength``), number and integer
+(``minimum``/``maximum``), boolean, single-select enums (``enum``, titled
+``oneOf`` of ``{const, title}``, legacy ``enumNames`` which only adds labels)
+and multi-select arrays (``items`` with ``enum`` or ``anyOf`` of
+``{const, title}``, ``minItems``/``maxItems``), plus ``required`` and
+``default``. Standard keywords are checked by :mod:`jsonschema` (Draft 2020-12);
+this module adds defaults, the formats jsonschema cannot check without extra
+packages, and messages that name the field and the rule.
+
+    >>> schema = {"type": "object", "properties": {"n": {"type": "integer", "default": 1}}}
+    >>> validate_form(schema, {})
+    {'n': 1}
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+from datetime import date
+from typing import Any
+
+from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema.exceptions import SchemaError, ValidationError
+
+from .errors import InvalidAnswer, InvalidRequest
+
+_FIELD_TYPES = frozenset({"string", "number", "integer", "boolean", "array"})
+
+# RFC 3986 absolute URI: a scheme, then only URI characters and valid %-escapes.
+_URI = re.compile(
+    r"[A-Za-z][A-Za-z0-9+.\-]*:(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?#\[\]]|%[0-9A-Fa-f]{2})*",
+    re.ASCII,
+)
+# RFC 3339 date-time: full-date "T" full-time, with a time zone.
+_DATE_TIME = re.compile(
+    r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(?:[Zz]|[+-](\d{2}):(\d{2}))",
+    re.ASCII,
+)
+
+# jsonschema's own checkers (email, date, ...) plus uri and date-time, which it
+# only checks when optional packages are installed.
+_FORMATS = FormatChecker(Draft202012Validator.FORMAT_CHECKER.checkers)
+
+
+@_FORMATS.checks("uri")
+def _is_uri(instance: object) -> bool:
+    return not isinstance(instance, str) or _URI.fullmatch(instance) is not None
+
+
+@_FORMATS.checks("date-time", raises=ValueError)
+def _is_date_time(instance: object) -> bool:
+    if not isinstance(instance, str):
+        return True
+    match = _DATE_TIME.fullmatch(instance)
+    if match is None:
+        return False
+    day, hour, minute, second, offset_hour, offset_minute = match.groups()
+    date.fromisoformat(day)  # raises ValueError for a day that does not exist
+    return (
+        int(hour) < 24
+        and int(minute) < 60
+        and int(second) <= 60  # a leap second
+        and int(offset_hour or 0) < 24
+        and int(offset_minute or 0) < 60
+    )
+
+
+# Sentences for keywords whose jsonschema message does not state the limit.
+_MESSAGES = {
+    "minLength": "{instance!r} is shorter than the minimum length of {value}",
+    "maxLength": "{instance!r} is longer than the maximum length of {value}",
+    "minItems": "{instance!r} has fewer than the minimum of {value} items",
+    "maxItems": "{instance!r} has more than the maximum of {value} items",
+    "format": "{instance!r} is not a valid {value}",
+}
+
+
+def check_schema(schema: Any) -> None:
+    """Check that ``schema`` is a flat object schema of MCP field kinds.
+
+    Lenient: unknown keywords and untyped fields (a bare ``enum``) pass.
+
+    Raises:
+        InvalidRequest: not a dict, not ``type: "object"``, ``properties`` not
+            an object of field schemas, a field of another type (nested objects),
+            or not valid JSON Schema; the message names which.
+    """
+    if not isinstance(schema, dict):
+        raise InvalidRequest(f"a requested schema must be an object, got {type(schema).__name__}")
+    if schema.get("type", "object") != "object":
+        raise InvalidRequest(f"a requested schema must have type 'object', not {schema['type']!r}")
+    properties = schema.get("properties", {})
+    if not isinstance(properties, dict):
+        raise InvalidRequest("a requested schema's 'properties' must be an object")
+    for name, field in properties.items():
+        if not isinstance(field, dict):
+            raise InvalidRequest(f"field {name!r}: its schema must be an object")
+        kind = field.get("type")
+        if kind is not None and kind not in _FIELD_TYPES:
+            raise InvalidRequest(
+                f"field {name!r}: type {kind!r} is not an MCP form field type "
+                f"(one of {sorted(_FIELD_TYPES)})"
+            )
+    _validator(schema)
+
+
+def validate_form(schema: dict[str, Any], data: Any) -> dict[str, Any]:
+    """Check the form answer ``data`` against ``schema``; return a copy with defaults filled in.
+
+    An absent field takes its ``default`` before ``required`` is checked.
+    ``data`` itself is never modified.
+
+    Raises:
+        InvalidAnswer: ``data`` is not an object, or a field breaks a rule (the
+            first failing field in schema order is reported); ``field`` and ``rule``
+            name them and the message says both in a sentence, e.g.
+            "field 'age': 150 is greater than the maximum of 120".
+        InvalidRequest: ``schema`` itself is not a valid JSON Schema object.
+    """
+    if not isinstance(data, dict):
+        raise InvalidAnswer(
+            f"a form answer must be an object of field values, got {type(data).__name__}",
+            rule="type",
+        )
+    validator = _validator(schema)
+    filled = dict(data)
+    properties = schema.get("properties", {})
+    for name, field in properties.items():
+        if name not in filled and isinstance(field, dict) and "default" in field:
+            filled[name] = copy.deepcopy(field["default"])
+    for name in schema.get("required", []):
+        if name not in filled:
+            raise InvalidAnswer(f"field {name!r} is required", field=name, rule="required")
+    error = next(validator.iter_errors(filled), None)
+    if error is not None:
+        raise _invalid(error)
+    return filled
+
+
+def _validator(schema: Any) -> Draft202012Validator:
+    if not isinstance(schema, dict):
+        raise InvalidRequest(f"a requested schema must be an object, got {type(schema).__name__}")
+    try:
+        key = json.dumps(schema)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest(f"a requested schema must be JSON: {exc}") from exc
+    return _compiled(key)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(schema_json: str) -> Draft202012Validator:
+    schema = json.loads(schema_json)
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise InvalidRequest(
+            f"the requested schema is not valid JSON Schema at {exc.json_path}: {exc.message}"
+        ) from exc
+    return Draft202012Validator(schema, format_checker=_FORMATS)
+
+
+def _invalid(error: ValidationError) -> InvalidAnswer:
+    rule = str(error.validator)
+    options: Any = error.validator_value
+    if rule in ("oneOf", "anyOf") and all(
+        isinstance(option, dict) and "const" in option for option in options
+    ):
+        consts = [option["const"] for option in options]
+        text = f"{error.instance!r} is not one of {consts!r}"
+    elif rule in _MESSAGES:
+        text = _MESSAGES[rule].format(instance=error.instance, value=options)
+    else:
+        text = error.message
+    path = list(error.path)
+    if not path:
+        return InvalidAnswer(f"form answer: {text}", rule=rule)
+    field = str(path[0])
+    items = "".join(f"item {index}: " for index in path[1:])
+    return InvalidAnswer(f"field {field!r}: {items}{text}", field=field, rule=rule)

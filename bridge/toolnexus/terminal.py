@@ -1,0 +1,297 @@
+"""Answering requests at a terminal (SPEC §12): the demo's responder, and ``worker terminal``'s.
+
+A form is asked field by field (defaults offered, choices numbered, each value
+checked as it is typed); an authorization shows its URL with the domain singled
+out, and is never opened or fetched; y/n confirms. End of input (Ctrl-D) dismisses.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, TextIO
+from urllib.parse import urlsplit
+
+import anyio.to_thread
+
+from .broker import Pending
+from .errors import InvalidAnswer, NotResolved
+from .models import DECLINED, DISMISSED, Answer, Request
+from .schema import validate_form
+
+_BOLD, _DIM, _URL_HOST, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[1;4;33m", "\x1b[0m"
+_YES, _NO = frozenset({"y", "yes"}), frozenset({"n", "no"})
+_SKIP = object()
+
+
+class Terminal:
+    """A person at a terminal, answering one request at a time.
+
+    ``color`` defaults to on when ``output`` is a terminal and ``NO_COLOR`` is unset.
+    """
+
+    def __init__(
+        self,
+        *,
+        stdin: TextIO | None = None,
+        output: TextIO | None = None,
+        color: bool | None = None,
+    ) -> None:
+        self.stdin = stdin or sys.stdin
+        self.output = output or sys.stdout
+        if color is None:
+            color = self.output.isatty() and "NO_COLOR" not in os.environ
+        self.color = color
+
+    async def handle(self, pending: Pending) -> None:
+        """Ask about ``pending`` until the broker takes the answer or another answer wins."""
+        while True:
+            answer = await self.ask(pending.request)
+            try:
+                await pending.answer(answer)
+            except InvalidAnswer as exc:
+                self._say(f"  ✗ {exc}: please answer again.")
+                continue
+            except NotResolved as exc:
+                self._say(f"  (this request is no longer open: {exc.reason})")
+                return
+            self._say("  ✓ answer sent" if answer.ok else f"  ✓ {answer.reason}")
+            return
+
+    async def ask(self, request: Request) -> Answer:
+        """The person's answer to ``request``; end of input gives ``reason="dismissed"``."""
+        try:
+            self._header(request)
+            schema = request.schema
+            if request.kind == "authorization" and request.url:
+                return await self._ask_url(request, request.url)
+            if schema is not None:
+                return await self._ask_form(request, schema)
+            accept = await self._yes_no("  Accept?")
+            return _yes_or_declined(request, accept)
+        except EOFError:
+            self._say("")
+            return Answer(id=request.id, ok=False, reason=DISMISSED)
+
+    # -- kinds -------------------------------------------------------------------
+
+    async def _ask_url(self, request: Request, url: str) -> Answer:
+        host = urlsplit(url).hostname or "(no host)"
+        self._say(f"  URL:    {self._highlight_host(url, host)}")
+        self._say(f"  Domain: {self._style(host, _BOLD)}")
+        self._say(
+            self._style(
+                "  Open it yourself if you trust this domain; nothing is opened for you.", _DIM
+            )
+        )
+        accept = await self._yes_no("  Continue with this authorization?")
+        return _yes_or_declined(request, accept)
+
+    async def _ask_form(self, request: Request, schema: dict[str, Any]) -> Answer:
+        required = set(schema.get("required", []))
+        data: dict[str, Any] = {}
+        for name, field in schema.get("properties", {}).items():
+            value = await self._ask_field(
+                name, field if isinstance(field, dict) else {}, name in required
+            )
+            if value is not _SKIP:
+                data[name] = value
+        accept = await self._yes_no("  Send this answer?")
+        if not accept:
+            return Answer(id=request.id, ok=False, reason=DECLINED)
+        return Answer(id=request.id, ok=True, data=data)
+
+    # -- one field ---------------------------------------------------------------
+
+    async def _ask_field(self, name: str, field: dict[str, Any], required: bool) -> Any:
+        """Ask one field until its value passes the field's own rules."""
+        label = field.get("title") or name
+        if field.get("description"):
+            self._say(self._style(f"  {field['description']}", _DIM))
+        choices = _choices(field)
+        multiple = field.get("type") == "array"
+        if choices:
+            for number, (_, title) in enumerate(choices, 1):
+                self._say(f"    {number}) {title}")
+        while True:
+            hint = _hint(field, choices, multiple, required)
+            text = await self._read(f"  {label}{hint}: ")
+            try:
+                value = _parse(text, field, choices, multiple, required)
+                if value is not _SKIP:
+                    validate_form({"type": "object", "properties": {name: field}}, {name: value})
+            except (ValueError, InvalidAnswer) as exc:
+                self._say(f"  ✗ {exc}")
+                continue
+            return value
+
+    # -- input and output --------------------------------------------------------
+
+    async def _read(self, prompt: str) -> str:
+        self.output.write(prompt)
+        self.output.flush()
+        line: str = await anyio.to_thread.run_sync(self.stdin.readline, abandon_on_cancel=True)
+        if not line:
+            raise EOFError
+        return line.strip()
+
+    async def _yes_no(self, question: str) -> bool:
+        while True:
+            text = (await self._read(f"{question} [y/n]: ")).lower()
+            if text in _YES or text in _NO:
+                return text in _YES
+
+    def _header(self, request: Request) -> None:
+        source = request.source
+        who = " · ".join(
+            part
+            for part in (
+                source.server,
+                source.tool,
+                f"agent {source.agent}" if source.agent else None,
+            )
+            if part
+        )
+        title = f"{request.kind} request" + (f" from {who}" if who else "")
+        self._say("")
+        self._say(self._style(f"── {title} ──", _BOLD))
+        if request.prompt:
+            self._say(request.prompt)
+
+    def _highlight_host(self, url: str, host: str) -> str:
+        start = url.find(host, url.find("//") + 2)
+        if not self.color or start < 0:
+            return url
+        return url[:start] + self._style(host, _URL_HOST) + url[start + len(host) :]
+
+    def _style(self, text: str, style: str) -> str:
+        return f"{style}{text}{_RESET}" if self.color else text
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.output, flush=True)
+
+
+def _yes_or_declined(request: Request, accept: bool) -> Answer:
+    if accept:
+        return Answer(id=request.id, ok=True)
+    return Answer(id=request.id, ok=False, reason=DECLINED)
+
+
+def _choices(field: dict[str, Any]) -> list[tuple[Any, str]]:
+    """The (value, label) options of a single- or multi-select field, else none."""
+    source = field.get("items", {}) if field.get("type") == "array" else field
+    if not isinstance(source, dict):
+        return []
+    titled = source.get("oneOf") or source.get("anyOf")
+    if isinstance(titled, list):
+        return [
+            (option["const"], str(option.get("title", option["const"])))
+            for option in titled
+            if isinstance(option, dict) and "const" in option
+        ]
+    values = source.get("enum")
+    if not isinstance(values, list):
+        return []
+    names = source.get("enumNames")
+    labels = names if isinstance(names, list) and len(names) == len(values) else values
+    return [(value, str(label)) for value, label in zip(values, labels, strict=True)]
+
+
+def _hint(
+    field: dict[str, Any], choices: list[tuple[Any, str]], multiple: bool, required: bool
+) -> str:
+    """What to type, and the default, e.g. `` (integer 1–12) [2]``."""
+    kind = field.get("type")
+    if choices:
+        what = f"numbers 1-{len(choices)}, comma-separated" if multiple else f"1-{len(choices)}"
+    elif kind == "boolean":
+        what = "y/n"
+    elif kind in ("integer", "number"):
+        low, high = field.get("minimum"), field.get("maximum")
+        if low is not None and high is not None:
+            what = f"{kind} {low}–{high}"
+        elif low is not None or high is not None:
+            what = f"{kind} ≥ {low}" if low is not None else f"{kind} ≤ {high}"
+        else:
+            what = str(kind)
+    else:
+        limits = [field["format"]] if "format" in field else []
+        if "maxLength" in field:
+            limits.append(f"{field.get('minLength', 0)}–{field['maxLength']} characters")
+        elif "minLength" in field:
+            limits.append(f"at least {field['minLength']} characters")
+        what = ", ".join(limits)
+    parts = [what] if what else []
+    if not required and "default" not in field:
+        parts.append("optional")
+    hint = f" ({'; '.join(parts)})" if parts else ""
+    if "default" in field:
+        hint += f" [{_show_default(field['default'], field, choices)}]"
+    return hint
+
+
+def _show_default(default: Any, field: dict[str, Any], choices: list[tuple[Any, str]]) -> str:
+    if field.get("type") == "boolean":
+        return "y" if default else "n"
+    numbers = {value: str(number) for number, (value, _) in enumerate(choices, 1)}
+    if isinstance(default, list):
+        return ",".join(numbers.get(value, str(value)) for value in default) or "none"
+    return numbers.get(default, str(default))
+
+
+def _parse(
+    text: str,
+    field: dict[str, Any],
+    choices: list[tuple[Any, str]],
+    multiple: bool,
+    required: bool,
+) -> Any:
+    """The value ``text`` stands for; ``_SKIP`` to leave an optional field out.
+
+    Raises:
+        ValueError: text that is not a value of the field's kind, or empty for a required field.
+    """
+    if not text:
+        if "default" in field:
+            return field["default"]
+        if multiple:
+            return []
+        if not required:
+            return _SKIP
+        raise ValueError("an answer is required")
+    if choices:
+        picked = [_pick(part.strip(), choices) for part in text.split(",")] if multiple else None
+        return picked if picked is not None else _pick(text, choices)
+    kind = field.get("type")
+    if kind == "boolean":
+        if text.lower() in _YES | {"true", "1"}:
+            return True
+        if text.lower() in _NO | {"false", "0"}:
+            return False
+        raise ValueError("answer y or n")
+    if kind == "integer":
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a whole number") from None
+    if kind == "number":
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a number") from None
+        return int(number) if number.is_integer() and "." not in text else number
+    return text
+
+
+def _pick(text: str, choices: list[tuple[Any, str]]) -> Any:
+    """The choice numbered or named ``text``.
+
+    Raises:
+        ValueError: no such choice.
+    """
+    if text.isdigit() and 1 <= int(text) <= len(choices):
+        return choices[int(text) - 1][0]
+    for value, label in choices:
+        if text in (str(value), label):
+            return value
+    raise ValueError(f"{text!r} is not one of the choices 1-{len(choices)}")
