@@ -57,10 +57,7 @@ FAST = {"block_ms": 100, "lease_ms": 600}
 @pytest.fixture(params=["memory", "redis"])
 async def broker(request: pytest.FixtureRequest, namespace: str) -> AsyncIterator[Broker]:
     """The same behaviour tests run against the embedded and the Redis broker."""
-    if request.param == "memory":
-        url = "memory://"
-    else:
-        url = request.getfixturevalue("redis_url")
+    url = "memory://" if request.param == "memory" else request.getfixturevalue("redis_url")
     async with toolnexus.connect(url, namespace=namespace, **FAST) as b:
         yield b
 

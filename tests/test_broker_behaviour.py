@@ -60,16 +60,19 @@ async def test_an_answer_reaches_its_waiter(broker: Broker) -> None:
 
 
 async def test_every_group_sees_every_request_and_the_first_answer_wins(broker: Broker) -> None:
-    async with broker.responder("web") as web, broker.responder("slack") as slack:
-        async with waiting(broker, ask()) as wait:
-            on_web = await next_pending(web)
-            on_slack = await next_pending(slack)
-            assert on_web.request.id == on_slack.request.id
-            await on_slack.decline()
-            with pytest.raises(AlreadyResolved, match="already answered") as refused:
-                await on_web.accept({"name": "Ada"})
-            assert refused.value.reason == "already answered"
-            answer = await wait
+    async with (
+        broker.responder("web") as web,
+        broker.responder("slack") as slack,
+        waiting(broker, ask()) as wait,
+    ):
+        on_web = await next_pending(web)
+        on_slack = await next_pending(slack)
+        assert on_web.request.id == on_slack.request.id
+        await on_slack.decline()
+        with pytest.raises(AlreadyResolved, match="already answered") as refused:
+            await on_web.accept({"name": "Ada"})
+        assert refused.value.reason == "already answered"
+        answer = await wait
     assert (answer.ok, answer.reason) == (False, "declined")
 
 
@@ -82,14 +85,18 @@ async def test_one_consumer_of_a_group_gets_each_request(broker: Broker) -> None
             except TimeoutError:
                 return got
 
-    async with broker.responder("web", "a") as a, broker.responder("web", "b") as b:
-        async with waiting(broker, ask("one")) as one, waiting(broker, ask("two")) as two:
-            on_a, on_b = await asyncio.gather(drain(a), drain(b))
-            prompts = sorted(p.request.prompt for p in on_a + on_b)
-            assert prompts == ["one", "two"]  # each shown once in the group, not twice
-            for pending in on_a + on_b:
-                await pending.accept({"name": pending.request.prompt})
-            assert {(await one).data["name"], (await two).data["name"]} == {"one", "two"}
+    async with (
+        broker.responder("web", "a") as a,
+        broker.responder("web", "b") as b,
+        waiting(broker, ask("one")) as one,
+        waiting(broker, ask("two")) as two,
+    ):
+        on_a, on_b = await asyncio.gather(drain(a), drain(b))
+        prompts = sorted(p.request.prompt for p in on_a + on_b)
+        assert prompts == ["one", "two"]  # each shown once in the group, not twice
+        for pending in on_a + on_b:
+            await pending.accept({"name": pending.request.prompt})
+        assert {(await one).data["name"], (await two).data["name"]} == {"one", "two"}
 
 
 async def test_answer_by_id_from_anywhere(broker: Broker) -> None:
@@ -103,7 +110,7 @@ async def test_answer_by_id_from_anywhere(broker: Broker) -> None:
 
 
 async def test_an_unknown_request_is_refused_by_name(broker: Broker) -> None:
-    with pytest.raises(toolnexus.UnknownRequest, match="'elc-nope'.*unknown request"):
+    with pytest.raises(toolnexus.UnknownRequest, match=r"'elc-nope'.*unknown request"):
         await broker.answer(Answer(id="elc-nope", ok=True))
 
 
