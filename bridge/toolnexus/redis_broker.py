@@ -315,13 +315,28 @@ class RedisBroker(Broker):
             return "ok", None  # our own write, retried after its reply was lost
         return outcome, stored
 
-    async def _emit(self, kind: EventType, answer: Answer | None, request_id: str = "") -> None:
+    async def _emit(
+        self,
+        kind: EventType,
+        answer: Answer | None,
+        request_id: str = "",
+        ack: tuple[str, str] | None = None,
+    ) -> None:
+        """Publish an event; with ``ack=(group, entry_id)`` acknowledge that entry alongside."""
         event = Event(event=kind, id=answer.id if answer else request_id, answer=answer)
         try:
-            await self.redis.xadd(
-                self.keys.events, {"e": self.codec.encode(event)}, maxlen=10_000, approximate=True
-            )
-        except CONNECTION_ERRORS as exc:  # events are advisory: losing one loses no answer
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.xadd(
+                    self.keys.events,
+                    {"e": self.codec.encode(event)},
+                    maxlen=10_000,
+                    approximate=True,
+                )
+                if ack is not None:
+                    pipe.xack(self.keys.requests, *ack)
+                await pipe.execute()
+        except CONNECTION_ERRORS as exc:  # events are advisory; an unacknowledged entry is
+            # dropped by whoever reads it next, as its request is resolved
             log.warning("could not publish %s event for %s: %s", kind, event.id, exc)
 
     async def _read_answers(self) -> None:
@@ -388,15 +403,18 @@ class RedisBroker(Broker):
         request = self.codec.decode_as(raw_request, Request)
         await self.resolve_answer(request, check_answer(request, answer, None))
 
-    async def resolve_answer(self, request: Request, answer: Answer) -> None:
-        """Resolve ``request`` with an already checked ``answer`` (see :meth:`answer`)."""
+    async def resolve_answer(
+        self, request: Request, answer: Answer, ack: tuple[str, str] | None = None
+    ) -> None:
+        """Resolve ``request`` with an already checked ``answer`` (see :meth:`answer`);
+        on success acknowledge ``ack=(group, entry_id)`` too."""
         waiter = request.reply_to
         if waiter is None:
             raise UnknownRequest(request.id)
         payload = self.codec.encode(answer)
         outcome, _stored = await self._resolve(waiter, request.id, "answered", payload)
         if outcome == "ok":
-            await self._emit("answered", answer)
+            await self._emit("answered", answer, ack=ack)
         elif outcome == "unknown":
             raise UnknownRequest(request.id)
         elif outcome == "late":
@@ -451,12 +469,15 @@ class RedisPending(Pending):
 
     async def answer(self, answer: Answer) -> None:
         checked = check_answer(self.request, answer, self.responder_name)
+        responder = self._responder
         try:
-            await self._responder.broker.resolve_answer(self.request, checked)
+            await responder.broker.resolve_answer(
+                self.request, checked, ack=(responder.group, self.entry_id)
+            )
         except NotResolved:
-            await self._responder.release(self)
+            await responder.release(self)
             raise
-        await self._responder.release(self)
+        await responder.release(self, acknowledged=True)
 
     async def skip(self) -> None:
         await self._responder.release(self)
@@ -583,11 +604,12 @@ class RedisResponder(Responder):
             await pipe.execute()
         self.dead_lettered += 1
 
-    async def release(self, pending: RedisPending) -> None:
-        """Acknowledge ``pending``: it was resolved or skipped."""
+    async def release(self, pending: RedisPending, *, acknowledged: bool = False) -> None:
+        """Stop holding ``pending`` (resolved or skipped) and acknowledge its entry."""
         if self._held.get(pending.request.id) is pending:
             del self._held[pending.request.id]
-        await self.broker.redis.xack(self._stream, self.group, pending.entry_id)
+        if not acknowledged:
+            await self.broker.redis.xack(self._stream, self.group, pending.entry_id)
 
     async def _maintain(self) -> None:
         """Renew leases, drop what was resolved elsewhere, reclaim what dead consumers held."""

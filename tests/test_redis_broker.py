@@ -1,0 +1,235 @@
+"""SPEC §11 on a real Redis: faults, dead letters, scale, key layout, housekeeping."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import msgspec
+import pytest
+import redis.asyncio as aioredis
+from redis.crc import key_slot
+
+import toolnexus
+from conftest import FAST, RedisServer
+from toolnexus import Answer, Request, UnknownRequest
+from toolnexus.keys import Keys
+from toolnexus.models import new_id
+from toolnexus.redis_broker import RedisBroker
+
+pytestmark = pytest.mark.redis
+
+
+def ask(prompt: str = "?") -> Request:
+    return Request(id=new_id(), kind="approval", prompt=prompt)
+
+
+async def answer_all(broker: RedisBroker, count: int, group: str = "auto") -> None:
+    """Accept ``count`` requests, echoing each prompt back as data."""
+    async with broker.responder(group) as responder:
+        async for pending in responder:
+            await pending.accept({"echo": pending.request.prompt})
+            count -= 1
+            if count == 0:
+                return
+
+
+def test_keys_of_one_atomic_step_share_a_slot_and_waiters_spread() -> None:
+    keys = Keys("ns", "orders")
+    # The resolve script touches a request's state and its waiter's reply stream.
+    for waiter in ("a1", "b2", "c3"):
+        assert key_slot(keys.state(waiter, "elc-1").encode()) == key_slot(
+            keys.answers(waiter).encode()
+        )
+    # A queue's streams share a slot (a dead-letter move is one MULTI) ...
+    assert len({key_slot(k.encode()) for k in (keys.requests, keys.events, keys.dead)}) == 1
+    # ... while many waiters and queues spread over many slots.
+    assert len({key_slot(keys.answers(f"w{i}").encode()) for i in range(100)}) > 90
+    assert key_slot(Keys("ns", "a").requests.encode()) != key_slot(
+        Keys("ns", "b").requests.encode()
+    )
+    with pytest.raises(toolnexus.ConfigurationError, match="queue 'a:b'"):
+        Keys("ns", "a:b")
+
+
+async def test_a_killed_consumer_s_request_is_reclaimed_by_another(
+    redis_server: RedisServer,
+) -> None:
+    holder = textwrap.dedent(
+        f"""
+        import asyncio, sys, toolnexus
+        async def main():
+            async with toolnexus.connect({redis_server.url!r}, namespace="kill", lease_ms=500,
+                                         block_ms=100) as broker:
+                async with broker.responder("web", "doomed") as responder:
+                    pending = await anext(responder)
+                    print("holding", pending.request.id, flush=True)
+                    await asyncio.sleep(3600)
+        asyncio.run(main())
+        """
+    )
+    async with toolnexus.connect(
+        redis_server.url, namespace="kill", lease_ms=500, block_ms=100
+    ) as broker:
+        request = ask("who?")
+        wait = asyncio.create_task(broker.wait_for(request, timeout_s=30))
+        proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            line = await asyncio.to_thread(proc.stdout.readline)
+            assert line.split() == ["holding", request.id]
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        async with broker.responder("web", "survivor") as survivor:
+            async with asyncio.timeout(10):
+                pending = await anext(survivor)
+            assert pending.request.id == request.id
+            await pending.accept()
+        answer = await wait
+        assert answer.ok and answer.responder == "web/survivor"
+
+
+async def test_a_live_consumer_keeps_its_lease_for_longer_than_the_lease(
+    redis_server: RedisServer,
+) -> None:
+    async with toolnexus.connect(
+        redis_server.url, namespace="lease", lease_ms=300, block_ms=50
+    ) as broker:
+        wait = asyncio.create_task(broker.wait_for(ask(), timeout_s=30))
+        async with (
+            broker.responder("web", "slow") as slow,
+            broker.responder("web", "other") as other,
+        ):
+            pending = await anext(slow)
+            with pytest.raises(TimeoutError):  # renewed: never reclaimed by "other"
+                async with asyncio.timeout(1.5):
+                    await anext(other)
+            await pending.accept()
+        assert (await wait).responder == "web/slow"
+
+
+async def test_waits_survive_a_redis_restart_with_aof(redis_server: RedisServer) -> None:
+    async with toolnexus.connect(redis_server.url, namespace="restart", **FAST) as broker:
+        requests = [ask(f"q{i}") for i in range(100)]
+        waits = [asyncio.create_task(broker.wait_for(r, timeout_s=60)) for r in requests]
+        client = aioredis.Redis.from_url(redis_server.url)
+        async with asyncio.timeout(10):
+            while await client.xlen(broker.keys.requests) < 100:
+                await asyncio.sleep(0.05)
+        await client.aclose()
+
+        redis_server.stop()
+        await asyncio.sleep(0.5)  # the reader is now retrying with backoff
+        assert not any(w.done() for w in waits)
+        redis_server.start()
+
+        async with toolnexus.connect(redis_server.url, namespace="restart", **FAST) as responder:
+            await asyncio.wait_for(answer_all(responder, 100), 30)
+        answers = await asyncio.wait_for(asyncio.gather(*waits), 30)
+    assert [a.data for a in answers] == [{"echo": f"q{i}"} for i in range(100)]
+
+
+async def test_garbage_goes_to_the_dead_letter_stream_and_real_requests_still_flow(
+    redis_url: str, namespace: str
+) -> None:
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
+        assert isinstance(broker, RedisBroker)
+        redis_ = broker.redis
+        await broker.responder("auto")._ensure_group()
+        garbage: list[dict[str, bytes]] = [
+            {"r": b"\xc1 not msgpack"},
+            {"r": msgspec.msgpack.encode([1, {"type": "request", "kind": "x"}])},  # no id
+            {"r": msgspec.msgpack.encode([1, {"type": "answer", "id": "a", "ok": True}])},
+            {"r": b"x" * (1024 * 1024 + 1)},  # over the size limit
+            {"other": b"field"},
+            {"r": broker.codec.encode(Request(id="r1", kind="input"))},  # no reply_to
+        ]
+        async with redis_.pipeline(transaction=False) as pipe:
+            for i in range(1000):
+                pipe.xadd(broker.keys.requests, garbage[i % len(garbage)])
+            await pipe.execute()
+        wait = asyncio.create_task(broker.wait_for(ask("real"), timeout_s=30))
+        async with broker.responder("auto") as responder:
+            async with asyncio.timeout(30):
+                pending = await anext(responder)
+            assert pending.request.prompt == "real"
+            await pending.accept()
+            assert responder.dead_lettered == 1000  # type: ignore[attr-defined]
+        assert (await wait).ok
+        assert await redis_.xlen(broker.keys.dead) == 1000
+        [(_, first)] = await redis_.xrange(broker.keys.dead, count=1)
+        assert first[b"error"].startswith(b"not a msgpack message")
+        assert first[b"field:r"] == garbage[0]["r"]  # the original bytes are kept
+        errors = {e[b"error"].split(b":")[0] for _, e in await redis_.xrange(broker.keys.dead)}
+        assert b"message of 1048577 bytes exceeds the limit of 1048576 bytes" in errors
+        pending_count = await redis_.xpending(broker.keys.requests, "auto")
+        assert pending_count["pending"] == 0
+
+
+async def test_ten_thousand_waits_share_a_handful_of_connections(
+    redis_url: str, namespace: str
+) -> None:
+    name = f"waiter-{namespace}"
+    count = 10_000
+    async with (
+        toolnexus.connect(redis_url, namespace=namespace, client_name=name, **FAST) as waiter,
+        toolnexus.connect(redis_url, namespace=namespace, **FAST) as responder,
+    ):
+        assert isinstance(waiter, RedisBroker) and isinstance(responder, RedisBroker)
+        requests = [ask(f"{i}") for i in range(count)]
+        waits = [asyncio.create_task(waiter.wait_for(r, timeout_s=120)) for r in requests]
+        async with asyncio.timeout(60):
+            while await waiter.redis.xlen(waiter.keys.requests) < count:
+                await asyncio.sleep(0.1)
+        clients = await responder.redis.client_list()
+        held = [c for c in clients if c["name"] == name]
+        assert 1 <= len(held) <= 5, held
+        await asyncio.wait_for(answer_all(responder, count), 120)
+        answers = await asyncio.gather(*waits)
+    assert all(a.data == {"echo": r.prompt} for a, r in zip(answers, requests, strict=True))
+
+
+async def test_resolved_state_expires_after_the_retention_time(
+    redis_url: str, namespace: str
+) -> None:
+    async with toolnexus.connect(redis_url, namespace=namespace, retention_s=1, **FAST) as broker:
+        assert isinstance(broker, RedisBroker)
+        request = ask()
+        answer = await broker.wait_for(request, timeout_s=0.2)
+        assert answer.reason == "expired"
+        state = broker.keys.state(broker.waiter_id, request.id)
+        assert 0 < await broker.redis.pttl(state) <= 1000
+        await asyncio.sleep(1.2)
+        assert not await broker.redis.exists(state, broker.keys.route(request.id))
+        with pytest.raises(UnknownRequest):
+            await broker.answer(Answer(id=request.id, ok=True))
+
+
+async def test_a_wait_is_no_longer_than_the_request_stream_keeps_requests(
+    redis_url: str, namespace: str
+) -> None:
+    async with toolnexus.connect(
+        redis_url, namespace=namespace, stream_retention_s=0.3, **FAST
+    ) as broker:
+        started = time.monotonic()
+        answer = await broker.wait_for(ask(), timeout_s=3600)
+        assert answer.reason == "expired" and time.monotonic() - started < 2
+
+
+async def test_an_unreachable_redis_is_a_clear_error() -> None:
+    with pytest.raises(
+        toolnexus.BrokerUnavailable, match=r"cannot reach Redis at redis://127\.0\.0\.1:1/0"
+    ):
+        async with toolnexus.connect("redis://127.0.0.1:1/0"):
+            pass
+
+
+def test_an_unknown_scheme_is_a_clear_error() -> None:
+    with pytest.raises(toolnexus.ConfigurationError, match="unknown broker URL scheme 'amqp'"):
+        toolnexus.connect("amqp://localhost")
