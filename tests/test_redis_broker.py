@@ -12,12 +12,11 @@ import time
 
 import msgspec
 import pytest
-import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 import toolnexus
 from conftest import FAST, RedisServer
-from toolnexus import Answer, Request, UnknownRequest
+from toolnexus import Answer, Broker, Pending, Request, UnknownRequest
 from toolnexus.keys import Keys
 from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
@@ -115,22 +114,37 @@ async def test_a_live_consumer_keeps_its_lease_for_longer_than_the_lease(
 
 
 async def test_waits_survive_a_redis_restart_with_aof(redis_server: RedisServer) -> None:
-    async with toolnexus.connect(redis_server.url, namespace="restart", **FAST) as broker:
+    """100 waits pending and a responder holding them across a restart: all resolve."""
+    gate = asyncio.Event()
+    held: list[Pending] = []
+
+    async def answer_after_restart(responder_broker: Broker) -> None:
+        async with responder_broker.responder("web") as responder:
+            async for pending in responder:
+                held.append(pending)
+                await gate.wait()
+                await pending.accept({"echo": pending.request.prompt})
+                if len(held) == 100:
+                    return
+
+    async with (
+        toolnexus.connect(redis_server.url, namespace="restart", **FAST) as broker,
+        toolnexus.connect(redis_server.url, namespace="restart", **FAST) as responder_broker,
+    ):
         requests = [ask(f"q{i}") for i in range(100)]
         waits = [asyncio.create_task(broker.wait_for(r, timeout_s=60)) for r in requests]
-        client = aioredis.Redis.from_url(redis_server.url)
+        responder = asyncio.create_task(answer_after_restart(responder_broker))
         async with asyncio.timeout(10):
-            while await client.xlen(broker.keys.requests) < 100:
+            while not held:
                 await asyncio.sleep(0.05)
-        await client.aclose()
 
         redis_server.stop()
-        await asyncio.sleep(0.5)  # the reader is now retrying with backoff
+        await asyncio.sleep(0.5)  # readers are now retrying with backoff
         assert not any(w.done() for w in waits)
         redis_server.start()
+        gate.set()
 
-        async with toolnexus.connect(redis_server.url, namespace="restart", **FAST) as responder:
-            await asyncio.wait_for(answer_all(responder, 100), 30)
+        await asyncio.wait_for(responder, 30)
         answers = await asyncio.wait_for(asyncio.gather(*waits), 30)
     assert [a.data for a in answers] == [{"echo": f"q{i}"} for i in range(100)]
 
