@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -147,6 +148,24 @@ async def test_waits_survive_a_redis_restart_with_aof(redis_server: RedisServer)
         await asyncio.wait_for(responder, 30)
         answers = await asyncio.wait_for(asyncio.gather(*waits), 30)
     assert [a.data for a in answers] == [{"echo": f"q{i}"} for i in range(100)]
+
+
+async def test_requests_redis_lost_in_a_restart_are_published_again(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path)  # no persistence at all: a restart forgets everything
+    server.start()
+    try:
+        async with toolnexus.connect(server.url, namespace="amnesia", **FAST) as broker:
+            requests = [ask(f"q{i}") for i in range(20)]
+            waits = [asyncio.create_task(broker.wait_for(r, timeout_s=60)) for r in requests]
+            await asyncio.sleep(0.3)
+            server.kill()
+            server.start()
+            async with toolnexus.connect(server.url, namespace="amnesia", **FAST) as responder:
+                await asyncio.wait_for(answer_all(responder, 20), 30)
+            answers = await asyncio.wait_for(asyncio.gather(*waits), 30)
+        assert [a.data for a in answers] == [{"echo": f"q{i}"} for i in range(20)]
+    finally:
+        server.kill()
 
 
 async def test_garbage_goes_to_the_dead_letter_stream_and_real_requests_still_flow(

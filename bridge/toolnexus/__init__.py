@@ -19,7 +19,7 @@ from .errors import (
 )
 from .mcp_client import McpTool, McpTools, load_mcp
 from .mcp_source import answer_to_elicit_result, elicitation_to_request
-from .models import Answer, Event, Request, Source, WaitFor
+from .models import Answer, Event, Request, Source, WaitFor, new_id
 from .question import QUESTION_TOOL, QuestionResult, question, question_tool
 from .schema import validate_form
 
@@ -53,6 +53,7 @@ __all__ = [
     "connect",
     "elicitation_to_request",
     "load_mcp",
+    "new_id",
     "question",
     "question_tool",
     "validate_form",

@@ -64,6 +64,9 @@ T = TypeVar("T")
 CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
 """Faults that mean "Redis is away for now": retried with backoff, never fatal."""
 
+RESOLVE_PATIENCE_S = 2.0
+"""How long a waiter retries recording its own expiry or withdrawal while Redis is away."""
+
 # KEYS: state, reply stream.  ARGV: status, answer, retention_ms, request id.
 # Returns {"ok"} | {"unknown"} | {"late"} | {<status it already has>, <its answer>}.
 _RESOLVE = """
@@ -244,7 +247,7 @@ class RedisBroker(Broker):
         try:
             while self._outbox:
                 batch, self._outbox = self._outbox, []
-                batch = [w for w in batch if not w.answer.done() and not w.published.done()]
+                batch = [w for w in batch if not w.answer.done() and not w.published.cancelled()]
                 while batch and not self._closed:
                     try:
                         await self._publish(batch)
@@ -284,16 +287,21 @@ class RedisBroker(Broker):
     async def _resolve_by_waiter(
         self, wait: _Wait, status: Literal["expired", "withdrawn"]
     ) -> Answer:
-        """Resolve our own request as expired or withdrawn; the answer that won either way."""
+        """Resolve our own request as expired or withdrawn; the answer that won either way.
+
+        If Redis stays unreachable for ``RESOLVE_PATIENCE_S``, the outcome is decided
+        here: the resolve script refuses any answer after the deadline anyway.
+        """
         answer = Answer(id=wait.request.id, ok=False, reason=status)
         payload = self.codec.encode(answer)
-        backoff = _Backoff()
+        backoff = _Backoff(cap_s=0.5)
+        give_up = time.monotonic() + RESOLVE_PATIENCE_S
         while True:
             try:
                 result = await self._resolve(self.waiter_id, answer.id, status, payload)
                 break
             except CONNECTION_ERRORS as exc:
-                if self._closed:
+                if self._closed or time.monotonic() > give_up:
                     return answer
                 await backoff.wait(f"resolving {answer.id} as {status}", exc)
         if result[0] == "ok":
@@ -359,6 +367,10 @@ class RedisBroker(Broker):
                 except CONNECTION_ERRORS as exc:
                     await backoff.wait("reading answers", exc)
                     reconnected = True
+                    continue
+                except redis.exceptions.RedisError as exc:  # e.g. the key was overwritten
+                    log.exception("reading answers failed; retrying")
+                    await backoff.wait("reading answers", exc)
                     continue
                 for _stream, entries in reply or ():
                     for entry_id, fields in entries:
@@ -623,6 +635,8 @@ class RedisResponder(Responder):
                 backoff.reset()
             except CONNECTION_ERRORS as exc:
                 await backoff.wait(f"maintaining {self.group}/{self.consumer}", exc)
+            except redis.exceptions.RedisError:  # keep renewing leases whatever happened
+                log.exception("maintaining %s/%s failed", self.group, self.consumer)
 
     async def _sweep_held(self) -> None:
         held = list(self._held.values())
