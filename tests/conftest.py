@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import hypothesis  # noqa: F401  (imported early: CPython 3.11.7 fails importing it at session end)
 import pytest
 import redis
 import redis.asyncio as aioredis

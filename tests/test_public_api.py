@@ -6,7 +6,16 @@ import toolnexus
 
 
 def test_all_lists_every_public_name_sorted() -> None:
-    public = {name for name in vars(toolnexus) if not name.startswith("_")}
+    public = {name for name in dir(toolnexus) if not name.startswith("_")}
     modules = {name for name in public if type(getattr(toolnexus, name)).__name__ == "module"}
     assert set(toolnexus.__all__) == public - modules
     assert toolnexus.__all__ == sorted(toolnexus.__all__, key=lambda n: (not n.isupper(), n))
+
+
+def test_the_mcp_client_is_imported_only_when_used() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, toolnexus; print('toolnexus.mcp_client' in sys.modules); toolnexus.load_mcp"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -4,6 +4,8 @@ Every suspension is one :class:`Request` answered by one :class:`Answer`
 (SPEC §10), carried by a broker (SPEC §11) to responders and back.
 """
 
+import typing as _typing
+
 from .broker import Broker, EventStream, Pending, Responder, connect
 from .codec import JSON, MSGPACK, Codec
 from .errors import (
@@ -17,11 +19,32 @@ from .errors import (
     ToolnexusError,
     UnknownRequest,
 )
-from .mcp_client import McpTool, McpTools, load_mcp
 from .mcp_source import answer_to_elicit_result, elicitation_to_request
 from .models import Answer, Event, Request, Source, WaitFor, new_id
 from .question import QUESTION_TOOL, QuestionResult, question, question_tool
 from .schema import validate_form
+
+if _typing.TYPE_CHECKING:
+    from .mcp_client import McpTool, McpTools, load_mcp
+
+_LAZY = {"McpTool": "mcp_client", "McpTools": "mcp_client", "load_mcp": "mcp_client"}
+"""Names imported on first use: the MCP client SDK takes seconds to import, and a
+responder or a plain waiter never needs it."""
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'toolnexus' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "JSON",

@@ -92,6 +92,7 @@ class _Asker:
 
     On 2026-07-28 the answers of earlier rounds travel in ``request_state``: each
     round replays the tool from the start and the first unanswered question ends it.
+    ``MCPServer`` seals ``request_state``, so a client cannot forge earlier answers.
     """
 
     def __init__(self, ctx: Context) -> None:

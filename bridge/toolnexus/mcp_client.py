@@ -43,7 +43,6 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.abc
 import httpx2
-import msgspec
 import pydantic
 from mcp import Client
 from mcp.client import ClientRequestContext, IncomingMessage, Transport
@@ -65,11 +64,10 @@ from mcp_types import (
     Tool,
 )
 
-from .broker import Broker
+from .broker import Broker, check_answer
 from .errors import ConfigurationError, InvalidAnswer, InvalidRequest, NotResolved
 from .mcp_source import answer_to_elicit_result, elicitation_to_request
 from .models import Answer, Request, Source, WaitFor
-from .schema import validate_form
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +272,7 @@ class _Session:
         if answer is None:
             return ElicitResult(action="cancel")
         try:
-            return answer_to_elicit_result(_validated(request, answer), url_mode=url_mode)
+            return answer_to_elicit_result(check_answer(request, answer, None), url_mode=url_mode)
         except InvalidAnswer as exc:
             log.warning(
                 "answer to %s breaks its form (%s): the server gets cancel", request.id, exc
@@ -314,19 +312,6 @@ class _Session:
             await self.on_complete(request_id)
         except NotResolved as exc:
             log.debug("completion of %s ignored: %s", request_id, exc)
-
-
-def _validated(request: Request, answer: Answer) -> Answer:
-    """``answer`` with its form data checked against the request's schema, defaults filled in.
-
-    Raises:
-        InvalidAnswer: the data breaks the schema.
-    """
-    schema = request.schema
-    if not answer.ok or schema is None:
-        return answer
-    data = validate_form(schema, answer.data if answer.data is not None else {})
-    return msgspec.structs.replace(answer, data=data)
 
 
 def _url_elicitation_required(exc: MCPError) -> UrlElicitationRequiredError | None:
