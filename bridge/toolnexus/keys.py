@@ -8,10 +8,11 @@ step touches share a slot, while queues and waiters spread over slots:
 - ``{ns:q:<queue>}:dead``       dead letters: entries that could not be read, with the error
 - ``{ns:w:<waiter>}:answers``   reply stream of one waiting process (its reader blocks on it)
 - ``{ns:w:<waiter>}:r:<id>``    state of one request: status, deadline, request, answer
-- ``ns:route:<id>``             which waiter a request belongs to (answering by id alone)
+- ``{ns:q:<queue>}:route:<id>`` which waiter a request belongs to (answering by id alone)
 
-The resolve script touches a request's state and its waiter's reply stream: both
-are tagged by the waiter, so it runs on one slot.
+The resolve script touches requests' states and their waiter's reply stream: all
+are tagged by the waiter, so it runs on one slot. The publish script adds requests
+to the stream and records their routes: all tagged by the queue.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class Keys:
     def __init__(self, namespace: str = "toolnexus", queue: str = "default") -> None:
         self.namespace = _check_name("namespace", namespace)
         self.queue = _check_name("queue", queue)
-        tag = f"{{{namespace}:q:{queue}}}"
+        self._tag = tag = f"{{{namespace}:q:{queue}}}"
         self.requests = f"{tag}:requests"
         self.events = f"{tag}:events"
         self.dead = f"{tag}:dead"
@@ -47,8 +48,8 @@ class Keys:
         return f"{{{self.namespace}:w:{waiter}}}:r:{request_id}"
 
     def route(self, request_id: str) -> str:
-        """The key naming the waiter of ``request_id``."""
-        return f"{self.namespace}:route:{request_id}"
+        """The key naming the waiter of ``request_id`` (in the queue's slot)."""
+        return f"{self._tag}:route:{request_id}"
 
     def __repr__(self) -> str:
         return f"Keys(namespace={self.namespace!r}, queue={self.queue!r})"

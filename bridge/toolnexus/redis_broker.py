@@ -32,6 +32,8 @@ import msgspec
 import redis.asyncio as aioredis
 import redis.exceptions
 
+from ._pipeliner import Pipeliner
+from ._scripts import OPEN, PUBLISH, RESOLVE, SETTLE, STATUS
 from .broker import (
     DEFAULT_TIMEOUT_S,
     NOT_RESOLVED_REASONS,
@@ -67,25 +69,6 @@ CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutE
 RESOLVE_PATIENCE_S = 2.0
 """How long a waiter retries recording its own expiry or withdrawal while Redis is away."""
 
-# KEYS: state, reply stream.  ARGV: status, answer, retention_ms, request id.
-# Returns {"ok"} | {"unknown"} | {"late"} | {<status it already has>, <its answer>}.
-_RESOLVE = """
-local st = redis.call('HMGET', KEYS[1], 's', 'x')
-if not st[1] then return {'unknown'} end
-if st[1] ~= 'open' then return {st[1], redis.call('HGET', KEYS[1], 'a')} end
-if ARGV[1] == 'answered' then
-  local t = redis.call('TIME')
-  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= tonumber(st[2]) then
-    return {'late'}
-  end
-end
-redis.call('HSET', KEYS[1], 's', ARGV[1], 'a', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('XADD', KEYS[2], '*', 'id', ARGV[4], 'a', ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return {'ok'}
-"""
-
 
 def _ms(seconds: float) -> int:
     return int(seconds * 1000)
@@ -115,11 +98,7 @@ class _Wait:
     request: Request
     payload: bytes
     answer: asyncio.Future[bytes]
-    published: asyncio.Future[None]
-
-
-def _published(wait: _Wait) -> bool:
-    return wait.published.done() and not wait.published.cancelled()
+    published: bool = False
 
 
 class RedisBroker(Broker):
@@ -176,11 +155,9 @@ class RedisBroker(Broker):
             url, max_connections=max_connections, timeout=None, **self._redis_options
         )
         self.redis: aioredis.Redis = aioredis.Redis.from_pool(pool)
-        self._resolve_script = self.redis.register_script(_RESOLVE)
+        self.pipeliner = Pipeliner(self.redis)
         self._answers_key = self.keys.answers(self.waiter_id)
         self._waits: dict[str, _Wait] = {}
-        self._outbox: list[_Wait] = []
-        self._flush_task: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._responders: set[RedisResponder] = set()
@@ -214,75 +191,58 @@ class RedisBroker(Broker):
         )
         request = msgspec.structs.replace(request, expires_at=deadline, reply_to=self.waiter_id)
         loop = asyncio.get_running_loop()
-        wait = _Wait(
-            request, self.codec.encode(request), loop.create_future(), loop.create_future()
-        )
+        wait = _Wait(request, self.codec.encode(request), loop.create_future())
         self._waits[request.id] = wait  # registered before it is published
         if self._reader is None or self._reader.done():
             self._reader = loop.create_task(self._read_answers(), name="toolnexus-answers")
-        self._enqueue(wait)
         try:
             async with asyncio.timeout(max(0.0, deadline - now)):
-                await wait.published
+                await self._publish(wait)
                 return self.codec.decode_as(await wait.answer, Answer)
         except TimeoutError:
-            if not _published(wait):
+            if not wait.published:  # it may still land: make sure nobody answers it
+                self._spawn(self._resolve_by_waiter(wait, "expired"))
                 return Answer(id=request.id, ok=False, reason=UNAVAILABLE)
             return await self._resolve_by_waiter(wait, "expired")
         except asyncio.CancelledError:
-            if _published(wait):
-                self._spawn(self._resolve_by_waiter(wait, "withdrawn"))
+            self._spawn(self._resolve_by_waiter(wait, "withdrawn"))
             raise
         finally:
             self._waits.pop(request.id, None)
 
-    def _enqueue(self, wait: _Wait) -> None:
-        self._outbox.append(wait)
-        if self._flush_task is None:
-            self._flush_task = asyncio.get_running_loop().create_task(self._flush())
-
-    async def _flush(self) -> None:
-        """Publish everything queued in this event-loop turn with one pipeline."""
+    async def _publish(self, wait: _Wait) -> None:
+        """Open the request's state and add it to the request stream, retrying while Redis
+        is away. The commands share a pipeline with everything else sent this turn."""
+        request = wait.request
         backoff = _Backoff()
-        try:
-            while self._outbox:
-                batch, self._outbox = self._outbox, []
-                batch = [w for w in batch if not w.answer.done() and not w.published.cancelled()]
-                while batch and not self._closed:
-                    try:
-                        await self._publish(batch)
-                        break
-                    except CONNECTION_ERRORS as exc:
-                        batch = [w for w in batch if not w.published.cancelled()]
-                        await backoff.wait("publishing requests", exc)
-                for wait in batch:
-                    if not wait.published.done():
-                        wait.published.set_result(None)
-                    elif wait.published.cancelled():  # its waiter left while it was in flight
-                        self._spawn(self._resolve_by_waiter(wait, "withdrawn"))
-        finally:
-            self._flush_task = None
-
-    async def _publish(self, batch: list[_Wait]) -> None:
-        now_ms = _ms(time.time())
-        min_id = max(0, now_ms - self.stream_retention_ms)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for wait in batch:
-                request = wait.request
-                state = self.keys.state(self.waiter_id, request.id)
-                ttl_ms = max(1, _ms(request.expires_at or 0) - now_ms) + self.retention_ms
-                # HSETNX first: a publish retried after an answer must not reopen the request.
-                pipe.hsetnx(state, "s", "open")
-                pipe.hset(state, mapping={"x": _ms(request.expires_at or 0), "req": wait.payload})
-                pipe.pexpire(state, ttl_ms)
-                pipe.set(self.keys.route(request.id), self.waiter_id, px=ttl_ms)
-                pipe.xadd(
-                    self.keys.requests,
-                    {"r": wait.payload},
-                    minid=min_id,
-                    approximate=True,
+        while True:
+            now_ms = _ms(time.time())
+            deadline_ms = _ms(request.expires_at or 0)
+            ttl_ms = max(1, deadline_ms - now_ms) + self.retention_ms
+            call = self.pipeliner
+            try:
+                await asyncio.gather(
+                    call.batch(
+                        OPEN,
+                        (self._answers_key,),
+                        (),
+                        (self.keys.state(self.waiter_id, request.id),),
+                        (deadline_ms, wait.payload, ttl_ms),
+                    ),
+                    call.batch(
+                        PUBLISH,
+                        (self.keys.requests,),
+                        # trimmed by age, to the second so one turn's publishes share a batch
+                        (max(0, now_ms - self.stream_retention_ms) // 1000 * 1000, self.waiter_id),
+                        (self.keys.route(request.id),),
+                        (wait.payload, ttl_ms),
+                    ),
                 )
-            await pipe.execute()
+            except CONNECTION_ERRORS as exc:
+                await backoff.wait("publishing requests", exc)
+                continue
+            wait.published = True
+            return
 
     async def _resolve_by_waiter(
         self, wait: _Wait, status: Literal["expired", "withdrawn"]
@@ -305,7 +265,7 @@ class RedisBroker(Broker):
                     return answer
                 await backoff.wait(f"resolving {answer.id} as {status}", exc)
         if result[0] == "ok":
-            await self._emit(status, answer)
+            self._emit(status, answer)
             return answer
         if result[1]:
             return self.codec.decode_as(result[1], Answer)
@@ -315,37 +275,40 @@ class RedisBroker(Broker):
         self, waiter: str, request_id: str, status: Resolution, payload: bytes
     ) -> tuple[str, bytes | None]:
         """Run the resolve script: ("ok"|"unknown"|"late"|<status>, stored answer)."""
-        keys = [self.keys.state(waiter, request_id), self.keys.answers(waiter)]
-        raw = await self._resolve_script(keys, [status, payload, self.retention_ms, request_id])
+        raw = await self.pipeliner.batch(
+            RESOLVE,
+            (self.keys.answers(waiter),),
+            (self.retention_ms,),
+            (self.keys.state(waiter, request_id),),
+            (status, payload, request_id),
+        )
         outcome = _text(raw[0])
         stored: bytes | None = raw[1] if len(raw) > 1 else None
         if outcome in NOT_RESOLVED_REASONS and stored == payload:
             return "ok", None  # our own write, retried after its reply was lost
         return outcome, stored
 
-    async def _emit(
+    def _emit(
         self,
         kind: EventType,
         answer: Answer | None,
         request_id: str = "",
         ack: tuple[str, str] | None = None,
     ) -> None:
-        """Publish an event; with ``ack=(group, entry_id)`` acknowledge that entry alongside."""
+        """Publish an event, and with ``ack=(group, entry_id)`` acknowledge that entry, in the
+        background: events are advisory, and an entry left unacknowledged is dropped by
+        whoever reads it next, since its request is resolved."""
         event = Event(event=kind, id=answer.id if answer else request_id, answer=answer)
-        try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.xadd(
-                    self.keys.events,
-                    {"e": self.codec.encode(event)},
-                    maxlen=10_000,
-                    approximate=True,
-                )
-                if ack is not None:
-                    pipe.xack(self.keys.requests, *ack)
-                await pipe.execute()
-        except CONNECTION_ERRORS as exc:  # events are advisory; an unacknowledged entry is
-            # dropped by whoever reads it next, as its request is resolved
-            log.warning("could not publish %s event for %s: %s", kind, event.id, exc)
+        group, entry_id = ack or ("", "")
+        self.pipeliner.fire(
+            self.pipeliner.batch(
+                SETTLE,
+                (self.keys.events, self.keys.requests),
+                (),
+                (),
+                (self.codec.encode(event), group, entry_id),
+            )
+        )
 
     async def _read_answers(self) -> None:
         """The one blocking reader of this process's reply stream."""
@@ -388,17 +351,18 @@ class RedisBroker(Broker):
 
     async def _reconcile(self) -> None:
         """After a reconnect: take answers from state, republish requests Redis lost."""
-        waits = [w for w in self._waits.values() if _published(w)]
-        if not waits:
-            return
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for wait in waits:
-                pipe.hmget(self.keys.state(self.waiter_id, wait.request.id), ["s", "a"])
-            states = await pipe.execute()
+        waits = [w for w in self._waits.values() if w.published]
+        state = self.keys.state
+        states = await asyncio.gather(
+            *(
+                self.pipeliner.call("HMGET", state(self.waiter_id, w.request.id), "s", "a")
+                for w in waits
+            )
+        )
         for wait, (status, answer) in zip(waits, states, strict=True):
             if status is None:
                 log.warning("request %s was lost by Redis; publishing it again", wait.request.id)
-                self._enqueue(wait)
+                self._spawn(self._publish(wait))
             elif answer is not None and not wait.answer.done():
                 wait.answer.set_result(answer)
 
@@ -426,7 +390,7 @@ class RedisBroker(Broker):
         payload = self.codec.encode(answer)
         outcome, _stored = await self._resolve(waiter, request.id, "answered", payload)
         if outcome == "ok":
-            await self._emit("answered", answer, ack=ack)
+            self._emit("answered", answer, ack=ack)
         elif outcome == "unknown":
             raise UnknownRequest(request.id)
         elif outcome == "late":
@@ -435,7 +399,7 @@ class RedisBroker(Broker):
             raise AlreadyResolved(request.id, NOT_RESOLVED_REASONS[outcome])
 
     async def complete(self, request_id: str) -> None:
-        await self._emit("completed", None, request_id)
+        self._emit("completed", None, request_id)
 
     # -- responder side and events ------------------------------------------------
 
@@ -460,11 +424,14 @@ class RedisBroker(Broker):
         self._closed = True
         for responder in list(self._responders):
             await responder.aclose()
-        for task in (self._reader, self._flush_task):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        if self._reader is not None and not self._reader.done():
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        with contextlib.suppress(*CONNECTION_ERRORS):
+            async with asyncio.timeout(5):
+                await self.pipeliner.drain()  # events and acknowledgements still queued
+        self.pipeliner.close()
         await self.redis.aclose()
 
     def statistics(self) -> dict[str, int]:
@@ -567,7 +534,6 @@ class RedisResponder(Responder):
 
     async def _admit(self, entries: Iterable[tuple[bytes, dict[bytes, bytes]]]) -> None:
         """Queue the open requests among ``entries``; acknowledge or dead-letter the rest."""
-        redis_ = self.broker.redis
         fresh: list[tuple[str, Request]] = []
         done: list[str] = []
         for raw_id, fields in entries:
@@ -591,11 +557,7 @@ class RedisResponder(Responder):
             elif held is None:
                 fresh.append((entry_id, request))
         if fresh:
-            async with redis_.pipeline(transaction=False) as pipe:
-                for _entry_id, request in fresh:
-                    assert request.reply_to is not None
-                    pipe.hget(self.broker.keys.state(request.reply_to, request.id), "s")
-                statuses = await pipe.execute()
+            statuses = await self._statuses([request for _, request in fresh])
             for (entry_id, request), status in zip(fresh, statuses, strict=True):
                 if status == b"open":
                     pending = RedisPending(self, request, entry_id)
@@ -604,7 +566,20 @@ class RedisResponder(Responder):
                 else:
                     done.append(entry_id)
         if done:
-            await redis_.xack(self._stream, self.group, *done)
+            await self.broker.redis.xack(self._stream, self.group, *done)
+
+    async def _statuses(self, requests: list[Request]) -> list[bytes | None]:
+        """The status of each request's state (``b"open"``, ...; None if Redis forgot it)."""
+        keys = self.broker.keys
+        batch = self.broker.pipeliner.batch
+        statuses: list[bytes | None] = await asyncio.gather(
+            *(
+                batch(STATUS, (keys.answers(waiter),), (), (keys.state(waiter, r.id),), ())
+                for r in requests
+                for waiter in (r.reply_to or "",)
+            )
+        )
+        return statuses
 
     async def _dead_letter(self, entry_id: str, fields: dict[bytes, bytes], error: str) -> None:
         log.error("dead-lettering entry %s of %s: %s", entry_id, self._stream, error)
@@ -621,7 +596,13 @@ class RedisResponder(Responder):
         if self._held.get(pending.request.id) is pending:
             del self._held[pending.request.id]
         if not acknowledged:
-            await self.broker.redis.xack(self._stream, self.group, pending.entry_id)
+            await self.broker.pipeliner.batch(
+                SETTLE,
+                (self.broker.keys.events, self._stream),
+                (),
+                (),
+                ("", self.group, pending.entry_id),
+            )
 
     async def _maintain(self) -> None:
         """Renew leases, drop what was resolved elsewhere, reclaim what dead consumers held."""
@@ -642,12 +623,7 @@ class RedisResponder(Responder):
         held = list(self._held.values())
         if not held:
             return
-        redis_ = self.broker.redis
-        async with redis_.pipeline(transaction=False) as pipe:
-            for pending in held:
-                assert pending.request.reply_to is not None
-                pipe.hget(self.broker.keys.state(pending.request.reply_to, pending.request.id), "s")
-            statuses = await pipe.execute()
+        statuses = await self._statuses([pending.request for pending in held])
         now = time.time()
         renew: list[int | bytes | str | memoryview] = []
         for pending, status in zip(held, statuses, strict=True):
@@ -661,12 +637,14 @@ class RedisResponder(Responder):
                     pending.request.reply_to, answer.id, "expired", payload
                 )
                 if outcome == "ok":
-                    await self.broker._emit("expired", answer)
+                    self.broker._emit("expired", answer)
                 await self._forget(pending)
             else:
                 renew.append(pending.entry_id)
         if renew:  # XCLAIM by the holder resets the idle time: the lease is renewed
-            await redis_.xclaim(self._stream, self.group, self.consumer, 0, renew, justid=True)
+            await self.broker.redis.xclaim(
+                self._stream, self.group, self.consumer, 0, renew, justid=True
+            )
 
     async def _forget(self, pending: RedisPending) -> None:
         with contextlib.suppress(ValueError):

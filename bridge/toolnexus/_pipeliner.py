@@ -1,0 +1,162 @@
+"""One shared mechanism for the Redis broker's commands: everything issued during one
+event-loop turn goes to Redis as one pipeline, whoever issued it, and the items of
+batch scripts (:mod:`toolnexus._scripts`) for the same slot become one ``EVAL``.
+
+A thousand concurrent waits publishing, or a responder answering a batch, cost one
+round trip and a few commands instead of thousands, with no task or timer per item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import redis.asyncio as aioredis
+import redis.exceptions
+
+from ._scripts import BatchScript
+
+log = logging.getLogger("toolnexus.redis")
+
+_Item = tuple[tuple[Any, ...], asyncio.Future[Any]]
+
+
+class _Batch:
+    """The items of one batch script for one slot, collected during one turn."""
+
+    __slots__ = ("futures", "item_args", "item_keys", "script", "shared_args", "shared_keys")
+
+    def __init__(
+        self, script: BatchScript, shared_keys: tuple[str, ...], shared_args: tuple[Any, ...]
+    ) -> None:
+        self.script, self.shared_keys, self.shared_args = script, shared_keys, shared_args
+        self.item_keys: list[str] = []
+        self.item_args: list[Any] = []
+        self.futures: list[asyncio.Future[Any]] = []
+
+    def command(self) -> tuple[Any, ...]:
+        keys = [*self.shared_keys, *self.item_keys]
+        return ("EVAL", self.script.source, len(keys), *keys, *self.shared_args, *self.item_args)
+
+    def settle(self, reply: Any) -> None:
+        for i, future in enumerate(self.futures):
+            if future.done():
+                continue
+            if isinstance(reply, Exception):
+                future.set_exception(reply)
+            else:  # one reply per item, or one for all
+                future.set_result(reply[i] if isinstance(reply, list) else reply)
+
+
+class Pipeliner:
+    """Coalesces commands into pipelines: :meth:`call` and :meth:`batch` return futures."""
+
+    def __init__(self, redis_: aioredis.Redis) -> None:
+        self._redis = redis_
+        self._queue: list[_Item | _Batch] = []
+        self._batches: dict[tuple[Any, ...], _Batch] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.round_trips = 0
+
+    def _schedule(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="toolnexus-pipeliner"
+            )
+
+    def call(self, *args: Any) -> asyncio.Future[Any]:
+        """Send command ``args`` with the others of this turn; its future gets the reply."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((args, future))
+        self._schedule()
+        return future
+
+    def batch(
+        self,
+        script: BatchScript,
+        shared_keys: tuple[str, ...],
+        shared_args: tuple[Any, ...],
+        item_keys: tuple[str, ...],
+        item_args: tuple[Any, ...],
+    ) -> asyncio.Future[Any]:
+        """Add one item to this turn's ``EVAL`` of ``script`` for ``shared_keys`` (which fix
+        the slot) and ``shared_args``; its future gets the item's reply.
+
+        ``EVAL``, not ``EVALSHA``: Redis caches the compiled script either way, and a
+        script Redis forgot (after a restart) must not fail one command of a pipeline
+        whose later commands depend on it.
+        """
+        assert len(item_keys) == script.keys_per_item and len(item_args) == script.args_per_item
+        group = (script.name, shared_keys, shared_args)
+        pending = self._batches.get(group)
+        if pending is None:
+            pending = self._batches[group] = _Batch(script, shared_keys, shared_args)
+            self._queue.append(pending)
+            self._schedule()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        pending.item_keys.extend(item_keys)
+        pending.item_args.extend(item_args)
+        pending.futures.append(future)
+        return future
+
+    def fire(self, future: asyncio.Future[Any]) -> None:
+        """Let ``future`` (of :meth:`call` or :meth:`batch`) go unawaited; a failure is logged."""
+        future.add_done_callback(_log_failure)
+
+    async def _run(self) -> None:
+        try:
+            while self._queue:
+                queue, self._queue, self._batches = self._queue, [], {}
+                await self._send(queue)
+        finally:
+            self._task = None
+
+    async def _send(self, queue: list[_Item | _Batch]) -> None:
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for entry in queue:
+                    pipe.execute_command(
+                        *(entry.command() if isinstance(entry, _Batch) else entry[0])
+                    )
+                self.round_trips += 1
+                replies = await pipe.execute(raise_on_error=False)
+        except Exception as exc:  # every caller gets the failure, e.g. a lost connection
+            _fail(queue, exc)
+            return
+        except asyncio.CancelledError:
+            _fail(queue, redis.exceptions.ConnectionError("the broker was closed"))
+            raise
+        for entry, reply in zip(queue, replies, strict=True):
+            if isinstance(entry, _Batch):
+                entry.settle(reply)
+            elif not entry[1].done():
+                if isinstance(reply, Exception):
+                    entry[1].set_exception(reply)
+                else:
+                    entry[1].set_result(reply)
+
+    async def drain(self) -> None:
+        """Wait until everything issued so far has been sent."""
+        while self._task is not None:
+            await asyncio.shield(self._task)
+
+    def close(self) -> None:
+        """Stop: commands not yet sent fail with ``ConnectionError``."""
+        if self._task is not None:
+            self._task.cancel()
+        _fail(self._queue, redis.exceptions.ConnectionError("the broker was closed"))
+        self._queue.clear()
+
+
+def _fail(queue: list[_Item | _Batch], exc: BaseException) -> None:
+    for entry in queue:
+        futures = entry.futures if isinstance(entry, _Batch) else [entry[1]]
+        for future in futures:
+            if not future.done():
+                future.set_exception(exc)
+
+
+def _log_failure(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("background Redis command failed: %s", future.exception())
