@@ -81,7 +81,7 @@ class Codec:
         message = self.decode(data)
         if not isinstance(message, cls):
             raise DecodeError(
-                f"expected a {cls.__name__.lower()} message, got a {type(message).__name__.lower()}"
+                f"expected a {cls.__name__.lower()} message, got {type(message).__name__.lower()!r}"
             )
         return message
 
