@@ -109,11 +109,30 @@ class Pending(abc.ABC):
         return f"<{type(self).__name__} {self.request.id} kind={self.request.kind!r}>"
 
 
-class Responder(abc.ABC):
+class _Closing(abc.ABC):
+    """Something with ``aclose()`` that is also its own ``async with``."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None: ...
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class Responder(_Closing):
     """An async iterator of the :class:`Pending` requests one consumer of a group should show.
 
     Several groups each see every request; within a group each request goes to one
     consumer. Use it as ``async with broker.responder("web") as r: async for p in r``.
+    ``aclose()`` stops it; requests held and not yet answered go back to the group.
     """
 
     group: str
@@ -125,23 +144,8 @@ class Responder(abc.ABC):
     @abc.abstractmethod
     async def __anext__(self) -> Pending: ...
 
-    @abc.abstractmethod
-    async def aclose(self) -> None:
-        """Stop; requests held and not yet answered go back to the group."""
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class EventStream(abc.ABC):
+class EventStream(_Closing):
     """Events (answered, expired, withdrawn, completed) from the moment it was created."""
 
     def __aiter__(self) -> Self:
@@ -150,23 +154,8 @@ class EventStream(abc.ABC):
     @abc.abstractmethod
     async def __anext__(self) -> Event: ...
 
-    @abc.abstractmethod
-    async def aclose(self) -> None:
-        """Stop following events."""
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class Broker(abc.ABC):
+class Broker(_Closing):
     """Carries requests to responders and answers back to their waiters."""
 
     url: str
@@ -207,18 +196,7 @@ class Broker(abc.ABC):
 
     @abc.abstractmethod
     async def aclose(self) -> None:
-        """Withdraw nothing, stop background readers and close connections."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
+        """Stop background readers and close connections (after pending withdrawals)."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.url}>"
