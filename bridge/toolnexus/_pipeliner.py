@@ -21,6 +21,17 @@ log = logging.getLogger("toolnexus.redis")
 
 _Item = tuple[tuple[Any, ...], asyncio.Future[Any]]
 
+MAX_BATCH_ITEMS = 128
+"""Items in one batch ``EVAL``."""
+
+MAX_PIPELINE_ITEMS = 512
+"""Items (commands or batch items) in one pipeline; a larger queue goes out in several,
+one after another, so a burst of thousands never holds all its bytes in flight at once."""
+
+
+class BrokerClosed(redis.exceptions.ConnectionError):
+    """The broker was closed with this command still unsent."""
+
 
 class _Batch:
     """The items of one batch script for one slot, collected during one turn."""
@@ -90,7 +101,7 @@ class Pipeliner:
         assert len(item_keys) == script.keys_per_item and len(item_args) == script.args_per_item
         group = (script.name, shared_keys, shared_args)
         pending = self._batches.get(group)
-        if pending is None:
+        if pending is None or len(pending.futures) >= MAX_BATCH_ITEMS:
             pending = self._batches[group] = _Batch(script, shared_keys, shared_args)
             self._queue.append(pending)
             self._schedule()
@@ -107,7 +118,18 @@ class Pipeliner:
     async def _run(self) -> None:
         try:
             while self._queue:
-                queue, self._queue, self._batches = self._queue, [], {}
+                size, items = 0, 0
+                for entry in self._queue:
+                    items += len(entry.futures) if isinstance(entry, _Batch) else 1
+                    size += 1
+                    if items >= MAX_PIPELINE_ITEMS:
+                        break
+                queue = self._queue[:size]
+                del self._queue[:size]
+                if not self._queue:
+                    self._batches = {}
+                else:  # batches still queued keep collecting; those being sent do not
+                    self._batches = {k: b for k, b in self._batches.items() if b not in queue}
                 await self._send(queue)
         finally:
             self._task = None
@@ -125,7 +147,7 @@ class Pipeliner:
             _fail(queue, exc)
             return
         except asyncio.CancelledError:
-            _fail(queue, redis.exceptions.ConnectionError("the broker was closed"))
+            _fail(queue, BrokerClosed("the broker was closed"))
             raise
         for entry, reply in zip(queue, replies, strict=True):
             if isinstance(entry, _Batch):
@@ -145,8 +167,9 @@ class Pipeliner:
         """Stop: commands not yet sent fail with ``ConnectionError``."""
         if self._task is not None:
             self._task.cancel()
-        _fail(self._queue, redis.exceptions.ConnectionError("the broker was closed"))
+        _fail(self._queue, BrokerClosed("the broker was closed"))
         self._queue.clear()
+        self._batches = {}
 
 
 def _fail(queue: list[_Item | _Batch], exc: BaseException) -> None:
@@ -158,5 +181,8 @@ def _fail(queue: list[_Item | _Batch], exc: BaseException) -> None:
 
 
 def _log_failure(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        log.warning("background Redis command failed: %s", future.exception())
+    if future.cancelled():
+        return
+    exc = future.exception()
+    if exc is not None and not isinstance(exc, BrokerClosed):
+        log.warning("background Redis command failed: %s", exc)

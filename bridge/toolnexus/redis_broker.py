@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import heapq
 import logging
 import time
 import uuid
@@ -95,10 +97,57 @@ class _Backoff:
 
 @dataclass(eq=False, slots=True)
 class _Wait:
-    request: Request
-    payload: bytes
-    answer: asyncio.Future[bytes]
+    """One wait in progress: its answer arrives as the raw bytes of an Answer, or as
+    ``None`` when its deadline passes."""
+
+    request_id: str
+    payload: bytes  # the encoded request, kept to publish it again if Redis loses it
+    deadline_ms: int  # Unix time
+    answer: asyncio.Future[bytes | None]
     published: bool = False
+
+
+class _Deadlines:
+    """One timer for every wait of a process: a heap of deadlines, and a single
+    ``call_at`` for the earliest. A wait past its deadline gets ``None`` as its answer.
+
+    Entries of waits that ended early stay in the heap until it is rebuilt, which
+    happens when they outnumber the live ones.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Wait]] = []
+        self._count = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, wait: _Wait, when: float, live: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._count += 1
+        if len(self._heap) > 2 * live + 1024:  # drop the entries of waits that ended
+            self._heap = [e for e in self._heap if not e[2].answer.done()]
+            heapq.heapify(self._heap)
+        heapq.heappush(self._heap, (when, self._count, wait))
+        if self._timer is None or when < self._timer.when():
+            self._arm(loop)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(self._heap[0][0], self._fire, loop) if self._heap else None
+
+    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = loop.time()
+        while self._heap and self._heap[0][0] <= now:
+            wait = heapq.heappop(self._heap)[2]
+            if not wait.answer.done():
+                wait.answer.set_result(None)
+        self._timer = None
+        self._arm(loop)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._heap.clear()
 
 
 class RedisBroker(Broker):
@@ -158,6 +207,9 @@ class RedisBroker(Broker):
         self.pipeliner = Pipeliner(self.redis)
         self._answers_key = self.keys.answers(self.waiter_id)
         self._waits: dict[str, _Wait] = {}
+        self._deadlines = _Deadlines()
+        self._unpublished: set[_Wait] = set()
+        self._republisher: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._responders: set[RedisResponder] = set()
@@ -189,60 +241,83 @@ class RedisBroker(Broker):
             deadline_of(request, timeout_s, self.default_timeout_s),
             now + self.stream_retention_ms / 1000,
         )
-        request = msgspec.structs.replace(request, expires_at=deadline, reply_to=self.waiter_id)
+        payload = self.codec.encode(
+            msgspec.structs.replace(request, expires_at=deadline, reply_to=self.waiter_id)
+        )
         loop = asyncio.get_running_loop()
-        wait = _Wait(request, self.codec.encode(request), loop.create_future())
+        wait = _Wait(request.id, payload, _ms(deadline), loop.create_future())
         self._waits[request.id] = wait  # registered before it is published
         if self._reader is None or self._reader.done():
             self._reader = loop.create_task(self._read_answers(), name="toolnexus-answers")
+        self._deadlines.add(wait, loop.time() + deadline - now, len(self._waits))
+        self._publish(wait)
         try:
-            async with asyncio.timeout(max(0.0, deadline - now)):
-                await self._publish(wait)
-                return self.codec.decode_as(await wait.answer, Answer)
-        except TimeoutError:
-            if not wait.published:  # it may still land: make sure nobody answers it
-                self._spawn(self._resolve_by_waiter(wait, "expired"))
-                return Answer(id=request.id, ok=False, reason=UNAVAILABLE)
-            return await self._resolve_by_waiter(wait, "expired")
+            raw = await wait.answer
         except asyncio.CancelledError:
             self._spawn(self._resolve_by_waiter(wait, "withdrawn"))
             raise
         finally:
-            self._waits.pop(request.id, None)
+            del self._waits[request.id]
+        if raw is not None:
+            return self.codec.decode_as(raw, Answer)
+        if not wait.published:  # it may still land: make sure nobody answers it
+            self._spawn(self._resolve_by_waiter(wait, "expired"))
+            return Answer(id=request.id, ok=False, reason=UNAVAILABLE)
+        return await self._resolve_by_waiter(wait, "expired")
 
-    async def _publish(self, wait: _Wait) -> None:
-        """Open the request's state and add it to the request stream, retrying while Redis
-        is away. The commands share a pipeline with everything else sent this turn."""
-        request = wait.request
-        backoff = _Backoff()
-        while True:
-            now_ms = _ms(time.time())
-            deadline_ms = _ms(request.expires_at or 0)
-            ttl_ms = max(1, deadline_ms - now_ms) + self.retention_ms
-            call = self.pipeliner
-            try:
-                await asyncio.gather(
-                    call.batch(
-                        OPEN,
-                        (self._answers_key,),
-                        (),
-                        (self.keys.state(self.waiter_id, request.id),),
-                        (deadline_ms, wait.payload, ttl_ms),
-                    ),
-                    call.batch(
-                        PUBLISH,
-                        (self.keys.requests,),
-                        # trimmed by age, to the second so one turn's publishes share a batch
-                        (max(0, now_ms - self.stream_retention_ms) // 1000 * 1000, self.waiter_id),
-                        (self.keys.route(request.id),),
-                        (wait.payload, ttl_ms),
-                    ),
-                )
-            except CONNECTION_ERRORS as exc:
-                await backoff.wait("publishing requests", exc)
-                continue
+    def _publish(self, wait: _Wait) -> None:
+        """Open the request's state and add it to the request stream, with everything else
+        sent this turn. If Redis is away, :meth:`_republish` tries again."""
+        now_ms = _ms(time.time())
+        ttl_ms = max(1, wait.deadline_ms - now_ms) + self.retention_ms
+        call = self.pipeliner
+        opened = call.batch(
+            OPEN,
+            (self._answers_key,),
+            (),
+            (self.keys.state(self.waiter_id, wait.request_id),),
+            (wait.deadline_ms, wait.payload, ttl_ms),
+        )
+        added = call.batch(
+            PUBLISH,
+            (self.keys.requests,),
+            # trimmed by age, to the second so that one turn's publishes share a batch
+            (max(0, now_ms - self.stream_retention_ms) // 1000 * 1000, self.waiter_id),
+            (self.keys.route(wait.request_id),),
+            (wait.payload, ttl_ms),
+        )
+        added.add_done_callback(functools.partial(self._on_published, wait, opened))
+
+    def _on_published(
+        self, wait: _Wait, opened: asyncio.Future[Any], added: asyncio.Future[Any]
+    ) -> None:
+        errors = [f.exception() for f in (opened, added) if f.done() and not f.cancelled()]
+        errors = [e for e in errors if e is not None]
+        if not errors:
             wait.published = True
-            return
+        elif all(isinstance(e, CONNECTION_ERRORS) for e in errors):
+            if not wait.answer.done() and not self._closed:
+                self._unpublished.add(wait)
+                if self._republisher is None:
+                    self._republisher = asyncio.get_running_loop().create_task(self._republish())
+        elif not wait.answer.done():  # Redis refuses: this wait cannot be served
+            log.error("publishing %s failed: %s", wait.request_id, errors[0])
+            unavailable = Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE)
+            wait.answer.set_result(self.codec.encode(unavailable))
+
+    async def _republish(self) -> None:
+        """The one task that publishes again what Redis could not take, with backoff."""
+        backoff = _Backoff()
+        try:
+            while self._unpublished and not self._closed:
+                await backoff.wait("publishing requests", ConnectionError("Redis is away"))
+                waits, self._unpublished = self._unpublished, set()
+                for wait in waits:
+                    if not wait.answer.done():
+                        self._publish(wait)
+                await self.pipeliner.drain()
+        finally:
+            self._republisher = None
 
     async def _resolve_by_waiter(
         self, wait: _Wait, status: Literal["expired", "withdrawn"]
@@ -252,7 +327,7 @@ class RedisBroker(Broker):
         If Redis stays unreachable for ``RESOLVE_PATIENCE_S``, the outcome is decided
         here: the resolve script refuses any answer after the deadline anyway.
         """
-        answer = Answer(id=wait.request.id, ok=False, reason=status)
+        answer = Answer(id=wait.request_id, ok=False, reason=status)
         payload = self.codec.encode(answer)
         backoff = _Backoff(cap_s=0.5)
         give_up = time.monotonic() + RESOLVE_PATIENCE_S
@@ -355,14 +430,14 @@ class RedisBroker(Broker):
         state = self.keys.state
         states = await asyncio.gather(
             *(
-                self.pipeliner.call("HMGET", state(self.waiter_id, w.request.id), "s", "a")
+                self.pipeliner.call("HMGET", state(self.waiter_id, w.request_id), "s", "a")
                 for w in waits
             )
         )
         for wait, (status, answer) in zip(waits, states, strict=True):
             if status is None:
-                log.warning("request %s was lost by Redis; publishing it again", wait.request.id)
-                self._spawn(self._publish(wait))
+                log.warning("request %s was lost by Redis; publishing it again", wait.request_id)
+                self._publish(wait)
             elif answer is not None and not wait.answer.done():
                 wait.answer.set_result(answer)
 
@@ -432,6 +507,9 @@ class RedisBroker(Broker):
             async with asyncio.timeout(5):
                 await self.pipeliner.drain()  # events and acknowledgements still queued
         self.pipeliner.close()
+        self._deadlines.close()
+        if self._republisher is not None:
+            self._republisher.cancel()
         await self.redis.aclose()
 
     def statistics(self) -> dict[str, int]:
