@@ -15,7 +15,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import redis.exceptions
 
-from ._scripts import BatchScript
+from ._scripts import SCRIPTS, BatchScript
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -48,7 +48,7 @@ class _Batch:
 
     def command(self) -> tuple[Any, ...]:
         keys = [*self.shared_keys, *self.item_keys]
-        return ("EVAL", self.script.source, len(keys), *keys, *self.shared_args, *self.item_args)
+        return ("EVALSHA", self.script.sha, len(keys), *keys, *self.shared_args, *self.item_args)
 
     def settle(self, reply: Any) -> None:
         for i, future in enumerate(self.futures):
@@ -63,8 +63,10 @@ class _Batch:
 class Pipeliner:
     """Coalesces commands into pipelines: :meth:`call` and :meth:`batch` return futures."""
 
-    def __init__(self, redis_: aioredis.Redis) -> None:
+    def __init__(self, redis_: aioredis.Redis, scripts: tuple[BatchScript, ...] = SCRIPTS) -> None:
         self._redis = redis_
+        self._scripts = {script.sha: script for script in scripts}
+        self._load_scripts = True
         self._queue: list[_Item | _Batch] = []
         self._batches: dict[tuple[Any, ...], _Batch] = {}
         self._task: asyncio.Task[None] | None = None
@@ -91,12 +93,12 @@ class Pipeliner:
         item_keys: tuple[str, ...],
         item_args: tuple[Any, ...],
     ) -> asyncio.Future[Any]:
-        """Add one item to this turn's ``EVAL`` of ``script`` for ``shared_keys`` (which fix
-        the slot) and ``shared_args``; its future gets the item's reply.
+        """Add one item to this turn's ``EVALSHA`` of ``script`` for ``shared_keys`` (which
+        fix the slot) and ``shared_args``; its future gets the item's reply.
 
-        ``EVAL``, not ``EVALSHA``: Redis caches the compiled script either way, and a
-        script Redis forgot (after a restart) must not fail one command of a pipeline
-        whose later commands depend on it.
+        A script Redis forgot (after a restart) is loaded again and its batch sent again;
+        every script is loaded before the first command after a lost connection, so that
+        a script failing where the next command depends on it stays a rare event.
         """
         assert len(item_keys) == script.keys_per_item and len(item_args) == script.args_per_item
         group = (script.name, shared_keys, shared_args)
@@ -135,28 +137,47 @@ class Pipeliner:
             self._task = None
 
     async def _send(self, queue: list[_Item | _Batch]) -> None:
+        commands = [entry.command() if isinstance(entry, _Batch) else entry[0] for entry in queue]
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for entry in queue:
-                    pipe.execute_command(
-                        *(entry.command() if isinstance(entry, _Batch) else entry[0])
-                    )
-                self.round_trips += 1
-                replies = await pipe.execute(raise_on_error=False)
+            if self._load_scripts:
+                for script in self._scripts.values():
+                    await self._redis.script_load(script.source)
+                self._load_scripts = False
+            self.round_trips += 1
+            if len(commands) == 1:  # no pipeline needed for one command
+                try:
+                    reply = await self._redis.execute_command(*commands[0])  # type: ignore[no-untyped-call]
+                    replies = [reply]
+                except redis.exceptions.ResponseError as exc:
+                    replies = [exc]
+            else:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for command in commands:
+                        pipe.execute_command(*command)
+                    replies = await pipe.execute(raise_on_error=False)
         except Exception as exc:  # every caller gets the failure, e.g. a lost connection
+            if isinstance(exc, redis.exceptions.ConnectionError | OSError):
+                self._load_scripts = True  # Redis may come back without them
             _fail(queue, exc)
             return
         except asyncio.CancelledError:
             _fail(queue, BrokerClosed("the broker was closed"))
             raise
+        forgotten = []
         for entry, reply in zip(queue, replies, strict=True):
-            if isinstance(entry, _Batch):
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                forgotten.append(entry)
+            elif isinstance(entry, _Batch):
                 entry.settle(reply)
             elif not entry[1].done():
                 if isinstance(reply, Exception):
                     entry[1].set_exception(reply)
                 else:
                     entry[1].set_result(reply)
+        if forgotten:  # Redis lost its scripts (restart, SCRIPT FLUSH): load, send again
+            log.warning("Redis forgot the toolnexus scripts; loading them again")
+            self._load_scripts = True
+            self._queue[:0] = forgotten
 
     async def drain(self) -> None:
         """Wait until everything issued so far has been sent."""

@@ -11,7 +11,8 @@ few commands, not thousands.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,10 @@ class BatchScript:
     source: str
     keys_per_item: int
     args_per_item: int
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
 
 
 OPEN = BatchScript(
@@ -124,20 +129,27 @@ SETTLE = BatchScript(
     "settle",
     """
 -- On a queue's slot. Shared: KEYS events stream, request stream.
--- Item: ARGV event ('' for none), group, entry id ('' for none).
--- Publishes events and acknowledges the entries of resolved requests.
+-- Item: ARGV event, group, entry to acknowledge, entry to delete ('' for none).
+-- Publishes events, acknowledges the entries of resolved requests, and deletes the
+-- entries of resolved requests so that groups that have not read them yet never do.
 local n = 0
-for a = 1, #ARGV, 3 do
+for a = 1, #ARGV, 4 do
   if ARGV[a] ~= '' then
     redis.call('XADD', KEYS[1], 'MAXLEN', '~', 10000, '*', 'e', ARGV[a])
   end
   if ARGV[a + 2] ~= '' then
     redis.call('XACK', KEYS[2], ARGV[a + 1], ARGV[a + 2])
   end
+  if ARGV[a + 3] ~= '' then
+    redis.call('XDEL', KEYS[2], ARGV[a + 3])
+  end
   n = n + 1
 end
 return n
 """,
     keys_per_item=0,
-    args_per_item=3,
+    args_per_item=4,
 )
+
+
+SCRIPTS = (OPEN, PUBLISH, STATUS, RESOLVE, SETTLE)

@@ -59,7 +59,7 @@ from .errors import (
     UnknownRequest,
 )
 from .keys import Keys
-from .models import UNAVAILABLE, Answer, Event, EventType, Request
+from .models import UNAVAILABLE, Answer, Event, Request
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -105,6 +105,7 @@ class _Wait:
     deadline_ms: int  # Unix time
     answer: asyncio.Future[bytes | None]
     published: bool = False
+    entry_id: bytes | None = None  # in the request stream, once published
 
 
 class _Deadlines:
@@ -259,6 +260,8 @@ class RedisBroker(Broker):
         finally:
             del self._waits[request.id]
         if raw is not None:
+            if wait.entry_id is not None:  # groups that have not read it yet never will
+                self._settle(delete=wait.entry_id)
             return self.codec.decode_as(raw, Answer)
         if not wait.published:  # it may still land: make sure nobody answers it
             self._spawn(self._resolve_by_waiter(wait, "expired"))
@@ -295,6 +298,7 @@ class RedisBroker(Broker):
         errors = [e for e in errors if e is not None]
         if not errors:
             wait.published = True
+            wait.entry_id = added.result()
         elif all(isinstance(e, CONNECTION_ERRORS) for e in errors):
             if not wait.answer.done() and not self._closed:
                 self._unpublished.add(wait)
@@ -340,7 +344,7 @@ class RedisBroker(Broker):
                     return answer
                 await backoff.wait(f"resolving {answer.id} as {status}", exc)
         if result[0] == "ok":
-            self._emit(status, answer)
+            self._settle(Event(event=status, id=answer.id, answer=answer), delete=wait.entry_id)
             return answer
         if result[1]:
             return self.codec.decode_as(result[1], Answer)
@@ -363,27 +367,27 @@ class RedisBroker(Broker):
             return "ok", None  # our own write, retried after its reply was lost
         return outcome, stored
 
-    def _emit(
+    def _settle(
         self,
-        kind: EventType,
-        answer: Answer | None,
-        request_id: str = "",
+        event: Event | None = None,
         ack: tuple[str, str] | None = None,
-    ) -> None:
-        """Publish an event, and with ``ack=(group, entry_id)`` acknowledge that entry, in the
-        background: events are advisory, and an entry left unacknowledged is dropped by
-        whoever reads it next, since its request is resolved."""
-        event = Event(event=kind, id=answer.id if answer else request_id, answer=answer)
-        group, entry_id = ack or ("", "")
-        self.pipeliner.fire(
-            self.pipeliner.batch(
-                SETTLE,
-                (self.keys.events, self.keys.requests),
-                (),
-                (),
-                (self.codec.encode(event), group, entry_id),
-            )
+        delete: bytes | str | None = None,
+    ) -> asyncio.Future[Any]:
+        """In the background, publish ``event``, acknowledge ``ack=(group, entry_id)`` and
+        delete entry ``delete`` of the request stream.
+
+        Events are advisory, and an entry left behind is dropped by whoever reads it
+        next, since its request is resolved: so nobody needs to wait for this.
+        """
+        future = self.pipeliner.batch(
+            SETTLE,
+            (self.keys.events, self.keys.requests),
+            (),
+            (),
+            (self.codec.encode(event) if event else "", *(ack or ("", "")), delete or ""),
         )
+        self.pipeliner.fire(future)
+        return future
 
     async def _read_answers(self) -> None:
         """The one blocking reader of this process's reply stream."""
@@ -465,7 +469,8 @@ class RedisBroker(Broker):
         payload = self.codec.encode(answer)
         outcome, _stored = await self._resolve(waiter, request.id, "answered", payload)
         if outcome == "ok":
-            self._emit("answered", answer, ack=ack)
+            entry = ack[1] if ack else None
+            self._settle(Event(event="answered", id=answer.id, answer=answer), ack, entry)
         elif outcome == "unknown":
             raise UnknownRequest(request.id)
         elif outcome == "late":
@@ -474,7 +479,7 @@ class RedisBroker(Broker):
             raise AlreadyResolved(request.id, NOT_RESOLVED_REASONS[outcome])
 
     async def complete(self, request_id: str) -> None:
-        self._emit("completed", None, request_id)
+        self._settle(Event(event="completed", id=request_id))
 
     # -- responder side and events ------------------------------------------------
 
@@ -557,7 +562,7 @@ class RedisResponder(Responder):
         self._ready: deque[RedisPending] = deque()
         self._client: aioredis.Redis | None = None
         self._maintainer: asyncio.Task[None] | None = None
-        self._read_own_backlog = True
+        self._backlog_from: str | None = "0"  # where to read our own pending entries from
         self._closed = False
         self.dead_lettered = 0
         broker._responders.add(self)
@@ -582,7 +587,7 @@ class RedisResponder(Responder):
                 await self._read()
                 backoff.reset()
             except CONNECTION_ERRORS as exc:
-                self._read_own_backlog = True
+                self._backlog_from = "0"
                 await backoff.wait(f"responder {self.group}/{self.consumer}", exc)
             except redis.exceptions.ResponseError as exc:
                 if "NOGROUP" not in str(exc):
@@ -592,13 +597,13 @@ class RedisResponder(Responder):
 
     async def _read(self) -> None:
         assert self._client is not None
-        if self._read_own_backlog:
+        if self._backlog_from is not None:  # our own pending entries, oldest first
             reply: Any = await self._client.xreadgroup(
-                self.group, self.consumer, {self._stream: "0"}, count=self.count
+                self.group, self.consumer, {self._stream: self._backlog_from}, count=self.count
             )
             entries = reply[0][1] if reply else []
-            if not entries:
-                self._read_own_backlog = False
+            self._backlog_from = _text(entries[-1][0]) if entries else None
+            await self._admit(entries, fresh=False)
         else:
             reply = await self._client.xreadgroup(
                 self.group,
@@ -607,17 +612,25 @@ class RedisResponder(Responder):
                 count=self.count,
                 block=self.broker.block_ms,
             )
-            entries = reply[0][1] if reply else []
-        await self._admit(entries)
+            await self._admit(reply[0][1] if reply else [], fresh=True)
 
-    async def _admit(self, entries: Iterable[tuple[bytes, dict[bytes, bytes]]]) -> None:
-        """Queue the open requests among ``entries``; acknowledge or dead-letter the rest."""
-        fresh: list[tuple[str, Request]] = []
+    async def _admit(
+        self, entries: Iterable[tuple[bytes, dict[bytes, bytes]]], *, fresh: bool
+    ) -> None:
+        """Queue the open requests among ``entries``; acknowledge or dead-letter the rest.
+
+        ``fresh`` entries were just delivered for the first time: a resolved request's
+        entry is deleted from the stream, so they are open unless past their deadline.
+        Others (re-read or reclaimed) may have been resolved since: their state is read.
+        """
+        now = time.time()
+        admitted: list[tuple[str, Request]] = []
+        unsure: list[tuple[str, Request]] = []
         done: list[str] = []
         for raw_id, fields in entries:
             entry_id = _text(raw_id)
             payload = fields.get(b"r")
-            if not fields:  # trimmed while pending: nothing left to show
+            if not fields:  # deleted or trimmed while pending: nothing left to show
                 done.append(entry_id)
                 continue
             try:
@@ -630,19 +643,27 @@ class RedisResponder(Responder):
                 await self._dead_letter(entry_id, fields, str(exc))
                 continue
             held = self._held.get(request.id)
-            if held is not None and held.entry_id != entry_id:
-                done.append(entry_id)  # a duplicate XADD of a request we already show
-            elif held is None:
-                fresh.append((entry_id, request))
-        if fresh:
-            statuses = await self._statuses([request for _, request in fresh])
-            for (entry_id, request), status in zip(fresh, statuses, strict=True):
-                if status == b"open":
-                    pending = RedisPending(self, request, entry_id)
-                    self._held[request.id] = pending
-                    self._ready.append(pending)
-                else:
+            if held is not None:
+                if held.entry_id != entry_id:
+                    done.append(entry_id)  # a duplicate XADD of a request we already show
+            elif fresh and now < (request.expires_at or float("inf")):
+                admitted.append((entry_id, request))
+            else:
+                unsure.append((entry_id, request))
+        if unsure:
+            statuses = await self._statuses([request for _, request in unsure])
+            for (entry_id, request), status in zip(unsure, statuses, strict=True):
+                if status != b"open":
                     done.append(entry_id)
+                elif now >= (request.expires_at or float("inf")):
+                    await self._expire(request, entry_id)
+                    done.append(entry_id)
+                else:
+                    admitted.append((entry_id, request))
+        for entry_id, request in admitted:
+            pending = RedisPending(self, request, entry_id)
+            self._held[request.id] = pending
+            self._ready.append(pending)
         if done:
             await self.broker.redis.xack(self._stream, self.group, *done)
 
@@ -674,13 +695,7 @@ class RedisResponder(Responder):
         if self._held.get(pending.request.id) is pending:
             del self._held[pending.request.id]
         if not acknowledged:
-            await self.broker.pipeliner.batch(
-                SETTLE,
-                (self.broker.keys.events, self._stream),
-                (),
-                (),
-                ("", self.group, pending.entry_id),
-            )
+            await self.broker._settle(ack=(self.group, pending.entry_id))
 
     async def _maintain(self) -> None:
         """Renew leases, drop what was resolved elsewhere, reclaim what dead consumers held."""
@@ -708,14 +723,7 @@ class RedisResponder(Responder):
             if status != b"open":
                 await self._forget(pending)
             elif now >= (pending.request.expires_at or float("inf")):
-                answer = Answer(id=pending.request.id, ok=False, reason="expired")
-                payload = self.broker.codec.encode(answer)
-                assert pending.request.reply_to is not None
-                outcome, _ = await self.broker._resolve(
-                    pending.request.reply_to, answer.id, "expired", payload
-                )
-                if outcome == "ok":
-                    self.broker._emit("expired", answer)
+                await self._expire(pending.request, pending.entry_id)
                 await self._forget(pending)
             else:
                 renew.append(pending.entry_id)
@@ -723,6 +731,16 @@ class RedisResponder(Responder):
             await self.broker.redis.xclaim(
                 self._stream, self.group, self.consumer, 0, renew, justid=True
             )
+
+    async def _expire(self, request: Request, entry_id: str) -> None:
+        """Resolve as expired a request past its deadline whose waiter did not (it died)."""
+        answer = Answer(id=request.id, ok=False, reason="expired")
+        payload = self.broker.codec.encode(answer)
+        outcome, _ = await self.broker._resolve(
+            request.reply_to or "", answer.id, "expired", payload
+        )
+        if outcome == "ok":
+            self.broker._settle(Event(event="expired", id=answer.id, answer=answer), None, entry_id)
 
     async def _forget(self, pending: RedisPending) -> None:
         with contextlib.suppress(ValueError):
@@ -743,7 +761,7 @@ class RedisResponder(Responder):
             cursor, entries = _text(reply[0]), reply[1]
             if entries:
                 log.info("%s/%s reclaimed %d requests", self.group, self.consumer, len(entries))
-                await self._admit(entries)
+                await self._admit(entries, fresh=False)
             if cursor == "0-0":
                 return
 
