@@ -267,3 +267,13 @@ async def test_an_unreachable_redis_is_a_clear_error() -> None:
 def test_an_unknown_scheme_is_a_clear_error() -> None:
     with pytest.raises(toolnexus.ConfigurationError, match="unknown broker URL scheme 'amqp'"):
         toolnexus.connect("amqp://localhost")
+
+
+async def test_scripts_redis_forgot_are_loaded_again(redis_url: str, namespace: str) -> None:
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
+        assert isinstance(broker, RedisBroker)
+        responder = asyncio.create_task(answer_all(broker, 2))
+        assert (await broker.wait_for(ask("before"), timeout_s=10)).ok
+        await broker.redis.script_flush()
+        assert (await broker.wait_for(ask("after"), timeout_s=10)).data == {"echo": "after"}
+        await asyncio.wait_for(responder, 10)
