@@ -24,6 +24,9 @@ _Item = tuple[tuple[Any, ...], asyncio.Future[Any]]
 MAX_BATCH_ITEMS = 128
 """Items in one batch ``EVAL``."""
 
+LAZY_DELAY_S = 0.02
+"""How long a lazy item (events, acknowledgements) waits for other commands to travel with."""
+
 MAX_PIPELINE_ITEMS = 512
 """Items (commands or batch items) in one pipeline; a larger queue goes out in several,
 one after another, so a burst of thousands never holds all its bytes in flight at once."""
@@ -70,9 +73,13 @@ class Pipeliner:
         self._queue: list[_Item | _Batch] = []
         self._batches: dict[tuple[Any, ...], _Batch] = {}
         self._task: asyncio.Task[None] | None = None
+        self._lazy_timer: asyncio.TimerHandle | None = None
         self.round_trips = 0
 
     def _schedule(self) -> None:
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
+            self._lazy_timer = None
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
                 self._run(), name="toolnexus-pipeliner"
@@ -92,9 +99,12 @@ class Pipeliner:
         shared_args: tuple[Any, ...],
         item_keys: tuple[str, ...],
         item_args: tuple[Any, ...],
+        *,
+        lazy: bool = False,
     ) -> asyncio.Future[Any]:
         """Add one item to this turn's ``EVALSHA`` of ``script`` for ``shared_keys`` (which
-        fix the slot) and ``shared_args``; its future gets the item's reply.
+        fix the slot) and ``shared_args``; its future gets the item's reply. A ``lazy``
+        item waits up to ``LAZY_DELAY_S`` for other commands to travel with.
 
         A script Redis forgot (after a restart) is loaded again and its batch sent again;
         every script is loaded before the first command after a lost connection, so that
@@ -103,9 +113,17 @@ class Pipeliner:
         assert len(item_keys) == script.keys_per_item and len(item_args) == script.args_per_item
         group = (script.name, shared_keys, shared_args)
         pending = self._batches.get(group)
-        if pending is None or len(pending.futures) >= MAX_BATCH_ITEMS:
+        if pending is not None and len(pending.futures) >= MAX_BATCH_ITEMS:
+            self._batches = {}  # only batches behind this one may take items now: see _run
+            pending = None
+        if pending is None:
             pending = self._batches[group] = _Batch(script, shared_keys, shared_args)
             self._queue.append(pending)
+        if lazy:
+            if self._lazy_timer is None and self._task is None:
+                loop = asyncio.get_running_loop()
+                self._lazy_timer = loop.call_later(LAZY_DELAY_S, self._schedule)
+        else:
             self._schedule()
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         pending.item_keys.extend(item_keys)
@@ -128,10 +146,11 @@ class Pipeliner:
                         break
                 queue = self._queue[:size]
                 del self._queue[:size]
-                if not self._queue:
-                    self._batches = {}
-                else:  # batches still queued keep collecting; those being sent do not
-                    self._batches = {k: b for k, b in self._batches.items() if b not in queue}
+                # Items issued from now on go to new batches at the end of the queue, so that
+                # what one caller issues in order runs in that order (a request's state is
+                # opened before it is published). Joining a batch still queued could put an
+                # item ahead of one its caller issued before.
+                self._batches = {}
                 await self._send(queue)
         finally:
             self._task = None
@@ -181,11 +200,15 @@ class Pipeliner:
 
     async def drain(self) -> None:
         """Wait until everything issued so far has been sent."""
+        if self._queue:
+            self._schedule()
         while self._task is not None:
             await asyncio.shield(self._task)
 
     def close(self) -> None:
         """Stop: commands not yet sent fail with ``ConnectionError``."""
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
         if self._task is not None:
             self._task.cancel()
         _fail(self._queue, BrokerClosed("the broker was closed"))

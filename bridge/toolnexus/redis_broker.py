@@ -385,6 +385,7 @@ class RedisBroker(Broker):
             (),
             (),
             (self.codec.encode(event) if event else "", *(ack or ("", "")), delete or ""),
+            lazy=True,
         )
         self.pipeliner.fire(future)
         return future
