@@ -1,0 +1,340 @@
+"""Turn case results into ``RESULTS.md`` (tables, ratios, targets) and ``results.png``."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.common import Latency, Throughput, merge_latency
+from bench.machine import Machine
+
+FLOOR_LATENCY = ("floor", "direct")
+FLOOR_THROUGHPUT = ("floor", "pool")
+TOOLNEXUS = ("toolnexus", "default")
+PEERS = ("arq", "celery", "rq", "taskiq")
+
+
+class Tables:
+    """The results of one run, pooled over rounds."""
+
+    def __init__(self, results: list[dict[str, Any]]) -> None:
+        self.latency: dict[tuple[str, str], tuple[Latency, str]] = {}
+        self.throughput: dict[tuple[str, str], list[tuple[Throughput, int, str]]] = {}
+        self.scale: list[dict[str, Any]] = [r for r in results if "scale" in r]
+        self.codec: list[dict[str, Any]] = [row for r in results for row in r.get("codec", [])]
+        self.codec_settings = next((r["settings"] for r in results if "codec" in r), "")
+        self.problems = [r for r in results if "error" in r or "skipped" in r]
+
+        lat_parts: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        tp_parts: dict[tuple[str, str, int], list[Throughput]] = defaultdict(list)
+        settings: dict[tuple[str, str], str] = {}
+        for r in results:
+            key = (r.get("case", "?"), r.get("variant", ""))
+            if "latency" in r:
+                lat_parts[key].append(r)
+                settings.setdefault(key, r.get("settings", ""))
+            for row in r.get("throughput", []):
+                tp_parts[(*key, row["concurrency"])].append(row)
+                settings.setdefault(key, r.get("settings", ""))
+        for key, parts in lat_parts.items():
+            merged = merge_latency(
+                [p["latency"] for p in parts], [p.get("samples_ms", []) for p in parts]
+            )
+            self.latency[key] = (merged, settings[key])
+        for (case, variant, _c), rows in sorted(tp_parts.items()):
+            # The median round by round trips per second; n counts every round.
+            ordered = sorted(rows, key=lambda t: t["per_s"])
+            median = ordered[(len(ordered) - 1) // 2]
+            self.throughput.setdefault((case, variant), []).append(
+                (median, sum(t["n"] for t in rows), settings[(case, variant)])
+            )
+        self.rounds = max((len(v) for v in tp_parts.values()), default=0)
+
+    def per_s(self, key: tuple[str, str], concurrency: int) -> float | None:
+        for row, _n, _s in self.throughput.get(key, []):
+            if row["concurrency"] == concurrency:
+                return row["per_s"]
+        return None
+
+
+def _ms(x: float) -> str:
+    if math.isnan(x):
+        return "–"
+    return f"{x:.3f}" if x < 10 else f"{x:.1f}" if x < 1000 else f"{x:,.0f}"
+
+
+def _ratio(x: float | None, base: float | None) -> str:
+    if x is None or base is None or base == 0 or math.isnan(x) or math.isnan(base):
+        return "–"
+    return f"{x / base:.2f}×"
+
+
+def _bytes(n: float) -> str:
+    return f"{n / 1024:,.2f} KiB" if abs(n) < 1024 * 1024 else f"{n / 1024 / 1024:,.1f} MiB"
+
+
+def _targets(t: Tables) -> list[str]:
+    lines: list[str] = []
+    floor = t.latency.get(FLOOR_LATENCY)
+    tnx = t.latency.get(TOOLNEXUS)
+    if floor and tnx:
+        r50 = tnx[0]["p50_ms"] / floor[0]["p50_ms"]
+        r99 = tnx[0]["p99_ms"] / floor[0]["p99_ms"]
+        lines.append(
+            f"- {'✅' if r50 <= 1.5 else '❌'} round-trip p50 {_ms(tnx[0]['p50_ms'])} ms = "
+            f"**{r50:.2f}×** the floor's {_ms(floor[0]['p50_ms'])} ms (target ≤ 1.5×)"
+        )
+        lines.append(
+            f"- {'✅' if r99 <= 2 else '❌'} round-trip p99 {_ms(tnx[0]['p99_ms'])} ms = "
+            f"**{r99:.2f}×** the floor's {_ms(floor[0]['p99_ms'])} ms (target ≤ 2×)"
+        )
+    top = max((c for c, _w, _n in _levels(t)), default=0)
+    floor_tp = t.per_s(FLOOR_THROUGHPUT, top)
+    if floor_tp:
+        for key in sorted(k for k in t.throughput if k[0] == "toolnexus"):
+            tp = t.per_s(key, top)
+            if tp is None:
+                continue
+            share = tp / floor_tp
+            coalesced = t.per_s(("floor", "coalesced"), top)
+            extra = f"; {_ratio(tp, coalesced)} the coalesced floor's" if coalesced else ""
+            lines.append(
+                f"- {'✅' if share >= 0.5 else '❌'} {top:,} concurrent waits ({key[1]}): "
+                f"{tp:,.0f} round trips/s = **{share:.0%}** of the floor's {floor_tp:,.0f}/s "
+                f"(target ≥ 50%{extra})"
+            )
+    if tnx:
+        peers = [(k, v[0]) for k, v in t.latency.items() if k[0] in PEERS]
+        if peers:
+            (pk, best) = min(peers, key=lambda kv: kv[1]["p50_ms"])
+            ok = all(tnx[0]["p50_ms"] < lat["p50_ms"] for _k, lat in peers)
+            lines.append(
+                f"- {'✅' if ok else '❌'} p50 faster than every peer: the fastest peer, "
+                f"{pk[0]} ({pk[1]}), takes {_ms(best['p50_ms'])} ms = "
+                f"**{best['p50_ms'] / tnx[0]['p50_ms']:.1f}×** toolnexus's p50"
+            )
+    base = next((s for s in t.scale if s["case"] == "bare task"), None)
+    for s in t.scale:
+        if s["case"] != "toolnexus":
+            continue
+        sc = s["scale"]
+        beyond = sc["per_wait_bytes"] - (base["scale"]["per_wait_bytes"] if base else 0)
+        constant = sc["connections"] == sc["connections_at_one"]
+        lines.append(
+            f"- {'✅' if beyond <= 2048 else '❌'} {sc['waits']:,} pending waits: "
+            f"**{_bytes(sc['per_wait_bytes'])}** RSS per wait, {_bytes(beyond)} beyond a bare "
+            f"asyncio task awaiting a future (target ≤ 2 KiB beyond the request)"
+        )
+        lines.append(
+            f"- {'✅' if constant else '❌'} Redis connections: **{sc['connections']}** with "
+            f"{sc['waits']:,} waits pending, {sc['connections_at_one']} with one (target: constant)"
+        )
+    return lines
+
+
+def _levels(t: Tables) -> list[tuple[int, int, int]]:
+    rows = t.throughput.get(FLOOR_THROUGHPUT) or next(iter(t.throughput.values()), [])
+    return [(r["concurrency"], r["warmup"], n) for r, n, _s in rows]
+
+
+def render(t: Tables, machine: Machine, elapsed_s: float, note: str) -> str:
+    out: list[str] = ["# toolnexus benchmarks", ""]
+    if note:
+        out += [f"> {note}", ""]
+    out += [
+        "Generated by `python -m bench` (regenerates this file and `results.png`). "
+        "Round trip = an agent's `Request` published to Redis, read by a responder in another "
+        "process, answered, and the `Answer` back in the waiting coroutine. Every case uses "
+        "the same request and answer data and the same private `redis-server` "
+        "(no persistence), one case process at a time.",
+        "",
+        "![latency and throughput](results.png)",
+        "",
+        "## Machine",
+        "",
+        f"- {machine['date']}, run took {elapsed_s / 60:.1f} min",
+        f"- CPU: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']:.0f} GiB",
+        f"- {machine['kernel']}; {machine['python']}; redis-server {machine['redis_server']}",
+        "- " + ", ".join(f"{k} {v}" for k, v in machine["packages"].items()),
+        f"- toolnexus commit {machine['commit']}; measured code: {machine['toolnexus_source']}",
+        "",
+        "## Targets",
+        "",
+        *_targets(t),
+        "",
+        "## Round-trip latency, one wait at a time",
+        "",
+        f"Samples pooled over {t.rounds} alternating round(s) for floor and toolnexus; "
+        "warm-up round trips excluded (counted in the warm-up column). "
+        "Ratios are to the floor's figure.",
+        "",
+        "| case | variant | settings | samples | warm-up | p50 ms | p90 ms | p99 ms "
+        "| p50 vs floor | p99 vs floor |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    floor = t.latency.get(FLOOR_LATENCY)
+    order = sorted(
+        t.latency.items(),
+        key=lambda kv: (kv[0][0] not in ("floor", "toolnexus"), kv[1][0]["p50_ms"]),
+    )
+    for (case, variant), (lat, settings) in order:
+        out.append(
+            f"| {case} | {variant} | {settings} | {lat['n']:,} | {lat['warmup']:,} "
+            f"| {_ms(lat['p50_ms'])} | {_ms(lat['p90_ms'])} | {_ms(lat['p99_ms'])} "
+            f"| {_ratio(lat['p50_ms'], floor[0]['p50_ms'] if floor else None)} "
+            f"| {_ratio(lat['p99_ms'], floor[0]['p99_ms'] if floor else None)} |"
+        )
+    out += [
+        "",
+        "## Throughput with concurrent waits",
+        "",
+        "Each of N coroutines waits for an answer and publishes its next request as soon as "
+        "it has it. Round trips per second of the median round; p50/p99 are the latency of "
+        "one round trip under that load. Ratio to the floor (one XADD per wait over a pool).",
+        "",
+        "| case | variant | concurrent waits | round trips (all rounds) | round trips/s "
+        "| vs floor | p50 ms | p99 ms | settings |",
+        "|---|---|--:|--:|--:|--:|--:|--:|---|",
+    ]
+    for (case, variant), rows in sorted(t.throughput.items()):
+        for tp, n, settings in rows:
+            floor_per_s = t.per_s(FLOOR_THROUGHPUT, tp["concurrency"])
+            out.append(
+                f"| {case} | {variant} | {tp['concurrency']:,} | {n:,} | {tp['per_s']:,.0f} "
+                f"| {_ratio(tp['per_s'], floor_per_s)} | {_ms(tp['p50_ms'])} "
+                f"| {_ms(tp['p99_ms'])} | {settings} |"
+            )
+    out += [
+        "",
+        "## Scale: pending waits in one process",
+        "",
+        "All waits published, none answered: RSS growth of the waiting process (after a full "
+        "GC; the `Request` objects were built before the baseline), Redis connections it holds "
+        "(CLIENT LIST entries whose port is one of the process's sockets), then the time from "
+        "the responder starting to answer until every wait has its answer. "
+        "`bare task` is the same number of asyncio tasks each awaiting a future: no broker.",
+        "",
+        "| case | variant | waits | RSS growth | per wait | per wait beyond bare task "
+        "| Redis connections (1 wait → all) | publish all s | resolve all s |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    base = next((s for s in t.scale if s["case"] == "bare task"), None)
+    for s in t.scale:
+        sc = s["scale"]
+        beyond = (
+            _bytes(sc["per_wait_bytes"] - base["scale"]["per_wait_bytes"])
+            if base and s is not base
+            else "–"
+        )
+        conns = "–" if s is base else f"{sc['connections_at_one']} → {sc['connections']}"
+        out.append(
+            f"| {s['case']} | {s.get('variant', '')} | {sc['waits']:,} "
+            f"| {_bytes(sc['rss_delta_bytes'])} | {_bytes(sc['per_wait_bytes'])} | {beyond} "
+            f"| {conns} | {sc['publish_s']:.2f} | {sc['resolve_s']:.2f} |"
+        )
+    out += [
+        "",
+        "## Codec: one typical message",
+        "",
+        f"Per call, {t.codec_settings}. `stdlib json` encodes the message as a dict and "
+        "decodes to a dict (no validation); pydantic validates into models of the same shape.",
+        "",
+        "| codec | message | bytes | encode µs | decode µs | encode + decode µs "
+        "| vs toolnexus MSGPACK |",
+        "|---|---|--:|--:|--:|--:|--:|",
+    ]
+    ref = {
+        row["message"]: row["encode_us"] + row["decode_us"]
+        for row in t.codec
+        if row["codec"] == "toolnexus MSGPACK"
+    }
+    for crow in t.codec:
+        total = crow["encode_us"] + crow["decode_us"]
+        out.append(
+            f"| {crow['codec']} | {crow['message']} | {crow['bytes']} | {crow['encode_us']:.2f} "
+            f"| {crow['decode_us']:.2f} | {total:.2f} | {_ratio(total, ref.get(crow['message']))} |"
+        )
+    out += [
+        "",
+        "## How it is measured",
+        "",
+        "- One private `redis-server --save '' --appendonly no` on a free loopback port; "
+        "FLUSHALL between cases; each case in a fresh Python process, its responder or "
+        "worker in another process started by the case and stopped after it.",
+        "- Payload: the same request data (a 5-field dict, ~230 bytes as JSON) and answer data "
+        "in every case, each library carrying it in its own envelope and serializer.",
+        "- Floor latency: `XADD` request → responder `XREADGROUP BLOCK` → `XADD` answer + `XACK` "
+        "in one pipeline → waiter's `XREAD BLOCK` on its reply stream, on one connection, no "
+        "background task. Floor throughput: one blocking reader demultiplexes answers to "
+        "futures by id; requests go out one `XADD` per wait over a 50-connection pool "
+        "(`pool`) or coalesced per event-loop turn into one pipeline (`coalesced`).",
+        "- toolnexus: `toolnexus.connect(url)` with its defaults; the responder process is "
+        "`async for pending in broker.responder(...): await pending.accept(data)` "
+        "(`default`), or starts one task per pending (`concurrent accepts`).",
+        "- Peers: one worker process each, started by the benchmark. `default` = the "
+        "library's default poll intervals; `min poll` = every poll interval at "
+        "0.001 s (arq's worker `poll_delay` and `job.result(poll_delay=...)`, Celery's "
+        "`AsyncResult.get(interval=...)`, taskiq's `wait_result(check_interval=...)`). RQ "
+        "has no poll interval on this path (`BLPOP` dequeue, `XREAD BLOCK` result), so its "
+        "second row uses `SimpleWorker` (no fork per job) instead.",
+        "- Percentiles interpolate linearly between the sorted samples.",
+    ]
+    if t.problems:
+        out += ["", "## Skipped or failed", ""]
+        for p in t.problems:
+            what = f"{p.get('case', '?')} {p.get('variant', '')}".strip()
+            if "skipped" in p:
+                out.append(f"- {what}: skipped ({p['skipped']})")
+            else:
+                lines = p["error"].strip().splitlines() or ["?"]
+                out.append(f"- {what}: **failed**: `{lines[-1]}`")
+    return "\n".join(out) + "\n"
+
+
+def chart(t: Tables, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.5))
+    items = sorted(t.latency.items(), key=lambda kv: kv[1][0]["p50_ms"])
+    labels = [f"{c} ({v})" if v else c for (c, v), _ in items]
+    p50 = [lat["p50_ms"] for _k, (lat, _s) in items]
+    p99 = [lat["p99_ms"] for _k, (lat, _s) in items]
+    y = list(range(len(items)))
+    ax1.barh([i + 0.2 for i in y], p50, height=0.4, label="p50", color="#3b7dd8")
+    ax1.barh([i - 0.2 for i in y], p99, height=0.4, label="p99", color="#f0a030")
+    ax1.set_yticks(y, labels)
+    ax1.set_xscale("log")
+    ax1.set_xlabel("round-trip latency, ms (log scale)")
+    ax1.set_title("Sequential round trip")
+    ax1.legend(loc="lower right")
+    ax1.grid(axis="x", which="both", alpha=0.3)
+
+    series = sorted(t.throughput.items())
+    levels = sorted({row["concurrency"] for _k, rows in series for row, _n, _s in rows})
+    width = 0.8 / max(1, len(series))
+    for i, ((case, variant), rows) in enumerate(series):
+        by_c = {row["concurrency"]: row["per_s"] for row, _n, _s in rows}
+        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(levels))]
+        ax2.bar(xs, [by_c.get(c, 0.0) for c in levels], width=width, label=f"{case} ({variant})")
+    ax2.set_xticks(range(len(levels)), [f"{c:,} wait{'s' if c != 1 else ''}" for c in levels])
+    ax2.set_ylabel("round trips / s")
+    ax2.set_title("Throughput with concurrent waits")
+    if series:
+        ax2.legend(fontsize="small")
+    ax2.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(
+    out: Path, results: list[dict[str, Any]], machine: Machine, elapsed_s: float, note: str = ""
+) -> None:
+    t = Tables(results)
+    (out / "RESULTS.md").write_text(render(t, machine, elapsed_s, note))
+    chart(t, out / "results.png")

@@ -1,0 +1,295 @@
+"""``python -m bench``: start a private redis-server, run every case, write the report.
+
+Floor and toolnexus cases alternate over several rounds (samples pooled,
+throughput as the median round) so that drift on a shared machine hits both
+alike. Every case runs in a fresh process; Redis is flushed between cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.machine import ROOT, describe
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sample counts of one run."""
+
+    rounds: int
+    latency_warmup: int
+    latency_n: int
+    levels: list[tuple[int, int, int]]  # (concurrent waits, warm-up round trips, measured)
+    scale_waits: int
+    peer_default: tuple[int, int]  # (warm-up, measured) with default poll intervals
+    peer_min: tuple[int, int]  # (warm-up, measured) with the minimum poll interval
+    min_poll_s: float
+    codec_n: int
+    codec_repeats: int
+    case_timeout_s: float
+
+
+FULL = Plan(
+    rounds=3,
+    latency_warmup=200,
+    latency_n=1000,
+    levels=[(1, 100, 1000), (100, 1000, 10_000), (1000, 2000, 20_000)],
+    scale_waits=10_000,
+    peer_default=(3, 30),
+    peer_min=(20, 300),
+    min_poll_s=0.001,
+    codec_n=20_000,
+    codec_repeats=5,
+    case_timeout_s=900,
+)
+
+QUICK = Plan(
+    rounds=1,
+    latency_warmup=20,
+    latency_n=100,
+    levels=[(1, 10, 50), (100, 100, 500), (1000, 1000, 2000)],
+    scale_waits=1000,
+    peer_default=(1, 3),
+    peer_min=(2, 10),
+    min_poll_s=0.001,
+    codec_n=1000,
+    codec_repeats=2,
+    case_timeout_s=180,
+)
+
+
+@dataclass
+class Spec:
+    """One case run: ``fn`` ("module:function") called with ``(url, params)`` in a fresh process."""
+
+    label: str
+    fn: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def build_specs(plan: Plan, logdir: Path, only: set[str] | None) -> list[Spec]:
+    levels = [[c, w, n] for c, w, n in plan.levels]
+    lat = {"warmup": plan.latency_warmup, "n": plan.latency_n}
+    specs: list[Spec] = []
+    for r in range(plan.rounds):
+        specs += [
+            Spec("floor", "bench.floor:latency_case", {**lat, "round": r, "variant": "direct"}),
+            Spec("toolnexus", "bench.tnx:latency_case", {**lat, "round": r, "variant": "default"}),
+            Spec("floor", "bench.floor:throughput_case",
+                 {"levels": levels, "round": r, "variant": "pool"}),
+            Spec("floor", "bench.floor:throughput_case",
+                 {"levels": levels, "coalesce": True, "round": r, "variant": "coalesced"}),
+            Spec("toolnexus", "bench.tnx:throughput_case",
+                 {"levels": levels, "round": r, "variant": "default"}),
+            Spec("toolnexus", "bench.tnx:throughput_case",
+                 {"levels": levels, "concurrent_responder": True, "round": r,
+                  "variant": "concurrent accepts"}),
+        ]  # fmt: skip
+    scale = {"waits": plan.scale_waits}
+    specs += [
+        Spec("scale", "bench.scale:baseline_case", scale),
+        Spec("scale", "bench.floor:scale_case", scale),
+        Spec("scale", "bench.tnx:scale_case", scale),
+    ]
+    for peer in ("arq", "celery", "rq", "taskiq"):
+        for variant, (warmup, n) in (("default", plan.peer_default), ("min", plan.peer_min)):
+            specs.append(
+                Spec(
+                    peer,
+                    f"bench.peers.cases:{peer}_case",
+                    {
+                        "variant": variant,
+                        "warmup": warmup,
+                        "n": n,
+                        "min_poll_s": plan.min_poll_s,
+                        "logdir": str(logdir),
+                    },
+                )
+            )
+    specs.append(Spec("codec", "bench.codec_case:codec_case",
+                      {"n": plan.codec_n, "repeats": plan.codec_repeats}))  # fmt: skip
+    if only:
+        specs = [s for s in specs if s.label in only]
+    return specs
+
+
+class RedisServer:
+    """A private ``redis-server`` on a free loopback port, nothing persisted."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.version = "unknown"
+
+    def __enter__(self) -> RedisServer:
+        exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.proc = subprocess.Popen(
+            [
+                exe,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+                "--logfile",
+                str(self.workdir / "redis.log"),
+                "--maxclients",
+                "10000",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        import redis
+
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                info = client.info("server")
+                self.version = str(info["redis_version"])
+                break
+            except redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError(f"redis-server did not start on port {self.port}") from None
+                time.sleep(0.05)
+        client.close()
+        return self
+
+    def flush(self) -> None:
+        import redis
+
+        with redis.Redis.from_url(self.url) as client:
+            client.flushall()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def run_case(spec: Spec, url: str, workdir: Path, timeout_s: float) -> dict[str, Any]:
+    """Run ``spec`` in a fresh interpreter; its result, or ``{"error": ...}``."""
+    spec_path = workdir / "spec.json"
+    out_path = workdir / "out.json"
+    out_path.unlink(missing_ok=True)
+    spec_path.write_text(
+        json.dumps({"label": spec.label, "fn": spec.fn, "url": url, "params": spec.params})
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench._case", str(spec_path), str(out_path)],
+            cwd=ROOT,
+            env=env,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+        )
+    except subprocess.TimeoutExpired:
+        return {"case": spec.label, "variant": str(spec.params.get("variant", "")),
+                "error": f"timed out after {timeout_s:.0f} s"}  # fmt: skip
+    if not out_path.exists():
+        return {"case": spec.label, "variant": str(spec.params.get("variant", "")),
+                "error": f"exit {proc.returncode}: {proc.stderr[-2000:]}"}  # fmt: skip
+    result: dict[str, Any] = json.loads(out_path.read_text())
+    result.setdefault("case", spec.label)
+    result.setdefault("variant", str(spec.params.get("variant", "")))
+    if "error" in result and proc.stderr:
+        result["stderr"] = proc.stderr[-4000:]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sample counts; writes to a temporary directory"
+    )
+    parser.add_argument("--out", type=Path, help="where RESULTS.md and results.png go")
+    parser.add_argument(
+        "--only",
+        help="comma-separated case labels (floor,toolnexus,scale,arq,celery,rq,taskiq,codec)",
+    )
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    out: Path = args.out or (
+        Path(tempfile.mkdtemp(prefix="toolnexus-bench-")) if args.quick else BENCH_DIR
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="toolnexus-bench-work-"))
+    only = set(args.only.split(",")) if args.only else None
+    specs = build_specs(plan, workdir / "logs", only)
+
+    from bench.report import write_report
+
+    results: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    with RedisServer(workdir) as server:
+        print(f"redis-server {server.version} on {server.url}; {len(specs)} case runs", flush=True)
+        for i, spec in enumerate(specs, 1):
+            server.flush()
+            t0 = time.perf_counter()
+            result = run_case(spec, server.url, workdir, plan.case_timeout_s)
+            status = "FAILED" if "error" in result else "skipped" if "skipped" in result else "ok"
+            variant = result.get("variant") or spec.params.get("variant", "")
+            print(
+                f"[{i}/{len(specs)}] {spec.label} {variant} ({spec.fn.split(':')[1]}): "
+                f"{status} in {time.perf_counter() - t0:.1f} s",
+                flush=True,
+            )
+            if status == "FAILED":
+                print(result["error"], file=sys.stderr, flush=True)
+                print(result.get("stderr", ""), file=sys.stderr, flush=True)
+            results.append(result)
+        machine = describe(server.version)
+    elapsed = time.perf_counter() - started
+    quick_note = "--quick: tiny sample counts, figures not meaningful" if args.quick else ""
+    write_report(out, results, machine, elapsed, note=quick_note)
+    (out / "results.json").write_text(
+        json.dumps(
+            {"machine": machine, "elapsed_s": elapsed, "results": _without_samples(results)},
+            indent=1,
+        )
+    )
+    print(f"wrote {out / 'RESULTS.md'} and {out / 'results.png'} in {elapsed:.0f} s")
+    print(f"worker logs: {workdir / 'logs'}")
+    return 1 if any("error" in r for r in results) else 0
+
+
+def _without_samples(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k not in ("samples_ms", "stderr")} for r in results]

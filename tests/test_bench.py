@@ -1,0 +1,58 @@
+"""The benchmark still runs: ``python -m bench --quick`` exits 0 and writes its tables.
+
+No figure is asserted: the quick mode's sample counts are too small to mean anything.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+def test_quick_benchmark_runs_every_case(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = (tmp_path / "RESULTS.md").read_text()
+    assert (tmp_path / "results.png").stat().st_size > 0
+    assert (tmp_path / "results.json").exists()
+    for heading in (
+        "## Round-trip latency",
+        "## Throughput with concurrent waits",
+        "## Scale: pending waits in one process",
+        "## Codec: one typical message",
+    ):
+        assert heading in report
+    for row in (
+        "| floor | direct |",
+        "| toolnexus | default |",
+        "| floor | pool | 1,000 |",
+        "| toolnexus | default | 1,000 |",
+        "| bare task | baseline |",
+        "| toolnexus MSGPACK | Request |",
+        "| pydantic v2 (JSON) | Answer |",
+    ):
+        assert row in report, row
+    # A peer is either measured or listed as skipped (its import failed), never silently gone.
+    for peer in ("arq", "celery", "rq", "taskiq"):
+        assert f"| {peer} | " in report or f"- {peer} " in report, peer
+    # Quick mode never overwrites the committed results.
+    assert "--quick" in report
