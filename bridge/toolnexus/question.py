@@ -21,9 +21,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from .broker import check_answer
 from .errors import InvalidRequest
 from .models import Request, Source, WaitFor, new_id
-from .schema import check_schema, validate_form
+from .schema import check_schema
 
 QUESTION_TOOL: dict[str, Any] = {
     "name": "question",
@@ -156,7 +157,7 @@ async def question(
     answer = await wait_for(request)
     if not answer.ok:
         return QuestionResult(ok=False, reason=answer.reason)
-    data = validate_form(form, answer.data if answer.data is not None else {})
+    data = check_answer(request, answer, None).data
     return QuestionResult(ok=True, answer=data if schema is not None else data["answer"])
 
 
