@@ -98,9 +98,8 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
 
 
-def latency(samples_ns: Iterable[int], warmup: int) -> Latency:
-    """Summarise round-trip samples given in nanoseconds."""
-    ms = sorted(s / 1e6 for s in samples_ns)
+def _summary(ms: list[float], warmup: int) -> Latency:
+    """Percentiles of sorted samples ``ms`` (milliseconds)."""
     return Latency(
         n=len(ms),
         warmup=warmup,
@@ -113,19 +112,15 @@ def latency(samples_ns: Iterable[int], warmup: int) -> Latency:
     )
 
 
+def latency(samples_ns: Iterable[int], warmup: int) -> Latency:
+    """Summarise round-trip samples given in nanoseconds."""
+    return _summary(sorted(s / 1e6 for s in samples_ns), warmup)
+
+
 def merge_latency(parts: list[Latency], samples_ms: list[list[float]]) -> Latency:
     """Pool the raw samples of several rounds (``samples_ms`` per round)."""
     pooled = sorted(x for part in samples_ms for x in part)
-    return Latency(
-        n=len(pooled),
-        warmup=sum(p["warmup"] for p in parts),
-        p50_ms=percentile(pooled, 50),
-        p90_ms=percentile(pooled, 90),
-        p99_ms=percentile(pooled, 99),
-        mean_ms=sum(pooled) / len(pooled) if pooled else float("nan"),
-        min_ms=pooled[0] if pooled else float("nan"),
-        max_ms=pooled[-1] if pooled else float("nan"),
-    )
+    return _summary(pooled, sum(p["warmup"] for p in parts))
 
 
 async def measure_sequential(

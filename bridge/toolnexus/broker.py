@@ -21,6 +21,7 @@ import msgspec
 
 from .errors import ConfigurationError, InvalidAnswer
 from .models import DECLINED, DISMISSED, Answer, Event, Request
+from .schema import validate_form
 
 DEFAULT_TIMEOUT_S = 600.0
 """How long :meth:`Broker.wait_for` waits when neither the call nor the request says."""
@@ -60,8 +61,6 @@ def check_answer(request: Request, answer: Answer, responder: str | None) -> Ans
         InvalidAnswer: ``answer.id`` is not the request's, or an accepted form's data
             fails the request's schema (the message names the field and the rule).
     """
-    from .schema import validate_form
-
     if answer.id != request.id:
         raise InvalidAnswer(f"answer id {answer.id!r} does not match request id {request.id!r}")
     changes: dict[str, Any] = {}
