@@ -253,3 +253,21 @@ async def test_wait_for_is_a_wait_for(broker: Broker) -> None:
         )
     )
     assert answer.reason == "expired"
+
+
+async def test_an_until_idle_responder_ends_once_nothing_is_left(broker: Broker) -> None:
+    requests = [ask(f"q{i}") for i in range(5)]
+    tasks = [asyncio.create_task(broker.wait_for(r, timeout_s=10)) for r in requests]
+    for _ in range(200):  # until every request is published
+        await asyncio.sleep(0.01)
+        async with broker.responder("count", until_idle=True) as counter:
+            seen = [p async for p in counter]
+        if len(seen) == 5:
+            break
+    async with asyncio.timeout(5), broker.responder("bot", until_idle=True) as bot:
+        async for pending in bot:
+            await pending.accept({"name": pending.request.prompt})
+    answers = await asyncio.gather(*tasks)
+    assert [a.data["name"] for a in answers] == [f"q{i}" for i in range(5)]
+    async with asyncio.timeout(5), broker.responder("bot", until_idle=True) as again:
+        assert [p async for p in again] == []  # nothing left: ends at once

@@ -17,11 +17,8 @@ from types import TracebackType
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
-import msgspec
-
-from .errors import ConfigurationError, InvalidAnswer
+from .errors import ConfigurationError
 from .models import DECLINED, DISMISSED, Answer, Event, Request
-from .schema import validate_form
 
 DEFAULT_TIMEOUT_S = 600.0
 """How long :meth:`Broker.wait_for` waits when neither the call nor the request says."""
@@ -54,24 +51,6 @@ def deadline_of(request: Request, timeout_s: float | None, default_timeout_s: fl
     return min(candidates) if candidates else now + default_timeout_s
 
 
-def check_answer(request: Request, answer: Answer, responder: str | None) -> Answer:
-    """The answer as it will be stored: form data validated with defaults filled in.
-
-    Raises:
-        InvalidAnswer: ``answer.id`` is not the request's, or an accepted form's data
-            fails the request's schema (the message names the field and the rule).
-    """
-    if answer.id != request.id:
-        raise InvalidAnswer(f"answer id {answer.id!r} does not match request id {request.id!r}")
-    changes: dict[str, Any] = {}
-    schema = request.schema
-    if answer.ok and schema is not None:
-        changes["data"] = validate_form(schema, answer.data if answer.data is not None else {})
-    if answer.responder is None and responder is not None:
-        changes["responder"] = responder
-    return msgspec.structs.replace(answer, **changes) if changes else answer
-
-
 class Pending(abc.ABC):
     """A request delivered to a responder, waiting for it to answer or skip it."""
 
@@ -92,17 +71,20 @@ class Pending(abc.ABC):
     async def skip(self) -> None:
         """Let this responder group pass on the request without answering it."""
 
-    async def accept(self, data: Any = None) -> None:
-        """Answer yes, with ``data`` for a form (see :meth:`answer` for errors)."""
-        await self.answer(Answer(id=self.request.id, ok=True, data=data))
+    async def accept(self, data: Any = None, *, person: str | None = None) -> None:
+        """Answer yes, with ``data`` for a form (see :meth:`answer` for errors).
 
-    async def decline(self) -> None:
+        ``person`` names who answered behind this responder (a web login, ``slack:U123``).
+        """
+        await self.answer(Answer(id=self.request.id, ok=True, data=data, person=person))
+
+    async def decline(self, *, person: str | None = None) -> None:
         """Answer an explicit no (see :meth:`answer` for errors)."""
-        await self.answer(Answer(id=self.request.id, ok=False, reason=DECLINED))
+        await self.answer(Answer(id=self.request.id, ok=False, reason=DECLINED, person=person))
 
-    async def dismiss(self) -> None:
+    async def dismiss(self, *, person: str | None = None) -> None:
         """Close the request without a choice (see :meth:`answer` for errors)."""
-        await self.answer(Answer(id=self.request.id, ok=False, reason=DISMISSED))
+        await self.answer(Answer(id=self.request.id, ok=False, reason=DISMISSED, person=person))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.request.id} kind={self.request.kind!r}>"
@@ -172,8 +154,14 @@ class Broker(_Closing):
         """
 
     @abc.abstractmethod
-    def responder(self, group: str, consumer: str | None = None) -> Responder:
-        """A :class:`Responder` reading the requests of consumer group ``group``."""
+    def responder(
+        self, group: str, consumer: str | None = None, *, until_idle: bool = False
+    ) -> Responder:
+        """A :class:`Responder` reading the requests of consumer group ``group``.
+
+        With ``until_idle``, iteration ends once nothing is left to deliver to this
+        consumer (arq's burst mode): deterministic for tests and batch jobs.
+        """
 
     @abc.abstractmethod
     async def answer(self, answer: Answer) -> None:

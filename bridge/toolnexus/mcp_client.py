@@ -64,10 +64,11 @@ from mcp_types import (
     Tool,
 )
 
-from .broker import Broker, check_answer
+from .broker import Broker
 from .errors import ConfigurationError, InvalidAnswer, InvalidRequest, NotResolved
 from .mcp_source import answer_to_elicit_result, elicitation_to_request
 from .models import Answer, Request, Source, WaitFor
+from .schema import check_answer
 
 log = logging.getLogger(__name__)
 

@@ -22,12 +22,12 @@ from .broker import (
     Pending,
     Resolution,
     Responder,
-    check_answer,
     deadline_of,
     default_consumer_name,
 )
 from .errors import AlreadyResolved, InvalidRequest, UnknownRequest
 from .models import Answer, Event, EventType, Request
+from .schema import check_answer
 
 
 @dataclass(eq=False)
@@ -128,13 +128,17 @@ class MemoryBroker(Broker):
 
     # -- responder side -----------------------------------------------------------
 
-    def responder(self, group: str, consumer: str | None = None) -> MemoryResponder:
+    def responder(
+        self, group: str, consumer: str | None = None, *, until_idle: bool = False
+    ) -> MemoryResponder:
         if group not in self._groups:
             self._groups[group] = created = _Group()
             for request_id, state in self._states.items():
                 if state.status == "open":
                     created.queue.put_nowait(request_id)
-        return MemoryResponder(self, group, consumer or default_consumer_name())
+        return MemoryResponder(
+            self, group, consumer or default_consumer_name(), until_idle=until_idle
+        )
 
     # -- events -------------------------------------------------------------------
 
@@ -172,8 +176,11 @@ class MemoryPending(Pending):
 
 
 class MemoryResponder(Responder):
-    def __init__(self, broker: MemoryBroker, group: str, consumer: str) -> None:
+    def __init__(
+        self, broker: MemoryBroker, group: str, consumer: str, *, until_idle: bool = False
+    ) -> None:
         self.broker, self.group, self.consumer = broker, group, consumer
+        self.until_idle = until_idle
         self._queue = broker._groups[group].queue
         self._held: dict[str, MemoryPending] = {}
         self._closed = False
@@ -181,6 +188,8 @@ class MemoryResponder(Responder):
 
     async def __anext__(self) -> MemoryPending:
         while not self._closed:
+            if self.until_idle and self._queue.empty():
+                break
             getter = asyncio.ensure_future(self._queue.get())
             self._getter = getter
             try:

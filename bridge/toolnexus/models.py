@@ -71,7 +71,8 @@ class Answer(msgspec.Struct, tag="answer", tag_field="type", omit_defaults=True)
 
     ``ok=True`` accepts (with ``data`` for a form); ``ok=False`` carries a
     ``reason``: ``"declined"``, ``"dismissed"``, ``"expired"``, ``"withdrawn"``,
-    ``"unavailable"``, or another a responder chose.
+    ``"unavailable"``, or another a responder chose. ``responder`` names the responder
+    (a consumer, or a verified key name); ``person`` who answered behind it, if known.
     """
 
     id: str
@@ -79,6 +80,7 @@ class Answer(msgspec.Struct, tag="answer", tag_field="type", omit_defaults=True)
     data: Any = None
     reason: str | None = None
     responder: str | None = None
+    person: str | None = None
     answered_at: float = msgspec.field(default_factory=time.time)
     meta: dict[str, Any] = msgspec.field(default_factory=dict)
 

@@ -21,10 +21,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from .broker import check_answer
 from .errors import InvalidRequest
 from .models import Request, Source, WaitFor, new_id
-from .schema import check_schema
+from .schema import check_answer, check_schema
 
 QUESTION_TOOL: dict[str, Any] = {
     "name": "question",

@@ -45,7 +45,6 @@ from .broker import (
     Pending,
     Resolution,
     Responder,
-    check_answer,
     deadline_of,
     default_consumer_name,
 )
@@ -60,6 +59,7 @@ from .errors import (
 )
 from .keys import Keys
 from .models import UNAVAILABLE, Answer, Event, Request
+from .schema import check_answer
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -485,9 +485,16 @@ class RedisBroker(Broker):
     # -- responder side and events ------------------------------------------------
 
     def responder(
-        self, group: str, consumer: str | None = None, *, count: int = 100
+        self,
+        group: str,
+        consumer: str | None = None,
+        *,
+        until_idle: bool = False,
+        count: int = 100,
     ) -> RedisResponder:
-        return RedisResponder(self, group, consumer or default_consumer_name(), count=count)
+        return RedisResponder(
+            self, group, consumer or default_consumer_name(), count=count, until_idle=until_idle
+        )
 
     def events(self) -> RedisEvents:
         return RedisEvents(self)
@@ -556,8 +563,12 @@ class RedisResponder(Responder):
     deadline with no waiter left to do it.
     """
 
-    def __init__(self, broker: RedisBroker, group: str, consumer: str, *, count: int) -> None:
+    def __init__(
+        self, broker: RedisBroker, group: str, consumer: str, *, count: int, until_idle: bool
+    ) -> None:
         self.broker, self.group, self.consumer, self.count = broker, group, consumer, count
+        self.until_idle = until_idle
+        self._idle = False  # the last read of new entries found none
         self._stream = broker.keys.requests
         self._held: dict[str, RedisPending] = {}
         self._ready: deque[RedisPending] = deque()
@@ -580,6 +591,8 @@ class RedisResponder(Responder):
         while not self._closed:
             if self._ready:
                 return self._ready.popleft()
+            if self._idle and self.until_idle:
+                break
             try:
                 if self._client is None:
                     await self._ensure_group()
@@ -611,8 +624,9 @@ class RedisResponder(Responder):
                 self.consumer,
                 {self._stream: ">"},
                 count=self.count,
-                block=self.broker.block_ms,
+                block=None if self.until_idle else self.broker.block_ms,
             )
+            self._idle = not reply or not reply[0][1]
             await self._admit(reply[0][1] if reply else [], fresh=True)
 
     async def _admit(

@@ -24,10 +24,12 @@ import re
 from datetime import date
 from typing import Any
 
+import msgspec
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import SchemaError, ValidationError
 
 from .errors import InvalidAnswer, InvalidRequest
+from .models import Answer, Request
 
 _FIELD_TYPES = frozenset({"string", "number", "integer", "boolean", "array"})
 
@@ -182,3 +184,21 @@ def _invalid(error: ValidationError) -> InvalidAnswer:
     field = str(path[0])
     items = "".join(f"item {index}: " for index in path[1:])
     return InvalidAnswer(f"field {field!r}: {items}{text}", field=field, rule=rule)
+
+
+def check_answer(request: Request, answer: Answer, responder: str | None) -> Answer:
+    """The answer as it will be stored: form data validated with defaults filled in.
+
+    Raises:
+        InvalidAnswer: ``answer.id`` is not the request's, or an accepted form's data
+            fails the request's schema (the message names the field and the rule).
+    """
+    if answer.id != request.id:
+        raise InvalidAnswer(f"answer id {answer.id!r} does not match request id {request.id!r}")
+    changes: dict[str, Any] = {}
+    schema = request.schema
+    if answer.ok and schema is not None:
+        changes["data"] = validate_form(schema, answer.data if answer.data is not None else {})
+    if answer.responder is None and responder is not None:
+        changes["responder"] = responder
+    return msgspec.structs.replace(answer, **changes) if changes else answer
