@@ -175,7 +175,7 @@ async def test_garbage_goes_to_the_dead_letter_stream_and_real_requests_still_fl
     async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
         assert isinstance(broker, RedisBroker)
         redis_ = broker.redis
-        await broker.responder("auto")._ensure_group()
+        await redis_.xgroup_create(broker.keys.requests, "auto", id="0", mkstream=True)
         garbage: list[dict[str, bytes]] = [
             {"r": b"\xc1 not msgpack"},
             {"r": msgspec.msgpack.encode([1, {"type": "request", "kind": "x"}])},  # no id
@@ -199,7 +199,9 @@ async def test_garbage_goes_to_the_dead_letter_stream_and_real_requests_still_fl
         assert await redis_.xlen(broker.keys.dead) == 1000
         [(_, first)] = await redis_.xrange(broker.keys.dead, count=1)
         assert first[b"error"].startswith(b"not a msgpack message")
-        assert first[b"field:r"] == garbage[0]["r"]  # the original bytes are kept
+        assert first[b"raw"] == b"r=" + garbage[0]["r"]  # the original bytes are kept
+        assert first[b"stream"] == broker.keys.requests.encode()
+        assert await redis_.xlen(broker.keys.requests) == 0  # moved, not copied
         errors = {e[b"error"].split(b":")[0] for _, e in await redis_.xrange(broker.keys.dead)}
         assert b"message of 1048577 bytes exceeds the limit of 1048576 bytes" in errors
         pending_count = await redis_.xpending(broker.keys.requests, "auto")

@@ -10,6 +10,7 @@ from .broker import Broker, EventStream, Pending, Responder, connect
 from .codec import JSON, MSGPACK, Codec
 from .errors import (
     AlreadyResolved,
+    BrokerClosed,
     BrokerUnavailable,
     ConfigurationError,
     DecodeError,
@@ -53,6 +54,7 @@ __all__ = [
     "AlreadyResolved",
     "Answer",
     "Broker",
+    "BrokerClosed",
     "BrokerUnavailable",
     "Codec",
     "ConfigurationError",

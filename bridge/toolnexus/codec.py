@@ -16,7 +16,7 @@ from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
-from .errors import DecodeError
+from .errors import DecodeError, InvalidAnswer
 from .models import Answer, Event, Message, Request
 
 WIRE_VERSION: Final = 1
@@ -68,9 +68,29 @@ class Codec:
             envelope: _Envelope = self._decoder.decode(data)
         except msgspec.DecodeError as exc:
             raise DecodeError(self._explain(data, exc)) from exc
-        if envelope[0] < 1:
-            raise DecodeError(f"invalid wire version {envelope[0]}")
+        version = envelope[0]
+        if version > WIRE_VERSION:
+            raise DecodeError(
+                f"wire version {version} is newer than this toolnexus understands ({WIRE_VERSION})"
+            )
+        if version < 1:
+            raise DecodeError(f"invalid wire version {version}")
         return envelope[1]
+
+    def encode_answer(self, answer: Answer) -> bytes:
+        """Encode an answer a responder gives, refusing one over the size limit.
+
+        Raises:
+            InvalidAnswer: the encoded answer is larger than ``max_bytes``.
+        """
+        data = self.encode(answer)
+        if len(data) > self.max_bytes:
+            raise InvalidAnswer(
+                f"the answer is {len(data)} bytes encoded, over the limit of {self.max_bytes} "
+                "bytes: send less data",
+                rule="maxBytes",
+            )
+        return data
 
     def decode_as(self, data: bytes | bytearray | memoryview | str, cls: type[M]) -> M:
         """Decode one message that must be of type ``cls``.

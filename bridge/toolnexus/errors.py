@@ -7,8 +7,13 @@
     ├── NotResolved            an answer that lost: the request was already resolved or is unknown
     │   ├── AlreadyResolved    answered, expired or withdrawn before this answer arrived
     │   └── UnknownRequest     no such request (never published, or its state has expired)
-    ├── BrokerUnavailable      the broker cannot be reached
+    ├── BrokerUnavailable      the broker cannot be reached (Redis down, refused, timed out)
+    ├── BrokerClosed           this broker was closed by its owner (not an outage)
     └── ConfigurationError     a bad URL, option or missing extra
+
+Errors of Redis, the OS and the MCP SDK never cross the public API: they are mapped
+at the boundary (``raise BrokerUnavailable(...) from exc``), the original kept as
+``__cause__``.
 
 Outcomes a person can cause (a decline, no answer before the deadline) are never
 errors: they are :class:`~toolnexus.Answer` values with ``ok=False``.
@@ -64,7 +69,11 @@ class UnknownRequest(NotResolved):
 
 
 class BrokerUnavailable(ToolnexusError):
-    """The broker (Redis) cannot be reached."""
+    """The broker (Redis) cannot be reached, refused the command, or did not reply in time."""
+
+
+class BrokerClosed(ToolnexusError):
+    """The broker was closed (by its owner) while this call was in progress or after."""
 
 
 class ConfigurationError(ToolnexusError, ValueError):

@@ -8,16 +8,33 @@ step touches share a slot, while queues and waiters spread over slots:
 - ``{ns:q:<queue>}:dead``       dead letters: entries that could not be read, with the error
 - ``{ns:w:<waiter>}:answers``   reply stream of one waiting process (its reader blocks on it)
 - ``{ns:w:<waiter>}:r:<id>``    state of one request: status, deadline, request, answer
+- ``{ns:w:<waiter>}:alive``     liveness mark of one waiting process (a key with a TTL)
 - ``{ns:q:<queue>}:route:<id>`` which waiter a request belongs to (answering by id alone)
 
-The resolve script touches requests' states and their waiter's reply stream: all
-are tagged by the waiter, so it runs on one slot. The publish script adds requests
+The resolve script touches requests' states, their waiter's reply stream and liveness
+mark: all are tagged by the waiter, so it runs on one slot. The publish script adds requests
 to the stream and records their routes: all tagged by the queue.
 """
 
 from __future__ import annotations
 
+import re
+
 from .errors import ConfigurationError
+
+WAITER_ID = re.compile(r"[0-9a-f]{16}")
+"""What a waiter id looks like (it is part of key names, so nothing else is accepted)."""
+
+MAX_REQUEST_ID_CHARS = 200
+
+
+def check_request_id(request_id: str) -> str | None:
+    """Why ``request_id`` cannot be part of a key name, or None if it can."""
+    if not request_id or len(request_id) > MAX_REQUEST_ID_CHARS:
+        return f"a request id must have 1 to {MAX_REQUEST_ID_CHARS} characters"
+    if not request_id.isprintable() or " " in request_id:
+        return "a request id must be printable, without spaces"
+    return None
 
 
 def _check_name(what: str, value: str) -> str:
@@ -42,6 +59,10 @@ class Keys:
     def answers(self, waiter: str) -> str:
         """The reply stream of waiter ``waiter``."""
         return f"{{{self.namespace}:w:{waiter}}}:answers"
+
+    def alive(self, waiter: str) -> str:
+        """The liveness mark of waiter ``waiter``: present while it is alive."""
+        return f"{{{self.namespace}:w:{waiter}}}:alive"
 
     def state(self, waiter: str, request_id: str) -> str:
         """The state hash of request ``request_id`` of waiter ``waiter``."""

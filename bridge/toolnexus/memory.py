@@ -25,7 +25,9 @@ from .broker import (
     deadline_of,
     default_consumer_name,
 )
+from .codec import MSGPACK
 from .errors import AlreadyResolved, InvalidRequest, UnknownRequest
+from .keys import check_request_id
 from .models import Answer, Event, EventType, Request
 from .schema import check_answer
 
@@ -66,6 +68,9 @@ class MemoryBroker(Broker):
     # -- waiter side --------------------------------------------------------------
 
     async def wait_for(self, request: Request, *, timeout_s: float | None = None) -> Answer:
+        problem = check_request_id(request.id)
+        if problem is not None:
+            raise InvalidRequest(f"request id {request.id[:100]!r}: {problem}")
         if request.id in self._states and self._states[request.id].status == "open":
             raise InvalidRequest(f"request {request.id!r} is already being waited for")
         deadline = deadline_of(request, timeout_s, self.default_timeout_s)
@@ -108,7 +113,9 @@ class MemoryBroker(Broker):
             self._resolve_by_waiter(state, "expired")
         if state.status != "open":
             raise AlreadyResolved(answer.id, NOT_RESOLVED_REASONS[state.status])
-        self._settle(state, "answered", check_answer(state.request, answer, responder))
+        checked = check_answer(state.request, answer, responder)
+        MSGPACK.encode_answer(checked)  # the size limit the Redis broker has
+        self._settle(state, "answered", checked)
 
     def _forget_old(self) -> None:
         horizon = time.monotonic() - self.retention_s
@@ -167,12 +174,12 @@ class MemoryPending(Pending):
         try:
             self._responder.broker._resolve(answer, self.responder_name)
         except (AlreadyResolved, UnknownRequest):
-            self._responder._held.pop(self.request.id, None)
+            self._responder.release(self)
             raise
-        self._responder._held.pop(self.request.id, None)
+        self._responder.release(self)
 
     async def skip(self) -> None:
-        self._responder._held.pop(self.request.id, None)
+        self._responder.release(self)
 
 
 class MemoryResponder(Responder):
@@ -205,6 +212,10 @@ class MemoryResponder(Responder):
             self._held[request_id] = pending
             return pending
         raise StopAsyncIteration
+
+    def release(self, pending: MemoryPending) -> None:
+        """Stop holding ``pending`` (answered or skipped)."""
+        self._held.pop(pending.request.id, None)
 
     async def aclose(self) -> None:
         if self._closed:

@@ -10,16 +10,16 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 import msgspec
 
 # Reasons an Answer with ok=False carries. Open for more: a responder may send its own.
-DECLINED = "declined"  # an explicit "no"
-DISMISSED = "dismissed"  # closed without a choice
-EXPIRED = "expired"  # no answer before the deadline
-WITHDRAWN = "withdrawn"  # the asker stopped waiting
-UNAVAILABLE = "unavailable"  # no responder or broker reachable
+DECLINED: Final = "declined"  # an explicit "no"
+DISMISSED: Final = "dismissed"  # closed without a choice
+EXPIRED: Final = "expired"  # no answer before the deadline
+WITHDRAWN: Final = "withdrawn"  # the asker stopped waiting
+UNAVAILABLE: Final = "unavailable"  # no responder or broker reachable
 
 
 def new_id(prefix: str = "req") -> str:

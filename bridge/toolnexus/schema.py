@@ -20,7 +20,9 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import math
 import re
+import reprlib
 from datetime import date
 from typing import Any
 
@@ -29,7 +31,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import SchemaError, ValidationError
 
 from .errors import InvalidAnswer, InvalidRequest
-from .models import Answer, Request
+from .models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Request
 
 _FIELD_TYPES = frozenset({"string", "number", "integer", "boolean", "array"})
 
@@ -74,12 +76,28 @@ def _is_date_time(instance: object) -> bool:
 
 # Sentences for keywords whose jsonschema message does not state the limit.
 _MESSAGES = {
-    "minLength": "{instance!r} is shorter than the minimum length of {value}",
-    "maxLength": "{instance!r} is longer than the maximum length of {value}",
-    "minItems": "{instance!r} has fewer than the minimum of {value} items",
-    "maxItems": "{instance!r} has more than the maximum of {value} items",
-    "format": "{instance!r} is not a valid {value}",
+    "minLength": "{instance} is shorter than the minimum length of {value}",
+    "maxLength": "{instance} is longer than the maximum length of {value}",
+    "minItems": "{instance} has fewer than the minimum of {value} items",
+    "maxItems": "{instance} has more than the maximum of {value} items",
+    "format": "{instance} is not a valid {value}",
 }
+
+_QUOTE = reprlib.Repr()
+_QUOTE.maxstring = _QUOTE.maxother = 60
+_QUOTE.maxlist = _QUOTE.maxdict = 6
+_QUOTE.maxlevel = 2
+MAX_QUOTE_CHARS = 100
+"""An error message quotes at most about this many characters of a value."""
+
+# Reasons only the broker gives: a responder saying them would pass for the broker.
+BROKER_REASONS = frozenset({EXPIRED, WITHDRAWN, UNAVAILABLE})
+
+
+def quote(value: Any) -> str:
+    """``repr(value)``, shortened to about :data:`MAX_QUOTE_CHARS` characters."""
+    text = _QUOTE.repr(value)
+    return text if len(text) <= MAX_QUOTE_CHARS else text[: MAX_QUOTE_CHARS - 3] + "..."
 
 
 def check_schema(schema: Any) -> None:
@@ -132,6 +150,19 @@ def validate_form(schema: dict[str, Any], data: Any) -> dict[str, Any]:
     validator = _validator(schema)
     filled = dict(data)
     properties = schema.get("properties", {})
+    for name, value in data.items():
+        if name not in properties:
+            raise InvalidAnswer(
+                f"field {quote(name)} is not in the form (its fields: {sorted(properties)})",
+                field=str(name)[:MAX_QUOTE_CHARS],
+                rule="additionalProperties",
+            )
+        if not _finite(value):
+            raise InvalidAnswer(
+                f"field {quote(name)}: {quote(value)} is not a finite number",
+                field=name,
+                rule="finite",
+            )
     for name, field in properties.items():
         if name not in filled and isinstance(field, dict) and "default" in field:
             filled[name] = copy.deepcopy(field["default"])
@@ -142,6 +173,14 @@ def validate_form(schema: dict[str, Any], data: Any) -> dict[str, Any]:
     if error is not None:
         raise _invalid(error)
     return filled
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_finite(item) for item in value)
+    return True
 
 
 def _validator(schema: Any) -> Draft202012Validator:
@@ -173,11 +212,13 @@ def _invalid(error: ValidationError) -> InvalidAnswer:
         isinstance(option, dict) and "const" in option for option in options
     ):
         consts = [option["const"] for option in options]
-        text = f"{error.instance!r} is not one of {consts!r}"
+        text = f"{quote(error.instance)} is not one of {quote(consts)}"
     elif rule in _MESSAGES:
-        text = _MESSAGES[rule].format(instance=error.instance, value=options)
+        text = _MESSAGES[rule].format(instance=quote(error.instance), value=options)
     else:
-        text = error.message
+        text = error.message.replace(repr(error.instance), quote(error.instance))
+        if len(text) > 3 * MAX_QUOTE_CHARS:
+            text = text[: 3 * MAX_QUOTE_CHARS - 3] + "..."
     path = list(error.path)
     if not path:
         return InvalidAnswer(f"form answer: {text}", rule=rule)
@@ -190,11 +231,20 @@ def check_answer(request: Request, answer: Answer, responder: str | None) -> Ans
     """The answer as it will be stored: form data validated with defaults filled in.
 
     Raises:
-        InvalidAnswer: ``answer.id`` is not the request's, or an accepted form's data
-            fails the request's schema (the message names the field and the rule).
+        InvalidAnswer: ``answer.id`` is not the request's, the reason is one only the
+            broker gives (``expired``, ``withdrawn``, ``unavailable``), or an accepted
+            form's data fails the request's schema (the message names the field and rule).
     """
     if answer.id != request.id:
-        raise InvalidAnswer(f"answer id {answer.id!r} does not match request id {request.id!r}")
+        raise InvalidAnswer(
+            f"answer id {quote(answer.id)} does not match request id {request.id!r}", rule="id"
+        )
+    if not answer.ok and answer.reason in BROKER_REASONS:
+        raise InvalidAnswer(
+            f"reason {answer.reason!r} is the broker's to give: a responder may decline, "
+            "dismiss, or give a reason of its own",
+            rule="reason",
+        )
     changes: dict[str, Any] = {}
     schema = request.schema
     if answer.ok and schema is not None:

@@ -1,6 +1,6 @@
 """One shared mechanism for the Redis broker's commands: everything issued during one
 event-loop turn goes to Redis as one pipeline, whoever issued it, and the items of
-batch scripts (:mod:`toolnexus._scripts`) for the same slot become one ``EVAL``.
+batch scripts (:mod:`toolnexus.redis_broker._scripts`) for the same slot become one ``EVAL``.
 
 A thousand concurrent waits publishing, or a responder answering a batch, cost one
 round trip and a few commands instead of thousands, with no task or timer per item.
@@ -15,6 +15,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import redis.exceptions
 
+from ..errors import BrokerClosed
 from ._scripts import SCRIPTS, BatchScript
 
 log = logging.getLogger("toolnexus.redis")
@@ -30,10 +31,6 @@ LAZY_DELAY_S = 0.02
 MAX_PIPELINE_ITEMS = 512
 """Items (commands or batch items) in one pipeline; a larger queue goes out in several,
 one after another, so a burst of thousands never holds all its bytes in flight at once."""
-
-
-class BrokerClosed(redis.exceptions.ConnectionError):
-    """The broker was closed with this command still unsent."""
 
 
 class _Batch:
@@ -66,8 +63,15 @@ class _Batch:
 class Pipeliner:
     """Coalesces commands into pipelines: :meth:`call` and :meth:`batch` return futures."""
 
-    def __init__(self, redis_: aioredis.Redis, scripts: tuple[BatchScript, ...] = SCRIPTS) -> None:
+    def __init__(
+        self,
+        redis_: aioredis.Redis,
+        *,
+        timeout_s: float,
+        scripts: tuple[BatchScript, ...] = SCRIPTS,
+    ) -> None:
         self._redis = redis_
+        self.timeout_s = timeout_s
         self._scripts = {script.sha: script for script in scripts}
         self._load_scripts = True
         self._queue: list[_Item | _Batch] = []
@@ -158,22 +162,8 @@ class Pipeliner:
     async def _send(self, queue: list[_Item | _Batch]) -> None:
         commands = [entry.command() if isinstance(entry, _Batch) else entry[0] for entry in queue]
         try:
-            if self._load_scripts:
-                for script in self._scripts.values():
-                    await self._redis.script_load(script.source)
-                self._load_scripts = False
-            self.round_trips += 1
-            if len(commands) == 1:  # no pipeline needed for one command
-                try:
-                    reply = await self._redis.execute_command(*commands[0])  # type: ignore[no-untyped-call]
-                    replies = [reply]
-                except redis.exceptions.ResponseError as exc:
-                    replies = [exc]
-            else:
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for command in commands:
-                        pipe.execute_command(*command)
-                    replies = await pipe.execute(raise_on_error=False)
+            async with asyncio.timeout(self.timeout_s):  # a peer that never replies is a fault
+                replies = await self._execute(commands)
         except Exception as exc:  # every caller gets the failure, e.g. a lost connection
             if isinstance(exc, redis.exceptions.ConnectionError | OSError):
                 self._load_scripts = True  # Redis may come back without them
@@ -198,6 +188,23 @@ class Pipeliner:
             self._load_scripts = True
             self._queue[:0] = forgotten
 
+    async def _execute(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        if self._load_scripts:
+            for script in self._scripts.values():
+                await self._redis.script_load(script.source)
+            self._load_scripts = False
+        self.round_trips += 1
+        if len(commands) == 1:  # no pipeline needed for one command
+            try:
+                return [await self._redis.execute_command(*commands[0])]  # type: ignore[no-untyped-call]
+            except redis.exceptions.ResponseError as exc:
+                return [exc]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+            return replies
+
     async def drain(self) -> None:
         """Wait until everything issued so far has been sent."""
         if self._queue:
@@ -206,7 +213,7 @@ class Pipeliner:
             await asyncio.shield(self._task)
 
     def close(self) -> None:
-        """Stop: commands not yet sent fail with ``ConnectionError``."""
+        """Stop: commands not yet sent fail with :class:`~toolnexus.BrokerClosed`."""
         if self._lazy_timer is not None:
             self._lazy_timer.cancel()
         if self._task is not None:

@@ -1,18 +1,22 @@
 """The Lua scripts of the Redis broker. Each runs on one Redis Cluster slot and takes a
 *batch*: the items that one event-loop turn produced for the same slot (see
-:meth:`toolnexus._pipeliner.Pipeliner.batch`), laid out as
+:meth:`Pipeliner.batch <toolnexus.redis_broker._pipeliner.Pipeliner.batch>`), laid out as
 
     KEYS = shared keys ++ keys of item 1 ++ keys of item 2 ++ ...
     ARGV = shared args ++ args of item 1 ++ args of item 2 ++ ...
 
 and returns one reply per item. A thousand concurrent publishes or answers cost a
 few commands, not thousands.
+
+Scripts on a waiter's slot take the waiter's reply stream and liveness mark as shared
+keys; scripts on a queue's slot take the queue's streams.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Final, Literal, TypeAlias
 
 
 @dataclass(frozen=True)
@@ -29,22 +33,30 @@ class BatchScript:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
 
 
+Outcome: TypeAlias = Literal["ok", "unknown", "late", "gone", "answered", "expired", "withdrawn"]
+"""What the resolve script says of one item: ``ok`` (this resolution won), ``unknown``
+(no such request), ``late`` (an answer after the deadline), ``gone`` (an answer to a
+request whose waiter is no longer alive), or the status of a request already resolved."""
+
+OUTCOMES: Final = frozenset(Outcome.__args__)  # type: ignore[attr-defined]
+
 OPEN = BatchScript(
     "open",
     """
--- On a waiter's slot. Shared: KEYS reply stream (names the slot).
+-- On a waiter's slot. Shared: KEYS reply stream, liveness mark; ARGV liveness_ms.
 -- Item: KEYS state; ARGV deadline_ms, request, ttl_ms.
--- Opens each request's state unless it exists: a publish retried after an answer
--- must not reopen the request.
+-- Marks the waiter alive and opens each request's state unless it exists: a publish
+-- retried after an answer must not reopen the request.
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
 local opened = {}
-for i = 2, #KEYS do
-  local a = (i - 2) * 3
+for i = 3, #KEYS do
+  local a = 1 + (i - 3) * 3
   if redis.call('EXISTS', KEYS[i]) == 0 then
     redis.call('HSET', KEYS[i], 's', 'open', 'x', ARGV[a + 1], 'req', ARGV[a + 2])
     redis.call('PEXPIRE', KEYS[i], ARGV[a + 3])
-    opened[i - 1] = 1
+    opened[i - 2] = 1
   else
-    opened[i - 1] = 0
+    opened[i - 2] = 0
   end
 end
 return opened
@@ -74,11 +86,12 @@ return ids
 STATUS = BatchScript(
     "status",
     """
--- On a waiter's slot. Shared: KEYS reply stream (names the slot).
--- Item: KEYS state. The status of each request (nil if unknown).
+-- On a waiter's slot. Shared: KEYS reply stream, liveness mark.
+-- Item: KEYS state. Each reply: {status or false, 1 if the waiter is alive else 0}.
+local alive = redis.call('EXISTS', KEYS[2])
 local statuses = {}
-for i = 2, #KEYS do
-  statuses[i - 1] = redis.call('HGET', KEYS[i], 's')
+for i = 3, #KEYS do
+  statuses[i - 2] = {redis.call('HGET', KEYS[i], 's'), alive}
 end
 return statuses
 """,
@@ -89,32 +102,37 @@ return statuses
 RESOLVE = BatchScript(
     "resolve",
     """
--- On a waiter's slot. Shared: KEYS reply stream; ARGV retention_ms.
+-- On a waiter's slot. Shared: KEYS reply stream, liveness mark; ARGV retention_ms.
 -- Item: KEYS state; ARGV status, answer, request id.
 -- The first resolution of a request wins: it is recorded and sent to the waiter.
--- Each reply: {'ok'} | {'unknown'} | {'late'} (past the deadline) | {status, answer}.
+-- An answer needs the request open, before its deadline, and its waiter alive.
+-- Each reply: {'ok'} | {'unknown'} | {'late'} | {'gone'} | {status, stored answer}.
 local replies = {}
 local now = nil
-for i = 2, #KEYS do
-  local a = 1 + (i - 2) * 3
+local alive = nil
+for i = 3, #KEYS do
+  local a = 1 + (i - 3) * 3
   local status, answer, id = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local st = redis.call('HMGET', KEYS[i], 's', 'x')
   if not st[1] then
-    replies[i - 1] = {'unknown'}
+    replies[i - 2] = {'unknown'}
   elseif st[1] ~= 'open' then
-    replies[i - 1] = {st[1], redis.call('HGET', KEYS[i], 'a')}
+    replies[i - 2] = {st[1], redis.call('HGET', KEYS[i], 'a')}
   else
     if status == 'answered' and not now then
       local t = redis.call('TIME')
       now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      alive = redis.call('EXISTS', KEYS[2])
     end
     if status == 'answered' and now >= tonumber(st[2]) then
-      replies[i - 1] = {'late'}
+      replies[i - 2] = {'late'}
+    elseif status == 'answered' and alive == 0 then
+      replies[i - 2] = {'gone'}
     else
       redis.call('HSET', KEYS[i], 's', status, 'a', answer)
       redis.call('PEXPIRE', KEYS[i], ARGV[1])
       redis.call('XADD', KEYS[1], '*', 'id', id, 'a', answer)
-      replies[i - 1] = {'ok'}
+      replies[i - 2] = {'ok'}
     end
   end
 end
@@ -128,14 +146,14 @@ return replies
 SETTLE = BatchScript(
     "settle",
     """
--- On a queue's slot. Shared: KEYS events stream, request stream.
+-- On a queue's slot. Shared: KEYS events stream, request stream; ARGV min event id.
 -- Item: ARGV event, group, entry to acknowledge, entry to delete ('' for none).
--- Publishes events, acknowledges the entries of resolved requests, and deletes the
--- entries of resolved requests so that groups that have not read them yet never do.
+-- Publishes events (the stream trimmed by age), acknowledges the entries of resolved
+-- requests, and deletes them so that groups that have not read them yet never do.
 local n = 0
-for a = 1, #ARGV, 4 do
+for a = 2, #ARGV, 4 do
   if ARGV[a] ~= '' then
-    redis.call('XADD', KEYS[1], 'MAXLEN', '~', 10000, '*', 'e', ARGV[a])
+    redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'e', ARGV[a])
   end
   if ARGV[a + 2] ~= '' then
     redis.call('XACK', KEYS[2], ARGV[a + 1], ARGV[a + 2])
@@ -151,5 +169,32 @@ return n
     args_per_item=4,
 )
 
+DEAD_LETTER = BatchScript(
+    "dead_letter",
+    """
+-- On a queue's slot. Shared: KEYS dead-letter stream, the stream read; ARGV max entries.
+-- Item: ARGV entry id, group ('' for none), error, original bytes (bounded).
+-- Moves each entry: whoever deletes it first copies it to the dead-letter stream, so
+-- that every group reading a bad entry adds one dead letter between them, not one each.
+local moved = {}
+for a = 2, #ARGV, 4 do
+  local id = ARGV[a]
+  if redis.call('XDEL', KEYS[2], id) == 1 then
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
+      'error', ARGV[a + 2], 'stream', KEYS[2], 'entry', id, 'raw', ARGV[a + 3])
+    moved[#moved + 1] = 1
+  else
+    moved[#moved + 1] = 0
+  end
+  if ARGV[a + 1] ~= '' then
+    redis.call('XACK', KEYS[2], ARGV[a + 1], id)
+  end
+end
+return moved
+""",
+    keys_per_item=0,
+    args_per_item=4,
+)
 
-SCRIPTS = (OPEN, PUBLISH, STATUS, RESOLVE, SETTLE)
+
+SCRIPTS = (OPEN, PUBLISH, STATUS, RESOLVE, SETTLE, DEAD_LETTER)

@@ -1,0 +1,160 @@
+"""The Redis Streams broker (SPEC §11): ``connect("redis://…")``.
+
+Three modules tell the architecture: :mod:`.waiter` (publish a request, wait for its
+answer), :mod:`.responder` (consumer groups, answering, events) and
+:mod:`toolnexus.keys` (every key name). They meet only in :mod:`._core` (settings,
+connections, the pipeliner, the shared steps) and :mod:`._scripts` (the Lua scripts).
+
+Resolution (an answer, the deadline, a withdrawal) is one Lua script on the request's
+slot: the first wins, the rest are told why they lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from ..broker import Broker, default_consumer_name
+from ..codec import MSGPACK, Codec
+from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError
+from ..models import Answer, Event, Request
+from ._core import REDIS_OPTIONS, Core, Settings, boundary
+from .responder import RedisEvents, RedisPending, RedisResponder, answer_by_id
+from .waiter import Waiter
+
+__all__ = ["RedisBroker", "RedisEvents", "RedisPending", "RedisResponder"]
+
+
+class RedisBroker(Broker):
+    """Broker on Redis Streams. Options:
+
+    - ``namespace`` / ``queue``: where keys live (see :mod:`toolnexus.keys`).
+    - ``lease_ms``: how long a responder holds a request without renewing (30 s);
+      a dead consumer's requests are reclaimed after it.
+    - ``liveness_ms``: how long a waiting process's liveness mark lasts unrenewed
+      (15 s); the open requests of a process that died are withdrawn within about
+      ``liveness_ms + lease_ms / 3`` (25 s) once a responder is running.
+    - ``default_timeout_s``: a wait's deadline when none is given (600 s).
+    - ``retention_s``: how long resolved state is kept to refuse late answers (24 h).
+    - ``stream_retention_s``: requests older than this are trimmed from the request
+      stream (7 days); it is also the longest a wait may last.
+    - ``max_connections``: size of the command connection pool (16).
+    - ``block_ms``: how long a blocking read waits before looking around (1000).
+    - ``connect_timeout_s`` (5) and ``command_timeout_s`` (10): bounds on connecting
+      and on every command; a blocking read may take ``block_ms`` longer.
+    - ``answer_patience_s``: how long an answer is retried while Redis is away (5 s).
+    - ``dead_letter_max_entries`` (10,000) and ``dead_letter_max_bytes`` (8 KiB of the
+      original bytes kept per dead letter): the dead-letter stream's bounds.
+    - ``codec``: the wire :class:`~toolnexus.Codec` (msgpack).
+    - redis-py connection options are passed through (``username``, ``password``,
+      ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ...).
+
+    Raises:
+        ConfigurationError: an option neither toolnexus nor redis-py knows, or a bad value.
+    """
+
+    def __init__(self, url: str, *, codec: Codec = MSGPACK, **options: Any) -> None:
+        names = set(Settings.names())
+        unknown = sorted(set(options) - names - REDIS_OPTIONS)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} for the "
+                f"Redis broker; its options are {', '.join(sorted(names | {'codec'}))}, and "
+                "redis-py connection options such as username, password, ssl_ca_certs"
+            )
+        try:
+            settings = Settings(**{k: v for k, v in options.items() if k in names})
+        except TypeError as exc:
+            raise ConfigurationError(f"bad option for the Redis broker: {exc}") from exc
+        redis_options = {k: v for k, v in options.items() if k in REDIS_OPTIONS}
+        self.url = url
+        self.core = Core(url, settings, codec, redis_options)
+        self.keys = self.core.keys
+        self.waiter = Waiter(self.core)
+        self._responders: weakref.WeakSet[RedisResponder] = weakref.WeakSet()
+
+    @property
+    def settings(self) -> Settings:
+        """The broker's options, validated."""
+        return self.core.settings
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        """The command client (a pool), for tooling and tests that look inside Redis."""
+        return self.core.redis
+
+    @property
+    def codec(self) -> Codec:
+        return self.core.codec
+
+    @property
+    def waiter_id(self) -> str:
+        """This broker's waiter id: it names its reply stream and liveness mark."""
+        return self.waiter.id
+
+    async def __aenter__(self) -> RedisBroker:
+        try:
+            async with asyncio.timeout(self.settings.connect_timeout_s):
+                await self.core.redis.ping()
+        except Exception as exc:  # refused, timed out, TLS or auth failure
+            await self.core.redis.aclose()
+            raise BrokerUnavailable(
+                f"cannot reach Redis at {self.url} within {self.settings.connect_timeout_s} s: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return self
+
+    async def wait_for(self, request: Request, *, timeout_s: float | None = None) -> Answer:
+        return await self.waiter.wait_for(request, timeout_s)
+
+    def responder(
+        self,
+        group: str,
+        consumer: str | None = None,
+        *,
+        until_idle: bool = False,
+        count: int = 100,
+    ) -> RedisResponder:
+        if self.core.closed:
+            raise BrokerClosed("the broker is closed")
+        responder = RedisResponder(
+            self.core,
+            group,
+            consumer or default_consumer_name(),
+            count=count,
+            until_idle=until_idle,
+        )
+        self._responders.add(responder)
+        return responder
+
+    async def answer(self, answer: Answer) -> None:
+        await answer_by_id(self.core, answer)
+
+    async def complete(self, request_id: str) -> None:
+        if self.core.closed:
+            raise BrokerClosed("the broker is closed")
+        with boundary(f"completing {request_id}"):
+            self.core.settle(Event(event="completed", id=request_id))
+
+    def events(self) -> RedisEvents:
+        return RedisEvents(self.core)
+
+    async def aclose(self) -> None:
+        if self.core.closed:
+            return
+        for responder in list(self._responders):
+            await responder.aclose()  # held requests go back to their groups
+        await self.waiter.aclose()  # open waits are withdrawn
+        await self.core.aclose()
+
+    def statistics(self) -> dict[str, int]:
+        """Counters for operators: waits in progress, responders open, reply-stream
+        entries that were unreadable."""
+        return {
+            "waiting": len(self.waiter.waits),
+            "responders": len(self._responders),
+            "unreadable_answers": self.waiter.unreadable,
+        }

@@ -1,0 +1,309 @@
+"""What the waiter side and the responder side of the Redis broker share: settings,
+connections, the pipeliner, and the steps both take (resolve, settle, dead-letter).
+
+Errors of redis-py and the OS stay inside: :func:`boundary` turns them into
+:class:`~toolnexus.BrokerUnavailable` where a public call returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Iterator
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+import redis.exceptions
+
+from ..broker import NOT_RESOLVED_REASONS, Resolution
+from ..codec import Codec
+from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, ToolnexusError
+from ..keys import Keys
+from ..models import Event
+from ._pipeliner import Pipeliner
+from ._scripts import DEAD_LETTER, OUTCOMES, RESOLVE, SETTLE, Outcome
+
+log = logging.getLogger("toolnexus.redis")
+
+T = TypeVar("T")
+
+CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+"""Faults that mean "Redis is away for now" (``TimeoutError`` is an ``OSError``): retried
+with backoff inside, :class:`~toolnexus.BrokerUnavailable` outside."""
+
+REDIS_OPTIONS = frozenset(
+    {
+        "username",
+        "password",
+        "db",
+        "credential_provider",
+        "client_name",
+        "lib_name",
+        "lib_version",
+        "driver_info",
+        "protocol",
+        "health_check_interval",
+        "socket_keepalive",
+        "socket_keepalive_options",
+        "socket_read_size",
+        "retry",
+        "retry_on_error",
+        "retry_on_timeout",
+        "redis_connect_func",
+        "ssl_keyfile",
+        "ssl_certfile",
+        "ssl_cert_reqs",
+        "ssl_include_verify_flags",
+        "ssl_exclude_verify_flags",
+        "ssl_ca_certs",
+        "ssl_ca_data",
+        "ssl_ca_path",
+        "ssl_check_hostname",
+        "ssl_min_version",
+        "ssl_ciphers",
+        "ssl_password",
+    }
+)
+"""redis-py connection options passed through by :func:`~toolnexus.connect`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The Redis broker's options (see :class:`~toolnexus.redis_broker.RedisBroker`)."""
+
+    namespace: str = "toolnexus"
+    queue: str = "default"
+    lease_ms: int = 30_000
+    liveness_ms: int = 15_000
+    default_timeout_s: float = 600.0
+    retention_s: float = 24 * 3600.0
+    stream_retention_s: float = 7 * 24 * 3600.0
+    max_connections: int = 16
+    block_ms: int = 1000
+    connect_timeout_s: float = 5.0
+    command_timeout_s: float = 10.0
+    answer_patience_s: float = 5.0
+    dead_letter_max_entries: int = 10_000
+    dead_letter_max_bytes: int = 8192
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+                raise ConfigurationError(f"option {f.name}={value!r} must be positive")
+        if self.block_ms * 2 > self.liveness_ms:
+            raise ConfigurationError(
+                f"liveness_ms={self.liveness_ms} must be at least twice block_ms={self.block_ms}: "
+                "the answer reader renews the liveness mark between blocking reads"
+            )
+
+    @property
+    def retention_ms(self) -> int:
+        return ms(self.retention_s)
+
+    @property
+    def stream_retention_ms(self) -> int:
+        return ms(self.stream_retention_s)
+
+
+def ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+def text(value: bytes | str) -> str:
+    """A Redis reply as text. Raises ``UnicodeDecodeError`` for bytes that are not UTF-8."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@contextlib.contextmanager
+def boundary(what: str) -> Iterator[None]:
+    """Where a public call returns: redis-py and OS errors become ``BrokerUnavailable``."""
+    try:
+        yield
+    except ToolnexusError:
+        raise
+    except (redis.exceptions.RedisError, OSError) as exc:
+        raise BrokerUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+class Backoff:
+    """Exponential backoff between reconnect attempts: 0.05 s doubling to ``cap_s``."""
+
+    def __init__(self, cap_s: float = 2.0) -> None:
+        self.cap_s, self.delay_s = cap_s, 0.0
+
+    async def wait(self, what: str, exc: BaseException) -> None:
+        self.delay_s = min(self.cap_s, self.delay_s * 2 or 0.05)
+        log.warning("%s: Redis unavailable (%s); retrying in %.2f s", what, exc, self.delay_s)
+        await asyncio.sleep(self.delay_s)
+
+    def reset(self) -> None:
+        self.delay_s = 0.0
+
+
+class Core:
+    """Connections and shared steps of one :class:`~toolnexus.redis_broker.RedisBroker`."""
+
+    def __init__(
+        self, url: str, settings: Settings, codec: Codec, redis_options: dict[str, Any]
+    ) -> None:
+        self.url, self.settings, self.codec = url, settings, codec
+        self.keys = Keys(settings.namespace, settings.queue)
+        # No socket timeout: redis-py enforces it with asyncio.wait_for, which on Python 3.11
+        # can swallow a task's cancellation (CPython gh-86296). Every await is bounded with
+        # asyncio.timeout instead, and dead peers are found by TCP keepalive.
+        self.redis_options: dict[str, Any] = {
+            "client_name": f"toolnexus:{settings.namespace}",
+            "socket_timeout": None,
+            "socket_connect_timeout": settings.connect_timeout_s,
+            "socket_keepalive": True,
+            "health_check_interval": 30,
+            **redis_options,
+        }
+        try:
+            pool = aioredis.BlockingConnectionPool.from_url(
+                url,
+                max_connections=settings.max_connections,
+                timeout=settings.command_timeout_s,
+                **self.redis_options,
+            )
+        except (ValueError, TypeError) as exc:
+            raise ConfigurationError(f"bad Redis URL or option for {url!r}: {exc}") from exc
+        self.redis: aioredis.Redis = aioredis.Redis.from_pool(pool)
+        self.pipeliner = Pipeliner(self.redis, timeout_s=settings.command_timeout_s)
+        self.closed = False
+
+    def blocking_client(self) -> aioredis.Redis:
+        """A client of its own for blocking reads: one connection, no socket timeout."""
+        return aioredis.Redis.from_url(
+            self.url, single_connection_client=True, **self.redis_options
+        )
+
+    def read_timeout_s(self, block_ms: int) -> float:
+        """How long a blocking read of ``block_ms`` may take before it counts as a fault."""
+        return block_ms / 1000 + self.settings.command_timeout_s
+
+    async def bounded(self, call: Awaitable[T]) -> T:
+        """Await one redis-py call within ``command_timeout_s``."""
+        if self.closed:
+            if asyncio.iscoroutine(call):
+                call.close()
+            raise BrokerClosed("the broker is closed")
+        async with asyncio.timeout(self.settings.command_timeout_s):
+            return await call
+
+    async def command(self, *args: Any) -> Any:
+        """One command with the others of this turn, bounded; for callers that await it."""
+        if self.closed:
+            raise BrokerClosed("the broker is closed")
+        return await self.pipeliner.call(*args)
+
+    async def resolve(
+        self, waiter: str, request_id: str, status: Resolution, payload: bytes
+    ) -> tuple[Outcome, bytes | None]:
+        """Run the resolve script: the outcome (see :data:`Outcome`) and the stored answer."""
+        keys = self.keys
+        raw = await self.pipeliner.batch(
+            RESOLVE,
+            (keys.answers(waiter), keys.alive(waiter)),
+            (self.settings.retention_ms,),
+            (keys.state(waiter, request_id),),
+            (status, payload, request_id),
+        )
+        outcome = text(raw[0])
+        if outcome not in OUTCOMES:
+            raise redis.exceptions.ResponseError(f"resolve script said {outcome!r}")
+        stored: bytes | None = raw[1] if len(raw) > 1 else None
+        if outcome in NOT_RESOLVED_REASONS and stored == payload:
+            return "ok", None  # our own write, retried after its reply was lost
+        return outcome, stored  # type: ignore[return-value]
+
+    def settle(
+        self,
+        event: Event | None = None,
+        ack: tuple[str, str] | None = None,
+        delete: bytes | str | None = None,
+        *,
+        lazy: bool = True,
+    ) -> asyncio.Future[Any]:
+        """In the background, publish ``event``, acknowledge ``ack=(group, entry_id)`` and
+        delete entry ``delete`` of the request stream.
+
+        Events are advisory, and an entry left behind is dropped by whoever reads it
+        next, since its request is resolved: so nobody needs to wait for this.
+        """
+        min_event_ms = max(0, ms(time.time()) - self.settings.retention_ms) // 1000 * 1000
+        future = self.pipeliner.batch(
+            SETTLE,
+            (self.keys.events, self.keys.requests),
+            (min_event_ms,),
+            (),
+            (self.codec.encode(event) if event else "", *(ack or ("", "")), delete or ""),
+            lazy=lazy,
+        )
+        self.pipeliner.fire(future)
+        return future
+
+    def raw_for_dead_letter(self, fields: dict[bytes, bytes]) -> bytes:
+        """The original fields of an entry, bounded to ``dead_letter_max_bytes``."""
+        raw = b"\n".join(k + b"=" + v for k, v in fields.items())
+        limit = self.settings.dead_letter_max_bytes
+        if len(raw) > limit:
+            raw = raw[:limit] + f"... ({len(raw)} bytes in all)".encode()
+        return raw
+
+    def move_to_dead_letters(
+        self, stream: str, entry_id: str, fields: dict[bytes, bytes], error: str, group: str = ""
+    ) -> asyncio.Future[Any]:
+        """Move entry ``entry_id`` of ``stream`` (in the queue's slot) to the dead letters,
+        acknowledging it for ``group``: whoever moves it first copies it."""
+        log.error("dead-lettering entry %s of %s: %s", entry_id, stream, error)
+        future = self.pipeliner.batch(
+            DEAD_LETTER,
+            (self.keys.dead, stream),
+            (self.settings.dead_letter_max_entries,),
+            (),
+            (entry_id, group, error[:1000], self.raw_for_dead_letter(fields)),
+        )
+        self.pipeliner.fire(future)
+        return future
+
+    def copy_to_dead_letters(
+        self, stream: str, entry_id: str, fields: dict[bytes, bytes], error: str
+    ) -> None:
+        """Copy an entry of a stream outside the queue's slot (a reply stream) to the dead
+        letters; its reader moves past it."""
+        log.error("dead-lettering entry %s of %s: %s", entry_id, stream, error)
+        self.pipeliner.fire(
+            self.pipeliner.call(
+                "XADD",
+                self.keys.dead,
+                "MAXLEN",
+                "~",
+                self.settings.dead_letter_max_entries,
+                "*",
+                "error",
+                error[:1000],
+                "stream",
+                stream,
+                "entry",
+                entry_id,
+                "raw",
+                self.raw_for_dead_letter(fields),
+            )
+        )
+
+    async def aclose(self) -> None:
+        self.closed = True
+        with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed):
+            async with asyncio.timeout(self.settings.command_timeout_s):
+                await self.pipeliner.drain()  # events and acknowledgements still queued
+        self.pipeliner.close()
+        await self.redis.aclose()

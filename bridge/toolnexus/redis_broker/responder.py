@@ -1,0 +1,509 @@
+"""The responder side of the Redis broker: consumer groups on the request stream,
+answering, and the events stream.
+
+Each consumer renews a lease on what it holds on a schedule of its own, and sweeps
+what it holds on another: requests resolved elsewhere are let go, requests past their
+deadline are expired, and requests whose waiter died are withdrawn. Entries of a
+consumer that died are reclaimed with ``XAUTOCLAIM`` once its lease lapses. Entries
+are acknowledged once the request is resolved or skipped. Entries that are not a
+readable request are moved to the dead-letter stream; reading goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import redis.asyncio as aioredis
+import redis.exceptions
+
+from ..broker import NOT_RESOLVED_REASONS, EventStream, Pending, Responder
+from ..errors import (
+    AlreadyResolved,
+    BrokerClosed,
+    BrokerUnavailable,
+    DecodeError,
+    ToolnexusError,
+    UnknownRequest,
+)
+from ..keys import WAITER_ID, check_request_id
+from ..models import EXPIRED, WITHDRAWN, Answer, Event, Request
+from ..schema import check_answer
+from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, ms, text
+from ._scripts import STATUS
+
+log = logging.getLogger("toolnexus.redis")
+
+RENEW_CHUNK = 1000
+"""Entries renewed by one ``XCLAIM``."""
+
+
+def _waiter_of(request: Request) -> str:
+    assert request.reply_to is not None  # checked when the request was read
+    return request.reply_to
+
+
+async def resolve_answer(core: Core, request: Request, answer: Answer, payload: bytes) -> None:
+    """Resolve ``request`` with the checked ``answer`` (encoded as ``payload``), retrying
+    while Redis is away for up to ``answer_patience_s``.
+
+    Raises:
+        AlreadyResolved: answered, expired or withdrawn first (a dead waiter's request
+            is withdrawn here and then refused as such).
+        UnknownRequest: the broker no longer knows the request.
+        BrokerUnavailable: Redis stayed unreachable; the answer did not get through.
+    """
+    waiter = _waiter_of(request)
+    backoff = Backoff(cap_s=0.5)
+    give_up = time.monotonic() + core.settings.answer_patience_s
+    while True:
+        try:
+            outcome, _stored = await core.resolve(waiter, request.id, "answered", payload)
+            break
+        except CONNECTION_ERRORS as exc:
+            if core.closed or time.monotonic() > give_up:
+                raise BrokerUnavailable(
+                    f"answering {request.id}: Redis unreachable: {type(exc).__name__}: {exc}"
+                ) from exc
+            await backoff.wait(f"answering {request.id}", exc)
+    if outcome == "ok":
+        return
+    if outcome == "unknown":
+        raise UnknownRequest(request.id)
+    if outcome == "late":
+        await _finish(core, request, EXPIRED)
+        raise AlreadyResolved(request.id, "expired")
+    if outcome == "gone":
+        await _finish(core, request, WITHDRAWN)
+        raise AlreadyResolved(request.id, "withdrawn")
+    raise AlreadyResolved(request.id, NOT_RESOLVED_REASONS[outcome])
+
+
+async def _finish(core: Core, request: Request, status: Literal["expired", "withdrawn"]) -> None:
+    """Resolve as expired or withdrawn a request whose waiter cannot (it died, or the
+    deadline passed with nobody to record it), and tell responders."""
+    answer = Answer(id=request.id, ok=False, reason=status)
+    payload = core.codec.encode(answer)
+    outcome, _ = await core.resolve(_waiter_of(request), request.id, status, payload)
+    if outcome == "ok":
+        core.settle(Event(event=status, id=request.id, answer=answer))
+
+
+async def answer_by_id(core: Core, answer: Answer) -> None:
+    """:meth:`RedisBroker.answer`: find the request by its route, check, resolve."""
+    if check_request_id(answer.id) is not None:
+        raise UnknownRequest(answer.id[:100])
+    with boundary(f"answering {answer.id}"):
+        raw_waiter = await core.command("GET", core.keys.route(answer.id))
+        try:
+            waiter = text(raw_waiter) if raw_waiter is not None else ""
+        except UnicodeDecodeError:
+            waiter = ""
+        if not WAITER_ID.fullmatch(waiter):
+            raise UnknownRequest(answer.id)
+        raw_request = await core.command("HGET", core.keys.state(waiter, answer.id), "req")
+        if raw_request is None:
+            raise UnknownRequest(answer.id)
+        request = core.codec.decode_as(raw_request, Request)
+        checked = check_answer(request, answer, None)
+        await resolve_answer(core, request, checked, core.codec.encode_answer(checked))
+        core.settle(Event(event="answered", id=answer.id, answer=checked), lazy=False)
+
+
+class RedisPending(Pending):
+    def __init__(self, responder: RedisResponder, request: Request, entry_id: str) -> None:
+        self.request = request
+        self.entry_id = entry_id
+        self.responder_name = f"{responder.group}/{responder.consumer}"
+        self._responder = responder
+
+    async def answer(self, answer: Answer) -> None:
+        await self._responder.answer(self, answer)
+
+    async def skip(self) -> None:
+        self._responder.release(self)
+
+
+class RedisResponder(Responder):
+    """One consumer of a consumer group on the request stream.
+
+    Reads its own pending entries first (after a start or a reconnect), then new ones.
+    With ``until_idle``, iteration ends when a read of new entries finds none.
+    """
+
+    def __init__(
+        self, core: Core, group: str, consumer: str, *, count: int, until_idle: bool
+    ) -> None:
+        self.core, self.group, self.consumer, self.count = core, group, consumer, count
+        self.until_idle = until_idle
+        self.dead_lettered = 0
+        self._stream = core.keys.requests
+        self._held: dict[str, RedisPending] = {}
+        self._ready: deque[RedisPending] = deque()
+        self._client: aioredis.Redis | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._backlog_from: str | None = "0"  # where to read our own pending entries from
+        self._idle = False  # the last read of new entries found none
+        self._closed = False
+
+    # -- delivering ---------------------------------------------------------------
+
+    async def __anext__(self) -> RedisPending:
+        backoff = Backoff()
+        while not self._closed and not self.core.closed:
+            if self._ready:
+                return self._ready.popleft()
+            if self._idle and self.until_idle:
+                break
+            try:
+                if self._client is None:
+                    await self._ensure_group()
+                    self._client = self.core.blocking_client()
+                if not self._tasks:
+                    loop = asyncio.get_running_loop()
+                    self._tasks = [loop.create_task(self._renew()), loop.create_task(self._sweep())]
+                await self._read()
+                backoff.reset()
+            except BrokerClosed:
+                break
+            except redis.exceptions.ResponseError as exc:
+                if "NOGROUP" in str(exc):  # Redis lost the group (restart without persistence)
+                    self._client = None
+                    continue
+                log.error("responder %s/%s: %s; retrying", self.group, self.consumer, exc)
+                await backoff.wait(f"responder {self.group}/{self.consumer}", exc)
+            except Exception as exc:  # a lost connection, a timeout, anything: never die
+                if not isinstance(exc, CONNECTION_ERRORS):
+                    log.exception("responder %s/%s failed; retrying", self.group, self.consumer)
+                self._backlog_from = "0"
+                await self._drop_client()
+                await backoff.wait(f"responder {self.group}/{self.consumer}", exc)
+        raise StopAsyncIteration
+
+    async def _ensure_group(self) -> None:
+        try:
+            await self.core.bounded(
+                self.core.redis.xgroup_create(self._stream, self.group, id="0", mkstream=True)
+            )
+        except redis.exceptions.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def _drop_client(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+    async def _read(self) -> None:
+        assert self._client is not None
+        block_ms = self.core.settings.block_ms
+        async with asyncio.timeout(self.core.read_timeout_s(block_ms)):
+            if self._backlog_from is not None:  # our own pending entries, oldest first
+                reply: Any = await self._client.xreadgroup(
+                    self.group, self.consumer, {self._stream: self._backlog_from}, count=self.count
+                )
+                entries = reply[0][1] if reply else []
+                self._backlog_from = text(entries[-1][0]) if entries else None
+                await self._admit(entries, fresh=False)
+                return
+            reply = await self._client.xreadgroup(
+                self.group,
+                self.consumer,
+                {self._stream: ">"},
+                count=self.count,
+                block=None if self.until_idle else block_ms,
+            )
+        entries = reply[0][1] if reply else []
+        self._idle = not entries
+        await self._admit(entries, fresh=True)
+
+    def _parse(self, entry_id: str, fields: dict[bytes, bytes]) -> Request | None:
+        """The request of one entry, or None after moving a bad entry to the dead letters."""
+        try:
+            payload = fields.get(b"r")
+            if payload is None:
+                raise DecodeError("the entry has no 'r' field holding a request")
+            request = self.core.codec.decode_as(payload, Request)
+            problem = check_request_id(request.id)
+            if problem is not None:
+                raise DecodeError(problem)
+            if request.reply_to is None or not WAITER_ID.fullmatch(request.reply_to):
+                raise DecodeError("the request has no valid reply_to: no broker published it")
+        except DecodeError as exc:
+            self.core.move_to_dead_letters(self._stream, entry_id, fields, str(exc), self.group)
+            self.dead_lettered += 1
+            return None
+        return request
+
+    async def _admit(
+        self, entries: Iterable[tuple[bytes, dict[bytes, bytes]]], *, fresh: bool
+    ) -> None:
+        """Queue the open requests among ``entries``; acknowledge or dead-letter the rest.
+
+        ``fresh`` entries were just delivered for the first time: a resolved request's
+        entry is deleted from the stream, so they are open unless past their deadline.
+        Others (re-read or reclaimed) may have been resolved since: their state is read.
+        """
+        now = time.time()
+        admitted: list[tuple[str, Request]] = []
+        unsure: list[tuple[str, Request]] = []
+        done: list[str] = []
+        for raw_id, fields in entries:
+            entry_id = text(raw_id)
+            if not fields:  # deleted or trimmed while pending: nothing left to show
+                done.append(entry_id)
+                continue
+            request = self._parse(entry_id, fields)
+            if request is None:
+                continue
+            held = self._held.get(request.id)
+            if held is not None:
+                if held.entry_id != entry_id:
+                    done.append(entry_id)  # a duplicate XADD of a request we already show
+            elif fresh and now < (request.expires_at or float("inf")):
+                admitted.append((entry_id, request))
+            else:
+                unsure.append((entry_id, request))
+        if unsure:
+            states = await self._states([request for _, request in unsure])
+            for (entry_id, request), (status, alive) in zip(unsure, states, strict=True):
+                if status != b"open":
+                    done.append(entry_id)
+                elif not alive or now >= (request.expires_at or float("inf")):
+                    await _finish(self.core, request, WITHDRAWN if not alive else EXPIRED)
+                    done.append(entry_id)
+                else:
+                    admitted.append((entry_id, request))
+        for entry_id, request in admitted:
+            pending = RedisPending(self, request, entry_id)
+            self._held[request.id] = pending
+            self._ready.append(pending)
+        if done:
+            self.core.pipeliner.fire(
+                self.core.pipeliner.call("XACK", self._stream, self.group, *done)
+            )
+
+    async def _states(self, requests: list[Request]) -> list[tuple[bytes | None, bool]]:
+        """Each request's status (``b"open"``, ...; None if Redis forgot it) and whether
+        its waiter is alive, in one round trip."""
+        keys = self.core.keys
+        batch = self.core.pipeliner.batch
+        replies: list[list[Any]] = await asyncio.gather(
+            *(
+                batch(STATUS, (keys.answers(w), keys.alive(w)), (), (keys.state(w, r.id),), ())
+                for r in requests
+                for w in (_waiter_of(r),)
+            )
+        )
+        return [(reply[0] or None, bool(reply[1])) for reply in replies]
+
+    # -- answering ----------------------------------------------------------------
+
+    async def answer(self, pending: RedisPending, answer: Answer) -> None:
+        """:meth:`RedisPending.answer`. An answer that cannot get through because Redis is
+        away hands the request back: it is shown again once Redis returns."""
+        checked = check_answer(pending.request, answer, pending.responder_name)
+        payload = self.core.codec.encode_answer(checked)
+        try:
+            with boundary(f"answering {pending.request.id}"):
+                await resolve_answer(self.core, pending.request, checked, payload)
+        except BrokerUnavailable:
+            self._hand_back(pending)
+            raise
+        except ToolnexusError:
+            self.release(pending)
+            raise
+        self._forget(pending)
+        event = Event(event="answered", id=checked.id, answer=checked)
+        self.core.settle(event, (self.group, pending.entry_id), pending.entry_id, lazy=False)
+
+    def _forget(self, pending: RedisPending) -> None:
+        if self._held.get(pending.request.id) is pending:
+            del self._held[pending.request.id]
+        with contextlib.suppress(ValueError):
+            self._ready.remove(pending)
+
+    def release(self, pending: RedisPending) -> None:
+        """Stop holding ``pending`` (resolved or skipped) and acknowledge its entry."""
+        self._forget(pending)
+        self.core.settle(ack=(self.group, pending.entry_id))
+
+    def _hand_back(self, pending: RedisPending) -> None:
+        """Stop holding ``pending`` unacknowledged: our own backlog is read again, so it is
+        shown again when Redis is back."""
+        self._forget(pending)
+        self._backlog_from = "0"
+
+    # -- maintenance --------------------------------------------------------------
+
+    async def _renew(self) -> None:
+        """Renew the lease on everything held, every ``lease_ms / 3``, whatever else is busy."""
+        interval_s = self.core.settings.lease_ms / 3000
+        while not self._closed:
+            await asyncio.sleep(interval_s)
+            ids: list[Any] = [pending.entry_id for pending in self._held.values()]
+            for start in range(0, len(ids), RENEW_CHUNK):
+                try:  # XCLAIM by the holder resets the idle time: the lease is renewed
+                    await self.core.bounded(
+                        self.core.redis.xclaim(
+                            self._stream, self.group, self.consumer, 0,
+                            ids[start : start + RENEW_CHUNK], justid=True,
+                        )
+                    )  # fmt: skip
+                except BrokerClosed:
+                    return
+                except Exception as exc:  # keep renewing whatever happened
+                    log.warning("renewing leases of %s/%s: %s", self.group, self.consumer, exc)
+
+    async def _sweep(self) -> None:
+        """Let go of what was resolved elsewhere, expire or withdraw what nobody else will,
+        reclaim what dead consumers held, and remove consumers long gone."""
+        interval_s = self.core.settings.lease_ms / 3000
+        sweeps = 0
+        while not self._closed:
+            await asyncio.sleep(interval_s)
+            try:
+                await self._sweep_held()
+                await self._reclaim()
+                sweeps += 1
+                if sweeps % 30 == 1:
+                    await self._remove_departed_consumers()
+            except BrokerClosed:
+                return
+            except Exception as exc:  # keep sweeping whatever happened
+                log.warning("sweeping %s/%s: %s", self.group, self.consumer, exc)
+
+    async def _sweep_held(self) -> None:
+        held = list(self._held.values())
+        if not held:
+            return
+        states = await self._states([pending.request for pending in held])
+        now = time.time()
+        for pending, (status, alive) in zip(held, states, strict=True):
+            if status != b"open":
+                self.release(pending)
+            elif not alive or now >= (pending.request.expires_at or float("inf")):
+                await _finish(self.core, pending.request, WITHDRAWN if not alive else EXPIRED)
+                self.release(pending)
+
+    async def _reclaim(self) -> None:
+        cursor = "0-0"
+        while not self._closed:
+            reply: Any = await self.core.bounded(
+                self.core.redis.xautoclaim(
+                    self._stream, self.group, self.consumer,
+                    self.core.settings.lease_ms, cursor, count=self.count,
+                )
+            )  # fmt: skip
+            cursor, entries = text(reply[0]), reply[1]
+            if entries:
+                log.info("%s/%s reclaimed %d requests", self.group, self.consumer, len(entries))
+                await self._admit(entries, fresh=False)
+            if cursor == "0-0":
+                return
+
+    async def _remove_departed_consumers(self) -> None:
+        """Consumers idle longer than the retention, holding nothing, are deleted."""
+        redis_ = self.core.redis
+        consumers = await self.core.bounded(redis_.xinfo_consumers(self._stream, self.group))
+        for info in consumers:
+            name = text(info.get("name", b""))
+            if (
+                name != self.consumer
+                and info.get("pending", 1) == 0
+                and info.get("idle", 0) > self.core.settings.retention_ms
+            ):
+                await self.core.bounded(redis_.xgroup_delconsumer(self._stream, self.group, name))
+
+    async def aclose(self) -> None:
+        """Stop; held requests not yet answered go back to the group at once."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        ids: list[Any] = [pending.entry_id for pending in self._held.values()]
+        self._held.clear()
+        self._ready.clear()
+        if ids and not self.core.closed:  # idle as if their lease had lapsed: reclaimable now
+            with contextlib.suppress(Exception):
+                await self.core.bounded(
+                    self.core.redis.xclaim(
+                        self._stream, self.group, self.consumer, 0, ids,
+                        idle=self.core.settings.lease_ms, justid=True,
+                    )
+                )  # fmt: skip
+        await self._drop_client()
+
+    def statistics(self) -> dict[str, int]:
+        """Counters: requests held, ready to deliver, and dead-lettered by this consumer."""
+        return {
+            "holding": len(self._held),
+            "ready": len(self._ready),
+            "dead_lettered": self.dead_lettered,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"<RedisResponder {self.group}/{self.consumer} holding {len(self._held)}, "
+            f"dead-lettered {self.dead_lettered}>"
+        )
+
+
+class RedisEvents(EventStream):
+    """Follows the events stream from the moment it was created; unreadable events are
+    moved to the dead letters."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        self._last_id = f"{ms(time.time())}-0"
+        self._client: aioredis.Redis | None = None
+        self._buffer: deque[Event] = deque()
+        self._closed = False
+
+    async def __anext__(self) -> Event:
+        core = self._core
+        backoff = Backoff()
+        while not self._buffer:
+            if self._closed or core.closed:
+                raise StopAsyncIteration
+            if self._client is None:
+                self._client = core.blocking_client()
+            block_ms = core.settings.block_ms
+            try:
+                async with asyncio.timeout(core.read_timeout_s(block_ms)):
+                    reply: Any = await self._client.xread(
+                        {core.keys.events: self._last_id}, count=100, block=block_ms
+                    )
+                backoff.reset()
+            except Exception as exc:  # a lost connection, a timeout, WRONGTYPE: never die
+                client, self._client = self._client, None
+                with contextlib.suppress(Exception):
+                    await client.aclose()
+                await backoff.wait("reading events", exc)
+                continue
+            for _stream, entries in reply or ():
+                for entry_id, fields in entries:
+                    self._last_id = text(entry_id)
+                    try:
+                        payload = fields.get(b"e")
+                        if payload is None:
+                            raise DecodeError("the entry has no 'e' field holding an event")
+                        self._buffer.append(core.codec.decode_as(payload, Event))
+                    except DecodeError as exc:
+                        core.move_to_dead_letters(core.keys.events, self._last_id, fields, str(exc))
+        return self._buffer.popleft()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._client is not None:
+            await self._client.aclose()

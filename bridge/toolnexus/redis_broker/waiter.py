@@ -1,0 +1,412 @@
+"""The waiter side of the Redis broker: publish a request, wait for its answer.
+
+A request is written to its state hash and ``XADD``ed to the queue's request stream;
+the publishes of one event-loop turn share one pipeline. Answers come back on this
+process's reply stream, read by one blocking reader that wakes every concurrent wait
+(a handful of connections for any number of waits) and renews this process's liveness
+mark; one timer serves every deadline. The reply stream belongs to this waiter alone
+and is read from its start, so an answer that arrives before the reader looks is never
+missed. Every entry of it may be garbage: such an entry is dead-lettered, the reader
+moves on, and the wait it names takes its outcome from the request's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import heapq
+import logging
+import time
+import uuid
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import msgspec
+import redis.exceptions
+
+from ..broker import deadline_of
+from ..errors import BrokerClosed, DecodeError, InvalidRequest
+from ..keys import check_request_id
+from ..models import UNAVAILABLE, WITHDRAWN, Answer, Event, Request
+from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
+from ._scripts import OPEN, PUBLISH
+
+log = logging.getLogger("toolnexus.redis")
+
+T = TypeVar("T")
+
+RESOLVE_PATIENCE_S = 2.0
+"""How long a waiter retries recording its own expiry or withdrawal while Redis is away."""
+
+
+@dataclass(eq=False, slots=True)
+class _Wait:
+    """One wait in progress: its answer arrives decoded, or as ``None`` at its deadline."""
+
+    request_id: str
+    payload: bytes  # the encoded request, kept to publish it again if Redis loses it
+    deadline_ms: int  # Unix time
+    answer: asyncio.Future[Answer | None]
+    published: bool = False
+    entry_id: bytes | None = None  # in the request stream, once published
+
+
+class _Deadlines:
+    """One timer for every wait of a process: a heap of deadlines, and a single
+    ``call_at`` for the earliest. A wait past its deadline gets ``None`` as its answer.
+
+    Entries of waits that ended early stay in the heap until it is rebuilt, which
+    happens when they outnumber the live ones.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Wait]] = []
+        self._count = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, wait: _Wait, when: float, live: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._count += 1
+        if len(self._heap) > 2 * live + 1024:  # drop the entries of waits that ended
+            self._heap = [e for e in self._heap if not e[2].answer.done()]
+            heapq.heapify(self._heap)
+        heapq.heappush(self._heap, (when, self._count, wait))
+        if self._timer is None or when < self._timer.when():
+            self._arm(loop)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(self._heap[0][0], self._fire, loop) if self._heap else None
+
+    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = loop.time()
+        while self._heap and self._heap[0][0] <= now:
+            wait = heapq.heappop(self._heap)[2]
+            if not wait.answer.done():
+                wait.answer.set_result(None)
+        self._timer = None
+        self._arm(loop)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._heap.clear()
+
+
+class Waiter:
+    """The waits of one broker object, with their reply stream and liveness mark."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.id = uuid.uuid4().hex[:16]
+        self.answers_key = core.keys.answers(self.id)
+        self.alive_key = core.keys.alive(self.id)
+        self.waits: dict[str, _Wait] = {}
+        self.unreadable = 0  # reply-stream entries dead-lettered
+        self._last_id = "0-0"  # the reader's position in the reply stream
+        self._deadlines = _Deadlines()
+        self._unpublished: set[_Wait] = set()
+        self._republisher: asyncio.Task[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self.closing = False
+
+    async def wait_for(self, request: Request, timeout_s: float | None) -> Answer:
+        core = self.core
+        if core.closed or self.closing:
+            raise BrokerClosed("the broker is closed")
+        problem = check_request_id(request.id)
+        if problem is not None:
+            raise InvalidRequest(f"request id {request.id[:100]!r}: {problem}")
+        if request.id in self.waits:
+            raise InvalidRequest(f"request {request.id!r} is already being waited for")
+        now = time.time()
+        deadline = min(
+            deadline_of(request, timeout_s, core.settings.default_timeout_s),
+            now + core.settings.stream_retention_s,
+        )
+        payload = core.codec.encode(
+            msgspec.structs.replace(request, expires_at=deadline, reply_to=self.id)
+        )
+        if len(payload) > core.codec.max_bytes:
+            raise InvalidRequest(
+                f"request {request.id!r} is {len(payload)} bytes encoded, over the limit of "
+                f"{core.codec.max_bytes} bytes"
+            )
+        loop = asyncio.get_running_loop()
+        wait = _Wait(request.id, payload, ms(deadline), loop.create_future())
+        self.waits[request.id] = wait  # registered before it is published
+        if self._reader is None or self._reader.done():
+            self._reader = loop.create_task(self._read_answers(), name="toolnexus-answers")
+        self._deadlines.add(wait, loop.time() + deadline - now, len(self.waits))
+        self._publish(wait)
+        try:
+            answer = await wait.answer
+        except asyncio.CancelledError:
+            self._spawn(self._resolve_by_waiter(wait, WITHDRAWN))
+            raise
+        finally:
+            del self.waits[request.id]
+        if answer is not None:
+            if wait.entry_id is not None:  # groups that have not read it yet never will
+                core.settle(delete=wait.entry_id)
+            if answer.reason == WITHDRAWN:  # not by us: Redis took us for dead
+                return Answer(id=request.id, ok=False, reason=UNAVAILABLE, meta=answer.meta)
+            return answer
+        if not wait.published:  # it may still land: make sure nobody answers it
+            self._spawn(self._resolve_by_waiter(wait, "expired"))
+            return Answer(id=request.id, ok=False, reason=UNAVAILABLE)
+        return await self._resolve_by_waiter(wait, "expired")
+
+    # -- publishing ---------------------------------------------------------------
+
+    def _publish(self, wait: _Wait) -> None:
+        """Open the request's state and add it to the request stream, with everything else
+        sent this turn. If Redis is away, :meth:`_republish` tries again."""
+        core = self.core
+        settings, keys, call = core.settings, core.keys, core.pipeliner
+        now_ms = ms(time.time())
+        ttl_ms = max(1, wait.deadline_ms - now_ms) + settings.retention_ms
+        opened = call.batch(
+            OPEN,
+            (self.answers_key, self.alive_key),
+            (settings.liveness_ms,),
+            (keys.state(self.id, wait.request_id),),
+            (wait.deadline_ms, wait.payload, ttl_ms),
+        )
+        added = call.batch(
+            PUBLISH,
+            (keys.requests,),
+            # trimmed by age, to the second so that one turn's publishes share a batch
+            (max(0, now_ms - settings.stream_retention_ms) // 1000 * 1000, self.id),
+            (keys.route(wait.request_id),),
+            (wait.payload, ttl_ms),
+        )
+        added.add_done_callback(functools.partial(self._on_published, wait, opened))
+
+    def _on_published(
+        self, wait: _Wait, opened: asyncio.Future[Any], added: asyncio.Future[Any]
+    ) -> None:
+        errors = [f.exception() for f in (opened, added) if f.done() and not f.cancelled()]
+        errors = [e for e in errors if e is not None]
+        if not errors:
+            wait.published = True
+            wait.entry_id = added.result()
+        elif any(isinstance(e, BrokerClosed) for e in errors):
+            return
+        elif all(isinstance(e, CONNECTION_ERRORS) for e in errors):
+            if not wait.answer.done() and not self.core.closed:
+                self._unpublished.add(wait)
+                if self._republisher is None:
+                    self._republisher = asyncio.get_running_loop().create_task(self._republish())
+        elif not wait.answer.done():  # Redis refuses: this wait cannot be served
+            log.error("publishing %s failed: %s", wait.request_id, errors[0])
+            wait.answer.set_result(Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE))
+
+    async def _republish(self) -> None:
+        """The one task that publishes again what Redis could not take, with backoff."""
+        backoff = Backoff()
+        try:
+            while self._unpublished and not self.core.closed:
+                await backoff.wait("publishing requests", ConnectionError("Redis is away"))
+                waits, self._unpublished = self._unpublished, set()
+                for wait in waits:
+                    if not wait.answer.done():
+                        self._publish(wait)
+                with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed):
+                    await self.core.pipeliner.drain()
+        finally:
+            self._republisher = None
+
+    # -- resolving our own requests -----------------------------------------------
+
+    async def _resolve_by_waiter(
+        self, wait: _Wait, status: Literal["expired", "withdrawn"]
+    ) -> Answer:
+        """Resolve our own request as expired or withdrawn; the answer that won either way.
+
+        If Redis stays unreachable for ``RESOLVE_PATIENCE_S``, the outcome is decided
+        here: the resolve script refuses any answer after the deadline anyway.
+        """
+        core = self.core
+        answer = Answer(id=wait.request_id, ok=False, reason=status)
+        payload = core.codec.encode(answer)
+        backoff = Backoff(cap_s=0.5)
+        give_up = time.monotonic() + RESOLVE_PATIENCE_S
+        while True:
+            try:
+                outcome, stored = await core.resolve(self.id, answer.id, status, payload)
+                break
+            except BrokerClosed:
+                return answer
+            except CONNECTION_ERRORS as exc:
+                if core.closed or time.monotonic() > give_up:
+                    return answer
+                await backoff.wait(f"resolving {answer.id} as {status}", exc)
+            except redis.exceptions.RedisError as exc:
+                log.error("resolving %s as %s failed: %s", answer.id, status, exc)
+                return answer
+        if outcome == "ok":
+            core.settle(Event(event=status, id=answer.id, answer=answer), delete=wait.entry_id)
+            return answer
+        if stored is not None:
+            try:
+                return core.codec.decode_as(stored, Answer)
+            except DecodeError as exc:
+                log.error("the stored answer to %s is unreadable: %s", answer.id, exc)
+        return answer
+
+    # -- reading answers ----------------------------------------------------------
+
+    async def _read_answers(self) -> None:
+        """The one blocking reader of this process's reply stream. It never stops before
+        the broker closes: any failure is logged and retried with backoff, from the
+        position it had reached."""
+        core = self.core
+        settings = core.settings
+        client = None
+        read_since_trim = 0
+        backoff = Backoff()
+        reconnected = False
+        loop = asyncio.get_running_loop()
+        renew_at = 0.0
+        try:
+            while not core.closed:
+                try:
+                    if client is None:
+                        client = core.blocking_client()
+                    if reconnected:
+                        await self._reconcile()
+                        reconnected = False
+                    if loop.time() >= renew_at:
+                        renew_at = loop.time() + settings.liveness_ms / 3000
+                        core.pipeliner.fire(
+                            core.pipeliner.call(
+                                "SET", self.alive_key, "1", "PX", settings.liveness_ms
+                            )
+                        )
+                    async with asyncio.timeout(core.read_timeout_s(settings.block_ms)):
+                        reply: Any = await client.xread(
+                            {self.answers_key: self._last_id}, count=1000, block=settings.block_ms
+                        )
+                    backoff.reset()
+                except BrokerClosed:
+                    break
+                except CONNECTION_ERRORS as exc:
+                    reconnected = True
+                    if client is not None:  # its connection may be mid-reply: start afresh
+                        await client.aclose()
+                        client = None
+                    await backoff.wait("reading answers", exc)
+                    continue
+                except Exception as exc:  # e.g. WRONGTYPE: the key was overwritten
+                    log.exception("reading answers failed; retrying")
+                    await backoff.wait("reading answers", exc)
+                    continue
+                for _stream, entries in reply or ():
+                    for entry_id, fields in entries:
+                        self._last_id = text(entry_id)  # Redis entry ids are ASCII
+                        self._take(self._last_id, fields)
+                    read_since_trim += len(entries)
+                if read_since_trim >= 1000:
+                    read_since_trim = 0
+                    core.pipeliner.fire(
+                        core.pipeliner.call("XTRIM", self.answers_key, "MINID", "~", self._last_id)
+                    )
+        finally:
+            if client is not None:
+                await client.aclose()
+
+    def _take(self, entry_id: str, fields: dict[bytes, bytes]) -> None:
+        """Hand the answer of one reply-stream entry to its wait; dead-letter garbage."""
+        request_id: str | None = None
+        try:
+            raw_id = fields.get(b"id")
+            if raw_id is None:
+                raise DecodeError("the entry has no 'id' field")
+            try:
+                request_id = raw_id.decode()
+            except UnicodeDecodeError:
+                raise DecodeError("the entry's 'id' field is not UTF-8 text") from None
+            payload = fields.get(b"a")
+            if payload is None:
+                raise DecodeError("the entry has no 'a' field holding an answer")
+            answer = self.core.codec.decode_as(payload, Answer)
+            if answer.id != request_id:
+                raise DecodeError(
+                    f"the entry for {request_id[:100]!r} holds an answer to {answer.id[:100]!r}"
+                )
+        except DecodeError as exc:
+            self.unreadable += 1
+            self.core.copy_to_dead_letters(self.answers_key, entry_id, fields, str(exc))
+            wait = self.waits.get(request_id) if request_id is not None else None
+            if wait is not None:
+                self._spawn(self._take_from_state(wait))
+            return
+        wait = self.waits.get(request_id)
+        if wait is not None and not wait.answer.done():
+            wait.answer.set_result(answer)
+
+    async def _take_from_state(self, wait: _Wait) -> None:
+        """The answer of ``wait`` from its state, after its reply-stream entry was unreadable.
+        If the stored answer is unreadable too, the wait goes on to its deadline."""
+        state = self.core.keys.state(self.id, wait.request_id)
+        with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed):
+            status, stored = await self.core.command("HMGET", state, "s", "a")
+            if stored is not None and status != b"open":
+                try:
+                    answer = self.core.codec.decode_as(stored, Answer)
+                except DecodeError as exc:
+                    log.error("the stored answer to %s is unreadable: %s", wait.request_id, exc)
+                    return
+                if not wait.answer.done():
+                    wait.answer.set_result(answer)
+
+    async def _reconcile(self) -> None:
+        """After a reconnect: take answers from state, republish requests Redis lost."""
+        waits = [w for w in self.waits.values() if w.published]
+        state = self.core.keys.state
+        states = await asyncio.gather(
+            *(self.core.command("HMGET", state(self.id, w.request_id), "s", "a") for w in waits)
+        )
+        for wait, (status, stored) in zip(waits, states, strict=True):
+            if status is None:
+                log.warning("request %s was lost by Redis; publishing it again", wait.request_id)
+                self._publish(wait)
+            elif stored is not None and not wait.answer.done():
+                try:
+                    wait.answer.set_result(self.core.codec.decode_as(stored, Answer))
+                except DecodeError as exc:
+                    log.error("the stored answer to %s is unreadable: %s", wait.request_id, exc)
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def _spawn(self, coro: Awaitable[T]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def aclose(self) -> None:
+        """Withdraw the waits still open (they end with ``BrokerClosed``), then stop."""
+        self.closing = True
+        open_waits = [w for w in self.waits.values() if not w.answer.done()]
+        for wait in open_waits:
+            self._spawn(self._resolve_by_waiter(wait, WITHDRAWN))
+        if self._background:
+            await asyncio.wait(self._background, timeout=RESOLVE_PATIENCE_S + 1)
+        for wait in open_waits:
+            if not wait.answer.done():
+                wait.answer.set_exception(BrokerClosed("the broker was closed during the wait"))
+        if self._reader is not None:
+            with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed):
+                self.core.pipeliner.fire(self.core.pipeliner.call("DEL", self.alive_key))
+        if self._reader is not None and not self._reader.done():
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        if self._republisher is not None:
+            self._republisher.cancel()
+        self._deadlines.close()
