@@ -87,6 +87,8 @@ async def test_a_killed_consumer_s_request_is_reclaimed_by_another(
         finally:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
+            assert proc.stdout is not None
+            proc.stdout.close()
         async with broker.responder("web", "survivor") as survivor:
             async with asyncio.timeout(10):
                 pending = await anext(survivor)

@@ -21,7 +21,7 @@ from ..broker import Broker, default_consumer_name
 from ..codec import MSGPACK, Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError
 from ..models import Answer, Event, Request
-from ._core import REDIS_OPTIONS, Core, Settings, boundary
+from ._core import REDIS_OPTIONS, Core, Settings, boundary, run_to_completion
 from .responder import RedisEvents, RedisPending, RedisResponder, answer_by_id
 from .waiter import Waiter
 
@@ -145,6 +145,9 @@ class RedisBroker(Broker):
     async def aclose(self) -> None:
         if self.core.closed:
             return
+        await run_to_completion(self._close())
+
+    async def _close(self) -> None:
         for responder in list(self._responders):
             await responder.aclose()  # held requests go back to their groups
         await self.waiter.aclose()  # open waits are withdrawn

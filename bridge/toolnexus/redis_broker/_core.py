@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Coroutine, Iterator
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -133,6 +133,13 @@ def boundary(what: str) -> Iterator[None]:
         raise BrokerUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
+async def run_to_completion(coro: Coroutine[Any, Any, None]) -> None:
+    """Await ``coro`` as a task of its own that finishes even if this caller is cancelled
+    (an anyio cancel scope cancels every await of a closing ``async with``), so that
+    cleanup is never cut short."""
+    await asyncio.shield(asyncio.ensure_future(coro))
+
+
 class Backoff:
     """Exponential backoff between reconnect attempts: 0.05 s doubling to ``cap_s``."""
 
@@ -243,7 +250,7 @@ class Core:
         future = self.pipeliner.batch(
             SETTLE,
             (self.keys.events, self.keys.requests),
-            (min_event_ms,),
+            (min_event_ms, self.settings.retention_ms),
             (),
             (self.codec.encode(event) if event else "", *(ack or ("", "")), delete or ""),
             lazy=lazy,

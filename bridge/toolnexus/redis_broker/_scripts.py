@@ -146,14 +146,16 @@ return replies
 SETTLE = BatchScript(
     "settle",
     """
--- On a queue's slot. Shared: KEYS events stream, request stream; ARGV min event id.
--- Item: ARGV event, group, entry to acknowledge, entry to delete ('' for none).
--- Publishes events (the stream trimmed by age), acknowledges the entries of resolved
--- requests, and deletes them so that groups that have not read them yet never do.
+-- On a queue's slot. Shared: KEYS events stream, request stream; ARGV min event id,
+-- retention_ms. Item: ARGV event, group, entry to acknowledge, entry to delete ('' for
+-- none). Publishes events (the stream trimmed by age, and gone once idle for the
+-- retention), acknowledges the entries of resolved requests, and deletes them so that
+-- groups that have not read them yet never do.
 local n = 0
-for a = 2, #ARGV, 4 do
+for a = 3, #ARGV, 4 do
   if ARGV[a] ~= '' then
     redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'e', ARGV[a])
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end
   if ARGV[a + 2] ~= '' then
     redis.call('XACK', KEYS[2], ARGV[a + 1], ARGV[a + 2])

@@ -34,7 +34,7 @@ from ..errors import (
 from ..keys import WAITER_ID, check_request_id
 from ..models import EXPIRED, WITHDRAWN, Answer, Event, Request
 from ..schema import check_answer
-from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, ms, text
+from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, ms, run_to_completion, text
 from ._scripts import STATUS
 
 log = logging.getLogger("toolnexus.redis")
@@ -321,7 +321,12 @@ class RedisResponder(Responder):
             raise
         self._forget(pending)
         event = Event(event="answered", id=checked.id, answer=checked)
-        self.core.settle(event, (self.group, pending.entry_id), pending.entry_id, lazy=False)
+        entry = pending.entry_id
+        settled = self.core.settle(event, (self.group, entry), entry, lazy=False)
+        # Returns once the entry is gone too, so that no group reads it from now on; the
+        # answer has won already, so a failure here is only logged (by settle).
+        with contextlib.suppress(Exception):
+            await asyncio.shield(settled)
 
     def _forget(self, pending: RedisPending) -> None:
         if self._held.get(pending.request.id) is pending:
@@ -428,12 +433,13 @@ class RedisResponder(Responder):
         self._closed = True
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
         ids: list[Any] = [pending.entry_id for pending in self._held.values()]
         self._held.clear()
         self._ready.clear()
+        await run_to_completion(self._close(ids))
+
+    async def _close(self, ids: list[Any]) -> None:
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if ids and not self.core.closed:  # idle as if their lease had lapsed: reclaimable now
             with contextlib.suppress(Exception):
                 await self.core.bounded(
@@ -506,4 +512,5 @@ class RedisEvents(EventStream):
     async def aclose(self) -> None:
         self._closed = True
         if self._client is not None:
-            await self._client.aclose()
+            client, self._client = self._client, None
+            await run_to_completion(client.aclose())
