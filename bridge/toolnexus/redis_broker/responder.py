@@ -112,7 +112,6 @@ async def answer_by_id(core: Core, answer: Answer) -> None:
         request = core.codec.decode_as(raw_request, Request)
         checked = check_answer(request, answer, None)
         await resolve_answer(core, request, checked, core.codec.encode_answer(checked))
-        core.settle(Event(event="answered", id=answer.id, answer=checked), lazy=False)
 
 
 class RedisPending(Pending):
@@ -320,9 +319,8 @@ class RedisResponder(Responder):
             self.release(pending)
             raise
         self._forget(pending)
-        event = Event(event="answered", id=checked.id, answer=checked)
-        entry = pending.entry_id
-        settled = self.core.settle(event, (self.group, entry), entry, lazy=False)
+        entry = pending.entry_id  # the waiter publishes the answered event
+        settled = self.core.settle(None, (self.group, entry), entry, lazy=False)
         # Returns once the entry is gone too, so that no group reads it from now on; the
         # answer has won already, so a failure here is only logged (by settle).
         with contextlib.suppress(Exception):

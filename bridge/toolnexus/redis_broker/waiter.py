@@ -29,7 +29,7 @@ import redis.exceptions
 from ..broker import deadline_of
 from ..errors import BrokerClosed, DecodeError, InvalidRequest
 from ..keys import check_request_id
-from ..models import UNAVAILABLE, WITHDRAWN, Answer, Event, Request
+from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import OPEN, PUBLISH
 
@@ -151,8 +151,12 @@ class Waiter:
         finally:
             del self.waits[request.id]
         if answer is not None:
-            if wait.entry_id is not None:  # groups that have not read it yet never will
-                core.settle(delete=wait.entry_id)
+            if answer.reason not in (EXPIRED, WITHDRAWN):
+                # The waiter tells responders: it is the one party sure to learn the answer
+                # (a responder may die between resolving and saying so). Groups that have
+                # not read the entry yet never will.
+                event = Event(event="answered", id=request.id, answer=answer)
+                core.settle(event, delete=wait.entry_id)
             if answer.reason == WITHDRAWN:  # not by us: Redis took us for dead
                 return Answer(id=request.id, ok=False, reason=UNAVAILABLE, meta=answer.meta)
             return answer
