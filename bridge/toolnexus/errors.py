@@ -8,7 +8,10 @@
     │   ├── AlreadyResolved    answered, expired or withdrawn before this answer arrived
     │   └── UnknownRequest     no such request (never published, or its state has expired)
     ├── BrokerUnavailable      the broker cannot be reached
-    └── ConfigurationError     a bad URL, option or missing extra
+    ├── ServerUnavailable      an MCP server cannot be started or reached
+    ├── ConfigurationError     a bad URL, option, MCP config or missing extra
+    └── McpError               an MCP request failed (toolnexus.mcp_errors; also the SDK's MCPError)
+        └── UrlElicitationRequired   -32042 with a URL that was not accepted
 
 Outcomes a person can cause (a decline, no answer before the deadline) are never
 errors: they are :class:`~toolnexus.Answer` values with ``ok=False``.
@@ -65,6 +68,15 @@ class UnknownRequest(NotResolved):
 
 class BrokerUnavailable(ToolnexusError):
     """The broker (Redis) cannot be reached."""
+
+
+class ServerUnavailable(ToolnexusError, ConnectionError):
+    """An MCP server could not be started or reached; ``server`` names it."""
+
+    def __init__(self, server: str | None, reason: str) -> None:
+        super().__init__(f"MCP server {server!r} is unavailable: {reason}")
+        self.server = server
+        self.reason = reason
 
 
 class ConfigurationError(ToolnexusError, ValueError):
