@@ -55,14 +55,7 @@ class ElicitationCallback:
         timeout_s: float | None = None,
         allow: Sequence[str] | None = None,
     ) -> None:
-        if timeout_s is not None and not timeout_s > 0:
-            raise ConfigurationError(f"timeout_s must be a positive number, got {timeout_s!r}")
-        if isinstance(allow, str) or (
-            allow is not None and not all(isinstance(name, str) and name for name in allow)
-        ):
-            raise ConfigurationError(
-                f"allow must be a list of responder names (non-empty strings), got {allow!r}"
-            )
+        check_options(timeout_s, allow)
         self.wait_for = wait_for
         self.agent = agent
         self.server = server
@@ -108,6 +101,22 @@ class ElicitationCallback:
                 request = _again(request, str(exc))
         log.warning("no answer to %r fit its form: the server gets cancel", request.prompt)
         return ElicitResult(action="cancel")
+
+
+def check_options(timeout_s: float | None, allow: Sequence[str] | None) -> None:
+    """Refuse a ``timeout_s`` that is not positive or an ``allow`` that is not a list of names.
+
+    Raises:
+        ConfigurationError: naming the bad value.
+    """
+    if timeout_s is not None and not timeout_s > 0:
+        raise ConfigurationError(f"timeout_s must be a positive number, got {timeout_s!r}")
+    if isinstance(allow, str) or (
+        allow is not None and not all(isinstance(name, str) and name for name in allow)
+    ):
+        raise ConfigurationError(
+            f"allow must be a list of responder names (non-empty strings), got {allow!r}"
+        )
 
 
 def _again(request: Request, problem: str) -> Request:

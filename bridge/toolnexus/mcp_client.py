@@ -74,7 +74,7 @@ from mcp_types import (
 from ._mcp_transport import ServerSpec, Target, target
 from .broker import Broker
 from .errors import ConfigurationError, NotResolved
-from .mcp_callback import ElicitationCallback
+from .mcp_callback import ElicitationCallback, check_options
 from .mcp_config import McpConfig, McpToolset, ServerEntry, load_config
 from .mcp_errors import McpError, UrlElicitationRequired, translated
 from .models import WITHDRAWN, Answer, Request, WaitFor
@@ -501,6 +501,7 @@ def load_mcp(
     """
     if mode is not None and mode not in MODES:
         raise ConfigurationError(f"mode must be None or one of {list(MODES)}, got {mode!r}")
+    check_options(timeout_s, allow)
     options = _Options(wait_for, timeout_s, read_timeout_s, agent, on_complete, mode, allow)
     if isinstance(server, Mapping | os.PathLike):
         if name is not None:

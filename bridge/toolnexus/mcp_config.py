@@ -151,23 +151,29 @@ class McpToolset(Mapping[str, "McpTool"]):
                 self._tools[key] = tool
 
     @classmethod
-    @asynccontextmanager
-    async def open(
+    def open(
         cls,
         entries: Mapping[str, ServerEntry],
         opener: Opener,
         *,
         tool_name: str = "{server}.{tool}",
         require_all: bool = False,
-    ) -> AsyncIterator[McpToolset]:
+    ) -> AbstractAsyncContextManager[McpToolset]:
         """Open every server concurrently and yield their tools; each server stays open until
         the toolset closes. A server that fails is logged and kept in ``failures``.
 
         Raises:
-            ConfigurationError: a bad ``tool_name``, or two tools with one name.
+            ConfigurationError: a bad ``tool_name`` (at once), or two tools with one name.
             ToolnexusError: with ``require_all``, the first failing server's error.
         """
         _check_tool_name(tool_name)
+        return cls._open(entries, opener, tool_name, require_all)
+
+    @classmethod
+    @asynccontextmanager
+    async def _open(
+        cls, entries: Mapping[str, ServerEntry], opener: Opener, tool_name: str, require_all: bool
+    ) -> AsyncIterator[McpToolset]:
         opened: dict[str, McpTools] = {}
         failures: dict[str, ToolnexusError] = {}
         stop = anyio.Event()
