@@ -41,14 +41,13 @@ still waiting for it are cancelled, which withdraws their requests.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import math
 import os
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeAlias, overload
 
 import anyio
@@ -71,6 +70,7 @@ from mcp_types import (
     Tool,
 )
 
+from ._mcp_calls import Call, Clock, Wait, current_call
 from ._mcp_transport import ServerSpec, Target, target
 from .broker import Broker
 from .errors import ConfigurationError, NotResolved
@@ -96,69 +96,6 @@ _REFUSED_HANDSHAKE = frozenset({UNSUPPORTED_PROTOCOL_VERSION, METHOD_NOT_FOUND})
 _REMEMBERED_AUTHORIZATIONS = 1024
 _MAX_TOOL_PAGES = 100
 
-_current_call: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
-    "toolnexus_mcp_call", default=None
-)
-
-
-class _Clock:
-    """A read timeout spent only while no person is being asked: the budget left moves
-    the deadline of the call's cancel scope, and is frozen while paused."""
-
-    def __init__(self, timeout_s: float, scope: anyio.CancelScope) -> None:
-        self._budget = timeout_s
-        self._scope = scope
-        self._pauses = 0
-        scope.deadline = anyio.current_time() + timeout_s
-
-    def pause(self) -> None:
-        if not self._pauses:
-            self._budget = max(0.0, self._scope.deadline - anyio.current_time())
-            self._scope.deadline = math.inf
-        self._pauses += 1
-
-    def resume(self) -> None:
-        self._pauses -= 1
-        if not self._pauses:
-            self._scope.deadline = anyio.current_time() + self._budget
-
-
-@dataclass(eq=False)
-class _Wait:
-    """One elicitation waiting for a person, on behalf of the calls still in ``calls``."""
-
-    scope: anyio.CancelScope
-    calls: set[_Call]
-
-
-@dataclass(eq=False)
-class _Call:
-    """One ``tools/call`` in flight."""
-
-    name: str
-    timeout_s: float | None
-    clock: _Clock | None = None
-    active: bool = True
-    waits: set[_Wait] = field(default_factory=set)
-
-    def attach(self, wait: _Wait) -> None:
-        self.waits.add(wait)
-        if self.clock is not None:
-            self.clock.pause()
-
-    def detach(self, wait: _Wait) -> None:
-        self.waits.discard(wait)
-        if self.active and self.clock is not None:
-            self.clock.resume()
-
-    def end(self) -> None:
-        """The call is over: cancel the waits that no other call still needs."""
-        self.active = False
-        for wait in self.waits:
-            wait.calls.discard(self)
-            if not wait.calls:
-                wait.scope.cancel()
-
 
 class _Session:
     """The elicitation side of one ``load_mcp`` session."""
@@ -178,7 +115,7 @@ class _Session:
         self.on_complete = on_complete
         self.server_name = label
         self.client: Client | None = None
-        self._inflight: set[_Call] = set()
+        self._inflight: set[Call] = set()
         self._authorizations: OrderedDict[str, str] = OrderedDict()
 
     # -- tool calls -------------------------------------------------------------------
@@ -190,23 +127,23 @@ class _Session:
         timeout_s: float | None,
         read_timeout_s: float | None,
     ) -> CallToolResult:
-        call = _Call(name, timeout_s if timeout_s is not None else self.timeout_s)
+        call = Call(name, timeout_s if timeout_s is not None else self.timeout_s)
         read_timeout = read_timeout_s if read_timeout_s is not None else self.read_timeout_s
-        token = _current_call.set(call)
+        token = current_call.set(call)
         self._inflight.add(call)
         try:
             with translated(self.server_name):
                 with anyio.CancelScope() as scope:
                     if read_timeout is not None:
-                        call.clock = _Clock(read_timeout, scope)
+                        call.clock = Clock(read_timeout, scope)
                     return await self._send(call, arguments)
                 raise MCPError(code=REQUEST_TIMEOUT, message="Request 'tools/call' timed out")
         finally:
             self._inflight.discard(call)
             call.end()
-            _current_call.reset(token)
+            current_call.reset(token)
 
-    async def _send(self, call: _Call, arguments: dict[str, Any]) -> CallToolResult:
+    async def _send(self, call: Call, arguments: dict[str, Any]) -> CallToolResult:
         assert self.client is not None
         rounds = 0
         while True:
@@ -227,7 +164,7 @@ class _Session:
                         error.elicitations, error.message, server=self.server_name
                     ) from exc
 
-    async def _authorize(self, call: _Call, elicitations: list[ElicitRequestURLParams]) -> bool:
+    async def _authorize(self, call: Call, elicitations: list[ElicitRequestURLParams]) -> bool:
         """Ask for every URL elicitation at once; True if all are accepted (the first
         refusal withdraws the others)."""
         accepted: list[bool] = []
@@ -250,9 +187,9 @@ class _Session:
         self, context: ClientRequestContext, params: ElicitRequestParams
     ) -> ElicitResult | ErrorData:
         """The SDK's elicitation callback: legacy requests and 2026-07-28 input requests."""
-        return await self.answer(params, _current_call.get())
+        return await self.answer(params, current_call.get())
 
-    async def answer(self, params: Any, hint: _Call | None) -> ElicitResult | ErrorData:
+    async def answer(self, params: Any, hint: Call | None) -> ElicitResult | ErrorData:
         """Ask for one elicitation made during ``hint`` (or an unknown call) through the
         session's :class:`~toolnexus.mcp_callback.ElicitationCallback`."""
         assert self.asker is not None
@@ -272,7 +209,7 @@ class _Session:
             wait=wait,
         )
 
-    async def _wait(self, request: Request, calls: set[_Call]) -> Answer:
+    async def _wait(self, request: Request, calls: set[Call]) -> Answer:
         """``wait_for(request)`` with the calls' clocks stopped; withdrawn if the calls all
         ended first. A URL elicitation's id is remembered for its completion notice."""
         assert self.asker is not None
@@ -283,7 +220,7 @@ class _Session:
             self._remember(elicitation_id, request.id)
         answer = Answer(id=request.id, ok=False, reason=WITHDRAWN)
         with anyio.CancelScope() as scope:
-            wait = _Wait(scope, set(calls))
+            wait = Wait(scope, set(calls))
             for call in calls:
                 call.attach(wait)
             try:
