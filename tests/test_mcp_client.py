@@ -38,8 +38,8 @@ from toolnexus import (
     Source,
     load_mcp,
 )
+from toolnexus._mcp_transport import target
 from toolnexus.demo import booking_server
-from toolnexus.mcp_client import _target
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -105,19 +105,22 @@ async def test_tools_are_a_read_only_mapping_of_callables() -> None:
 
 
 def test_server_specs_are_recognised() -> None:
-    params, label = _target("python -m 'my server' --flag", None)
-    assert isinstance(params, StdioServerParameters)
-    assert (params.command, params.args, label) == (
+    how = target("python -m 'my server' --flag")
+    assert how.stdio is not None
+    assert (how.stdio.command, how.stdio.args, how.label) == (
         "python",
         ["-m", "my server", "--flag"],
         "python",
     )
-    params, label = _target(["/usr/bin/node", "server.js"], None)
-    assert isinstance(params, StdioServerParameters) and label == "node"
-    transport, label = _target("https://mcp.example.com/mcp", None)
-    assert hasattr(transport, "__aenter__") and label == "mcp.example.com"
-    with pytest.raises(ConfigurationError):
-        _target([], None)
+    how = target(["/usr/bin/node", "server.js"])
+    assert how.stdio is not None and how.label == "node"
+    params = StdioServerParameters(command="/bin/srv")
+    assert target(params).stdio is params
+    how = target("https://mcp.example.com/mcp")
+    assert how.stdio is None and how.label == "mcp.example.com" and how.reusable
+    assert hasattr(how.connect(), "__aenter__")
+    with pytest.raises(ConfigurationError, match="must not be empty"):
+        target([])
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
@@ -381,7 +384,7 @@ async def test_the_booking_server_over_http_in_2026_mode(rbroker: Broker) -> Non
     with http_server(booking_server()) as url:
         async with (
             answering(rbroker, accept_booking) as seen,
-            load_mcp(url, wait_for=rbroker.wait_for, agent="http-agent") as tools,
+            load_mcp(url, wait_for=rbroker.wait_for, agent="http-agent", mode="auto") as tools,
         ):
             assert tools.protocol_version == "2026-07-28"
             result = await tools["book_table"](restaurant="Noma")

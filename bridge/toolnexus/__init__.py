@@ -17,6 +17,7 @@ from .errors import (
     InvalidAnswer,
     InvalidRequest,
     NotResolved,
+    ServerUnavailable,
     ToolnexusError,
     UnknownRequest,
 )
@@ -26,9 +27,22 @@ from .question import QUESTION_TOOL, QuestionResult, question, question_tool
 from .schema import validate_form
 
 if _typing.TYPE_CHECKING:
+    from .mcp_callback import ElicitationCallback, elicitation_callback, fastmcp_elicitation_handler
     from .mcp_client import McpTool, McpTools, load_mcp
+    from .mcp_config import McpToolset
+    from .mcp_errors import McpError, UrlElicitationRequired
 
-_LAZY = {"McpTool": "mcp_client", "McpTools": "mcp_client", "load_mcp": "mcp_client"}
+_LAZY = {
+    "ElicitationCallback": "mcp_callback",
+    "McpError": "mcp_errors",
+    "McpTool": "mcp_client",
+    "McpTools": "mcp_client",
+    "McpToolset": "mcp_config",
+    "UrlElicitationRequired": "mcp_errors",
+    "elicitation_callback": "mcp_callback",
+    "fastmcp_elicitation_handler": "mcp_callback",
+    "load_mcp": "mcp_client",
+}
 """Names imported on first use: the MCP client SDK takes seconds to import, and a
 responder or a plain waiter never needs it."""
 
@@ -59,24 +73,31 @@ __all__ = [
     "Codec",
     "ConfigurationError",
     "DecodeError",
+    "ElicitationCallback",
     "Event",
     "EventStream",
     "InvalidAnswer",
     "InvalidRequest",
+    "McpError",
     "McpTool",
     "McpTools",
+    "McpToolset",
     "NotResolved",
     "Pending",
     "QuestionResult",
     "Request",
     "Responder",
+    "ServerUnavailable",
     "Source",
     "ToolnexusError",
     "UnknownRequest",
+    "UrlElicitationRequired",
     "WaitFor",
     "answer_to_elicit_result",
     "connect",
+    "elicitation_callback",
     "elicitation_to_request",
+    "fastmcp_elicitation_handler",
     "load_mcp",
     "new_id",
     "question",

@@ -9,7 +9,10 @@
     │   └── UnknownRequest     no such request (never published, or its state has expired)
     ├── BrokerUnavailable      the broker cannot be reached (Redis down, refused, timed out)
     ├── BrokerClosed           this broker was closed by its owner (not an outage)
-    └── ConfigurationError     a bad URL, option or missing extra
+    ├── ServerUnavailable      an MCP server cannot be started or reached
+    ├── ConfigurationError     a bad URL, option, MCP config or missing extra
+    └── McpError               an MCP request failed (toolnexus.mcp_errors; also the SDK's MCPError)
+        └── UrlElicitationRequired   -32042 with a URL that was not accepted
 
 Errors of Redis, the OS and the MCP SDK never cross the public API: they are mapped
 at the boundary (``raise BrokerUnavailable(...) from exc``), the original kept as
@@ -74,6 +77,15 @@ class BrokerUnavailable(ToolnexusError):
 
 class BrokerClosed(ToolnexusError):
     """The broker was closed (by its owner) while this call was in progress or after."""
+
+
+class ServerUnavailable(ToolnexusError, ConnectionError):
+    """An MCP server could not be started or reached; ``server`` names it."""
+
+    def __init__(self, server: str | None, reason: str) -> None:
+        super().__init__(f"MCP server {server!r} is unavailable: {reason}")
+        self.server = server
+        self.reason = reason
 
 
 class ConfigurationError(ToolnexusError, ValueError):

@@ -2,7 +2,8 @@
 through one ``wait_for`` (SPEC §2).
 
 Every way an MCP server asks goes ``elicitation_to_request`` → ``wait_for`` →
-``answer_to_elicit_result``:
+``answer_to_elicit_result`` (through :class:`~toolnexus.mcp_callback.ElicitationCallback`,
+the same code as the public :func:`~toolnexus.elicitation_callback`):
 
 - ``elicitation/create`` (protocol ≤ 2025-11-25), form and URL mode: the SDK's
   elicitation callback.
@@ -11,11 +12,23 @@ Every way an MCP server asks goes ``elicitation_to_request`` → ``wait_for`` �
 - The ``-32042`` URL-elicitation-required error: each listed URL elicitation becomes
   an ``authorization`` request; once all are accepted the call is sent again (at most
   :data:`MAX_URL_ROUNDS` times). If one is declined or cancelled, the others are
-  withdrawn and the error is raised as the SDK's ``UrlElicitationRequiredError`` (an
-  ``MCPError`` with code ``-32042``), exactly what the SDK alone would have raised.
+  withdrawn and :class:`~toolnexus.mcp_errors.UrlElicitationRequired` is raised.
 - ``notifications/elicitation/complete`` (≤ 2025-11-25): ``on_complete(request_id)``
   for the authorization request that carried that elicitation id; unknown, declined
   and already completed ids are ignored.
+
+Protocol: with no ``mode``, the session starts with the initialize handshake (2025-11-25,
+or the older version the server picks), on which servers may ask with server-initiated
+``elicitation/create`` (fastmcp's and the SDK's ``ctx.elicit``); a server that refuses the
+handshake because it speaks only 2026-07-28 is connected again at 2026-07-28, where it asks
+with ``InputRequiredResult``. ``mode="auto"`` prefers 2026-07-28 (the SDK's default).
+
+Which call asks: a question made while a tool call runs names that tool and uses that
+call's deadline. On 2026-07-28 the question is part of the call's own result; on
+streamable HTTP a server-initiated request travels on the call's response stream, so
+the SDK delivers it in the call's context. Over stdio nothing tells concurrent calls
+apart: with one call in flight it is that call; with several, the request names no
+tool, takes the session's deadline, and stops the clocks of all of them.
 
 Time: a read timeout (``read_timeout_s``) measures the server only. The SDK's own
 clock keeps running while a person answers, so ``tools/call`` is sent without one
@@ -28,32 +41,25 @@ still waiting for it are cancelled, which withdraws their requests.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import math
 import os
-import shlex
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Any, TypeAlias
-from urllib.parse import urlsplit
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeAlias, overload
 
 import anyio
 import anyio.abc
-import httpx2
 import pydantic
 from mcp import Client
-from mcp.client import ClientRequestContext, IncomingMessage, Transport
-from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.server import Server
-from mcp.server.mcpserver import MCPServer
+from mcp.client import ClientRequestContext, IncomingMessage
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import (
-    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
     REQUEST_TIMEOUT,
+    UNSUPPORTED_PROTOCOL_VERSION,
     URL_ELICITATION_REQUIRED,
     CallToolResult,
     ElicitCompleteNotification,
@@ -64,20 +70,18 @@ from mcp_types import (
     Tool,
 )
 
+from ._mcp_calls import Call, Clock, Wait, current_call
+from ._mcp_transport import ServerSpec, Target, target
 from .broker import Broker
-from .errors import ConfigurationError, InvalidAnswer, InvalidRequest, NotResolved
-from .mcp_source import answer_to_elicit_result, elicitation_to_request
-from .models import Answer, Request, Source, WaitFor
-from .schema import check_answer
+from .errors import ConfigurationError, NotResolved
+from .mcp_callback import ElicitationCallback, check_options
+from .mcp_config import McpConfig, McpToolset, ServerEntry, load_config
+from .mcp_errors import McpError, UrlElicitationRequired, translated
+from .models import WITHDRAWN, Answer, Request, WaitFor
 
 log = logging.getLogger(__name__)
 
-ServerSpec: TypeAlias = (
-    "str | Sequence[str] | StdioServerParameters | Server[Any] | MCPServer | Transport"
-)
-"""What ``load_mcp`` connects to: a stdio command line (string or argv list), the SDK's
-``StdioServerParameters``, an ``http(s)://`` streamable-HTTP URL, an in-process
-``MCPServer`` or low-level ``Server``, or any SDK ``Transport``."""
+__all__ = ["McpTool", "McpTools", "McpToolset", "ServerSpec", "load_mcp"]
 
 OnComplete: TypeAlias = Callable[[str], Awaitable[None]]
 """Called with a request id when the server says its authorization step is done."""
@@ -85,74 +89,12 @@ OnComplete: TypeAlias = Callable[[str], Awaitable[None]]
 MAX_URL_ROUNDS = 3
 """How many times one tool call is sent again after ``-32042`` errors whose URLs were accepted."""
 
-HTTP_TIMEOUT_S = 30.0
-"""Connect, write and pool timeout of the streamable-HTTP client (reads wait: see above)."""
+MODES = ("legacy", "auto", "2026-07-28")
+"""``mode`` values besides the default (None): see :func:`load_mcp`."""
 
+_REFUSED_HANDSHAKE = frozenset({UNSUPPORTED_PROTOCOL_VERSION, METHOD_NOT_FOUND})
 _REMEMBERED_AUTHORIZATIONS = 1024
 _MAX_TOOL_PAGES = 100
-
-_current_call: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
-    "toolnexus_mcp_call", default=None
-)
-
-
-class _Clock:
-    """A read timeout spent only while no person is being asked: the budget left moves
-    the deadline of the call's cancel scope, and is frozen while paused."""
-
-    def __init__(self, timeout_s: float, scope: anyio.CancelScope) -> None:
-        self._budget = timeout_s
-        self._scope = scope
-        self._pauses = 0
-        scope.deadline = anyio.current_time() + timeout_s
-
-    def pause(self) -> None:
-        if not self._pauses:
-            self._budget = max(0.0, self._scope.deadline - anyio.current_time())
-            self._scope.deadline = math.inf
-        self._pauses += 1
-
-    def resume(self) -> None:
-        self._pauses -= 1
-        if not self._pauses:
-            self._scope.deadline = anyio.current_time() + self._budget
-
-
-@dataclass(eq=False)
-class _Wait:
-    """One elicitation waiting for a person, on behalf of the calls still in ``calls``."""
-
-    scope: anyio.CancelScope
-    calls: set[_Call]
-
-
-@dataclass(eq=False)
-class _Call:
-    """One ``tools/call`` in flight."""
-
-    name: str
-    timeout_s: float | None
-    clock: _Clock | None = None
-    active: bool = True
-    waits: set[_Wait] = field(default_factory=set)
-
-    def attach(self, wait: _Wait) -> None:
-        self.waits.add(wait)
-        if self.clock is not None:
-            self.clock.pause()
-
-    def detach(self, wait: _Wait) -> None:
-        self.waits.discard(wait)
-        if self.active and self.clock is not None:
-            self.clock.resume()
-
-    def end(self) -> None:
-        """The call is over: cancel the waits that no other call still needs."""
-        self.active = False
-        for wait in self.waits:
-            wait.calls.discard(self)
-            if not wait.calls:
-                wait.scope.cancel()
 
 
 class _Session:
@@ -161,21 +103,19 @@ class _Session:
     def __init__(
         self,
         *,
-        wait_for: WaitFor | None,
+        asker: ElicitationCallback | None,
         timeout_s: float | None,
         read_timeout_s: float | None,
-        agent: str | None,
         on_complete: OnComplete | None,
         label: str | None,
     ) -> None:
-        self.wait_for = wait_for
+        self.asker = asker
         self.timeout_s = timeout_s
         self.read_timeout_s = read_timeout_s
-        self.agent = agent
         self.on_complete = on_complete
         self.server_name = label
         self.client: Client | None = None
-        self._inflight: set[_Call] = set()
+        self._inflight: set[Call] = set()
         self._authorizations: OrderedDict[str, str] = OrderedDict()
 
     # -- tool calls -------------------------------------------------------------------
@@ -187,22 +127,23 @@ class _Session:
         timeout_s: float | None,
         read_timeout_s: float | None,
     ) -> CallToolResult:
-        call = _Call(name, timeout_s if timeout_s is not None else self.timeout_s)
+        call = Call(name, timeout_s if timeout_s is not None else self.timeout_s)
         read_timeout = read_timeout_s if read_timeout_s is not None else self.read_timeout_s
-        token = _current_call.set(call)
+        token = current_call.set(call)
         self._inflight.add(call)
         try:
-            with anyio.CancelScope() as scope:
-                if read_timeout is not None:
-                    call.clock = _Clock(read_timeout, scope)
-                return await self._send(call, arguments)
-            raise MCPError(code=REQUEST_TIMEOUT, message="Request 'tools/call' timed out")
+            with translated(self.server_name):
+                with anyio.CancelScope() as scope:
+                    if read_timeout is not None:
+                        call.clock = Clock(read_timeout, scope)
+                    return await self._send(call, arguments)
+                raise MCPError(code=REQUEST_TIMEOUT, message="Request 'tools/call' timed out")
         finally:
             self._inflight.discard(call)
             call.end()
-            _current_call.reset(token)
+            current_call.reset(token)
 
-    async def _send(self, call: _Call, arguments: dict[str, Any]) -> CallToolResult:
+    async def _send(self, call: Call, arguments: dict[str, Any]) -> CallToolResult:
         assert self.client is not None
         rounds = 0
         while True:
@@ -212,18 +153,18 @@ class _Session:
                     call.name, arguments, read_timeout_seconds=math.inf
                 )
             except MCPError as exc:
-                if exc.code != URL_ELICITATION_REQUIRED or self.wait_for is None:
+                if exc.code != URL_ELICITATION_REQUIRED or self.asker is None:
                     raise
                 error = _url_elicitation_required(exc)
                 rounds += 1
                 if error is None or rounds > MAX_URL_ROUNDS:
                     raise
                 if not await self._authorize(call, error.elicitations):
-                    if error is exc:
-                        raise
-                    raise error from exc
+                    raise UrlElicitationRequired(
+                        error.elicitations, error.message, server=self.server_name
+                    ) from exc
 
-    async def _authorize(self, call: _Call, elicitations: list[ElicitRequestURLParams]) -> bool:
+    async def _authorize(self, call: Call, elicitations: list[ElicitRequestURLParams]) -> bool:
         """Ask for every URL elicitation at once; True if all are accepted (the first
         refusal withdraws the others)."""
         accepted: list[bool] = []
@@ -246,53 +187,50 @@ class _Session:
         self, context: ClientRequestContext, params: ElicitRequestParams
     ) -> ElicitResult | ErrorData:
         """The SDK's elicitation callback: legacy requests and 2026-07-28 input requests."""
-        return await self.answer(params, _current_call.get())
+        return await self.answer(params, current_call.get())
 
-    async def answer(self, params: Any, hint: _Call | None) -> ElicitResult | ErrorData:
-        """Ask ``wait_for`` for one elicitation made during ``hint`` (or an unknown call)."""
-        assert self.wait_for is not None
+    async def answer(self, params: Any, hint: Call | None) -> ElicitResult | ErrorData:
+        """Ask for one elicitation made during ``hint`` (or an unknown call) through the
+        session's :class:`~toolnexus.mcp_callback.ElicitationCallback`."""
+        assert self.asker is not None
         if hint is not None and not hint.active:
             return ElicitResult(action="cancel")
         calls = {hint} if hint is not None else set(self._inflight)
         only = next(iter(calls)) if len(calls) == 1 else None
-        timeout_s = only.timeout_s if only is not None else self.timeout_s
-        source = Source(
-            server=self.server_name, tool=only.name if only is not None else None, agent=self.agent
-        )
-        try:
-            request = elicitation_to_request(params, source=source, timeout_s=timeout_s)
-        except InvalidRequest as exc:
-            return ErrorData(code=INVALID_PARAMS, message=str(exc))
-        url_mode = request.kind == "authorization"
-        elicitation_id = request.meta.get("elicitation_id")
-        if url_mode and isinstance(elicitation_id, str):
-            self._remember(elicitation_id, request.id)
-        answer = await self._wait(request, calls)
-        if url_mode and isinstance(elicitation_id, str) and not (answer and answer.ok):
-            self._authorizations.pop(elicitation_id, None)
-        if answer is None:
-            return ElicitResult(action="cancel")
-        try:
-            return answer_to_elicit_result(check_answer(request, answer, None), url_mode=url_mode)
-        except InvalidAnswer as exc:
-            log.warning(
-                "answer to %s breaks its form (%s): the server gets cancel", request.id, exc
-            )
-            return ElicitResult(action="cancel")
 
-    async def _wait(self, request: Request, calls: set[_Call]) -> Answer | None:
-        """``wait_for(request)`` with the calls' clocks stopped; None if the calls all ended."""
-        assert self.wait_for is not None
+        async def wait(request: Request) -> Answer:
+            return await self._wait(request, calls)
+
+        return await self.asker.ask(
+            params,
+            server=self.server_name,
+            tool=only.name if only is not None else None,
+            timeout_s=only.timeout_s if only is not None else None,
+            wait=wait,
+        )
+
+    async def _wait(self, request: Request, calls: set[Call]) -> Answer:
+        """``wait_for(request)`` with the calls' clocks stopped; withdrawn if the calls all
+        ended first. A URL elicitation's id is remembered for its completion notice."""
+        assert self.asker is not None
+        elicitation_id = request.meta.get("elicitation_id")
+        if request.kind != "authorization" or not isinstance(elicitation_id, str):
+            elicitation_id = None
+        if elicitation_id is not None:
+            self._remember(elicitation_id, request.id)
+        answer = Answer(id=request.id, ok=False, reason=WITHDRAWN)
         with anyio.CancelScope() as scope:
-            wait = _Wait(scope, set(calls))
+            wait = Wait(scope, set(calls))
             for call in calls:
                 call.attach(wait)
             try:
-                return await self.wait_for(request)
+                answer = await self.asker.wait_for(request)
             finally:
                 for call in calls:
                     call.detach(wait)
-        return None
+        if elicitation_id is not None and not answer.ok:
+            self._authorizations.pop(elicitation_id, None)
+        return answer
 
     # -- completion ---------------------------------------------------------------------
 
@@ -368,13 +306,19 @@ class McpTool:
         server's own time, for this call only (``load_mcp``'s values when ``None``).
 
         Raises:
-            mcp.shared.exceptions.MCPError: a protocol error, including ``-32001`` when the
-                read timeout passes and ``UrlElicitationRequiredError`` (``-32042``) when a
-                required URL elicitation was not accepted.
+            McpError: a protocol error (also an ``mcp.shared.exceptions.MCPError``),
+                including ``-32001`` when the read timeout passes, ``-32603`` for a reply
+                that does not conform to the protocol, and :class:`UrlElicitationRequired`
+                (``-32042``) when a required URL elicitation was not accepted.
         """
         return await self._session.call_tool(
             self.name, dict(arguments or {}), timeout_s, read_timeout_s
         )
+
+    @property
+    def server_name(self) -> str | None:
+        """The name of the server the tool belongs to."""
+        return self._session.server_name
 
     def __repr__(self) -> str:
         return f"<McpTool {self.name!r} of {self._session.server_name!r}>"
@@ -391,7 +335,8 @@ class McpTools(Mapping[str, McpTool]):
 
     @property
     def server_name(self) -> str | None:
-        """The server's name (its ``serverInfo``, else the host or command it was reached by)."""
+        """The server's name: ``load_mcp``'s ``name``, else its ``serverInfo``, else the host
+        or command it was reached by."""
         return self._session.server_name
 
     @property
@@ -412,8 +357,25 @@ class McpTools(Mapping[str, McpTool]):
         return f"<McpTools of {self.server_name!r}: {', '.join(self._tools)}>"
 
 
-@asynccontextmanager
-async def load_mcp(
+@overload
+def load_mcp(
+    server: McpConfig,
+    *,
+    wait_for: WaitFor | None = None,
+    timeout_s: float | None = None,
+    read_timeout_s: float | None = None,
+    agent: str | None = None,
+    on_complete: OnComplete | None = None,
+    mode: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    allow: Sequence[str] | None = None,
+    tool_name: str = "{server}.{tool}",
+    require_all: bool = False,
+) -> AbstractAsyncContextManager[McpToolset]: ...
+
+
+@overload
+def load_mcp(
     server: ServerSpec,
     *,
     wait_for: WaitFor | None = None,
@@ -421,49 +383,159 @@ async def load_mcp(
     read_timeout_s: float | None = None,
     agent: str | None = None,
     on_complete: OnComplete | None = None,
-    mode: str = "auto",
+    mode: str | None = None,
     headers: Mapping[str, str] | None = None,
-) -> AsyncIterator[McpTools]:
+    allow: Sequence[str] | None = None,
+    name: str | None = None,
+) -> AbstractAsyncContextManager[McpTools]: ...
+
+
+def load_mcp(
+    server: ServerSpec | McpConfig,
+    *,
+    wait_for: WaitFor | None = None,
+    timeout_s: float | None = None,
+    read_timeout_s: float | None = None,
+    agent: str | None = None,
+    on_complete: OnComplete | None = None,
+    mode: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    allow: Sequence[str] | None = None,
+    name: str | None = None,
+    tool_name: str | None = None,
+    require_all: bool | None = None,
+) -> AbstractAsyncContextManager[McpTools] | AbstractAsyncContextManager[McpToolset]:
     """Connect to ``server`` and yield its tools; with ``wait_for``, elicitation is advertised.
+
+    ``server`` is one server (:data:`ServerSpec`), or an MCP host config: a dict
+    ``{"mcpServers": {name: {"command", "args", "env", "cwd"} | {"url", "headers"}}}`` or
+    an ``os.PathLike`` path to such a JSON file. A config yields one
+    :class:`McpToolset` of every server's tools, named by ``tool_name`` (a format with
+    ``{server}`` and ``{tool}``); its servers are connected concurrently, each request
+    names its server, and a server that fails is logged and listed in
+    ``toolset.failures`` while the others work (with ``require_all``, it fails the load).
 
     ``timeout_s`` is how long a person has to answer each elicitation; ``read_timeout_s``
     bounds each request to the server, not counting time spent waiting on a person.
-    ``agent`` names this agent in every request's ``source``. ``on_complete`` receives
-    the request id of an authorization the server reports complete; by default, when
-    ``wait_for`` is a broker's bound ``wait_for``, it is that broker's ``complete``.
-    ``mode`` is the SDK's: ``"auto"`` (negotiate), ``"legacy"`` (2025-11-25 handshake)
-    or a protocol version such as ``"2026-07-28"``. ``headers`` go with HTTP requests.
+    ``agent`` names this agent in every request's ``source``, ``name`` the server (default:
+    the name it gives itself). ``on_complete`` receives the request id of an authorization
+    the server reports complete; by default, when ``wait_for`` is a broker's bound
+    ``wait_for``, it is that broker's ``complete``. ``allow`` lists the responders that may
+    answer (``Request.meta["allow"]``). ``headers`` go with HTTP requests.
+
+    ``mode`` picks the protocol. ``None`` (the default): the initialize handshake, so
+    servers can ask with server-initiated requests (``ctx.elicit``), then 2026-07-28 if
+    the server refuses the handshake as a 2026-07-28-only server. ``"auto"``: 2026-07-28
+    whenever the server offers it (fastmcp's and the SDK's ``ctx.elicit`` cannot ask
+    there), else the handshake. ``"legacy"``: the handshake only. ``"2026-07-28"``: that
+    version, without asking the server.
 
     Raises:
-        ConfigurationError: an empty command line.
-        mcp.shared.exceptions.MCPError: the server refused the handshake or the listing.
-        OSError: a stdio server that cannot be started.
+        ConfigurationError: an empty command line, an unknown ``mode``, a bad config, or
+            options that do not fit ``server``.
+        ServerUnavailable: the server cannot be started or reached.
+        McpError: the server refused the handshake or the listing.
     """
-    target, label = _target(server, headers)
-    if on_complete is None and wait_for is not None:
-        owner = getattr(wait_for, "__self__", None)
-        if isinstance(owner, Broker):
+    if mode is not None and mode not in MODES:
+        raise ConfigurationError(f"mode must be None or one of {list(MODES)}, got {mode!r}")
+    check_options(timeout_s, allow)
+    options = _Options(wait_for, timeout_s, read_timeout_s, agent, on_complete, mode, allow)
+    if isinstance(server, Mapping | os.PathLike):
+        if name is not None:
+            raise ConfigurationError("name= names one server; a config names its servers")
+        shared = dict(headers or {})
+
+        def open_one(entry_name: str, entry: ServerEntry) -> AbstractAsyncContextManager[McpTools]:
+            return _load_one(entry.spec, options, {**shared, **entry.headers}, entry_name)
+
+        return McpToolset.open(
+            load_config(server),
+            open_one,
+            tool_name="{server}.{tool}" if tool_name is None else tool_name,
+            require_all=bool(require_all),
+        )
+    if tool_name is not None or require_all is not None:
+        raise ConfigurationError("tool_name= and require_all= apply to an MCP config only")
+    if isinstance(server, str) and server.lower().endswith(".json"):
+        raise ConfigurationError(
+            f"{server!r} looks like an MCP config file: pass it as pathlib.Path({server!r})"
+        )
+    return _load_one(server, options, headers, name)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """``load_mcp``'s options that every server of a config shares."""
+
+    wait_for: WaitFor | None
+    timeout_s: float | None
+    read_timeout_s: float | None
+    agent: str | None
+    on_complete: OnComplete | None
+    mode: str | None
+    allow: Sequence[str] | None
+
+
+@asynccontextmanager
+async def _load_one(
+    server: ServerSpec, options: _Options, headers: Mapping[str, str] | None, name: str | None
+) -> AsyncIterator[McpTools]:
+    """One server's tools (see :func:`load_mcp`)."""
+    how = target(server, headers)
+    label = name or how.label
+    asker = on_complete = None
+    if options.wait_for is not None:
+        asker = ElicitationCallback(
+            options.wait_for,
+            agent=options.agent,
+            server=label,
+            timeout_s=options.timeout_s,
+            allow=options.allow,
+        )
+        owner = getattr(options.wait_for, "__self__", None)
+        on_complete = options.on_complete
+        if on_complete is None and isinstance(owner, Broker):
             on_complete = owner.complete
     session = _Session(
-        wait_for=wait_for,
-        timeout_s=timeout_s,
-        read_timeout_s=read_timeout_s,
-        agent=agent,
+        asker=asker,
+        timeout_s=options.timeout_s,
+        read_timeout_s=options.read_timeout_s,
         on_complete=on_complete,
         label=label,
     )
-    client = Client(
-        target,
-        mode=mode,
-        read_timeout_seconds=read_timeout_s,
-        elicitation_callback=session.elicitation_callback if wait_for is not None else None,
-        message_handler=session.message_handler,
-    )
-    async with client:
+    async with AsyncExitStack() as stack:
+        client = await _connect(stack, how, session, options.mode)
         session.client = client
-        if client.server_info is not None and client.server_info.name:
+        if name is None and client.server_info is not None and client.server_info.name:
             session.server_name = client.server_info.name
-        yield McpTools(await _list_tools(client), session, client)
+        with translated(session.server_name):
+            listed = await _list_tools(client)
+        yield McpTools(listed, session, client)
+
+
+async def _connect(
+    stack: AsyncExitStack, how: Target, session: _Session, mode: str | None
+) -> Client:
+    """An entered SDK ``Client`` for ``how`` in ``mode`` (see :func:`load_mcp`)."""
+
+    def client(sdk_mode: str) -> Client:
+        return Client(
+            how.connect(),
+            mode=sdk_mode,
+            read_timeout_seconds=session.read_timeout_s,
+            elicitation_callback=session.elicitation_callback if session.asker else None,
+            message_handler=session.message_handler,
+        )
+
+    try:
+        with translated(session.server_name):
+            return await stack.enter_async_context(client(mode or "legacy"))
+    except McpError as exc:
+        if mode is not None or exc.code not in _REFUSED_HANDSHAKE or not how.reusable:
+            raise
+        log.info("%s: connecting at 2026-07-28 instead", exc)
+    with translated(session.server_name):
+        return await stack.enter_async_context(client("auto"))
 
 
 async def _list_tools(client: Client) -> list[Tool]:
@@ -476,35 +548,3 @@ async def _list_tools(client: Client) -> list[Tool]:
         if cursor is None:
             break
     return tools
-
-
-def _target(
-    server: ServerSpec, headers: Mapping[str, str] | None
-) -> tuple[Server[Any] | MCPServer | Transport | StdioServerParameters, str | None]:
-    """What the SDK ``Client`` connects to, and a fallback name for the server."""
-    if isinstance(server, str):
-        parts = urlsplit(server)
-        if parts.scheme in ("http", "https"):
-            return _http_transport(server, headers), parts.hostname
-        server = shlex.split(server)
-    if isinstance(server, StdioServerParameters):
-        return server, os.path.basename(server.command)
-    if isinstance(server, MCPServer | Server):
-        return server, server.name
-    if isinstance(server, Sequence):
-        argv = [str(arg) for arg in server]
-        if not argv:
-            raise ConfigurationError("an MCP server command line must not be empty")
-        return StdioServerParameters(command=argv[0], args=argv[1:]), os.path.basename(argv[0])
-    return server, None
-
-
-@asynccontextmanager
-async def _http_transport(url: str, headers: Mapping[str, str] | None) -> AsyncIterator[Any]:
-    """Streamable HTTP with no read timeout: a response stream may idle while a person answers."""
-    timeout = httpx2.Timeout(HTTP_TIMEOUT_S, read=None)
-    async with (
-        httpx2.AsyncClient(headers=dict(headers or {}), timeout=timeout) as http,
-        streamable_http_client(url, http_client=http) as streams,
-    ):
-        yield streams

@@ -47,7 +47,7 @@ def elicitation_to_request(
             raise InvalidRequest("URL-mode elicitation params have no url")
         kind, data = "authorization", None
     else:
-        schema = _field(params, "requestedSchema", "requested_schema")
+        schema = _field(params, "requested_schema", "requestedSchema")
         if isinstance(schema, pydantic.BaseModel):  # the per-protocol-version mcp_types models
             schema = schema.model_dump(mode="json", by_alias=True, exclude_none=True)
         if not isinstance(schema, dict):
@@ -57,7 +57,7 @@ def elicitation_to_request(
             )
         kind, data, url = "input", {"schema": schema}, None
 
-    elicitation_id = _field(params, "elicitationId", "elicitation_id")
+    elicitation_id = _field(params, "elicitation_id", "elicitationId")
     created_at = time.time()
     return Request(
         id=new_id("elc"),
@@ -107,7 +107,8 @@ def answer_to_elicit_result(answer: Answer, *, url_mode: bool = False) -> Elicit
 
 
 def _field(params: Any, *names: str) -> Any:
-    """The first of ``names`` that ``params`` holds as a non-None key or attribute."""
+    """The first of ``names`` that ``params`` holds as a non-None key or attribute (the
+    mcp 2.x name first: fastmcp makes the 1.x alias of a 2.x model warn)."""
     for name in names:
         value = params.get(name) if isinstance(params, Mapping) else getattr(params, name, None)
         if value is not None:

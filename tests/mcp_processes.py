@@ -1,0 +1,107 @@
+"""Real servers and a responder, each in its own process, stopped by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from mcp_helpers import free_port
+
+SERVERS = Path(__file__).resolve().parent / "servers"
+FASTMCP = [sys.executable, str(SERVERS / "fastmcp_server.py")]
+WIRE = [sys.executable, str(SERVERS / "wire_server.py")]
+
+BOOKING = "Your booking details?"
+SEATS = "How many seats?"
+COLOUR = "Which colour?"
+DELETE = "Really delete?"
+RULES: dict[str, Any] = {
+    BOOKING: {"accept": {"name": "Ada"}},
+    SEATS: {"accept": {"value": 4}},
+    COLOUR: {"accept": {"value": "green"}},
+    DELETE: "decline",
+    "Name?": {"accept": {"name": "Grace"}},
+}
+"""What the responder process answers to the test servers' questions."""
+
+
+class ResponderProcess:
+    """``tests/servers/responder.py`` running; ``seen`` lists the requests it printed."""
+
+    def __init__(self, url: str, namespace: str, rules: dict[str, Any]) -> None:
+        command = [sys.executable, str(SERVERS / "responder.py"), url, namespace, json.dumps(rules)]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        self.seen: list[dict[str, Any]] = []
+        self._ready = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        if not self._ready.wait(30):
+            self.stop()
+            raise RuntimeError("the responder process did not start")
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            item = json.loads(line)
+            if item == "ready":
+                self._ready.set()
+            else:
+                self.seen.append(item)
+
+    def by_prompt(self, prompt: str) -> dict[str, Any]:
+        return next(item for item in self.seen if item["prompt"] == prompt)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._reader.join(5)
+
+
+@contextmanager
+def responder_process(
+    url: str, namespace: str, rules: dict[str, Any] | None = None
+) -> Iterator[ResponderProcess]:
+    responder = ResponderProcess(url, namespace, RULES if rules is None else rules)
+    try:
+        yield responder
+    finally:
+        responder.stop()
+
+
+@contextmanager
+def fastmcp_http(name: str = "fastmcp-elicit") -> Iterator[str]:
+    """The fastmcp test server over streamable HTTP in its own process; yields its URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [*FASTMCP, "--http", str(port), "--name", name], env={**os.environ, "NO_COLOR": "1"}
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the fastmcp HTTP server did not start")
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
