@@ -6,6 +6,7 @@ Every suspension is one :class:`Request` answered by one :class:`Answer`
 
 import typing as _typing
 
+from .audit import AuditRecord
 from .broker import Broker, EventStream, Pending, Responder, connect
 from .codec import JSON, MSGPACK, Codec
 from .errors import (
@@ -16,13 +17,15 @@ from .errors import (
     InvalidAnswer,
     InvalidRequest,
     NotResolved,
+    SignatureError,
     ToolnexusError,
     UnknownRequest,
 )
 from .mcp_source import answer_to_elicit_result, elicitation_to_request
-from .models import Answer, Event, Request, Source, WaitFor, new_id
+from .models import Answer, Event, Request, Signature, Source, WaitFor, new_id
 from .question import QUESTION_TOOL, QuestionResult, question, question_tool
 from .schema import validate_form
+from .signing import Keyring, Signatures, SigningKey
 
 if _typing.TYPE_CHECKING:
     from .mcp_client import McpTool, McpTools, load_mcp
@@ -52,6 +55,7 @@ __all__ = [
     "QUESTION_TOOL",
     "AlreadyResolved",
     "Answer",
+    "AuditRecord",
     "Broker",
     "BrokerUnavailable",
     "Codec",
@@ -61,6 +65,7 @@ __all__ = [
     "EventStream",
     "InvalidAnswer",
     "InvalidRequest",
+    "Keyring",
     "McpTool",
     "McpTools",
     "NotResolved",
@@ -68,6 +73,10 @@ __all__ = [
     "QuestionResult",
     "Request",
     "Responder",
+    "Signature",
+    "SignatureError",
+    "Signatures",
+    "SigningKey",
     "Source",
     "ToolnexusError",
     "UnknownRequest",

@@ -7,8 +7,9 @@
     ├── NotResolved            an answer that lost: the request was already resolved or is unknown
     │   ├── AlreadyResolved    answered, expired or withdrawn before this answer arrived
     │   └── UnknownRequest     no such request (never published, or its state has expired)
+    ├── SignatureError         a signature that is missing, wrong, untrusted or for another request
     ├── BrokerUnavailable      the broker cannot be reached
-    └── ConfigurationError     a bad URL, option or missing extra
+    └── ConfigurationError     a bad URL, option, key file or missing extra
 
 Outcomes a person can cause (a decline, no answer before the deadline) are never
 errors: they are :class:`~toolnexus.Answer` values with ``ok=False``.
@@ -63,9 +64,19 @@ class UnknownRequest(NotResolved):
         super().__init__(request_id, "unknown request")
 
 
+class SignatureError(ToolnexusError):
+    """A request or answer refused by signature checks. ``reason`` says why, in words:
+    ``"missing signature"``, ``"unknown key 'x'"``, ``"bad signature"``, ``"signed for
+    another request"``, ``"responder name does not match key"`` or ``"not allowed"``."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(f"{what} refused: {reason}")
+        self.reason = reason
+
+
 class BrokerUnavailable(ToolnexusError):
     """The broker (Redis) cannot be reached."""
 
 
 class ConfigurationError(ToolnexusError, ValueError):
-    """A bad URL or option, or an optional extra that is not installed."""
+    """A bad URL, option or key file, or an optional extra that is not installed."""
