@@ -191,9 +191,12 @@ def test_a_name_is_one_identity(tmp_path: Path) -> None:
     assert sorted(merged) == ["agent-7", "ops-bot"] and len(RESPONDERS) == 1
 
 
-def test_a_missing_trusted_keys_path_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigurationError, match=r"cannot read trusted keys .*nowhere"):
+def test_a_missing_or_binary_trusted_keys_path_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r"cannot read trusted keys .*nowhere: No such"):
         Keyring.load(tmp_path / "nowhere")
+    (tmp_path / "binary").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigurationError, match=r"binary: not text, so not trusted keys"):
+        Keyring.load(tmp_path / "binary")
 
 
 # -- signed requests ---------------------------------------------------------------------

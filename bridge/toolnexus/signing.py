@@ -255,8 +255,10 @@ class Keyring:
     def _read(self, file: Path, default_name: str | None) -> None:
         try:
             text = file.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigurationError(f"cannot read trusted keys {file}: {exc}") from exc
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read trusted keys {file}: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigurationError(f"{file}: not text, so not trusted keys") from exc
         if default_name is not None and text.lstrip().startswith("-----BEGIN"):
             try:
                 key = serialization.load_pem_public_key(text.encode())
