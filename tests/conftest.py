@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import hypothesis  # noqa: F401  (imported early: CPython 3.11.7 fails importing it at session end)
 import pytest
@@ -22,9 +23,10 @@ from toolnexus.broker import Broker
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
-def _redis_is_up(url: str) -> bool:
+def _redis_is_up(url: str, **options: Any) -> bool:
     try:
-        redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+        with redis.Redis.from_url(url, socket_connect_timeout=0.5, **options) as client:
+            client.ping()
     except redis.exceptions.ConnectionError:
         return False
     return True
@@ -74,22 +76,31 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """A private redis-server on a free loopback port, which a test may stop and restart."""
+    """A private redis-server on a free loopback port, which a test may stop and restart.
 
-    def __init__(self, directory: Path, *args: str) -> None:
+    With ``tls``, the port speaks only TLS (``rediss://``; ``args`` name the certificates).
+    ``client_options`` (credentials, certificates) are what a client needs to ping it.
+    """
+
+    def __init__(
+        self, directory: Path, *args: str, tls: bool = False, **client_options: Any
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             pytest.fail("redis-server is not installed (.ci/run installs it)")
         self.binary, self.directory, self.args = binary, directory, args
         self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.tls = tls
+        self.url = f"{'rediss' if tls else 'redis'}://127.0.0.1:{self.port}/0"
+        self.client_options = client_options
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        ports = ("--port", "0", "--tls-port") if self.tls else ("--port",)
         self.process = subprocess.Popen(
             [
                 self.binary,
-                "--port",
+                *ports,
                 str(self.port),
                 "--bind",
                 "127.0.0.1",
@@ -102,7 +113,9 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
-        while not _redis_is_up(self.url):
+        while not _redis_is_up(self.url, **self.client_options):
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited with status {self.process.returncode}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"redis-server on port {self.port} did not start")
             time.sleep(0.02)

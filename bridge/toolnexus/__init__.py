@@ -6,6 +6,7 @@ Every suspension is one :class:`Request` answered by one :class:`Answer`
 
 import typing as _typing
 
+from .audit import AuditRecord
 from .broker import Broker, EventStream, Pending, Responder, connect
 from .codec import JSON, MSGPACK, Codec
 from .errors import (
@@ -18,13 +19,15 @@ from .errors import (
     InvalidRequest,
     NotResolved,
     ServerUnavailable,
+    SignatureError,
     ToolnexusError,
     UnknownRequest,
 )
 from .mcp_source import answer_to_elicit_result, elicitation_to_request
-from .models import Answer, Event, Request, Source, WaitFor, new_id
+from .models import Answer, Event, Request, Signature, Source, WaitFor, new_id
 from .question import QUESTION_TOOL, QuestionResult, question, question_tool
 from .schema import validate_form
+from .signing import Keyring, Signatures, SigningKey
 
 if _typing.TYPE_CHECKING:
     from .mcp_callback import ElicitationCallback, elicitation_callback, fastmcp_elicitation_handler
@@ -67,6 +70,7 @@ __all__ = [
     "QUESTION_TOOL",
     "AlreadyResolved",
     "Answer",
+    "AuditRecord",
     "Broker",
     "BrokerClosed",
     "BrokerUnavailable",
@@ -78,6 +82,7 @@ __all__ = [
     "EventStream",
     "InvalidAnswer",
     "InvalidRequest",
+    "Keyring",
     "McpError",
     "McpTool",
     "McpTools",
@@ -88,6 +93,10 @@ __all__ = [
     "Request",
     "Responder",
     "ServerUnavailable",
+    "Signature",
+    "SignatureError",
+    "Signatures",
+    "SigningKey",
     "Source",
     "ToolnexusError",
     "UnknownRequest",

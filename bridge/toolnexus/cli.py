@@ -1,4 +1,5 @@
-"""The ``toolnexus`` command (SPEC §13). ``toolnexus demo`` runs a whole round trip.
+"""The ``toolnexus`` command (SPEC §13). ``toolnexus demo`` runs a whole round trip;
+``toolnexus keygen NAME`` makes a signing key.
 
 Configuration comes from flags, then ``TOOLNEXUS_*`` environment variables
 (``TOOLNEXUS_URL`` for the broker), then the embedded default ``memory://``.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .errors import ToolnexusError
 
@@ -43,7 +44,31 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--namespace", default="toolnexus", help="Redis key namespace")
     demo.add_argument("--queue", default="demo", help="request queue")
     demo.add_argument("--restaurant", default="Chez Toolnexus", help="where to book")
+    keygen = commands.add_parser(
+        "keygen",
+        help="make an Ed25519 signing key: NAME.key (private) and NAME.pub",
+        description=(
+            "Write NAME.key (the private key, mode 0600: give it to one process as "
+            "TOOLNEXUS_SIGNING_KEY) and NAME.pub (its public line: add it to the "
+            "TOOLNEXUS_TRUSTED_KEYS of the processes that verify this one). Existing "
+            "files are never replaced."
+        ),
+    )
+    keygen.add_argument("name", metavar="NAME", help="the key's name, e.g. agent-7 or ops-bot")
+    keygen.add_argument("--dir", default=".", help="where to write the files (default: here)")
     return parser
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    from .signing import SigningKey
+
+    key = SigningKey.generate(args.name)
+    key_path, pub_path = (path.resolve() for path in key.save(args.dir))
+    print(f"private key: {key_path}  (mode 0600; TOOLNEXUS_SIGNING_KEY={key_path})")
+    print(f"public key:  {pub_path}")
+    print("trusted-keys line (add it to TOOLNEXUS_TRUSTED_KEYS of who verifies this key):")
+    print(key.public_line())
+    return 0
 
 
 async def _demo(args: argparse.Namespace) -> int:
@@ -60,14 +85,21 @@ async def _demo(args: argparse.Namespace) -> int:
     return 1 if result.is_error else 0
 
 
-_COMMANDS = {"demo": _demo}
+def _run_demo(args: argparse.Namespace) -> int:
+    return asyncio.run(_demo(args))
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "demo": _run_demo,
+    "keygen": _keygen,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``toolnexus`` command line; the exit status is returned (and used by the script)."""
     args = _parser().parse_args(argv)
     try:
-        return asyncio.run(_COMMANDS[args.command](args))
+        return _COMMANDS[args.command](args)
     except ToolnexusError as exc:
         print(f"toolnexus: {exc}", file=sys.stderr)
         return 2

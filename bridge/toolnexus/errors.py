@@ -7,10 +7,11 @@
     ├── NotResolved            an answer that lost: the request was already resolved or is unknown
     │   ├── AlreadyResolved    answered, expired or withdrawn before this answer arrived
     │   └── UnknownRequest     no such request (never published, or its state has expired)
+    ├── SignatureError         a signature that is missing, wrong, untrusted or for another request
     ├── BrokerUnavailable      the broker cannot be reached (Redis down, refused, timed out)
     ├── BrokerClosed           this broker was closed by its owner (not an outage)
     ├── ServerUnavailable      an MCP server cannot be started or reached
-    ├── ConfigurationError     a bad URL, option, MCP config or missing extra
+    ├── ConfigurationError     a bad URL, option, MCP config, key file or missing extra
     └── McpError               an MCP request failed (toolnexus.mcp_errors; also the SDK's MCPError)
         └── UrlElicitationRequired   -32042 with a URL that was not accepted
 
@@ -71,6 +72,16 @@ class UnknownRequest(NotResolved):
         super().__init__(request_id, "unknown request")
 
 
+class SignatureError(ToolnexusError):
+    """A request or answer refused by signature checks. ``reason`` says why, in words:
+    ``"missing signature"``, ``"unknown key 'x'"``, ``"bad signature"``, ``"signed for
+    another request"``, ``"responder name does not match key"`` or ``"not allowed"``."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(f"{what} refused: {reason}")
+        self.reason = reason
+
+
 class BrokerUnavailable(ToolnexusError):
     """The broker (Redis) cannot be reached, refused the command, or did not reply in time."""
 
@@ -89,4 +100,4 @@ class ServerUnavailable(ToolnexusError, ConnectionError):
 
 
 class ConfigurationError(ToolnexusError, ValueError):
-    """A bad URL or option, or an optional extra that is not installed."""
+    """A bad URL, option or key file, or an optional extra that is not installed."""

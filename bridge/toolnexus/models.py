@@ -35,13 +35,26 @@ class Source(msgspec.Struct, omit_defaults=True, frozen=True):
     agent: str | None = None
 
 
+class Signature(msgspec.Struct, omit_defaults=True, frozen=True):
+    """An Ed25519 signature by the key named ``key`` (see :mod:`toolnexus.signing`).
+
+    On an answer, ``digest`` is the digest of the exact request it answers.
+    """
+
+    key: str
+    sig: bytes
+    digest: bytes | None = None
+
+
 class Request(msgspec.Struct, tag="request", tag_field="type", omit_defaults=True):
     """Something that suspends an agent until a person (or a bot) answers it.
 
     ``kind`` is ``"input"`` (``data["schema"]`` is a JSON Schema for the answer),
     ``"authorization"`` (go to ``url``), ``"approval"``, or anything else agreed on.
     ``expires_at`` is a Unix time in seconds; ``None`` lets the waiter pick the deadline.
-    ``reply_to`` is routing set by the broker that published it.
+    ``reply_to`` is routing set by the broker that published it. ``allow`` names who may
+    answer (responder key names and persons, ``*`` patterns; ``None``: anyone), and
+    ``signature`` is the asking agent's (:func:`toolnexus.signing.sign_request`).
     """
 
     id: str
@@ -55,6 +68,8 @@ class Request(msgspec.Struct, tag="request", tag_field="type", omit_defaults=Tru
     reply_to: str | None = None
     trace: dict[str, str] | None = None
     meta: dict[str, Any] = msgspec.field(default_factory=dict)
+    allow: list[str] | None = None
+    signature: Signature | None = None
 
     @property
     def schema(self) -> dict[str, Any] | None:
@@ -73,6 +88,8 @@ class Answer(msgspec.Struct, tag="answer", tag_field="type", omit_defaults=True)
     ``reason``: ``"declined"``, ``"dismissed"``, ``"expired"``, ``"withdrawn"``,
     ``"unavailable"``, or another a responder chose. ``responder`` names the responder
     (a consumer, or a verified key name); ``person`` who answered behind it, if known.
+    ``signature`` is the responder's, bound to the request's digest
+    (:func:`toolnexus.signing.sign_answer`).
     """
 
     id: str
@@ -83,6 +100,13 @@ class Answer(msgspec.Struct, tag="answer", tag_field="type", omit_defaults=True)
     person: str | None = None
     answered_at: float = msgspec.field(default_factory=time.time)
     meta: dict[str, Any] = msgspec.field(default_factory=dict)
+    signature: Signature | None = None
+
+    @property
+    def answered_by(self) -> str | None:
+        """Who answered, as shown to people: ``"ops-bot / slack:U123"`` (key name and
+        person), or whichever of the two is known."""
+        return " / ".join(name for name in (self.responder, self.person) if name) or None
 
 
 EventType: TypeAlias = Literal["answered", "expired", "withdrawn", "completed"]

@@ -1,0 +1,321 @@
+"""deploy/redis/users.acl on a private redis-server: the agent and the responder users do
+their whole job through toolnexus with no command denied, and nothing beyond it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+import redis.exceptions
+
+import toolnexus
+from conftest import FAST, RedisServer
+from toolnexus import Answer, Broker, Request, new_id
+from toolnexus.keys import Keys
+
+DEPLOY = Path(__file__).parents[1] / "deploy" / "redis"
+PASSWORDS = {"agent": "agent-secret", "responder": "responder-secret", "ops": "ops-secret"}
+ADMIN = "admin-secret"  # a user of this test alone, to read the ACL log
+QUEUE = "acl"
+KEYS = Keys("toolnexus", QUEUE)  # the namespace users.acl is written for
+FORM = {"type": "object", "properties": {"n": {"type": "integer", "default": 1}}}
+
+pytestmark = pytest.mark.redis
+
+
+def set_passwords(**env: str) -> subprocess.CompletedProcess[str]:
+    script = DEPLOY / "set-passwords.sh"
+    return subprocess.run(
+        [str(script)], env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True
+    )
+
+
+def start_server(directory: Path, acl: str) -> RedisServer:
+    (directory / "users.acl").write_text(acl + f"user admin on >{ADMIN} +@all ~* &*\n")
+    server = RedisServer(
+        directory, "--aclfile", str(directory / "users.acl"), username="admin", password=ADMIN
+    )
+    server.start()
+    return server
+
+
+@pytest.fixture
+def acl_server(tmp_path: Path) -> Iterator[RedisServer]:
+    env = {f"REDIS_{user.upper()}_PASSWORD": password for user, password in PASSWORDS.items()}
+    done = set_passwords(**env)
+    assert done.returncode == 0, done.stderr
+    server = start_server(tmp_path, done.stdout)
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def url(server: RedisServer, user: str) -> str:
+    return server.url.replace("redis://", f"redis://{user}:{PASSWORDS[user]}@")
+
+
+@pytest.fixture
+async def admin(acl_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(acl_server.url, username="admin", password=ADMIN)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def as_user(acl_server: RedisServer) -> AsyncIterator[Any]:
+    clients: list[aioredis.Redis] = []
+
+    def client(user: str) -> aioredis.Redis:
+        clients.append(aioredis.Redis.from_url(url(acl_server, user)))
+        return clients[-1]
+
+    yield client
+    for c in clients:
+        await c.aclose()
+
+
+async def denials(admin: aioredis.Redis) -> list[str]:
+    """What the ACL log says was denied, as ``user: reason object`` lines."""
+    entries: list[dict[Any, Any]] = await admin.acl_log()
+    return [f"{e['username']}: {e['reason']} {e['object']}" for e in entries]
+
+
+def connect(server: RedisServer, user: str) -> Broker:
+    return toolnexus.connect(url(server, user), queue=QUEUE, **FAST)
+
+
+async def withdraw(waiting: asyncio.Task[Answer]) -> None:
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+
+
+# -- passwords ---------------------------------------------------------------------------
+
+
+def test_set_passwords_writes_only_hashes(tmp_path: Path) -> None:
+    secret_file = tmp_path / "ops.secret"
+    secret_file.write_text("ops-from-file\n")
+    done = set_passwords(
+        REDIS_AGENT_PASSWORD="a-1",
+        REDIS_RESPONDER_PASSWORD="r-1",
+        REDIS_OPS_PASSWORD_FILE=str(secret_file),
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[1] for line in lines] == ["default", "agent", "responder", "ops"]
+    for line, password in zip(lines[1:], ["a-1", "r-1", "ops-from-file"], strict=True):
+        assert line.endswith(" #" + hashlib.sha256(password.encode()).hexdigest())
+    assert "a-1" not in done.stdout and "ops-from-file" not in done.stdout
+    assert lines[0] == (DEPLOY / "users.acl").read_text().splitlines()[0]
+
+
+def test_set_passwords_refuses_a_user_without_one() -> None:
+    done = set_passwords(REDIS_AGENT_PASSWORD="a-1", REDIS_OPS_PASSWORD="o-1")
+    assert done.returncode == 1 and done.stdout == ""
+    assert "no password for user 'responder': set REDIS_RESPONDER_PASSWORD" in done.stderr
+
+
+def test_the_shipped_file_loads_and_lets_nobody_in(tmp_path: Path) -> None:
+    server = start_server(tmp_path, (DEPLOY / "users.acl").read_text())
+    try:
+        for user in [*PASSWORDS, "default"]:
+            client = redis.Redis.from_url(server.url, username=user, password="anything")
+            with pytest.raises(redis.exceptions.AuthenticationError):
+                client.ping()
+            client.close()
+    finally:
+        server.kill()
+
+
+async def test_the_default_user_is_off(acl_server: RedisServer) -> None:
+    anonymous = aioredis.Redis.from_url(acl_server.url, protocol=2)
+    with pytest.raises(redis.exceptions.AuthenticationError, match="Authentication required"):
+        await anonymous.ping()
+    await anonymous.aclose()
+    default = aioredis.Redis.from_url(acl_server.url, username="default", password="")
+    with pytest.raises(redis.exceptions.AuthenticationError, match="disabled"):
+        await default.ping()
+    await default.aclose()
+
+
+# -- each role's whole job ---------------------------------------------------------------
+
+
+async def test_agent_and_responder_do_their_whole_job_with_nothing_denied(
+    acl_server: RedisServer, admin: aioredis.Redis
+) -> None:
+    async with connect(acl_server, "agent") as agent, connect(acl_server, "responder") as bot:
+        events = bot.events()
+        seen: list[str] = []
+
+        async def respond() -> None:
+            async with bot.responder("ops") as requests:
+                async for pending in requests:
+                    seen.append(pending.request.prompt)
+                    if pending.request.kind == "input":
+                        await pending.accept({}, person="slack:U1")  # the default fills n
+                    elif pending.request.prompt == "Decline?":
+                        await pending.decline()
+                    elif pending.request.prompt == "By id?":
+                        await bot.answer(Answer(id=pending.request.id, ok=True))
+                    # anything else is left to expire or be withdrawn
+
+        responding = asyncio.create_task(respond())
+        form = Request(id=new_id(), kind="input", prompt="How many?", data={"schema": FORM})
+        answer = await agent.wait_for(form, timeout_s=20)
+        assert (answer.ok, answer.data, answer.person) == (True, {"n": 1}, "slack:U1")
+        declined = await agent.wait_for(Request(id=new_id(), kind="approval", prompt="Decline?"))
+        assert declined.reason == "declined"
+        by_id = await agent.wait_for(Request(id=new_id(), kind="approval", prompt="By id?"))
+        assert by_id.ok
+        late = await agent.wait_for(
+            Request(id=new_id(), kind="approval", prompt="Ignored"), timeout_s=0.3
+        )
+        assert late.reason == "expired"
+        withdrawn = Request(id=new_id(), kind="approval", prompt="Withdrawn")
+        waiting = asyncio.create_task(agent.wait_for(withdrawn, timeout_s=20))
+        while "Withdrawn" not in seen:
+            await asyncio.sleep(0.02)
+        await withdraw(waiting)
+        await agent.complete(form.id)
+        kinds: set[tuple[str, str]] = set()
+        async with asyncio.timeout(20):
+            async for event in events:
+                kinds.add((event.event, event.id))
+                if ("withdrawn", withdrawn.id) in kinds and ("completed", form.id) in kinds:
+                    break
+        assert ("answered", form.id) in kinds
+        await events.aclose()
+        responding.cancel()
+    assert seen[:4] == ["How many?", "Decline?", "By id?", "Ignored"]
+    assert await denials(admin) == []
+
+
+async def test_responders_reclaim_and_dead_letter_with_their_own_rights(
+    acl_server: RedisServer, admin: aioredis.Redis, as_user: Any
+) -> None:
+    async with connect(acl_server, "agent") as agent, connect(acl_server, "responder") as bot:
+        request = Request(id=new_id(), kind="approval", prompt="Reclaimed?")
+        waiting = asyncio.create_task(agent.wait_for(request, timeout_s=20))
+        async with bot.responder("ops", "first") as first:
+            held = await anext(first)  # taken, never answered: its lease lapses
+            assert held.request.id == request.id
+        await as_user("agent").xadd(KEYS.requests, {"r": b"not a request"})
+        async with bot.responder("ops", "second") as second:
+            reclaimed = await anext(second)
+            assert reclaimed.request.id == request.id
+            await reclaimed.accept()
+        assert (await waiting).ok
+        dead = await as_user("ops").xrange(KEYS.dead)
+        assert [fields[b"field:r"] for _, fields in dead] == [b"not a request"]
+    assert await denials(admin) == []
+
+
+# -- and nothing beyond it ---------------------------------------------------------------
+
+
+async def noperm(command: Any) -> None:
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        await command
+
+
+async def test_a_responder_cannot_add_requests_or_read_beyond_its_keys(
+    acl_server: RedisServer, admin: aioredis.Redis, as_user: Any
+) -> None:
+    async with connect(acl_server, "agent") as agent:
+        waiting = asyncio.create_task(agent.wait_for(Request(id=new_id(), kind="approval")))
+        responder = as_user("responder")
+        await noperm(responder.xadd(KEYS.requests, {"r": b"forged request"}))
+        await noperm(responder.xrange(KEYS.requests))
+        await noperm(responder.xread({KEYS.answers(agent.waiter_id): "0"}))
+        await noperm(responder.xrange(f"{{toolnexus:q:{QUEUE}}}:audit"))
+        await noperm(responder.hgetall(f"{{toolnexus:q:{QUEUE}}}:workers"))
+        await noperm(responder.get("some-other-app:secret"))
+        await noperm(responder.keys("*"))
+        await noperm(responder.flushall())
+        # a script it loads itself runs with its own rights, command by command
+        forge = "return redis.call('XADD', KEYS[1], '*', 'r', ARGV[1])"
+        sha = await responder.script_load(forge)
+        with pytest.raises(redis.exceptions.ResponseError, match="script can't access"):
+            await responder.evalsha(sha, 1, KEYS.requests, b"forged request")
+        assert await as_user("ops").xlen(KEYS.requests) == 1
+        await withdraw(waiting)
+    assert f"responder: key {KEYS.requests}" in await denials(admin)
+
+
+async def test_an_agent_cannot_read_the_requests_of_others(
+    acl_server: RedisServer, as_user: Any
+) -> None:
+    agent = as_user("agent")
+    await noperm(agent.xreadgroup("ops", "me", {KEYS.requests: ">"}))
+    await noperm(agent.xrange(KEYS.requests))
+    await noperm(agent.xgroup_create(KEYS.requests, "mine", mkstream=True))
+    await noperm(agent.hset(f"{{toolnexus:q:{QUEUE}}}:workers", "me", "1"))
+    await noperm(agent.get("some-other-app:secret"))
+
+
+async def test_ops_reads_everything_and_writes_nothing(
+    acl_server: RedisServer, as_user: Any
+) -> None:
+    async with connect(acl_server, "agent") as agent, connect(acl_server, "responder") as bot:
+        request = Request(id=new_id(), kind="approval", prompt="Seen by ops?")
+        waiting = asyncio.create_task(agent.wait_for(request, timeout_s=20))
+        async with bot.responder("ops-group") as requests:
+            await anext(requests)
+            ops = as_user("ops")
+            groups = await ops.xinfo_groups(KEYS.requests)
+            assert [g["name"] for g in groups] == [b"ops-group"]
+            assert (await ops.xpending(KEYS.requests, "ops-group"))["pending"] == 1
+            assert await ops.hget(KEYS.state(agent.waiter_id, request.id), "s") == b"open"
+            await noperm(ops.xadd(KEYS.requests, {"r": b"x"}))
+            await noperm(ops.hset(KEYS.state(agent.waiter_id, request.id), "s", "answered"))
+            await noperm(ops.xadd(KEYS.answers(agent.waiter_id), {"id": request.id}))
+        await withdraw(waiting)
+
+
+async def test_liveness_heartbeats_and_audit_have_their_writers_and_readers(
+    as_user: Any,
+) -> None:
+    alive, workers, audit = (
+        "{toolnexus:w:w1}:alive",
+        f"{{toolnexus:q:{QUEUE}}}:workers",
+        f"{{toolnexus:q:{QUEUE}}}:audit",
+    )
+    agent, responder, ops = as_user("agent"), as_user("responder"), as_user("ops")
+    assert await agent.set(alive, "1", px=30_000)
+    assert await responder.get(alive) == b"1" and await responder.pttl(alive) > 0
+    await noperm(responder.set(alive, "0"))
+    assert await responder.hset(workers, "ops/bot-1", "heartbeat") == 1
+    await responder.pexpire(workers, 30_000)
+    assert await ops.hgetall(workers) == {b"ops/bot-1": b"heartbeat"}
+    await noperm(agent.hset(workers, "ops/bot-2", "x"))
+    await agent.xadd(audit, {"r": b"record"})
+    assert [fields for _, fields in await ops.xrange(audit)] == [{b"r": b"record"}]
+    await noperm(responder.xadd(audit, {"r": b"forged record"}))
+    await noperm(agent.xrange(audit))
+    await noperm(ops.xadd(audit, {"r": b"x"}))
+
+
+async def test_what_acls_cannot_prevent(acl_server: RedisServer, as_user: Any) -> None:
+    """A responder must write waiters' state and reply streams to answer, so it can write
+    an answer nobody gave: only signatures tell the two apart (README, Signatures)."""
+    async with connect(acl_server, "agent") as agent:
+        request = Request(id=new_id(), kind="approval", prompt="Drop table users?")
+        waiting = asyncio.create_task(agent.wait_for(request, timeout_s=20))
+        await asyncio.sleep(0.2)
+        forged = toolnexus.MSGPACK.encode(Answer(id=request.id, ok=True, responder="alice@ops"))
+        await as_user("responder").xadd(
+            KEYS.answers(agent.waiter_id), {"id": request.id, "a": forged}
+        )
+        answer = await waiting
+        assert (answer.ok, answer.responder) == (True, "alice@ops")
