@@ -217,7 +217,7 @@ async def test_responders_reclaim_and_dead_letter_with_their_own_rights(
             await reclaimed.accept()
         assert (await waiting).ok
         dead = await as_user("ops").xrange(KEYS.dead)
-        assert [fields[b"field:r"] for _, fields in dead] == [b"not a request"]
+        assert [fields[b"raw"] for _, fields in dead] == [b"r=not a request"]
     assert await denials(admin) == []
 
 

@@ -48,9 +48,11 @@ def _waiter_of(request: Request) -> str:
     return request.reply_to
 
 
-async def resolve_answer(core: Core, request: Request, answer: Answer, payload: bytes) -> None:
-    """Resolve ``request`` with the checked ``answer`` (encoded as ``payload``), retrying
-    while Redis is away for up to ``answer_patience_s``.
+async def resolve_answer(
+    core: Core, request: Request, answer: Answer, payload: bytes, entry: str | None = None
+) -> None:
+    """Resolve ``request`` (stream entry ``entry``, if known) with the checked ``answer``
+    (encoded as ``payload``), retrying while Redis is away for up to ``answer_patience_s``.
 
     Raises:
         AlreadyResolved: answered, expired or withdrawn first (a dead waiter's request
@@ -76,22 +78,24 @@ async def resolve_answer(core: Core, request: Request, answer: Answer, payload: 
     if outcome == "unknown":
         raise UnknownRequest(request.id)
     if outcome == "late":
-        await _finish(core, request, EXPIRED)
+        await _finish(core, request, EXPIRED, entry)
         raise AlreadyResolved(request.id, "expired")
     if outcome == "gone":
-        await _finish(core, request, WITHDRAWN)
+        await _finish(core, request, WITHDRAWN, entry)
         raise AlreadyResolved(request.id, "withdrawn")
     raise AlreadyResolved(request.id, NOT_RESOLVED_REASONS[outcome])
 
 
-async def _finish(core: Core, request: Request, status: Literal["expired", "withdrawn"]) -> None:
+async def _finish(
+    core: Core, request: Request, status: Literal["expired", "withdrawn"], entry: str | None = None
+) -> None:
     """Resolve as expired or withdrawn a request whose waiter cannot (it died, or the
-    deadline passed with nobody to record it), and tell responders."""
+    deadline passed with nobody to record it), tell responders, and delete its ``entry``."""
     answer = Answer(id=request.id, ok=False, reason=status)
     payload = core.codec.encode(answer)
     outcome, _ = await core.resolve(_waiter_of(request), request.id, status, payload)
     if outcome == "ok":
-        core.settle(Event(event=status, id=request.id, answer=answer))
+        core.settle(Event(event=status, id=request.id, answer=answer), delete=entry)
 
 
 async def answer_by_id(core: Core, answer: Answer) -> None:
@@ -275,7 +279,8 @@ class RedisResponder(Responder):
                 if status != b"open":
                     done.append(entry_id)
                 elif not alive or now >= (request.expires_at or float("inf")):
-                    await _finish(self.core, request, WITHDRAWN if not alive else EXPIRED)
+                    status = WITHDRAWN if not alive else EXPIRED
+                    await _finish(self.core, request, status, entry_id)
                     done.append(entry_id)
                 else:
                     admitted.append((entry_id, request))
@@ -311,7 +316,7 @@ class RedisResponder(Responder):
         payload = self.core.codec.encode_answer(checked)
         try:
             with boundary(f"answering {pending.request.id}"):
-                await resolve_answer(self.core, pending.request, checked, payload)
+                await resolve_answer(self.core, pending.request, checked, payload, pending.entry_id)
         except BrokerUnavailable:
             self._hand_back(pending)
             raise
@@ -392,7 +397,8 @@ class RedisResponder(Responder):
             if status != b"open":
                 self.release(pending)
             elif not alive or now >= (pending.request.expires_at or float("inf")):
-                await _finish(self.core, pending.request, WITHDRAWN if not alive else EXPIRED)
+                status = WITHDRAWN if not alive else EXPIRED
+                await _finish(self.core, pending.request, status, pending.entry_id)
                 self.release(pending)
 
     async def _reclaim(self) -> None:

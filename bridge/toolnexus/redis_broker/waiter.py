@@ -398,12 +398,10 @@ class Waiter:
         self.closing = True
         open_waits = [w for w in self.waits.values() if not w.answer.done()]
         for wait in open_waits:
+            wait.answer.set_exception(BrokerClosed("the broker was closed during the wait"))
             self._spawn(self._resolve_by_waiter(wait, WITHDRAWN))
         if self._background:
             await asyncio.wait(self._background, timeout=RESOLVE_PATIENCE_S + 1)
-        for wait in open_waits:
-            if not wait.answer.done():
-                wait.answer.set_exception(BrokerClosed("the broker was closed during the wait"))
         if self._reader is not None:
             with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed):
                 self.core.pipeliner.fire(self.core.pipeliner.call("DEL", self.alive_key))
