@@ -279,8 +279,8 @@ class RedisResponder(Responder):
                 if status != b"open":
                     done.append(entry_id)
                 elif not alive or now >= (request.expires_at or float("inf")):
-                    status = WITHDRAWN if not alive else EXPIRED
-                    await _finish(self.core, request, status, entry_id)
+                    outcome = WITHDRAWN if not alive else EXPIRED
+                    await _finish(self.core, request, outcome, entry_id)
                     done.append(entry_id)
                 else:
                     admitted.append((entry_id, request))
@@ -397,8 +397,8 @@ class RedisResponder(Responder):
             if status != b"open":
                 self.release(pending)
             elif not alive or now >= (pending.request.expires_at or float("inf")):
-                status = WITHDRAWN if not alive else EXPIRED
-                await _finish(self.core, pending.request, status, pending.entry_id)
+                outcome = WITHDRAWN if not alive else EXPIRED
+                await _finish(self.core, pending.request, outcome, pending.entry_id)
                 self.release(pending)
 
     async def _reclaim(self) -> None:
