@@ -279,7 +279,7 @@ class RedisResponder(Responder):
                 if status != b"open":
                     done.append(entry_id)
                 elif not alive or now >= (request.expires_at or float("inf")):
-                    outcome = WITHDRAWN if not alive else EXPIRED
+                    outcome: Literal["expired", "withdrawn"] = WITHDRAWN if not alive else EXPIRED
                     await _finish(self.core, request, outcome, entry_id)
                     done.append(entry_id)
                 else:
@@ -397,7 +397,7 @@ class RedisResponder(Responder):
             if status != b"open":
                 self.release(pending)
             elif not alive or now >= (pending.request.expires_at or float("inf")):
-                outcome = WITHDRAWN if not alive else EXPIRED
+                outcome: Literal["expired", "withdrawn"] = WITHDRAWN if not alive else EXPIRED
                 await _finish(self.core, pending.request, outcome, pending.entry_id)
                 self.release(pending)
 
