@@ -68,6 +68,8 @@ class ResponderProcess:
             self.process.kill()
             self.process.wait()
         self._reader.join(5)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 @contextmanager

@@ -272,3 +272,56 @@ async def test_an_until_idle_responder_ends_once_nothing_is_left(broker: Broker)
     assert [a.data["name"] for a in answers] == [f"q{i}" for i in range(5)]
     async with asyncio.timeout(5), broker.responder("bot", until_idle=True) as again:
         assert [p async for p in again] == []  # nothing left: ends at once
+
+
+@pytest.mark.parametrize(
+    ("data", "rule"),
+    [
+        ({"name": "Ada", "admin": True}, "additionalProperties"),
+        ({"name": "Ada", "__proto__": {}}, "additionalProperties"),
+        ({"name": "Ada", "guests": float("nan")}, "finite"),
+        ({"name": "x" * (2 * 1024 * 1024)}, "maxBytes"),
+    ],
+    ids=["extra-field", "proto", "nan", "2MB"],
+)
+async def test_answers_that_cannot_be_delivered_are_refused_and_the_request_stays_open(
+    broker: Broker, data: dict[str, Any], rule: str
+) -> None:
+    async with broker.responder("web") as web, waiting(broker, ask()) as wait:
+        pending = await next_pending(web)
+        with pytest.raises(InvalidAnswer) as info:
+            await pending.accept(data)
+        assert info.value.rule == rule
+        assert len(str(info.value)) < 300
+        if rule == "maxBytes":
+            assert "over the limit of 1048576 bytes" in str(info.value)
+        await pending.accept({"name": "Ada"})
+        assert (await wait).data == {"name": "Ada", "guests": 2}
+
+
+@pytest.mark.parametrize("reason", ["expired", "withdrawn", "unavailable"])
+async def test_responders_cannot_give_the_broker_s_own_reasons(broker: Broker, reason: str) -> None:
+    async with broker.responder("web") as web, waiting(broker, ask()) as wait:
+        pending = await next_pending(web)
+        with pytest.raises(InvalidAnswer, match=f"reason '{reason}' is the broker's"):
+            await pending.answer(Answer(id=pending.request.id, ok=False, reason=reason))
+        await pending.answer(Answer(id=pending.request.id, ok=False, reason="not today"))
+        assert (await wait).reason == "not today"
+
+
+async def test_a_group_that_starts_right_after_an_answer_is_not_shown_it(
+    broker: Broker,
+) -> None:
+    async with broker.responder("first") as first:
+        for i in range(10):
+            async with waiting(broker, ask(f"r{i}")) as wait:
+                await (await next_pending(first)).accept({"name": "Ada"})
+                async with broker.responder(f"late{i}", until_idle=True) as late:
+                    assert [p.request.prompt async for p in late] == []
+                assert (await wait).ok
+
+
+async def test_a_request_id_that_cannot_name_a_key_is_misuse(broker: Broker) -> None:
+    for bad in ("", "has space", "x" * 201, "tab\there"):
+        with pytest.raises(InvalidRequest, match="request id"):
+            await broker.wait_for(Request(id=bad, kind="approval"))

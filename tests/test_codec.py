@@ -108,6 +108,10 @@ def test_fields_from_a_newer_peer_are_ignored_and_missing_ones_defaulted(codec: 
             msgspec.msgpack.encode([0, {"type": "answer", "id": "a", "ok": True}]),
             "invalid wire version 0",
         ),
+        (  # a well-formed message of a newer wire version is refused, not read as ours
+            msgspec.msgpack.encode([99, {"type": "answer", "id": "a", "ok": True}]),
+            "wire version 99 is newer than this toolnexus understands",
+        ),
     ],
 )
 def test_garbage_is_refused_with_a_message_naming_what_is_wrong(data: bytes, message: str) -> None:
