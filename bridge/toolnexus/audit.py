@@ -83,11 +83,13 @@ def audit_record(
     requester: str | None = None,
     refused: list[Refusal] | None = None,
     codec: Codec = MSGPACK,
+    encoded_request: bytes | None = None,
 ) -> AuditRecord:
     """The record of ``request`` resolved as ``status`` with ``answer`` (the one the
     waiter got: signed by its responder, or the broker's own for an expiry).
 
-    ``requester`` is the key name :func:`~toolnexus.signing.verify_request` returned.
+    ``requester`` is the key name :func:`~toolnexus.signing.verify_request` returned;
+    ``encoded_request`` is ``request`` as ``codec`` encoded it, if the caller has it.
     """
     return AuditRecord(
         id=request.id,
@@ -104,7 +106,7 @@ def audit_record(
         verified=verified,
         refused=list(refused or ()),
         format=codec.format,
-        request=codec.encode(request),
+        request=codec.encode(request) if encoded_request is None else encoded_request,
         answer=None if answer is None else codec.encode(answer),
     )
 

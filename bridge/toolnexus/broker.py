@@ -13,10 +13,12 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
+from .audit import AuditRecord
 from .errors import ConfigurationError
 from .models import DECLINED, DISMISSED, Answer, Event, Request
 
@@ -65,6 +67,9 @@ class Pending(abc.ABC):
             InvalidAnswer: the data fails the request's schema; the request stays open.
             AlreadyResolved: another answer, the deadline or a withdrawal came first.
             UnknownRequest: the broker no longer knows the request.
+            NotAllowed: the request's allow-list names neither this responder nor the
+                answer's ``person``; the request stays open for others.
+            BrokerUnavailable: the answer did not get through; the request is shown again.
         """
 
     @abc.abstractmethod
@@ -142,15 +147,34 @@ class Broker(_Closing):
     url: str
 
     @abc.abstractmethod
-    async def wait_for(self, request: Request, *, timeout_s: float | None = None) -> Answer:
+    async def wait_for(
+        self,
+        request: Request,
+        *,
+        timeout_s: float | None = None,
+        allow: Sequence[str] | None = None,
+    ) -> Answer:
         """Publish ``request`` and wait for its answer.
 
         Never raises for an outcome: the deadline gives ``Answer(ok=False,
         reason="expired")``, an unreachable broker ``reason="unavailable"``. If the
-        waiting task is cancelled, the request is withdrawn.
+        waiting task is cancelled, the request is withdrawn. ``allow`` sets the request's
+        allow-list: responder key names and persons (``slack:*`` patterns) who may answer.
 
         Raises:
-            InvalidRequest: a request with this id is already being waited for.
+            InvalidRequest: a request with this id is already being waited for, or its
+                id cannot name a key.
+            BrokerClosed: the broker was closed before or during the wait.
+        """
+
+    @abc.abstractmethod
+    async def audit(
+        self, *, since: float | None = None, request_id: str | None = None, limit: int = 10_000
+    ) -> list[AuditRecord]:
+        """The audit records of resolved requests from ``since`` (Unix time), oldest first.
+
+        Raises:
+            BrokerUnavailable: the broker cannot be reached.
         """
 
     @abc.abstractmethod

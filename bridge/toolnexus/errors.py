@@ -6,7 +6,8 @@
     ├── InvalidAnswer          an answer that fails the request's schema; the request stays open
     ├── NotResolved            an answer that lost: the request was already resolved or is unknown
     │   ├── AlreadyResolved    answered, expired or withdrawn before this answer arrived
-    │   └── UnknownRequest     no such request (never published, or its state has expired)
+    │   ├── UnknownRequest     no such request (never published, or its state has expired)
+    │   └── NotAllowed         the request's allow-list does not name this responder or person
     ├── SignatureError         a signature that is missing, wrong, untrusted or for another request
     ├── BrokerUnavailable      the broker cannot be reached (Redis down, refused, timed out)
     ├── BrokerClosed           this broker was closed by its owner (not an outage)
@@ -70,6 +71,13 @@ class UnknownRequest(NotResolved):
 
     def __init__(self, request_id: str) -> None:
         super().__init__(request_id, "unknown request")
+
+
+class NotAllowed(NotResolved):
+    """The request's allow-list does not name this responder or person."""
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__(request_id, "not allowed")
 
 
 class SignatureError(ToolnexusError):

@@ -6,6 +6,7 @@ step touches share a slot, while queues and waiters spread over slots:
 - ``{ns:q:<queue>}:requests``   request stream of a queue (consumer groups read it)
 - ``{ns:q:<queue>}:events``     answered / expired / withdrawn / completed events
 - ``{ns:q:<queue>}:dead``       dead letters: entries that could not be read, with the error
+- ``{ns:q:<queue>}:audit``      audit records: how each request was resolved, and by whom
 - ``{ns:w:<waiter>}:answers``   reply stream of one waiting process (its reader blocks on it)
 - ``{ns:w:<waiter>}:r:<id>``    state of one request: status, deadline, request, answer
 - ``{ns:w:<waiter>}:alive``     liveness mark of one waiting process (a key with a TTL)
@@ -55,6 +56,7 @@ class Keys:
         self.requests = f"{tag}:requests"
         self.events = f"{tag}:events"
         self.dead = f"{tag}:dead"
+        self.audit = f"{tag}:audit"
 
     def answers(self, waiter: str) -> str:
         """The reply stream of waiter ``waiter``."""

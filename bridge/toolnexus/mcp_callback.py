@@ -84,7 +84,7 @@ class ElicitationCallback:
         except InvalidRequest as exc:
             return ErrorData(code=INVALID_PARAMS, message=str(exc))
         if self.allow is not None:
-            request.meta["allow"] = list(self.allow)
+            request = msgspec.structs.replace(request, allow=list(self.allow))
         return await self.answer(request, wait or self.wait_for)
 
     async def answer(self, request: Request, wait: WaitFor) -> ElicitResult:
@@ -145,7 +145,7 @@ def elicitation_callback(
 
     ``agent`` and ``server`` name who asks in each request (``server`` defaults to the
     server's own name); ``timeout_s`` is how long a person has (the broker's default when
-    None); ``allow`` lists the responders that may answer (kept in ``Request.meta["allow"]``).
+    None); ``allow`` lists the responders that may answer (``Request.allow``).
 
     Raises:
         ConfigurationError: a ``timeout_s`` that is not positive, or an ``allow`` that is

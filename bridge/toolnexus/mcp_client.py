@@ -421,7 +421,7 @@ def load_mcp(
     the name it gives itself). ``on_complete`` receives the request id of an authorization
     the server reports complete; by default, when ``wait_for`` is a broker's bound
     ``wait_for``, it is that broker's ``complete``. ``allow`` lists the responders that may
-    answer (``Request.meta["allow"]``). ``headers`` go with HTTP requests.
+    answer (``Request.allow``). ``headers`` go with HTTP requests.
 
     ``mode`` picks the protocol. ``None`` (the default): the initialize handshake, so
     servers can ask with server-initiated requests (``ctx.elicit``), then 2026-07-28 if

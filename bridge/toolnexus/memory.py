@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
 
+from .audit import AuditRecord, audit_record
 from .broker import (
     DEFAULT_TIMEOUT_S,
     NOT_RESOLVED_REASONS,
@@ -26,10 +28,11 @@ from .broker import (
     default_consumer_name,
 )
 from .codec import MSGPACK
-from .errors import AlreadyResolved, InvalidRequest, UnknownRequest
+from .errors import AlreadyResolved, InvalidRequest, NotAllowed, UnknownRequest
 from .keys import check_request_id
 from .models import Answer, Event, EventType, Request
 from .schema import check_answer
+from .signing import allowed
 
 
 @dataclass(eq=False)
@@ -45,8 +48,13 @@ class _Group:
     queue: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
 
 
+AUDIT_RECORDS = 10_000
+"""Audit records the embedded broker keeps (the newest)."""
+
+
 class MemoryBroker(Broker):
-    """In-process broker; ``connect("memory://")`` makes one."""
+    """In-process broker; ``connect("memory://")`` makes one. It accepts and ignores the
+    Redis broker's options. It does not sign: everything in it is one process."""
 
     def __init__(
         self,
@@ -64,17 +72,27 @@ class MemoryBroker(Broker):
         self._groups: dict[str, _Group] = {}
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
         self._responders: set[MemoryResponder] = set()
+        self._audit: collections.deque[AuditRecord] = collections.deque(maxlen=AUDIT_RECORDS)
 
     # -- waiter side --------------------------------------------------------------
 
-    async def wait_for(self, request: Request, *, timeout_s: float | None = None) -> Answer:
+    async def wait_for(
+        self,
+        request: Request,
+        *,
+        timeout_s: float | None = None,
+        allow: Sequence[str] | None = None,
+    ) -> Answer:
         problem = check_request_id(request.id)
         if problem is not None:
             raise InvalidRequest(f"request id {request.id[:100]!r}: {problem}")
         if request.id in self._states and self._states[request.id].status == "open":
             raise InvalidRequest(f"request {request.id!r} is already being waited for")
         deadline = deadline_of(request, timeout_s, self.default_timeout_s)
-        request = msgspec.structs.replace(request, expires_at=deadline)
+        changes: dict[str, Any] = {"expires_at": deadline}
+        if allow is not None:
+            changes["allow"] = list(allow)
+        request = msgspec.structs.replace(request, **changes)
         loop = asyncio.get_running_loop()
         state = _State(request, loop.create_future())
         self._forget_old()
@@ -104,6 +122,7 @@ class MemoryBroker(Broker):
             state.waiter.set_result(answer)
         self._resolved[answer.id] = time.monotonic()
         self._publish_event(status, answer.id, answer)
+        self._audit.append(audit_record(state.request, status, answer, verified=None))
 
     def _resolve(self, answer: Answer, responder: str | None) -> None:
         state = self._states.get(answer.id)
@@ -115,6 +134,8 @@ class MemoryBroker(Broker):
             raise AlreadyResolved(answer.id, NOT_RESOLVED_REASONS[state.status])
         checked = check_answer(state.request, answer, responder)
         MSGPACK.encode_answer(checked)  # the size limit the Redis broker has
+        if not allowed(state.request.allow, checked.responder, checked.person):
+            raise NotAllowed(answer.id)
         self._settle(state, "answered", checked)
 
     def _forget_old(self) -> None:
@@ -128,6 +149,17 @@ class MemoryBroker(Broker):
 
     async def answer(self, answer: Answer) -> None:
         self._resolve(answer, None)
+
+    async def audit(
+        self, *, since: float | None = None, request_id: str | None = None, limit: int = 10_000
+    ) -> list[AuditRecord]:
+        records = [
+            r
+            for r in self._audit
+            if (since is None or r.resolved_at >= since)
+            and (request_id is None or r.id == request_id)
+        ]
+        return records[:limit]
 
     async def complete(self, request_id: str) -> None:
         if request_id in self._states:
@@ -175,7 +207,7 @@ class MemoryPending(Pending):
             self._responder.broker._resolve(answer, self.responder_name)
         except (AlreadyResolved, UnknownRequest):
             self._responder.release(self)
-            raise
+            raise  # (NotAllowed leaves it held: another person may answer it here)
         self._responder.release(self)
 
     async def skip(self) -> None:

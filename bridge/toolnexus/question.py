@@ -127,13 +127,15 @@ async def question(
     schema: dict[str, Any] | None = None,
     timeout_s: float | None = None,
     agent: str | None = None,
+    allow: Sequence[str] | None = None,
 ) -> QuestionResult:
     """Ask the person ``prompt`` through ``wait_for`` and return what they answered.
 
     The answer is a string for free text, one of ``options`` (a list of them with
     ``multiple``), or for a ``schema`` the form's fields with defaults filled in. A
     decline, a dismissal or no answer before ``timeout_s`` is a result with
-    ``ok=False`` and its ``reason``, never an exception.
+    ``ok=False`` and its ``reason``, never an exception. ``allow`` lists who may answer
+    (responder key names and persons, ``slack:*`` patterns).
 
     Raises:
         InvalidRequest: an empty prompt, or options and schema that do not make a question
@@ -152,6 +154,7 @@ async def question(
         source=Source(tool="question", agent=agent),
         created_at=created_at,
         expires_at=None if timeout_s is None else created_at + timeout_s,
+        allow=None if allow is None else list(allow),
     )
     answer = await wait_for(request)
     if not answer.ok:

@@ -12,20 +12,29 @@ slot: the first wins, the rest are told why they lost.
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
 
+from ..audit import AuditRecord, decode_record
 from ..broker import Broker, default_consumer_name
 from ..codec import MSGPACK, Codec
-from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError
+from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, DecodeError
 from ..models import Answer, Event, Request
-from ._core import REDIS_OPTIONS, Core, Settings, boundary, run_to_completion
+from ..signing import Keyring, Signatures, SigningKey
+from ._core import REDIS_OPTIONS, Core, Settings, boundary, ms, run_to_completion
 from .responder import RedisEvents, RedisPending, RedisResponder, answer_by_id
 from .waiter import Waiter
 
 __all__ = ["RedisBroker", "RedisEvents", "RedisPending", "RedisResponder"]
+
+log = logging.getLogger("toolnexus.redis")
+
+SIGNING_OPTIONS = frozenset({"codec", "signing_key", "trusted_keys", "require_signatures"})
 
 
 class RedisBroker(Broker):
@@ -48,7 +57,13 @@ class RedisBroker(Broker):
     - ``answer_patience_s``: how long an answer is retried while Redis is away (5 s).
     - ``dead_letter_max_entries`` (10,000) and ``dead_letter_max_bytes`` (8 KiB of the
       original bytes kept per dead letter): the dead-letter stream's bounds.
+    - ``audit_retention_s``: how long audit records are kept (30 days).
     - ``codec``: the wire :class:`~toolnexus.Codec` (msgpack).
+    - ``signing_key`` (a :class:`~toolnexus.SigningKey` or its file), ``trusted_keys``
+      (a :class:`~toolnexus.Keyring`, or a directory or file of public keys) and
+      ``require_signatures``: see :mod:`toolnexus.signing`; each one not given is read
+      from ``TOOLNEXUS_SIGNING_KEY``, ``TOOLNEXUS_TRUSTED_KEYS`` and
+      ``TOOLNEXUS_REQUIRE_SIGNATURES``.
     - redis-py connection options are passed through (``username``, ``password``,
       ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ...).
 
@@ -56,13 +71,23 @@ class RedisBroker(Broker):
         ConfigurationError: an option neither toolnexus nor redis-py knows, or a bad value.
     """
 
-    def __init__(self, url: str, *, codec: Codec = MSGPACK, **options: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        codec: Codec = MSGPACK,
+        signing_key: SigningKey | str | os.PathLike[str] | None = None,
+        trusted_keys: Keyring | str | os.PathLike[str] | None = None,
+        require_signatures: bool | None = None,
+        **options: Any,
+    ) -> None:
+        signatures = Signatures.configure(signing_key, trusted_keys, require_signatures)
         names = set(Settings.names())
         unknown = sorted(set(options) - names - REDIS_OPTIONS)
         if unknown:
             raise ConfigurationError(
                 f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} for the "
-                f"Redis broker; its options are {', '.join(sorted(names | {'codec'}))}, and "
+                f"Redis broker; its options are {', '.join(sorted(names | SIGNING_OPTIONS))}, and "
                 "redis-py connection options such as username, password, ssl_ca_certs"
             )
         try:
@@ -71,7 +96,7 @@ class RedisBroker(Broker):
             raise ConfigurationError(f"bad option for the Redis broker: {exc}") from exc
         redis_options = {k: v for k, v in options.items() if k in REDIS_OPTIONS}
         self.url = url
-        self.core = Core(url, settings, codec, redis_options)
+        self.core = Core(url, settings, codec, signatures, redis_options)
         self.keys = self.core.keys
         self.waiter = Waiter(self.core)
         self._responders: weakref.WeakSet[RedisResponder] = weakref.WeakSet()
@@ -107,8 +132,14 @@ class RedisBroker(Broker):
             ) from exc
         return self
 
-    async def wait_for(self, request: Request, *, timeout_s: float | None = None) -> Answer:
-        return await self.waiter.wait_for(request, timeout_s)
+    async def wait_for(
+        self,
+        request: Request,
+        *,
+        timeout_s: float | None = None,
+        allow: Sequence[str] | None = None,
+    ) -> Answer:
+        return await self.waiter.wait_for(request, timeout_s, allow)
 
     def responder(
         self,
@@ -141,6 +172,27 @@ class RedisBroker(Broker):
 
     def events(self) -> RedisEvents:
         return RedisEvents(self.core)
+
+    async def audit(
+        self, *, since: float | None = None, request_id: str | None = None, limit: int = 10_000
+    ) -> list[AuditRecord]:
+        """Audit records from ``since`` (a Unix time; all kept when None), oldest first,
+        of one request if ``request_id`` is given; unreadable records are skipped."""
+        start = "-" if since is None else f"{ms(since)}-0"
+        with boundary("reading the audit trail"):
+            entries: Any = await self.core.bounded(
+                self.core.redis.xrange(self.keys.audit, start, "+", count=limit)
+            )
+        records = []
+        for _entry_id, fields in entries:
+            try:
+                record = decode_record(fields.get(b"r", b""))
+            except DecodeError as exc:
+                log.warning("skipping an unreadable audit record: %s", exc)
+                continue
+            if request_id is None or record.id == request_id:
+                records.append(record)
+        return records
 
     async def aclose(self) -> None:
         if self.core.closed:

@@ -18,11 +18,13 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 import redis.exceptions
 
+from ..audit import AuditRecord, encode_record
 from ..broker import NOT_RESOLVED_REASONS, Resolution
 from ..codec import Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, ToolnexusError
 from ..keys import Keys
 from ..models import Event
+from ..signing import Signatures
 from ._pipeliner import Pipeliner
 from ._scripts import DEAD_LETTER, OUTCOMES, RESOLVE, SETTLE, Outcome
 
@@ -88,6 +90,7 @@ class Settings:
     answer_patience_s: float = 5.0
     dead_letter_max_entries: int = 10_000
     dead_letter_max_bytes: int = 8192
+    audit_retention_s: float = 30 * 24 * 3600.0
 
     @classmethod
     def names(cls) -> list[str]:
@@ -159,9 +162,15 @@ class Core:
     """Connections and shared steps of one :class:`~toolnexus.redis_broker.RedisBroker`."""
 
     def __init__(
-        self, url: str, settings: Settings, codec: Codec, redis_options: dict[str, Any]
+        self,
+        url: str,
+        settings: Settings,
+        codec: Codec,
+        signatures: Signatures,
+        redis_options: dict[str, Any],
     ) -> None:
         self.url, self.settings, self.codec = url, settings, codec
+        self.signatures = signatures
         self.keys = Keys(settings.namespace, settings.queue)
         # No socket timeout: redis-py enforces it with asyncio.wait_for, which on Python 3.11
         # can swallow a task's cancellation (CPython gh-86296). Every await is bounded with
@@ -257,6 +266,15 @@ class Core:
         )
         self.pipeliner.fire(future)
         return future
+
+    def write_audit(self, record: AuditRecord) -> None:
+        """Add ``record`` to the audit stream (trimmed by age), with the next commands."""
+        min_ms = max(0, ms(time.time() - self.settings.audit_retention_s)) // 1000 * 1000
+        self.pipeliner.fire(
+            self.pipeliner.call(
+                "XADD", self.keys.audit, "MINID", "~", min_ms, "*", "r", encode_record(record)
+            )
+        )
 
     def raw_for_dead_letter(self, fields: dict[bytes, bytes]) -> bytes:
         """The original fields of an entry, bounded to ``dead_letter_max_bytes``."""

@@ -105,7 +105,8 @@ RESOLVE = BatchScript(
 -- On a waiter's slot. Shared: KEYS reply stream, liveness mark; ARGV retention_ms.
 -- Item: KEYS state; ARGV status, answer, request id.
 -- The first resolution of a request wins: it is recorded and sent to the waiter.
--- An answer needs the request open, before its deadline, and its waiter alive.
+-- An answer needs the request open, before its deadline, and its waiter alive. An
+-- answer to a request already resolved sends the stored answer to the waiter again.
 -- Each reply: {'ok'} | {'unknown'} | {'late'} | {'gone'} | {status, stored answer}.
 local replies = {}
 local now = nil
@@ -117,7 +118,13 @@ for i = 3, #KEYS do
   if not st[1] then
     replies[i - 2] = {'unknown'}
   elseif st[1] ~= 'open' then
-    replies[i - 2] = {st[1], redis.call('HGET', KEYS[i], 'a')}
+    local stored = redis.call('HGET', KEYS[i], 'a')
+    replies[i - 2] = {st[1], stored}
+    if status == 'answered' and stored then
+      -- Shown to the waiter again: if it never took it (an edited state), it checks the
+      -- stored answer, and reopens the request if that answer is refused.
+      redis.call('XADD', KEYS[1], '*', 'id', id, 'a', stored)
+    end
   else
     if status == 'answered' and not now then
       local t = redis.call('TIME')
@@ -199,4 +206,26 @@ return moved
 )
 
 
-SCRIPTS = (OPEN, PUBLISH, STATUS, RESOLVE, SETTLE, DEAD_LETTER)
+REOPEN = BatchScript(
+    "reopen",
+    """
+-- On a waiter's slot. Shared: KEYS reply stream, liveness mark.
+-- Item: KEYS state; ARGV refused answer. Opens the request again if its state still
+-- holds exactly the answer the waiter refused (a forgery): 1 if reopened, else 0.
+local reopened = {}
+for i = 3, #KEYS do
+  if redis.call('HGET', KEYS[i], 'a') == ARGV[i - 2] then
+    redis.call('HSET', KEYS[i], 's', 'open')
+    redis.call('HDEL', KEYS[i], 'a')
+    reopened[i - 2] = 1
+  else
+    reopened[i - 2] = 0
+  end
+end
+return reopened
+""",
+    keys_per_item=1,
+    args_per_item=1,
+)
+
+SCRIPTS = (OPEN, PUBLISH, STATUS, RESOLVE, SETTLE, DEAD_LETTER, REOPEN)

@@ -22,18 +22,22 @@ from typing import Any, Literal
 import redis.asyncio as aioredis
 import redis.exceptions
 
+from ..audit import audit_record
 from ..broker import NOT_RESOLVED_REASONS, EventStream, Pending, Responder
 from ..errors import (
     AlreadyResolved,
     BrokerClosed,
     BrokerUnavailable,
     DecodeError,
+    NotAllowed,
+    SignatureError,
     ToolnexusError,
     UnknownRequest,
 )
 from ..keys import WAITER_ID, check_request_id
 from ..models import EXPIRED, WITHDRAWN, Answer, Event, Request
 from ..schema import check_answer
+from ..signing import allowed
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, ms, run_to_completion, text
 from ._scripts import STATUS
 
@@ -91,11 +95,12 @@ async def _finish(
 ) -> None:
     """Resolve as expired or withdrawn a request whose waiter cannot (it died, or the
     deadline passed with nobody to record it), tell responders, and delete its ``entry``."""
-    answer = Answer(id=request.id, ok=False, reason=status)
+    answer = core.signatures.sign_answer(Answer(id=request.id, ok=False, reason=status), request)
     payload = core.codec.encode(answer)
     outcome, _ = await core.resolve(_waiter_of(request), request.id, status, payload)
     if outcome == "ok":
         core.settle(Event(event=status, id=request.id, answer=answer), delete=entry)
+        core.write_audit(audit_record(request, status, answer, verified=None, codec=core.codec))
 
 
 async def answer_by_id(core: Core, answer: Answer) -> None:
@@ -114,8 +119,25 @@ async def answer_by_id(core: Core, answer: Answer) -> None:
         if raw_request is None:
             raise UnknownRequest(answer.id)
         request = core.codec.decode_as(raw_request, Request)
-        checked = check_answer(request, answer, None)
+        core.signatures.admit_request(request)  # with signatures required, only a signed one
+        checked = _checked(core, request, answer, None)
         await resolve_answer(core, request, checked, core.codec.encode_answer(checked))
+
+
+def _checked(core: Core, request: Request, answer: Answer, responder: str | None) -> Answer:
+    """``answer`` checked (see :func:`~toolnexus.schema.check_answer`), allowed by the
+    request's allow-list, and signed with this process's key if it has one.
+
+    Raises:
+        InvalidAnswer: as ``check_answer``.
+        NotAllowed: the allow-list names neither this responder nor ``answer.person``.
+    """
+    signatures = core.signatures
+    checked = check_answer(request, answer, responder)
+    me = signatures.key.name if signatures.key is not None else checked.responder
+    if not allowed(request.allow, me, checked.person):
+        raise NotAllowed(request.id)
+    return signatures.sign_answer(checked, request)
 
 
 class RedisPending(Pending):
@@ -238,7 +260,8 @@ class RedisResponder(Responder):
                 raise DecodeError(problem)
             if request.reply_to is None or not WAITER_ID.fullmatch(request.reply_to):
                 raise DecodeError("the request has no valid reply_to: no broker published it")
-        except DecodeError as exc:
+            self.core.signatures.admit_request(request)
+        except (DecodeError, SignatureError) as exc:
             self.core.move_to_dead_letters(self._stream, entry_id, fields, str(exc), self.group)
             self.dead_lettered += 1
             return None
@@ -264,6 +287,9 @@ class RedisResponder(Responder):
                 continue
             request = self._parse(entry_id, fields)
             if request is None:
+                continue
+            if not self._may_answer(request):
+                done.append(entry_id)  # its allow-list leaves this responder out
                 continue
             held = self._held.get(request.id)
             if held is not None:
@@ -293,6 +319,15 @@ class RedisResponder(Responder):
                 self.core.pipeliner.call("XACK", self._stream, self.group, *done)
             )
 
+    def _may_answer(self, request: Request) -> bool:
+        """Whether this responder may answer ``request``: its allow-list names this key (or
+        consumer), or names persons (``web:*``), whom a worker tells apart itself."""
+        if not request.allow:
+            return True
+        key = self.core.signatures.key
+        me = key.name if key is not None else f"{self.group}/{self.consumer}"
+        return any(":" in entry for entry in request.allow) or allowed(request.allow, me, None)
+
     async def _states(self, requests: list[Request]) -> list[tuple[bytes | None, bool]]:
         """Each request's status (``b"open"``, ...; None if Redis forgot it) and whether
         its waiter is alive, in one round trip."""
@@ -312,7 +347,7 @@ class RedisResponder(Responder):
     async def answer(self, pending: RedisPending, answer: Answer) -> None:
         """:meth:`RedisPending.answer`. An answer that cannot get through because Redis is
         away hands the request back: it is shown again once Redis returns."""
-        checked = check_answer(pending.request, answer, pending.responder_name)
+        checked = _checked(self.core, pending.request, answer, pending.responder_name)
         payload = self.core.codec.encode_answer(checked)
         try:
             with boundary(f"answering {pending.request.id}"):
@@ -475,7 +510,9 @@ class RedisEvents(EventStream):
 
     def __init__(self, core: Core) -> None:
         self._core = core
-        self._last_id = f"{ms(time.time())}-0"
+        # XREAD returns entries after this id: the last possible one of the previous
+        # millisecond, so that an event added within this millisecond is not missed.
+        self._last_id = f"{ms(time.time()) - 1}-18446744073709551615"
         self._client: aioredis.Redis | None = None
         self._buffer: deque[Event] = deque()
         self._closed = False

@@ -19,19 +19,22 @@ import heapq
 import logging
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import msgspec
 import redis.exceptions
 
+from ..audit import Refusal, audit_record
 from ..broker import deadline_of
-from ..errors import BrokerClosed, DecodeError, InvalidRequest
+from ..errors import BrokerClosed, DecodeError, InvalidRequest, SignatureError
 from ..keys import check_request_id
 from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request
+from ..schema import BROKER_REASONS
+from ..signing import verify_answer
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
-from ._scripts import OPEN, PUBLISH
+from ._scripts import OPEN, PUBLISH, REOPEN
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -49,8 +52,11 @@ class _Wait:
     payload: bytes  # the encoded request, kept to publish it again if Redis loses it
     deadline_ms: int  # Unix time
     answer: asyncio.Future[Answer | None]
+    checked: bool  # answers are checked (signatures in use, or an allow-list)
     published: bool = False
     entry_id: bytes | None = None  # in the request stream, once published
+    verified: bool | None = None  # whether the answer taken verified (None: not checked)
+    refusals: list[Refusal] | None = None  # answers refused, for the audit trail
 
 
 class _Deadlines:
@@ -106,6 +112,7 @@ class Waiter:
         self.alive_key = core.keys.alive(self.id)
         self.waits: dict[str, _Wait] = {}
         self.unreadable = 0  # reply-stream entries dead-lettered
+        self.refused = 0  # answers refused by signature or allow-list checks
         self._last_id = "0-0"  # the reader's position in the reply stream
         self._deadlines = _Deadlines()
         self._unpublished: set[_Wait] = set()
@@ -114,7 +121,9 @@ class Waiter:
         self._background: set[asyncio.Task[Any]] = set()
         self.closing = False
 
-    async def wait_for(self, request: Request, timeout_s: float | None) -> Answer:
+    async def wait_for(
+        self, request: Request, timeout_s: float | None, allow: Sequence[str] | None
+    ) -> Answer:
         core = self.core
         if core.closed or self.closing:
             raise BrokerClosed("the broker is closed")
@@ -128,16 +137,20 @@ class Waiter:
             deadline_of(request, timeout_s, core.settings.default_timeout_s),
             now + core.settings.stream_retention_s,
         )
-        payload = core.codec.encode(
-            msgspec.structs.replace(request, expires_at=deadline, reply_to=self.id)
-        )
+        changes: dict[str, Any] = {"expires_at": deadline, "reply_to": self.id}
+        if allow is not None:
+            changes["allow"] = list(allow)
+        published = msgspec.structs.replace(request, **changes)
+        signatures = core.signatures
+        payload = core.codec.encode(signatures.sign_request(published))
         if len(payload) > core.codec.max_bytes:
             raise InvalidRequest(
                 f"request {request.id!r} is {len(payload)} bytes encoded, over the limit of "
                 f"{core.codec.max_bytes} bytes"
             )
         loop = asyncio.get_running_loop()
-        wait = _Wait(request.id, payload, ms(deadline), loop.create_future())
+        checked = signatures.required or bool(len(signatures.keyring)) or bool(published.allow)
+        wait = _Wait(request.id, payload, ms(deadline), loop.create_future(), checked)
         self.waits[request.id] = wait  # registered before it is published
         if self._reader is None or self._reader.done():
             self._reader = loop.create_task(self._read_answers(), name="toolnexus-answers")
@@ -151,6 +164,11 @@ class Waiter:
         finally:
             del self.waits[request.id]
         if answer is not None:
+            self._audit(
+                wait,
+                "answered" if answer.reason not in (EXPIRED, WITHDRAWN) else answer.reason,
+                answer,
+            )
             if answer.reason not in (EXPIRED, WITHDRAWN):
                 # The waiter tells responders: it is the one party sure to learn the answer
                 # (a responder may die between resolving and saying so). Groups that have
@@ -162,8 +180,12 @@ class Waiter:
             return answer
         if not wait.published:  # it may still land: make sure nobody answers it
             self._spawn(self._resolve_by_waiter(wait, "expired"))
-            return Answer(id=request.id, ok=False, reason=UNAVAILABLE)
-        return await self._resolve_by_waiter(wait, "expired")
+            unavailable = Answer(id=request.id, ok=False, reason=UNAVAILABLE)
+            self._audit(wait, "expired", unavailable)
+            return unavailable
+        outcome = await self._resolve_by_waiter(wait, "expired")
+        self._audit(wait, "expired" if outcome.reason == EXPIRED else "answered", outcome)
+        return outcome
 
     # -- publishing ---------------------------------------------------------------
 
@@ -258,10 +280,83 @@ class Waiter:
             return answer
         if stored is not None:
             try:
-                return core.codec.decode_as(stored, Answer)
+                taken = self._accept(wait, core.codec.decode_as(stored, Answer), stored, False)
             except DecodeError as exc:
                 log.error("the stored answer to %s is unreadable: %s", answer.id, exc)
+            else:
+                if taken is not None:
+                    return taken
+        return answer  # what the state holds is unreadable or refused: the deadline's
+
+    # -- checking answers ---------------------------------------------------------
+
+    def _accept(
+        self, wait: _Wait, answer: Answer, raw: bytes, reopen: bool = True
+    ) -> Answer | None:
+        """``answer`` as the wait may take it (``responder`` the verified key name), or None
+        if it is refused: a forgery, an answer to another request, an answer by a key not
+        trusted or a responder the allow-list excludes. A refused answer is recorded, and
+        with ``reopen`` the request is opened again if the state holds it."""
+        if not wait.checked:
+            return answer
+        signatures = self.core.signatures
+        request = self.core.codec.decode_as(wait.payload, Request)
+        try:
+            if answer.reason in BROKER_REASONS:  # the broker's own outcomes name no person
+                name = (
+                    verify_answer(answer, request, signatures.keyring)
+                    if signatures.required
+                    else None
+                )
+            else:
+                name = signatures.admit_answer(answer, request)
+        except SignatureError as exc:
+            self.refused += 1
+            log.warning("refused an answer to %s: %s", wait.request_id, exc.reason)
+            if wait.refusals is None:
+                wait.refusals = []
+            wait.refusals.append(Refusal.of(answer, exc.reason))
+            if reopen:
+                self._spawn(self._reopen(wait, raw))
+            return None
+        if signatures.required or len(signatures.keyring):
+            wait.verified = name is not None
+        if name is not None and name != answer.responder:
+            return msgspec.structs.replace(answer, responder=name)
         return answer
+
+    async def _reopen(self, wait: _Wait, refused: bytes) -> None:
+        """Open the request again if its state holds the refused answer, and publish it
+        again (responders acknowledged its entry when they answered)."""
+        core = self.core
+        with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError):
+            reopened = await core.pipeliner.batch(
+                REOPEN,
+                (self.answers_key, self.alive_key),
+                (),
+                (core.keys.state(self.id, wait.request_id),),
+                (refused,),
+            )
+            if reopened and not wait.answer.done():
+                log.warning("request %s opened again after a refused answer", wait.request_id)
+                self._publish(wait)
+
+    def _audit(self, wait: _Wait, status: str, answer: Answer) -> None:
+        """The audit record of a wait that ended with ``answer``."""
+        core = self.core
+        request = core.codec.decode_as(wait.payload, Request)
+        requester = request.signature.key if request.signature is not None else None
+        record = audit_record(
+            request,
+            status,
+            answer,
+            verified=wait.verified,
+            requester=requester,
+            refused=wait.refusals,
+            codec=core.codec,
+            encoded_request=wait.payload,
+        )
+        core.write_audit(record)
 
     # -- reading answers ----------------------------------------------------------
 
@@ -352,7 +447,9 @@ class Waiter:
             return
         wait = self.waits.get(request_id)
         if wait is not None and not wait.answer.done():
-            wait.answer.set_result(answer)
+            taken = self._accept(wait, answer, payload)
+            if taken is not None:
+                wait.answer.set_result(taken)
 
     async def _take_from_state(self, wait: _Wait) -> None:
         """The answer of ``wait`` from its state, after its reply-stream entry was unreadable.
@@ -367,7 +464,9 @@ class Waiter:
                     log.error("the stored answer to %s is unreadable: %s", wait.request_id, exc)
                     return
                 if not wait.answer.done():
-                    wait.answer.set_result(answer)
+                    taken = self._accept(wait, answer, stored)
+                    if taken is not None:
+                        wait.answer.set_result(taken)
 
     async def _reconcile(self) -> None:
         """After a reconnect: take answers from state, republish requests Redis lost."""
@@ -382,9 +481,13 @@ class Waiter:
                 self._publish(wait)
             elif stored is not None and not wait.answer.done():
                 try:
-                    wait.answer.set_result(self.core.codec.decode_as(stored, Answer))
+                    answer = self.core.codec.decode_as(stored, Answer)
                 except DecodeError as exc:
                     log.error("the stored answer to %s is unreadable: %s", wait.request_id, exc)
+                    continue
+                taken = self._accept(wait, answer, stored)
+                if taken is not None:
+                    wait.answer.set_result(taken)
 
     # -- lifecycle ----------------------------------------------------------------
 
