@@ -36,6 +36,7 @@ async def main(url: str, namespace: str, rules: dict[str, Any]) -> None:
                 "agent": request.source.agent,
                 "timeout_s": None if expires is None else round(expires - request.created_at),
                 "meta": request.meta,
+                "allow": request.allow,
             }
             print(json.dumps(seen), flush=True)
             rule = rules.get(request.prompt, "decline")
