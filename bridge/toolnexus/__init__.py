@@ -20,9 +20,10 @@ from .errors import (
     UnknownRequest,
 )
 from .mcp_source import answer_to_elicit_result, elicitation_to_request
-from .models import Answer, Event, Request, Source, WaitFor, new_id
+from .models import Answer, Event, Heartbeat, Request, Source, WaitFor, new_id
 from .question import QUESTION_TOOL, QuestionResult, question, question_tool
 from .schema import validate_form
+from .serve import Service, Worker, serve
 
 if _typing.TYPE_CHECKING:
     from .mcp_client import McpTool, McpTools, load_mcp
@@ -59,6 +60,7 @@ __all__ = [
     "DecodeError",
     "Event",
     "EventStream",
+    "Heartbeat",
     "InvalidAnswer",
     "InvalidRequest",
     "McpTool",
@@ -68,10 +70,12 @@ __all__ = [
     "QuestionResult",
     "Request",
     "Responder",
+    "Service",
     "Source",
     "ToolnexusError",
     "UnknownRequest",
     "WaitFor",
+    "Worker",
     "answer_to_elicit_result",
     "connect",
     "elicitation_to_request",
@@ -79,5 +83,6 @@ __all__ = [
     "new_id",
     "question",
     "question_tool",
+    "serve",
     "validate_form",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,7 +27,7 @@ from .broker import (
     default_consumer_name,
 )
 from .errors import AlreadyResolved, InvalidRequest, UnknownRequest
-from .models import Answer, Event, EventType, Request
+from .models import Answer, Event, EventType, Heartbeat, Request
 from .schema import check_answer
 
 
@@ -62,6 +63,7 @@ class MemoryBroker(Broker):
         self._groups: dict[str, _Group] = {}
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
         self._responders: set[MemoryResponder] = set()
+        self._heartbeats: dict[tuple[str, str], Heartbeat] = {}
 
     # -- waiter side --------------------------------------------------------------
 
@@ -149,6 +151,29 @@ class MemoryBroker(Broker):
 
     def events(self) -> MemoryEvents:
         return MemoryEvents(self)
+
+    # -- heartbeats ---------------------------------------------------------------
+
+    async def heartbeat(
+        self,
+        group: str,
+        consumer: str,
+        *,
+        ttl_s: float,
+        info: Mapping[str, str | int | float] | None = None,
+    ) -> None:
+        if ttl_s <= 0:
+            self._heartbeats.pop((group, consumer), None)
+            return
+        now = time.time()
+        beat = Heartbeat(group, consumer, at=now, expires_at=now + ttl_s, info=dict(info or {}))
+        self._heartbeats[group, consumer] = beat
+
+    async def heartbeats(self) -> list[Heartbeat]:
+        now = time.time()
+        for key in [k for k, beat in self._heartbeats.items() if beat.expires_at <= now]:
+            del self._heartbeats[key]
+        return list(self._heartbeats.values())
 
     async def aclose(self) -> None:
         for queue in self._subscribers:

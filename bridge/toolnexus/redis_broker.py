@@ -26,7 +26,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -58,7 +58,7 @@ from .errors import (
     UnknownRequest,
 )
 from .keys import Keys
-from .models import UNAVAILABLE, Answer, Event, Request
+from .models import UNAVAILABLE, Answer, Event, Heartbeat, Request
 from .schema import check_answer
 
 log = logging.getLogger("toolnexus.redis")
@@ -528,6 +528,60 @@ class RedisBroker(Broker):
     def statistics(self) -> dict[str, int]:
         """Counters for operators: waits in progress, responders open."""
         return {"waiting": len(self._waits), "responders": len(self._responders)}
+
+    # -- heartbeats (sdk branch) ------------------------------------------------------
+    # One hash per queue (Keys.heartbeats): field "group/consumer", value an encoded
+    # Heartbeat. The key's TTL is kept at the longest heartbeat's, so a fleet that died
+    # leaves nothing behind; readers drop the fields that expired.
+
+    async def heartbeat(
+        self,
+        group: str,
+        consumer: str,
+        *,
+        ttl_s: float,
+        info: Mapping[str, str | int | float] | None = None,
+    ) -> None:
+        key, field = self.keys.heartbeats(), f"{group}/{consumer}"
+        try:
+            if ttl_s <= 0:
+                await self.redis.hdel(key, field)
+                return
+            now = time.time()
+            beat = Heartbeat(group, consumer, now, now + ttl_s, dict(info or {}))
+            ttl_ms = max(1, int(ttl_s * 1000))
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hset(key, field, self.codec.encode(beat))
+                pipe.pexpire(key, ttl_ms, nx=True)  # a new key gets this heartbeat's TTL
+                pipe.pexpire(key, ttl_ms, gt=True)  # an existing one is only ever extended
+                await pipe.execute()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+            raise BrokerUnavailable(f"cannot record a heartbeat at {self.url}: {exc}") from exc
+
+    async def heartbeats(self) -> list[Heartbeat]:
+        key = self.keys.heartbeats()
+        errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+        try:
+            fields: dict[bytes | str, bytes | str] = await self.redis.hgetall(key)
+        except errors as exc:
+            raise BrokerUnavailable(f"cannot read heartbeats at {self.url}: {exc}") from exc
+        now = time.time()
+        live: list[Heartbeat] = []
+        stale: list[bytes | str] = []
+        for field, raw in fields.items():
+            try:
+                beat = self.codec.decode_as(raw, Heartbeat)
+            except DecodeError:
+                stale.append(field)  # not a heartbeat: nobody can read it either
+                continue
+            if beat.expires_at > now:
+                live.append(beat)
+            else:
+                stale.append(field)
+        if stale:
+            with contextlib.suppress(*errors):
+                await self.redis.hdel(key, *stale)
+        return live
 
 
 class RedisPending(Pending):
