@@ -24,6 +24,7 @@ from conftest import FAST
 from toolnexus import Answer, Broker, ConfigurationError, Request, Source, new_id
 from toolnexus_workers.web.access import Access, hash_password, load_users, verify_password
 from toolnexus_workers.web.app import CONTENT_SECURITY_POLICY
+from toolnexus_workers.web.board import FOLLOWER_BACKLOG, Board
 from toolnexus_workers.web.forms import form_data, form_fields
 from toolnexus_workers.web.links import check_link
 from toolnexus_workers.web.server import WebServer
@@ -602,3 +603,37 @@ async def test_time_left_counts_down_in_the_page(
         first = await left.inner_text()
         await expect(left).not_to_have_text(first, timeout=WAIT_MS)
         assert int((await left.inner_text()).split()[0]) < int(first.split()[0])
+
+
+async def test_without_javascript_a_posted_form_still_answers(
+    broker: Broker, agents: AgentFactory
+) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "title": "Guests"}}}
+    async with WebServer(broker, port=0) as web, httpx.AsyncClient(base_url=web.url) as client:
+        agent = await agents(ask("How many guests?", data={"schema": schema}))
+        async with asyncio.timeout(WAIT_MS / 1000):
+            while "How many guests?" not in (page := (await client.get("/")).text):
+                await asyncio.sleep(0.05)
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert csrf is not None
+        form = {"request": agent.request.id, "csrf": csrf[1], "action": "accept"}
+        refused = await client.post("/answer", data={**form, "field.n": "many"})
+        assert refused.status_code == 422
+        assert "&#39;many&#39; is not of type &#39;integer&#39;" in refused.text
+        sent = await client.post("/answer", data={**form, "field.n": "5"})
+        assert (sent.status_code, sent.headers["location"]) == (303, "/")
+        assert (await agent.answer()).data == {"n": 5}
+
+
+async def test_a_page_that_falls_too_far_behind_is_ended() -> None:
+    async with toolnexus.connect("memory://") as memory:
+        waiting = asyncio.create_task(memory.wait_for(ask("Anything?", kind="approval")))
+        async with memory.responder("web") as requests:
+            pending = await anext(requests)
+            board = Board()
+            with board.follow() as follower:
+                for _ in range(FOLLOWER_BACKLOG + 1):
+                    board.show(pending)  # a page that reads nothing
+                assert [change async for change in follower] == []
+            await pending.dismiss()
+        assert (await waiting).reason == "dismissed"

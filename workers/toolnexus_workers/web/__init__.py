@@ -102,9 +102,7 @@ async def _serve(broker: Broker, args: argparse.Namespace) -> int:
         drain_s=args.drain_s,
         heartbeat_ttl_s=args.heartbeat_ttl_s,
     )
-    await web.start(handle_signals=True)
-    sys.stderr.write(f"{args.prog}: serving {web.url} for {broker.url}\n")
-    await web.wait()
+    await web.run()
     return 0
 
 

@@ -197,7 +197,7 @@ class WebPage:
             person = self.access.person_for_token(token)
             if person is None:
                 return self.login_page("That token is not valid.", status_code=401)
-            return self.signed_in(person)
+            return self.signed_in(request, person)
         who = self.identity(request)
         if who is None:
             return self.login_page(None, status_code=401)
@@ -224,14 +224,16 @@ class WebPage:
         )
         return HTMLResponse(html, status_code=status_code)
 
-    def signed_in(self, person: str) -> Response:
+    def signed_in(self, request: HttpRequest, person: str) -> Response:
+        """Open a session for ``person`` and send the browser to the page (the token, if it
+        came in the address, leaves the address bar)."""
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(
             SESSION_COOKIE,
             self.access.sign_in(person),
-            max_age=None,
             httponly=True,
             samesite="strict",
+            secure=request.url.scheme == "https",
         )
         return response
 
@@ -252,7 +254,7 @@ class WebPage:
             person = self.access.person_for_login(name, _last(form, "password"))
         if person is None:
             return self.login_page("Wrong token, name or password.", status_code=401, name=name)
-        return self.signed_in(person)
+        return self.signed_in(request, person)
 
     async def logout(self, request: HttpRequest) -> Response:
         who = self.identity(request)

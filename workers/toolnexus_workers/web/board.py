@@ -80,6 +80,9 @@ class Board:
         """The shown pending for ``request_id``, if it is still on the board."""
         return self._shown.get(request_id)
 
+    def __len__(self) -> int:
+        return len(self._shown)
+
     def newest_first(self) -> list[Pending]:
         """Every shown request, newest first (by the time it was asked)."""
         return sorted(self._shown.values(), key=lambda p: p.request.created_at, reverse=True)
@@ -117,6 +120,9 @@ class WebWorker(Worker):
 
     async def show(self, pending: Pending) -> None:
         self.board.show(pending)
+
+    def __repr__(self) -> str:
+        return f"<WebWorker showing {len(self.board)}>"
 
     async def gone(self, pending: Pending, event: Event) -> None:
         self.board.remove(pending.request.id, gone_note(event))

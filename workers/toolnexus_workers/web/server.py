@@ -59,7 +59,7 @@ class WebServer:
     ) -> None:
         self.access = access or Access()
         check_listen(host, self.access)
-        self.host, self.port = host, port
+        self.broker, self.host, self.port = broker, host, port
         self.board = Board()
         self.page = WebPage(self.board, self.access, known_domains=known_domains, ping_s=ping_s)
         self.service = Service(
@@ -101,7 +101,7 @@ class WebServer:
             loop.create_task(self._server.serve(sockets=[self._socket]), name="toolnexus-web"),
             loop.create_task(self.service.run(handle_signals=handle_signals), name="web-service"),
         ]
-        log.info("web worker on %s (group %r)", self.url, self.service.group)
+        log.info("web page on %s (group %r of %s)", self.url, self.service.group, self.broker.url)
 
     async def wait(self) -> None:
         """Wait until either half ends (the service on SIGTERM), then stop the other."""
