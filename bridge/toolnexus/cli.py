@@ -1,4 +1,6 @@
-"""The ``toolnexus`` command (SPEC §13). ``toolnexus demo`` runs a whole round trip.
+"""The ``toolnexus`` command (SPEC §13). ``toolnexus demo`` runs a whole round trip;
+``toolnexus worker NAME`` runs a responder worker found by its ``toolnexus.workers``
+entry point (so workers depend on this package, never the other way round).
 
 Configuration comes from flags, then ``TOOLNEXUS_*`` environment variables
 (``TOOLNEXUS_URL`` for the broker), then the embedded default ``memory://``.
@@ -8,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .errors import ToolnexusError
 
@@ -43,7 +46,57 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--namespace", default="toolnexus", help="Redis key namespace")
     demo.add_argument("--queue", default="demo", help="request queue")
     demo.add_argument("--restaurant", default="Chez Toolnexus", help="where to book")
+    names = ", ".join(sorted(_workers())) or "none installed"
+    worker = commands.add_parser(
+        "worker",
+        help=f"run a responder worker ({names})",
+        description=(
+            f"Run a responder worker: {names}. "
+            "`toolnexus worker NAME --help` shows the worker's own options."
+        ),
+    )
+    worker.add_argument("name", metavar="NAME", help=f"which worker: {names}")
+    worker.add_argument("args", nargs=argparse.REMAINDER, help="the worker's own options")
     return parser
+
+
+WORKERS_GROUP = "toolnexus.workers"
+"""The entry-point group where workers register: ``NAME = "module:main"``."""
+
+
+def _workers() -> dict[str, importlib.metadata.EntryPoint]:
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=WORKERS_GROUP)}
+
+
+def _extras() -> set[str]:
+    try:
+        return set(importlib.metadata.metadata("toolnexus").get_all("Provides-Extra") or [])
+    except importlib.metadata.PackageNotFoundError:
+        return set()
+
+
+def _worker(args: argparse.Namespace) -> int:
+    """Load worker ``args.name`` and run its ``main(argv)``."""
+    workers = _workers()
+    entry = workers.get(args.name)
+    if entry is None:
+        known = ", ".join(sorted(workers)) or "none"
+        print(f"toolnexus: no worker named {args.name!r} (installed: {known})", file=sys.stderr)
+        return 2
+    try:
+        main: Callable[[Sequence[str]], int] = entry.load()
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing in ("toolnexus", "toolnexus_workers") or not missing:
+            raise
+        extra = entry.name if entry.name in _extras() else None
+        fix = f": pip install 'toolnexus[{extra}]'" if extra else ""
+        print(
+            f"toolnexus worker {entry.name} needs {missing!r}, which is not installed{fix}",
+            file=sys.stderr,
+        )
+        return 2
+    return main(args.args)
 
 
 async def _demo(args: argparse.Namespace) -> int:
@@ -66,6 +119,8 @@ _COMMANDS = {"demo": _demo}
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``toolnexus`` command line; the exit status is returned (and used by the script)."""
     args = _parser().parse_args(argv)
+    if args.command == "worker":
+        return _worker(args)
     try:
         return asyncio.run(_COMMANDS[args.command](args))
     except ToolnexusError as exc:

@@ -74,6 +74,10 @@ class Terminal:
         if self._lines is not None:
             self._lines.discard()
 
+    async def end_of_input(self) -> None:
+        """Return once the person ends the input (Ctrl-D), reading from now on."""
+        await self._reader().ended.wait()
+
     def say(self, text: str, *, dim: bool = False) -> None:
         """Print a line of text for the person, dimmed if asked."""
         self._say(self._style(text, _DIM) if dim else text)
@@ -163,9 +167,7 @@ class Terminal:
             raise _Interrupted
         self.output.write(prompt)
         self.output.flush()
-        if self._lines is None:
-            self._lines = _Lines(self.stdin)
-        line = asyncio.ensure_future(self._lines.get())
+        line = asyncio.ensure_future(self._reader().get())
         interrupted = asyncio.ensure_future(self._interrupted.wait())
         try:
             await asyncio.wait({line, interrupted}, return_when=asyncio.FIRST_COMPLETED)
@@ -185,6 +187,11 @@ class Terminal:
             text = (await self._read(f"{question} [y/n]: ")).lower()
             if text in _YES or text in _NO:
                 return text in _YES
+
+    def _reader(self) -> _Lines:
+        if self._lines is None:
+            self._lines = _Lines(self.stdin)
+        return self._lines
 
     def _header(self, request: Request) -> None:
         source = request.source
@@ -226,7 +233,8 @@ class _Lines:
     def __init__(self, stdin: TextIO) -> None:
         self._queue: asyncio.Queue[str | None] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
-        self._ended = False
+        self._ended = False  # get() returned the end
+        self.ended = asyncio.Event()  # the thread read the end
         thread = threading.Thread(target=self._pump, args=(stdin,), daemon=True)
         thread.start()
 
@@ -235,6 +243,8 @@ class _Lines:
             line = stdin.readline()
             try:
                 self._loop.call_soon_threadsafe(self._queue.put_nowait, line or None)
+                if not line:
+                    self._loop.call_soon_threadsafe(self.ended.set)
             except RuntimeError:  # the event loop is gone: nobody is listening
                 return
             if not line:
