@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 import pexpect
+from playwright.async_api import Browser, Locator, Playwright, async_playwright
 
 import toolnexus
 from conftest import RedisServer
@@ -57,6 +59,17 @@ LEASE_MS = 1000
 Purpose = Literal["hold", "answer", "invalid"]
 
 TOOLNEXUS = str(Path(sys.executable).with_name("toolnexus"))
+CHROMIUM = "/usr/bin/chromium"
+"""Debian's chromium (.ci/run installs it), driven by Playwright: no browser download."""
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def conformance_request(purpose: Purpose) -> Request:
@@ -477,11 +490,88 @@ class TerminalAdapter:
             self.child.close(force=True)
 
 
+WEB_TOKEN = "conformance-web-token-0123456789"
+
+
+class WebAdapter:
+    """``toolnexus worker web`` in a subprocess, used in Debian's chromium like a person."""
+
+    group = "web"
+
+    def __init__(self, directory: Path) -> None:
+        self.process: asyncio.subprocess.Process | None = None
+        self.lines: list[str] = []
+        self.playwright: Playwright | None = None
+        self.browser: Browser | None = None
+
+    async def start(self, url: str, namespace: str, queue: str) -> None:
+        command = worker_command("web", url, namespace, queue, "--port", "0", "--token", WEB_TOKEN)
+        self.process = await asyncio.create_subprocess_exec(
+            *command, stderr=asyncio.subprocess.PIPE, env=clean_env()
+        )
+        self.reader = asyncio.create_task(self._read())
+        await eventually(self._serving, "the web worker serving")
+        address = next(m[1] for line in self.lines if (m := re.search(r"page on (\S+/)", line)))
+        self.playwright = await async_playwright().start()
+        self.browser = await self.playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS
+        )
+        self.page = await self.browser.new_page()
+        self.page.set_default_timeout(20_000)
+        await self.page.goto(f"{address}?token={WEB_TOKEN}")
+        await self.page.locator("#live[data-state=live]").wait_for()
+
+    async def _read(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        async for line in self.process.stderr:
+            self.lines.append(line.decode())
+
+    async def _serving(self) -> bool:
+        return any("web page on" in line for line in self.lines)
+
+    def card(self, request: Request) -> Locator:
+        return self.page.locator("article.request", has_text=request.prompt)
+
+    async def shows(self, request: Request) -> bool:
+        return await self.card(request).count() == 1
+
+    async def answer(self, request: Request) -> None:
+        card = self.card(request)
+        await card.get_by_label("Name").fill(DATA["name"])
+        await card.get_by_role("button", name="Accept").click()
+        await card.wait_for(state="detached")
+
+    async def answer_invalidly(self, request: Request) -> str:
+        card = self.card(request)
+        await card.get_by_label("Name").fill(INVALID["name"])
+        # past the browser's own minlength hint, as an older browser would be
+        await card.locator("form").evaluate("form => { form.noValidate = true; }")
+        await card.get_by_role("button", name="Accept").click()
+        return await card.locator(".field.invalid .error").inner_text()
+
+    async def terminate(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return await self.process.wait()
+
+    async def close(self) -> None:
+        if self.browser is not None:
+            await self.browser.close()
+        if self.playwright is not None:
+            await self.playwright.stop()
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+        if self.process is not None:
+            await asyncio.gather(self.reader, return_exceptions=True)
+
+
 Adapter = Callable[[Path], WorkerUnderTest]
 
 ADAPTERS: dict[str, Adapter] = {
     "plain": PlainAdapter,
     "auto": AutoAdapter,
     "terminal": TerminalAdapter,
+    "web": WebAdapter,
 }
 """Every worker of this repository, by name: the suite runs each check on each."""

@@ -20,6 +20,7 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 import toolnexus
+from conformance import CHROMIUM, CHROMIUM_ARGS
 from conftest import FAST
 from toolnexus import Answer, Broker, ConfigurationError, Request, Source, new_id
 from toolnexus_workers.web.access import Access, hash_password, load_users, verify_password
@@ -29,16 +30,6 @@ from toolnexus_workers.web.forms import form_data, form_fields
 from toolnexus_workers.web.links import check_link
 from toolnexus_workers.web.server import WebServer
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 TOKEN = "s3cret-token-for-the-tests"
 WAIT_MS = 20_000  # for the page to show something; generous on a loaded 2-core machine
 ROOT = Path(__file__).resolve().parent.parent

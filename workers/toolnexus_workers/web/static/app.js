@@ -123,8 +123,9 @@
       const fresh = cards(fragment(reply.card))[0];
       card.replaceWith(fresh);
       refresh();
-      const wrong = fresh.querySelector('[aria-invalid="true"], p.form-error');
-      if (wrong) wrong.focus();
+      const wrong = fresh.querySelector('[aria-invalid="true"]');
+      const target = wrong && wrong.matches("fieldset") ? wrong.querySelector("input") : wrong;
+      if (target) target.focus();
       return;
     }
     card.remove();
