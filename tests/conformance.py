@@ -476,11 +476,11 @@ class TerminalAdapter:
     async def terminate(self) -> int:
         assert self.child is not None
         self.child.kill(signal.SIGTERM)
-        await eventually(self._exited, "the terminal worker exited", 20)
+        await eventually(self.exited, "the terminal worker exited", 20)
         status: int = self.child.exitstatus
         return status
 
-    async def _exited(self) -> bool:
+    async def exited(self) -> bool:
         assert self.child is not None
         self._read()
         return not self.child.isalive()
