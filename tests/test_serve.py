@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 
@@ -367,3 +369,21 @@ async def test_bad_options_are_refused(broker: Broker) -> None:
         await asyncio.sleep(0.05)
         with pytest.raises(ConfigurationError, match="already running"):
             await service.run()
+
+
+async def test_the_workers_readme_example_approves(broker: Broker) -> None:
+    readme = Path(__file__).parents[1] / "workers" / "README.md"
+    (example,) = re.findall(r"```python\n(.*?)```", readme.read_text(), re.S)
+    namespace: dict[str, object] = {"__name__": "readme_example"}
+    exec(compile(example, str(readme), "exec"), namespace)
+    approver = namespace["Approver"]
+    assert isinstance(approver, type) and issubclass(approver, Worker)
+    approval = asyncio.create_task(broker.wait_for(ask("Restart?"), timeout_s=20))
+    form_wait = asyncio.create_task(broker.wait_for(form(), timeout_s=1))
+    async with broker.responder("probe") as probe:  # both published
+        for _ in range(2):
+            await asyncio.wait_for(anext(probe), 10)
+    stats = await serve(broker, approver(), until_idle=True, handle_signals=False)
+    assert (await approval).person == "bot:ops"
+    assert (await form_wait).reason == "expired"  # skipped by the bot: left for others
+    assert (stats["answered"], stats["skipped"]) == (1, 1)
