@@ -203,17 +203,17 @@ async def test_two_groups_race_and_what_a_group_lost_is_gone_once(broker: Broker
     two = Service(broker, second, group="two")
     async with running(one), running(two):
         answers = await asyncio.gather(*(broker.wait_for(ask(), timeout_s=20) for _ in range(20)))
-        await eventually(lambda: one.counters.answered + two.counters.answered == 20)
+        await eventually(lambda: one.statistics()["answered"] + two.statistics()["answered"] == 20)
         await asyncio.sleep(0.3)  # late deliveries to the losing group, if any
     assert all(a.ok for a in answers)
     for service, worker in ((one, first), (two, second)):
         # What a group showed and did not win is gone, once each (its show() was cancelled
         # by the event, or its answer was refused).
-        lost = service.counters.shown - service.counters.answered
+        lost = service.statistics()["shown"] - service.statistics()["answered"]
         assert len(worker.gone_events) == lost
-        assert service.counters.refused <= lost
+        assert service.statistics()["refused"] <= lost
         assert {e.event for e in worker.gone_events.values()} <= {"answered"}
-    assert one.counters.answered + two.counters.answered == 20
+    assert one.statistics()["answered"] + two.statistics()["answered"] == 20
 
 
 async def test_a_failing_show_is_counted_skipped_for_its_group_and_serving_goes_on(
@@ -228,7 +228,7 @@ async def test_a_failing_show_is_counted_skipped_for_its_group_and_serving_goes_
     async with running(service), broker.responder("other") as other:
         bad = ask("boom")
         bad_wait = asyncio.create_task(broker.wait_for(bad, timeout_s=20))
-        await eventually(lambda: service.counters.errors == 1)
+        await eventually(lambda: service.statistics()["errors"] == 1)
         assert (await broker.wait_for(ask("fine"), timeout_s=20)).ok
         # Another group still sees the request the failing worker skipped.
         async with asyncio.timeout(10):
@@ -248,7 +248,7 @@ async def test_skips_are_counted(broker: Broker) -> None:
     async with running(service):
         request = ask()
         wait = asyncio.create_task(broker.wait_for(request, timeout_s=20))
-        await eventually(lambda: service.counters.skipped == 1)
+        await eventually(lambda: service.statistics()["skipped"] == 1)
         wait.cancel()
     assert service.statistics()["holding"] == 0
 

@@ -113,7 +113,7 @@ class _Shown(Pending):
         self.expiry: asyncio.TimerHandle | None = None
 
     async def answer(self, answer: Answer) -> None:
-        counters = self.service.counters
+        counters = self.service._counters
         try:
             await self.inner.answer(answer)
         except InvalidAnswer:
@@ -123,15 +123,15 @@ class _Shown(Pending):
             counters.refused += 1
             event = _REASON_EVENTS.get(exc.reason, "expired")  # unknown: its state has expired
             ended = Event(event=event, id=self.request.id)
-            self.service.resolved(self.request.id, ended, by=asyncio.current_task())
+            self.service._resolved(self.request.id, ended, by=asyncio.current_task())
             raise
         counters.answered += 1
-        self.service.release(self)
+        self.service._release(self)
 
     async def skip(self) -> None:
         await self.inner.skip()
-        if self.service.release(self):
-            self.service.counters.skipped += 1
+        if self.service._release(self):
+            self.service._counters.skipped += 1
 
 
 class Service:
@@ -168,7 +168,7 @@ class Service:
         self.concurrency = concurrency
         self.heartbeat_ttl_s = heartbeat_ttl_s
         self.drain_s = drain_s
-        self.counters = _Counters()
+        self._counters = _Counters()
         self._shown: dict[str, _Shown] = {}
         self._recent: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()  # show() calls running
@@ -212,7 +212,7 @@ class Service:
             for helper in helpers:
                 helper.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
-            await self._close(responder, events)
+            await self._close(responder)
             for signum in handled:
                 loop.remove_signal_handler(signum)
             self._running, self._stops = False, 0
@@ -232,7 +232,7 @@ class Service:
 
     def statistics(self) -> dict[str, int]:
         """Counters: shown, answered, refused, skipped, errors; ``holding`` is shown now."""
-        c = self.counters
+        c = self._counters
         return {
             "shown": c.shown,
             "answered": c.answered,
@@ -283,12 +283,12 @@ class Service:
             return
         shown = _Shown(self, inner)
         self._shown[request.id] = shown
-        self.counters.shown += 1
+        self._counters.shown += 1
         loop = asyncio.get_running_loop()
         if request.expires_at is not None:
             delay_s = max(0.0, request.expires_at - time.time())
             expired = Event(event="expired", id=request.id)
-            shown.expiry = loop.call_later(delay_s, self.resolved, request.id, expired)
+            shown.expiry = loop.call_later(delay_s, self._resolved, request.id, expired)
         shown.task = task = loop.create_task(self._show(shown), name=f"show-{request.id}")
         self._tasks.add(task)
         task.add_done_callback(self._shown_done)
@@ -306,20 +306,17 @@ class Service:
             log.warning("%s: show() let a refusal escape: %s", shown.request.id, exc)
             await self._skip_after_failure(shown)
         except Exception:
-            self.counters.errors += 1
+            self._counters.errors += 1
             log.exception("%s: show() failed; the request is skipped", shown.request.id)
             await self._skip_after_failure(shown)
 
     async def _skip_after_failure(self, shown: _Shown) -> None:
-        if self.release(shown):
-            try:
-                await shown.inner.skip()
-            except ToolnexusError as exc:
-                log.warning("%s: could not skip: %s", shown.request.id, exc)
+        if self._release(shown):
+            await _quietly(shown.inner.skip(), f"skipping {shown.request.id}")
 
     # -- ending ---------------------------------------------------------------------
 
-    def release(self, shown: _Shown) -> bool:
+    def _release(self, shown: _Shown) -> bool:
         """Stop tracking ``shown`` (answered or skipped here); False if it already ended."""
         if self._shown.get(shown.request.id) is not shown:
             return False
@@ -329,7 +326,7 @@ class Service:
         self._remember(shown.request.id)
         return True
 
-    def resolved(
+    def _resolved(
         self, request_id: str, event: Event, *, by: asyncio.Task[object] | None = None
     ) -> None:
         """``request_id`` was resolved by someone else: end its show(), then call gone().
@@ -356,7 +353,7 @@ class Service:
         try:
             await self.worker.gone(shown, event)
         except Exception:
-            self.counters.errors += 1
+            self._counters.errors += 1
             log.exception("%s: gone() failed", shown.request.id)
 
     def _release_quietly(self, inner: Pending) -> None:
@@ -373,9 +370,26 @@ class Service:
             self._recent.popitem(last=False)
 
     async def _follow(self, events: EventStream) -> None:
-        async for event in events:
-            if event.event in _RESOLUTIONS:
-                self.resolved(event.id, event)
+        """End the shown requests that events say were resolved elsewhere, until the
+        broker closes; a stream that fails is logged and followed again."""
+        while True:
+            try:
+                async for event in events:
+                    if event.event in _RESOLUTIONS and not self._own(event):
+                        self._resolved(event.id, event)
+                return
+            except Exception:
+                log.exception("%s/%s: following events failed", self.group, self.consumer)
+            finally:
+                await _quietly(events.aclose(), "closing the event stream")
+            await asyncio.sleep(1.0)
+            events = self.broker.events()
+
+    def _own(self, event: Event) -> bool:
+        """Whether ``event`` is the answer this worker gave (its answer() call releases it)."""
+        shown = self._shown.get(event.id)
+        answer = event.answer
+        return shown is not None and answer is not None and answer.responder == shown.responder_name
 
     # -- heartbeat and shutdown -----------------------------------------------------
 
@@ -416,7 +430,7 @@ class Service:
             task.cancel()
         await asyncio.gather(*left, return_exceptions=True)
 
-    async def _close(self, responder: Responder, events: EventStream) -> None:
+    async def _close(self, responder: Responder) -> None:
         if self._endings:
             await asyncio.wait(set(self._endings), timeout=self.drain_s + 1)
             for task in list(self._endings):
@@ -426,7 +440,6 @@ class Service:
                 shown.expiry.cancel()
         self._shown.clear()  # unanswered: closing the responder hands them back to the group
         await _quietly(responder.aclose(), "closing the responder")
-        await _quietly(events.aclose(), "closing the event stream")
         if self.consumer is not None:
             await _quietly(
                 self.broker.heartbeat(self.group, self.consumer, ttl_s=0), "removing the heartbeat"
