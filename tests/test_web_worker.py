@@ -492,6 +492,7 @@ async def test_an_open_page_serves_loopback_names_only(broker: Broker) -> None:
         # a DNS name rebound to 127.0.0.1 is not this page
         rebound = await client.get("/", headers={"host": f"attacker.example:{web.port}"})
         assert rebound.status_code == 401
+        assert "answers at 127.0.0.1 or localhost only" in rebound.text
 
 
 def test_the_command_refuses_a_public_address_without_access(namespace: str) -> None:

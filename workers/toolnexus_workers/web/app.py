@@ -200,7 +200,8 @@ class WebPage:
             return self.signed_in(request, person)
         who = self.identity(request)
         if who is None:
-            return self.login_page(None, status_code=401)
+            loopback_only = "Without sign-in, this page answers at 127.0.0.1 or localhost only."
+            return self.login_page(loopback_only if self.access.open else None, status_code=401)
         return HTMLResponse(self.render_page(who))
 
     def render_page(self, who: Identity, replaced: Card | None = None) -> str:
