@@ -25,9 +25,10 @@ from .errors import (
     UnknownRequest,
 )
 from .mcp_source import answer_to_elicit_result, elicitation_to_request
-from .models import Answer, Event, Request, Signature, Source, WaitFor, new_id
+from .models import Answer, Event, Heartbeat, Request, Signature, Source, WaitFor, new_id
 from .question import QUESTION_TOOL, QuestionResult, question, question_tool
 from .schema import validate_form
+from .serve import Service, Worker, serve
 from .signing import Keyring, Signatures, SigningKey
 
 if _typing.TYPE_CHECKING:
@@ -81,6 +82,7 @@ __all__ = [
     "ElicitationCallback",
     "Event",
     "EventStream",
+    "Heartbeat",
     "InvalidAnswer",
     "InvalidRequest",
     "Keyring",
@@ -95,6 +97,7 @@ __all__ = [
     "Request",
     "Responder",
     "ServerUnavailable",
+    "Service",
     "Signature",
     "SignatureError",
     "Signatures",
@@ -104,6 +107,7 @@ __all__ = [
     "UnknownRequest",
     "UrlElicitationRequired",
     "WaitFor",
+    "Worker",
     "answer_to_elicit_result",
     "connect",
     "elicitation_callback",
@@ -113,5 +117,6 @@ __all__ = [
     "new_id",
     "question",
     "question_tool",
+    "serve",
     "validate_form",
 ]

@@ -13,14 +13,14 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 from .audit import AuditRecord
 from .errors import ConfigurationError
-from .models import DECLINED, DISMISSED, Answer, Event, Request
+from .models import DECLINED, DISMISSED, Answer, Event, Heartbeat, Request
 
 DEFAULT_TIMEOUT_S = 600.0
 """How long :meth:`Broker.wait_for` waits when neither the call nor the request says."""
@@ -204,6 +204,32 @@ class Broker(_Closing):
     @abc.abstractmethod
     def events(self) -> EventStream:
         """Follow what happens to requests from now on."""
+
+    @abc.abstractmethod
+    async def heartbeat(
+        self,
+        group: str,
+        consumer: str,
+        *,
+        ttl_s: float,
+        info: Mapping[str, str | int | float] | None = None,
+    ) -> None:
+        """Record that consumer ``consumer`` of ``group`` is alive for the next ``ttl_s``.
+
+        Each call replaces that consumer's previous heartbeat; ``ttl_s <= 0`` removes it
+        (a worker leaving). ``info`` is shown to operators (counters, pid, ...).
+
+        Raises:
+            BrokerUnavailable: the broker cannot be reached.
+        """
+
+    @abc.abstractmethod
+    async def heartbeats(self) -> list[Heartbeat]:
+        """The heartbeats of this queue's workers that have not expired, in no set order.
+
+        Raises:
+            BrokerUnavailable: the broker cannot be reached.
+        """
 
     @abc.abstractmethod
     async def aclose(self) -> None:

@@ -1,5 +1,7 @@
 """The ``toolnexus`` command (SPEC §13). ``toolnexus demo`` runs a whole round trip;
 ``toolnexus keygen NAME`` makes a signing key.
+``toolnexus worker NAME`` runs a responder worker found by its ``toolnexus.workers``
+entry point (so workers depend on this package, never the other way round).
 
 Configuration comes from flags, then ``TOOLNEXUS_*`` environment variables
 (``TOOLNEXUS_URL`` for the broker), then the embedded default ``memory://``.
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import sys
 from collections.abc import Callable, Sequence
 
@@ -56,6 +59,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     keygen.add_argument("name", metavar="NAME", help="the key's name, e.g. agent-7 or ops-bot")
     keygen.add_argument("--dir", default=".", help="where to write the files (default: here)")
+    names = ", ".join(sorted(_workers())) or "none installed"
+    worker = commands.add_parser(
+        "worker",
+        help=f"run a responder worker ({names})",
+        description=(
+            f"Run a responder worker: {names}. "
+            "`toolnexus worker NAME --help` shows the worker's own options."
+        ),
+    )
+    worker.add_argument("name", metavar="NAME", help=f"which worker: {names}")
+    worker.add_argument("args", nargs=argparse.REMAINDER, help="the worker's own options")
     return parser
 
 
@@ -69,6 +83,45 @@ def _keygen(args: argparse.Namespace) -> int:
     print("trusted-keys line (add it to TOOLNEXUS_TRUSTED_KEYS of who verifies this key):")
     print(key.public_line())
     return 0
+
+
+WORKERS_GROUP = "toolnexus.workers"
+"""The entry-point group where workers register: ``NAME = "module:main"``."""
+
+
+def _workers() -> dict[str, importlib.metadata.EntryPoint]:
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=WORKERS_GROUP)}
+
+
+def _extras() -> set[str]:
+    try:
+        return set(importlib.metadata.metadata("toolnexus").get_all("Provides-Extra") or [])
+    except importlib.metadata.PackageNotFoundError:
+        return set()
+
+
+def _worker(args: argparse.Namespace) -> int:
+    """Load worker ``args.name`` and run its ``main(argv)``."""
+    workers = _workers()
+    entry = workers.get(args.name)
+    if entry is None:
+        known = ", ".join(sorted(workers)) or "none"
+        print(f"toolnexus: no worker named {args.name!r} (installed: {known})", file=sys.stderr)
+        return 2
+    try:
+        main: Callable[[Sequence[str]], int] = entry.load()
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing in ("toolnexus", "toolnexus_workers") or not missing:
+            raise
+        extra = entry.name if entry.name in _extras() else None
+        fix = f": pip install 'toolnexus[{extra}]'" if extra else ""
+        print(
+            f"toolnexus worker {entry.name} needs {missing!r}, which is not installed{fix}",
+            file=sys.stderr,
+        )
+        return 2
+    return main(args.args)
 
 
 async def _demo(args: argparse.Namespace) -> int:
@@ -98,6 +151,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``toolnexus`` command line; the exit status is returned (and used by the script)."""
     args = _parser().parse_args(argv)
+    if args.command == "worker":
+        return _worker(args)
     try:
         return _COMMANDS[args.command](args)
     except ToolnexusError as exc:

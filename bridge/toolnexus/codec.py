@@ -17,19 +17,19 @@ from typing import Any, Final, Literal, TypeVar
 import msgspec
 
 from .errors import DecodeError, InvalidAnswer
-from .models import Answer, Event, Message, Request
+from .models import Answer, Event, Heartbeat, Message, Request
 
 WIRE_VERSION: Final = 1
 MAX_MESSAGE_BYTES: Final = 1024 * 1024  # default size limit of one encoded message
 
 Format = Literal["msgpack", "json"]
-M = TypeVar("M", Request, Answer, Event)
+M = TypeVar("M", Request, Answer, Event, Heartbeat)
 
 _Envelope = tuple[int, Message]
 
 
 class Codec:
-    """Encodes and decodes :class:`Request`, :class:`Answer` and :class:`Event` values.
+    """Encodes and decodes every message: requests, answers, events and heartbeats.
 
     Decoders are created once per codec and reused. ``max_bytes`` bounds what
     :meth:`decode` accepts.

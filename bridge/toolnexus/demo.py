@@ -33,6 +33,7 @@ from .broker import Broker, Pending, connect
 from .errors import ConfigurationError
 from .mcp_client import load_mcp
 from .models import Answer, Request
+from .schema import options
 from .terminal import Terminal
 
 BOOKING_FORM: dict[str, Any] = {
@@ -200,14 +201,12 @@ def auto_answer(request: Request) -> Answer:
 
 def _plausible(name: str, field: dict[str, Any]) -> Any:
     """A value that satisfies ``field`` (one property of an MCP form schema)."""
-    options = field.get("enum") or [o["const"] for o in field.get("oneOf", field.get("anyOf", []))]
+    choices = [value for value, _ in options(field)]
     kind = field.get("type")
-    if options:
-        return options[0]
     if kind == "array":
-        items = field.get("items", {})
-        choices = items.get("enum") or [o["const"] for o in items.get("anyOf", [])]
         return choices[: field.get("minItems", 0)]
+    if choices:
+        return choices[0]
     if kind == "boolean":
         return False
     if kind in ("integer", "number"):

@@ -11,6 +11,7 @@ step touches share a slot, while queues and waiters spread over slots:
 - ``{ns:w:<waiter>}:r:<id>``    state of one request: status, deadline, request, answer
 - ``{ns:w:<waiter>}:alive``     liveness mark of one waiting process (a key with a TTL)
 - ``{ns:q:<queue>}:route:<id>`` which waiter a request belongs to (answering by id alone)
+- ``{ns:q:<queue>}:workers``    heartbeats of the queue's responder workers (``group/consumer``)
 
 The resolve script touches requests' states, their waiter's reply stream and liveness
 mark: all are tagged by the waiter, so it runs on one slot. The publish script adds requests
@@ -73,6 +74,11 @@ class Keys:
     def route(self, request_id: str) -> str:
         """The key naming the waiter of ``request_id`` (in the queue's slot)."""
         return f"{self._tag}:route:{request_id}"
+
+    def heartbeats(self) -> str:
+        """The hash of the queue's worker heartbeats: field ``group/consumer``, value a
+        :class:`~toolnexus.models.Heartbeat` (in the queue's slot)."""
+        return f"{self._tag}:workers"
 
     def __repr__(self) -> str:
         return f"Keys(namespace={self.namespace!r}, queue={self.queue!r})"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,7 +30,7 @@ from .broker import (
 from .codec import MSGPACK
 from .errors import AlreadyResolved, InvalidRequest, NotAllowed, UnknownRequest
 from .keys import check_request_id
-from .models import Answer, Event, EventType, Request
+from .models import Answer, Event, EventType, Heartbeat, Request
 from .schema import check_answer
 from .signing import allowed
 
@@ -73,6 +73,7 @@ class MemoryBroker(Broker):
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
         self._responders: set[MemoryResponder] = set()
         self._audit: collections.deque[AuditRecord] = collections.deque(maxlen=AUDIT_RECORDS)
+        self._heartbeats: dict[tuple[str, str], Heartbeat] = {}
 
     # -- waiter side --------------------------------------------------------------
 
@@ -188,6 +189,29 @@ class MemoryBroker(Broker):
 
     def events(self) -> MemoryEvents:
         return MemoryEvents(self)
+
+    # -- heartbeats ---------------------------------------------------------------
+
+    async def heartbeat(
+        self,
+        group: str,
+        consumer: str,
+        *,
+        ttl_s: float,
+        info: Mapping[str, str | int | float] | None = None,
+    ) -> None:
+        if ttl_s <= 0:
+            self._heartbeats.pop((group, consumer), None)
+            return
+        now = time.time()
+        beat = Heartbeat(group, consumer, at=now, expires_at=now + ttl_s, info=dict(info or {}))
+        self._heartbeats[group, consumer] = beat
+
+    async def heartbeats(self) -> list[Heartbeat]:
+        now = time.time()
+        for key in [k for k, beat in self._heartbeats.items() if beat.expires_at <= now]:
+            del self._heartbeats[key]
+        return list(self._heartbeats.values())
 
     async def aclose(self) -> None:
         for queue in self._subscribers:

@@ -121,7 +121,21 @@ class Event(msgspec.Struct, tag="event", tag_field="type", omit_defaults=True):
     at: float = msgspec.field(default_factory=time.time)
 
 
-Message: TypeAlias = Request | Answer | Event
+class Heartbeat(msgspec.Struct, tag="heartbeat", tag_field="type", omit_defaults=True):
+    """A responder worker saying it is alive: consumer ``consumer`` of group ``group``.
+
+    ``at`` and ``expires_at`` are Unix times in seconds; past ``expires_at`` the worker
+    counts as gone. ``info`` holds what the worker chose to tell (its counters, pid, ...).
+    """
+
+    group: str
+    consumer: str
+    at: float
+    expires_at: float
+    info: dict[str, str | int | float] = msgspec.field(default_factory=dict)
+
+
+Message: TypeAlias = Request | Answer | Event | Heartbeat
 
 WaitFor: TypeAlias = Callable[[Request], Awaitable[Answer]]
 """Anything that suspends until a request is answered: ``async (Request) -> Answer``."""

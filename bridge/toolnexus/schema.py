@@ -100,6 +100,36 @@ def quote(value: Any) -> str:
     return text if len(text) <= MAX_QUOTE_CHARS else text[: MAX_QUOTE_CHARS - 3] + "..."
 
 
+def options(field_schema: Any) -> list[tuple[Any, str]]:
+    """The ``(value, label)`` choices of a single- or multi-select field; ``[]`` for others.
+
+    Reads every MCP shape: ``enum`` (labels are the values, or legacy ``enumNames`` of
+    the same length), titled ``oneOf`` / ``anyOf`` of ``{const, title}`` (a missing
+    title is the value), and for ``type: "array"`` the same under ``items``.
+
+        >>> options({"type": "string", "oneOf": [{"const": "eu", "title": "Europe"}]})
+        [('eu', 'Europe')]
+    """
+    if not isinstance(field_schema, dict):
+        return []
+    source = field_schema.get("items") if field_schema.get("type") == "array" else field_schema
+    if not isinstance(source, dict):
+        return []
+    titled = source.get("oneOf") or source.get("anyOf")
+    if isinstance(titled, list):
+        return [
+            (option["const"], str(option.get("title", option["const"])))
+            for option in titled
+            if isinstance(option, dict) and "const" in option
+        ]
+    values = source.get("enum")
+    if not isinstance(values, list):
+        return []
+    names = source.get("enumNames")
+    labels = names if isinstance(names, list) and len(names) == len(values) else values
+    return [(value, str(label)) for value, label in zip(values, labels, strict=True)]
+
+
 def check_schema(schema: Any) -> None:
     """Check that ``schema`` is a flat object schema of MCP field kinds.
 
@@ -207,14 +237,13 @@ def _compiled(schema_json: str) -> Draft202012Validator:
 
 def _invalid(error: ValidationError) -> InvalidAnswer:
     rule = str(error.validator)
-    options: Any = error.validator_value
-    if rule in ("oneOf", "anyOf") and all(
-        isinstance(option, dict) and "const" in option for option in options
-    ):
-        consts = [option["const"] for option in options]
+    value: Any = error.validator_value
+    choices = options({rule: value}) if rule in ("oneOf", "anyOf") else []
+    if choices and len(choices) == len(value):
+        consts = [const for const, _ in choices]
         text = f"{quote(error.instance)} is not one of {quote(consts)}"
     elif rule in _MESSAGES:
-        text = _MESSAGES[rule].format(instance=quote(error.instance), value=options)
+        text = _MESSAGES[rule].format(instance=quote(error.instance), value=value)
     else:
         text = error.message.replace(repr(error.instance), quote(error.instance))
         if len(text) > 3 * MAX_QUOTE_CHARS:

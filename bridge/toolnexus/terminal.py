@@ -2,22 +2,26 @@
 
 A form is asked field by field (defaults offered, choices numbered, each value
 checked as it is typed); an authorization shows its URL with the domain singled
-out, and is never opened or fetched; y/n confirms. End of input (Ctrl-D) dismisses.
+out, and is never opened or fetched; y/n confirms. End of input (Ctrl-D) dismisses,
+and so does :meth:`Terminal.interrupt` (what ``worker terminal`` calls on Ctrl-C).
+
+Input is read by one thread per terminal, line by line, so a question abandoned
+half way (its request was answered elsewhere) never swallows the next answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+import threading
 from typing import Any, TextIO
 from urllib.parse import urlsplit
-
-import anyio.to_thread
 
 from .broker import Pending
 from .errors import InvalidAnswer, NotResolved
 from .models import DECLINED, DISMISSED, Answer, Request
-from .schema import validate_form
+from .schema import options, validate_form
 
 _BOLD, _DIM, _URL_HOST, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[1;4;33m", "\x1b[0m"
 _YES, _NO = frozenset({"y", "yes"}), frozenset({"n", "no"})
@@ -42,9 +46,12 @@ class Terminal:
         if color is None:
             color = self.output.isatty() and "NO_COLOR" not in os.environ
         self.color = color
+        self._lines: _Lines | None = None
+        self._interrupted = asyncio.Event()
 
-    async def handle(self, pending: Pending) -> None:
-        """Ask about ``pending`` until the broker takes the answer or another answer wins."""
+    async def handle(self, pending: Pending) -> Answer | None:
+        """Ask about ``pending`` until the broker takes the answer (returned) or another
+        answer wins (``None``, after saying so)."""
         while True:
             answer = await self.ask(pending.request)
             try:
@@ -54,12 +61,30 @@ class Terminal:
                 continue
             except NotResolved as exc:
                 self._say(f"  (this request is no longer open: {exc.reason})")
-                return
+                return None
             self._say("  ✓ answer sent" if answer.ok else f"  ✓ {answer.reason}")
-            return
+            return answer
+
+    def interrupt(self) -> None:
+        """Dismiss the question being asked (or the next one, if none is): Ctrl-C."""
+        self._interrupted.set()
+
+    def discard_typed_ahead(self) -> None:
+        """Forget lines typed but not read yet (meant for a question that went away)."""
+        if self._lines is not None:
+            self._lines.discard()
+
+    async def end_of_input(self) -> None:
+        """Return once the person ends the input (Ctrl-D), reading from now on."""
+        await self._reader().ended.wait()
+
+    def say(self, text: str, *, dim: bool = False) -> None:
+        """Print a line of text for the person, dimmed if asked."""
+        self._say(self._style(text, _DIM) if dim else text)
 
     async def ask(self, request: Request) -> Answer:
-        """The person's answer to ``request``; end of input gives ``reason="dismissed"``."""
+        """The person's answer to ``request``; end of input or :meth:`interrupt` gives
+        ``reason="dismissed"``."""
         try:
             self._header(request)
             schema = request.schema
@@ -70,6 +95,9 @@ class Terminal:
             accept = await self._yes_no("  Accept?")
             return _yes_or_declined(request, accept)
         except EOFError:
+            self._say("")
+            return Answer(id=request.id, ok=False, reason=DISMISSED)
+        except _Interrupted:
             self._say("")
             return Answer(id=request.id, ok=False, reason=DISMISSED)
 
@@ -108,7 +136,7 @@ class Terminal:
         label = field.get("title") or name
         if field.get("description"):
             self._say(self._style(f"  {field['description']}", _DIM))
-        choices = _choices(field)
+        choices = options(field)
         multiple = field.get("type") == "array"
         if choices:
             for number, (_, title) in enumerate(choices, 1):
@@ -128,18 +156,42 @@ class Terminal:
     # -- input and output --------------------------------------------------------
 
     async def _read(self, prompt: str) -> str:
+        """The next line the person types, stripped.
+
+        Raises:
+            EOFError: end of input.
+            _Interrupted: :meth:`interrupt` was called.
+        """
+        if self._interrupted.is_set():
+            self._interrupted.clear()
+            raise _Interrupted
         self.output.write(prompt)
         self.output.flush()
-        line: str = await anyio.to_thread.run_sync(self.stdin.readline, abandon_on_cancel=True)
-        if not line:
-            raise EOFError
-        return line.strip()
+        line = asyncio.ensure_future(self._reader().get())
+        interrupted = asyncio.ensure_future(self._interrupted.wait())
+        try:
+            await asyncio.wait({line, interrupted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            line.cancel()
+            interrupted.cancel()
+        if not line.cancelled() and line.done():
+            text = line.result()
+            if text is None:
+                raise EOFError
+            return text.strip()
+        self._interrupted.clear()
+        raise _Interrupted
 
     async def _yes_no(self, question: str) -> bool:
         while True:
             text = (await self._read(f"{question} [y/n]: ")).lower()
             if text in _YES or text in _NO:
                 return text in _YES
+
+    def _reader(self) -> _Lines:
+        if self._lines is None:
+            self._lines = _Lines(self.stdin)
+        return self._lines
 
     def _header(self, request: Request) -> None:
         source = request.source
@@ -171,30 +223,50 @@ class Terminal:
         print(text, file=self.output, flush=True)
 
 
+class _Interrupted(Exception):
+    """The person pressed Ctrl-C: the question is dismissed."""
+
+
+class _Lines:
+    """The lines of ``stdin``, read by one daemon thread into a queue; ``None`` at the end."""
+
+    def __init__(self, stdin: TextIO) -> None:
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+        self._ended = False  # get() returned the end
+        self.ended = asyncio.Event()  # the thread read the end
+        thread = threading.Thread(target=self._pump, args=(stdin,), daemon=True)
+        thread.start()
+
+    def _pump(self, stdin: TextIO) -> None:
+        while True:
+            line = stdin.readline()
+            try:
+                self._loop.call_soon_threadsafe(self._queue.put_nowait, line or None)
+                if not line:
+                    self._loop.call_soon_threadsafe(self.ended.set)
+            except RuntimeError:  # the event loop is gone: nobody is listening
+                return
+            if not line:
+                return
+
+    async def get(self) -> str | None:
+        if self._ended:
+            return None
+        line = await self._queue.get()
+        self._ended = line is None
+        return line
+
+    def discard(self) -> None:
+        while not self._queue.empty():
+            if self._queue.get_nowait() is None:
+                self._ended = True
+
+
 def _yes_or_declined(request: Request, accept: bool) -> Answer:
     if accept:
         return Answer(id=request.id, ok=True)
     return Answer(id=request.id, ok=False, reason=DECLINED)
-
-
-def _choices(field: dict[str, Any]) -> list[tuple[Any, str]]:
-    """The (value, label) options of a single- or multi-select field, else none."""
-    source = field.get("items", {}) if field.get("type") == "array" else field
-    if not isinstance(source, dict):
-        return []
-    titled = source.get("oneOf") or source.get("anyOf")
-    if isinstance(titled, list):
-        return [
-            (option["const"], str(option.get("title", option["const"])))
-            for option in titled
-            if isinstance(option, dict) and "const" in option
-        ]
-    values = source.get("enum")
-    if not isinstance(values, list):
-        return []
-    names = source.get("enumNames")
-    labels = names if isinstance(names, list) and len(names) == len(values) else values
-    return [(value, str(label)) for value, label in zip(values, labels, strict=True)]
 
 
 def _hint(

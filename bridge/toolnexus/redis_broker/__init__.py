@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -24,10 +24,17 @@ from ..audit import AuditRecord, decode_record
 from ..broker import Broker, default_consumer_name
 from ..codec import MSGPACK, Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, DecodeError
-from ..models import Answer, Event, Request
+from ..models import Answer, Event, Heartbeat, Request
 from ..signing import Keyring, Signatures, SigningKey
 from ._core import REDIS_OPTIONS, Core, Settings, boundary, ms, run_to_completion
-from .responder import RedisEvents, RedisPending, RedisResponder, answer_by_id
+from .responder import (
+    RedisEvents,
+    RedisPending,
+    RedisResponder,
+    answer_by_id,
+    heartbeat,
+    heartbeats,
+)
 from .waiter import Waiter
 
 __all__ = ["RedisBroker", "RedisEvents", "RedisPending", "RedisResponder"]
@@ -172,6 +179,19 @@ class RedisBroker(Broker):
 
     def events(self) -> RedisEvents:
         return RedisEvents(self.core)
+
+    async def heartbeat(
+        self,
+        group: str,
+        consumer: str,
+        *,
+        ttl_s: float,
+        info: Mapping[str, str | int | float] | None = None,
+    ) -> None:
+        await heartbeat(self.core, group, consumer, ttl_s, info)
+
+    async def heartbeats(self) -> list[Heartbeat]:
+        return await heartbeats(self.core)
 
     async def audit(
         self, *, since: float | None = None, request_id: str | None = None, limit: int = 10_000

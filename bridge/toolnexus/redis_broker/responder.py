@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 import redis.asyncio as aioredis
@@ -35,7 +35,7 @@ from ..errors import (
     UnknownRequest,
 )
 from ..keys import WAITER_ID, check_request_id
-from ..models import EXPIRED, WITHDRAWN, Answer, Event, Request
+from ..models import EXPIRED, WITHDRAWN, Answer, Event, Heartbeat, Request
 from ..schema import check_answer
 from ..signing import allowed
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, ms, run_to_completion, text
@@ -138,6 +138,56 @@ def _checked(core: Core, request: Request, answer: Answer, responder: str | None
     if not allowed(request.allow, me, checked.person):
         raise NotAllowed(request.id)
     return signatures.sign_answer(checked, request)
+
+
+async def heartbeat(
+    core: Core,
+    group: str,
+    consumer: str,
+    ttl_s: float,
+    info: Mapping[str, str | int | float] | None,
+) -> None:
+    """:meth:`RedisBroker.heartbeat`: one hash per queue (:meth:`Keys.heartbeats`), field
+    ``group/consumer``, value an encoded :class:`Heartbeat`. The key's TTL is kept at the
+    longest heartbeat's, so a fleet that died leaves nothing behind."""
+    key, field = core.keys.heartbeats(), f"{group}/{consumer}"
+    with boundary(f"recording the heartbeat of {field}"):
+        if ttl_s <= 0:
+            await core.bounded(core.redis.hdel(key, field))
+            return
+        now = time.time()
+        beat = Heartbeat(group, consumer, now, now + ttl_s, dict(info or {}))
+        ttl_ms = max(1, int(ttl_s * 1000))
+        async with core.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, field, core.codec.encode(beat))
+            pipe.pexpire(key, ttl_ms, nx=True)  # a new key gets this heartbeat's TTL
+            pipe.pexpire(key, ttl_ms, gt=True)  # an existing one is only ever extended
+            await core.bounded(pipe.execute())
+
+
+async def heartbeats(core: Core) -> list[Heartbeat]:
+    """:meth:`RedisBroker.heartbeats`: the live ones; stale or unreadable fields are
+    deleted on the way."""
+    key = core.keys.heartbeats()
+    with boundary("reading heartbeats"):
+        fields: dict[bytes | str, bytes | str] = await core.bounded(core.redis.hgetall(key))
+    now = time.time()
+    live: list[Heartbeat] = []
+    stale: list[bytes | str] = []
+    for field, raw in fields.items():
+        try:
+            beat = core.codec.decode_as(raw, Heartbeat)
+        except DecodeError:
+            stale.append(field)  # not a heartbeat: nobody can read it either
+            continue
+        if beat.expires_at > now:
+            live.append(beat)
+        else:
+            stale.append(field)
+    if stale:
+        with contextlib.suppress(Exception):
+            await core.bounded(core.redis.hdel(key, *stale))
+    return live
 
 
 class RedisPending(Pending):

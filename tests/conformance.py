@@ -1,0 +1,577 @@
+"""The responder conformance suite (SPEC §12): what every worker in this repository does.
+
+A worker is driven through a :class:`WorkerUnderTest` adapter: start it on a Redis
+queue, make it answer a request with :data:`DATA`, ask whether a request is shown,
+send it SIGTERM. ``tests/test_conformance.py`` runs every check in :data:`CHECKS`
+against every adapter; to add a worker, write an adapter and list it there.
+
+Requests carry their purpose in the prompt (``conformance hold|answer|invalid <id>``)
+so that a worker answering by rules (auto) can be told what to do by its rules file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Literal, Protocol
+
+import pexpect
+from playwright.async_api import Browser, Locator, Playwright, async_playwright
+
+import toolnexus
+from conftest import RedisServer
+from toolnexus import (
+    Answer,
+    Broker,
+    Event,
+    InvalidAnswer,
+    Pending,
+    Request,
+    Service,
+    Source,
+    Worker,
+    new_id,
+)
+
+FORM = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "title": "Name", "minLength": 2},
+        "guests": {"type": "integer", "title": "Guests", "minimum": 1, "maximum": 12, "default": 2},
+    },
+    "required": ["name"],
+}
+DATA = {"name": "Ada Lovelace"}
+"""What a worker is made to answer; the waiter receives :data:`EXPECTED`."""
+EXPECTED = {"name": "Ada Lovelace", "guests": 2}
+INVALID = {"name": "A"}
+"""What a worker is made to send when it must be refused."""
+REFUSAL = "shorter than the minimum length of 2"
+LEASE_MS = 1000
+"""The lease workers under test take, so that what a stopped worker held is reclaimed soon."""
+
+Purpose = Literal["hold", "answer", "invalid"]
+
+TOOLNEXUS = str(Path(sys.executable).with_name("toolnexus"))
+CHROMIUM = "/usr/bin/chromium"
+"""Debian's chromium (.ci/run installs it), driven by Playwright: no browser download."""
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def conformance_request(purpose: Purpose) -> Request:
+    """A form request; ``purpose`` says what the check will make the worker do with it."""
+    request_id = new_id("cnf")
+    return Request(
+        id=request_id,
+        kind="input",
+        prompt=f"conformance {purpose} {request_id}",
+        data={"schema": FORM},
+        source=Source(server="conformance", tool="check", agent="suite"),
+    )
+
+
+class WorkerUnderTest(Protocol):
+    """How the suite drives one worker."""
+
+    group: str
+
+    async def start(self, url: str, namespace: str, queue: str) -> None:
+        """Start the worker on ``url`` (Redis), answering ``queue`` of ``namespace``."""
+
+    async def shows(self, request: Request) -> bool:
+        """Whether ``request`` is on display now (held, not yet gone or answered)."""
+
+    async def answer(self, request: Request) -> None:
+        """Make the worker accept the shown ``request`` with :data:`DATA`."""
+
+    async def answer_invalidly(self, request: Request) -> str:
+        """Make the worker answer ``request`` with :data:`INVALID`; return how the refusal
+        was reported (a log line, the text on screen, the exception's message)."""
+
+    async def terminate(self) -> int:
+        """Send SIGTERM; return the exit status once the worker has stopped."""
+
+    async def close(self) -> None:
+        """Stop whatever is still running (after a failure too)."""
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 15
+) -> None:
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not await check():
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"not within {timeout_s} s: {what}") from None
+
+
+@contextlib.asynccontextmanager
+async def waiting(broker: Broker, request: Request) -> AsyncIterator[asyncio.Task[Answer]]:
+    task = asyncio.create_task(broker.wait_for(request, timeout_s=60))
+    try:
+        yield task
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+# -- the checks -------------------------------------------------------------------
+
+
+async def shows_new_requests(worker: WorkerUnderTest, broker: Broker) -> None:
+    request = conformance_request("hold")
+    async with waiting(broker, request):
+        await eventually(lambda: worker.shows(request), f"{request.id} shown")
+
+
+async def removes_resolved_requests(worker: WorkerUnderTest, broker: Broker) -> None:
+    answered = conformance_request("hold")
+    async with waiting(broker, answered) as wait:
+        await eventually(lambda: worker.shows(answered), f"{answered.id} shown")
+        await broker.answer(Answer(id=answered.id, ok=False, reason="declined"))
+        await eventually(lambda: _not(worker.shows(answered)), f"{answered.id} removed")
+        assert (await wait).reason == "declined"
+    withdrawn = conformance_request("hold")
+    async with waiting(broker, withdrawn) as wait:
+        await eventually(lambda: worker.shows(withdrawn), f"{withdrawn.id} shown")
+        wait.cancel()  # the asker stops waiting
+    await eventually(lambda: _not(worker.shows(withdrawn)), f"{withdrawn.id} removed")
+
+
+async def answers_exactly_once(worker: WorkerUnderTest, broker: Broker) -> None:
+    request = conformance_request("answer")
+    async with following(broker) as seen:
+        async with waiting(broker, request) as wait:
+            await worker.answer(request)
+            answer = await asyncio.wait_for(wait, 30)
+        assert (answer.ok, answer.data) == (True, EXPECTED)
+        assert answer.responder is not None and answer.responder.startswith(f"{worker.group}/")
+        await asyncio.sleep(1.0)  # room for a second answer, were there one
+        assert not await worker.shows(request)
+    assert [e.event for e in seen if e.id == request.id] == ["answered"]
+
+
+async def refuses_nothing_silently(worker: WorkerUnderTest, broker: Broker) -> None:
+    request = conformance_request("invalid")
+    async with waiting(broker, request) as wait:
+        reported = await worker.answer_invalidly(request)
+        assert REFUSAL in reported
+        assert not wait.done()  # refused: the request is still open
+        await broker.answer(Answer(id=request.id, ok=False, reason="dismissed"))
+        assert (await wait).reason == "dismissed"
+        await eventually(lambda: _not(worker.shows(request)), f"{request.id} removed")
+
+
+async def drains_on_sigterm(worker: WorkerUnderTest, broker: Broker) -> None:
+    request = conformance_request("hold")
+    async with waiting(broker, request) as wait:
+        await eventually(lambda: worker.shows(request), f"{request.id} shown")
+        status = await asyncio.wait_for(worker.terminate(), 20)
+        assert status == 0
+        assert not wait.done()  # stopping answered nothing
+        # What it held goes back to its group: another consumer gets it.
+        async with broker.responder(worker.group) as group:
+            async with asyncio.timeout(20):
+                pending = await anext(group)
+            assert pending.request.id == request.id
+            await pending.accept(DATA)
+        assert (await wait).data == EXPECTED
+
+
+async def survives_a_reconnect(
+    worker: WorkerUnderTest, broker: Broker, server: RedisServer
+) -> None:
+    before = conformance_request("answer")
+    async with waiting(broker, before) as wait:
+        await worker.answer(before)
+        assert (await asyncio.wait_for(wait, 30)).data == EXPECTED
+    server.stop()
+    await asyncio.sleep(0.5)
+    server.start()
+    after = conformance_request("answer")
+    async with waiting(broker, after) as wait:
+        await worker.answer(after)
+        assert (await asyncio.wait_for(wait, 40)).data == EXPECTED
+
+
+CHECKS: dict[str, Callable[[WorkerUnderTest, Broker], Awaitable[None]]] = {
+    "shows new requests": shows_new_requests,
+    "removes resolved requests": removes_resolved_requests,
+    "answers exactly once": answers_exactly_once,
+    "refuses nothing silently": refuses_nothing_silently,
+    "drains on SIGTERM": drains_on_sigterm,
+}
+"""The checks run on the shared Redis; :func:`survives_a_reconnect` needs a private one."""
+
+
+async def _not(check: Awaitable[bool]) -> bool:
+    return not await check
+
+
+@contextlib.asynccontextmanager
+async def following(broker: Broker) -> AsyncIterator[list[Event]]:
+    """The events of ``broker`` while in the block, collected in a list."""
+    seen: list[Event] = []
+
+    async def follow(events: toolnexus.EventStream) -> None:
+        async for event in events:
+            seen.append(event)
+
+    async with broker.events() as events:
+        task = asyncio.create_task(follow(events))
+        try:
+            yield seen
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def worker_command(name: str, url: str, namespace: str, queue: str, *extra: str) -> list[str]:
+    """``toolnexus worker NAME`` with the options the suite gives every worker."""
+    return [
+        TOOLNEXUS,
+        "worker",
+        name,
+        "--url",
+        url,
+        "--namespace",
+        namespace,
+        "--queue",
+        queue,
+        "--lease-ms",
+        str(LEASE_MS),
+        *extra,
+    ]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLNEXUS_")}
+    return {**env, **extra}
+
+
+# -- adapters ---------------------------------------------------------------------
+
+
+class PlainWorker(Worker):
+    """The smallest UI-like worker on the SDK: keeps what it is shown until it is gone."""
+
+    group = "plain"
+
+    def __init__(self) -> None:
+        self.shown: dict[str, Pending] = {}
+
+    async def show(self, pending: Pending) -> None:
+        self.shown[pending.request.id] = pending
+
+    async def gone(self, pending: Pending, event: Event) -> None:
+        self.shown.pop(pending.request.id, None)
+
+
+class PlainAdapter:
+    """A :class:`PlainWorker` served in this process (SIGTERM goes to this process)."""
+
+    group = "plain"
+
+    def __init__(self, directory: Path) -> None:
+        self.worker = PlainWorker()
+        self.run: asyncio.Task[None] | None = None
+
+    async def start(self, url: str, namespace: str, queue: str) -> None:
+        self.broker = toolnexus.connect(
+            url, namespace=namespace, queue=queue, lease_ms=LEASE_MS, block_ms=200
+        )
+        await self.broker.__aenter__()
+        self.service = Service(self.broker, self.worker, drain_s=2)
+        self.run = asyncio.create_task(self.service.run(handle_signals=True))
+
+    async def shows(self, request: Request) -> bool:
+        return request.id in self.worker.shown
+
+    async def answer(self, request: Request) -> None:
+        await eventually(lambda: self.shows(request), f"{request.id} shown")
+        await self.worker.shown.pop(request.id).accept(DATA)
+
+    async def answer_invalidly(self, request: Request) -> str:
+        await eventually(lambda: self.shows(request), f"{request.id} shown")
+        try:
+            await self.worker.shown[request.id].accept(INVALID)
+        except InvalidAnswer as exc:
+            return str(exc)
+        raise AssertionError("an invalid answer was taken")
+
+    async def terminate(self) -> int:
+        assert self.run is not None
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(self.run, 20)
+        return 0
+
+    async def close(self) -> None:
+        if self.run is not None and not self.run.done():
+            self.service.stop()
+            self.service.stop()
+            await asyncio.gather(self.run, return_exceptions=True)
+        if self.run is not None:
+            await self.broker.aclose()
+
+
+AUTO_RULES = """\
+# The conformance suite tells the auto worker what to do through the prompt.
+[[rule]]
+name = "answer"
+prompt = "^conformance answer "
+action = "accept"
+data = { name = "Ada Lovelace" }
+
+[[rule]]
+name = "invalid"
+prompt = "^conformance invalid "
+action = "accept"
+data = { name = "A" }
+
+[[rule]]
+name = "hold"
+prompt = "^conformance hold "
+action = "accept"
+data = { name = "Ada Lovelace" }
+after_s = 3600
+"""
+
+
+class AutoAdapter:
+    """``toolnexus worker auto`` in a subprocess, watched through its decision log."""
+
+    group = "auto"
+
+    def __init__(self, directory: Path) -> None:
+        self.rules = directory / "rules.toml"
+        self.rules.write_text(AUTO_RULES)
+        self.process: asyncio.subprocess.Process | None = None
+        self.lines: list[str] = []
+
+    async def start(self, url: str, namespace: str, queue: str) -> None:
+        command = worker_command("auto", url, namespace, queue, "--rules", str(self.rules))
+        self.process = await asyncio.create_subprocess_exec(
+            *command, stderr=asyncio.subprocess.PIPE, env=clean_env()
+        )
+        self.reader = asyncio.create_task(self._read())
+        await eventually(self._serving, "the auto worker serving")
+
+    async def _read(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        async for line in self.process.stderr:
+            self.lines.append(line.decode())
+
+    async def _serving(self) -> bool:
+        return any("serving" in line for line in self.lines)
+
+    def _last(self, request: Request, *marks: str) -> str | None:
+        """The last log line about ``request`` holding one of ``marks``."""
+        about = [line for line in self.lines if f"request={request.id} " in line]
+        found = [line for line in about if any(mark in line for mark in marks)]
+        return found[-1] if found else None
+
+    async def shows(self, request: Request) -> bool:
+        last = self._last(request, "decision=", "gone ")
+        return last is not None and "outcome=waiting" in last
+
+    async def answer(self, request: Request) -> None:
+        """Nothing to do: its rules answer ``conformance answer`` requests."""
+
+    async def answer_invalidly(self, request: Request) -> str:
+        async def refused() -> bool:
+            return self._last(request, "outcome=refused") is not None
+
+        await eventually(refused, f"{request.id} refused")
+        return self._last(request, "outcome=refused") or ""
+
+    async def terminate(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return await self.process.wait()
+
+    async def close(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+        if self.process is not None:
+            await asyncio.gather(self.reader, return_exceptions=True)
+
+
+class TerminalAdapter:
+    """``toolnexus worker terminal`` in a pseudo-terminal, read like a person would."""
+
+    group = "terminal"
+
+    def __init__(self, directory: Path) -> None:
+        self.child: pexpect.spawn | None = None
+        self.screen = ""
+
+    async def start(self, url: str, namespace: str, queue: str) -> None:
+        command = worker_command("terminal", url, namespace, queue)
+        self.child = pexpect.spawn(
+            command[0], command[1:], env=clean_env(TERM="dumb", NO_COLOR="1"), encoding="utf-8"
+        )
+        await self.wait_for("waiting for requests")
+
+    def _read(self) -> None:
+        assert self.child is not None
+        with contextlib.suppress(pexpect.TIMEOUT, pexpect.EOF):
+            while True:
+                self.screen += self.child.read_nonblocking(65536, timeout=0)
+
+    async def wait_for(self, text: str, after: int = 0, timeout_s: float = 15) -> int:
+        """Wait until ``text`` is on screen after position ``after``; return where it ends."""
+
+        async def there() -> bool:
+            self._read()
+            return self.screen.find(text, after) >= 0
+
+        await eventually(there, f"{text!r} on screen:\n{self.screen[after:]}", timeout_s)
+        return self.screen.find(text, after) + len(text)
+
+    async def shows(self, request: Request) -> bool:
+        self._read()
+        start = self.screen.find(request.prompt)  # its header (a later "gone" line repeats it)
+        if start < 0:
+            return False
+        after = self.screen[start:]
+        ends = ("✓ answer sent", "✓ dismissed", "✓ declined", "✗ gone:", "no longer open")
+        return not any(end in after for end in ends)
+
+    async def answer(self, request: Request) -> None:
+        assert self.child is not None
+        start = await self.wait_for(request.prompt)
+        at = await self.wait_for("Name (at least 2 characters): ", start)
+        self.child.sendline(DATA["name"])
+        at = await self.wait_for("Guests (integer 1–12) [2]: ", at)
+        self.child.sendline("")
+        at = await self.wait_for("Send this answer? [y/n]: ", at)
+        self.child.sendline("y")
+        await self.wait_for("✓ answer sent", at)
+
+    async def answer_invalidly(self, request: Request) -> str:
+        assert self.child is not None
+        start = await self.wait_for(request.prompt)
+        at = await self.wait_for("Name (at least 2 characters): ", start)
+        self.child.sendline(INVALID["name"])
+        end = await self.wait_for(REFUSAL, at)
+        return self.screen[at:end]
+
+    async def terminate(self) -> int:
+        assert self.child is not None
+        self.child.kill(signal.SIGTERM)
+        await eventually(self.exited, "the terminal worker exited", 20)
+        status: int = self.child.exitstatus
+        return status
+
+    async def exited(self) -> bool:
+        assert self.child is not None
+        self._read()
+        return not self.child.isalive()
+
+    async def close(self) -> None:
+        if self.child is not None:
+            self.child.close(force=True)
+
+
+WEB_TOKEN = "conformance-web-token-0123456789"
+
+
+class WebAdapter:
+    """``toolnexus worker web`` in a subprocess, used in Debian's chromium like a person."""
+
+    group = "web"
+
+    def __init__(self, directory: Path) -> None:
+        self.process: asyncio.subprocess.Process | None = None
+        self.lines: list[str] = []
+        self.playwright: Playwright | None = None
+        self.browser: Browser | None = None
+
+    async def start(self, url: str, namespace: str, queue: str) -> None:
+        command = worker_command("web", url, namespace, queue, "--port", "0", "--token", WEB_TOKEN)
+        self.process = await asyncio.create_subprocess_exec(
+            *command, stderr=asyncio.subprocess.PIPE, env=clean_env()
+        )
+        self.reader = asyncio.create_task(self._read())
+        await eventually(self._serving, "the web worker serving")
+        address = next(m[1] for line in self.lines if (m := re.search(r"page on (\S+/)", line)))
+        self.playwright = await async_playwright().start()
+        self.browser = await self.playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS
+        )
+        self.page = await self.browser.new_page()
+        self.page.set_default_timeout(20_000)
+        await self.page.goto(f"{address}?token={WEB_TOKEN}")
+        await self.page.locator("#live[data-state=live]").wait_for()
+
+    async def _read(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        async for line in self.process.stderr:
+            self.lines.append(line.decode())
+
+    async def _serving(self) -> bool:
+        return any("web page on" in line for line in self.lines)
+
+    def card(self, request: Request) -> Locator:
+        return self.page.locator("article.request", has_text=request.prompt)
+
+    async def shows(self, request: Request) -> bool:
+        return await self.card(request).count() == 1
+
+    async def answer(self, request: Request) -> None:
+        card = self.card(request)
+        await card.get_by_label("Name").fill(DATA["name"])
+        await card.get_by_role("button", name="Accept").click()
+        await card.wait_for(state="detached")
+
+    async def answer_invalidly(self, request: Request) -> str:
+        card = self.card(request)
+        await card.get_by_label("Name").fill(INVALID["name"])
+        # past the browser's own minlength hint, as an older browser would be
+        await card.locator("form").evaluate("form => { form.noValidate = true; }")
+        await card.get_by_role("button", name="Accept").click()
+        return await card.locator(".field.invalid .error").inner_text()
+
+    async def terminate(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return await self.process.wait()
+
+    async def close(self) -> None:
+        if self.browser is not None:
+            await self.browser.close()
+        if self.playwright is not None:
+            await self.playwright.stop()
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+        if self.process is not None:
+            await asyncio.gather(self.reader, return_exceptions=True)
+
+
+Adapter = Callable[[Path], WorkerUnderTest]
+
+ADAPTERS: dict[str, Adapter] = {
+    "plain": PlainAdapter,
+    "auto": AutoAdapter,
+    "terminal": TerminalAdapter,
+    "web": WebAdapter,
+}
+"""Every worker of this repository, by name: the suite runs each check on each."""

@@ -1,0 +1,68 @@
+"""``toolnexus worker NAME``: workers found by entry point, with the options every one takes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TOOLNEXUS = str(Path(sys.executable).with_name("toolnexus"))
+
+
+def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TOOLNEXUS_")}
+    return subprocess.run(
+        [TOOLNEXUS, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**clean, **env},
+        check=False,
+    )
+
+
+def test_the_workers_are_listed() -> None:
+    done = run("worker", "--help")
+    assert done.returncode == 0
+    assert "Run a responder worker: auto, terminal, web." in " ".join(done.stdout.split())
+
+
+def test_an_unknown_worker_is_refused_by_name() -> None:
+    done = run("worker", "slak")
+    assert done.returncode == 2
+    assert done.stderr == "toolnexus: no worker named 'slak' (installed: auto, terminal, web)\n"
+
+
+@pytest.mark.parametrize("name", ["auto", "terminal", "web"])
+def test_every_worker_takes_the_common_options(name: str) -> None:
+    done = run("worker", name, "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: toolnexus worker {name} ")
+    for option in ("--url", "--namespace", "--queue", "--group", "--help", "$TOOLNEXUS_URL"):
+        assert option in done.stdout
+
+
+def test_the_url_comes_from_the_environment(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\naction = "skip"\n')
+    done = run("worker", "auto", "--rules", str(rules), TOOLNEXUS_URL="redis://127.0.0.1:1/0")
+    assert done.returncode == 3
+    assert "toolnexus worker auto: cannot reach Redis at redis://127.0.0.1:1/0" in done.stderr
+
+
+def test_a_missing_extra_names_the_install_command() -> None:
+    blocked = ["starlette", "uvicorn", "sse_starlette", "jinja2"]
+    code = (
+        "import sys\n"
+        f"for name in {blocked!r}: sys.modules[name] = None  # as if never installed\n"
+        "from toolnexus.cli import main\n"
+        "sys.exit(main(['worker', 'web']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 2
+    assert done.stderr.rstrip().endswith("pip install 'toolnexus[web]'")

@@ -1,0 +1,376 @@
+"""``toolnexus worker auto --rules rules.toml``: answer requests by rules, unattended.
+
+For CI and unattended fleets. Rules are tried in order and the first that matches
+decides; a request no rule matches is skipped (left for a person)::
+
+    [[rule]]
+    name = "CI may deploy to staging"   # optional: shown in the log and as the answer's person
+    kind = "approval"                   # glob patterns, or lists of them, matched against
+    agent = "ci-*"                      #   kind, server, tool and agent (a missing one is "")
+    prompt = "(?i)\\\\bstaging\\\\b"        # a regular expression searched in the prompt
+    action = "accept"                   # accept | decline | skip (leave it for a person)
+    data = { environment = "staging" }  # accept: the form's data; the schema's defaults fill in
+    after_s = 0                         # act only after this long: a person may answer first
+
+A rules file that cannot be used is refused at start with its line and the reason.
+Every decision is logged as one line, its outcome last (``decision=accept
+request=… rule=1 (name) kind=… server=… tool=… agent=… prompt='…' outcome=answered``);
+an answer the broker refuses says so (``outcome=refused: …``) and, when the data was
+invalid, the request is left for a person.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import logging
+import re
+import sys
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from toolnexus import (
+    Broker,
+    ConfigurationError,
+    Event,
+    InvalidAnswer,
+    NotResolved,
+    Pending,
+    Request,
+    Worker,
+)
+
+from .options import (
+    EXIT_CONFIGURATION,
+    EXIT_OK,
+    configure_logging,
+    run_main,
+    service,
+    worker_parser,
+)
+
+log = logging.getLogger("toolnexus.auto")
+
+Action = Literal["accept", "decline", "skip"]
+ACTIONS: tuple[Action, ...] = ("accept", "decline", "skip")
+MATCHED = ("kind", "server", "tool", "agent")
+KEYS = frozenset({*MATCHED, "prompt", "action", "data", "after_s", "name"})
+_HEADER = re.compile(r"\s*\[\[\s*rule\s*\]\]\s*(#.*)?$")
+
+
+class RulesError(ConfigurationError):
+    """A rules file that cannot be used; the message names the file, line and reason."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule: what it matches, and what it does then."""
+
+    index: int  # 1-based, in file order
+    action: Action
+    name: str | None = None
+    kind: tuple[str, ...] | None = None
+    server: tuple[str, ...] | None = None
+    tool: tuple[str, ...] | None = None
+    agent: tuple[str, ...] | None = None
+    prompt: re.Pattern[str] | None = None
+    data: dict[str, Any] | None = None
+    after_s: float = 0.0
+
+    def matches(self, request: Request) -> bool:
+        """Whether every condition of this rule holds for ``request``."""
+        source = request.source
+        values = {
+            "kind": request.kind,
+            "server": source.server or "",
+            "tool": source.tool or "",
+            "agent": source.agent or "",
+        }
+        for key in MATCHED:
+            patterns: tuple[str, ...] | None = getattr(self, key)
+            if patterns is not None and not any(
+                fnmatch.fnmatchcase(values[key], p) for p in patterns
+            ):
+                return False
+        return self.prompt is None or self.prompt.search(request.prompt) is not None
+
+    @property
+    def label(self) -> str:
+        """How the log and the answer's ``person`` name this rule."""
+        return self.name or f"rule {self.index}"
+
+
+class Rules:
+    """An ordered list of :class:`Rule`; the first match decides."""
+
+    def __init__(self, rules: Sequence[Rule], source: str = "<rules>") -> None:
+        self.rules = tuple(rules)
+        self.source = source
+
+    @classmethod
+    def load(cls, path: Path) -> Rules:
+        """The rules in the TOML file ``path``.
+
+        Raises:
+            RulesError: the file cannot be read, is not TOML, or a rule is wrong.
+        """
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RulesError(f"cannot read rules file {str(path)!r}: {exc}") from exc
+        return cls.parse(text, str(path))
+
+    @classmethod
+    def parse(cls, text: str, source: str = "<rules>") -> Rules:
+        """The rules in TOML ``text`` (``source`` names it in errors).
+
+        Raises:
+            RulesError: not TOML (the message has tomllib's line and column), or a rule
+                with an unknown key or a bad value (the message names the rule, its
+                line and the key).
+        """
+        try:
+            document = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise RulesError(f"{source}: not valid TOML: {exc}") from exc
+        lines = _Lines(text)
+        unknown = sorted(set(document) - {"rule"})
+        if unknown:
+            raise RulesError(
+                f"{source}, line {lines.top_level(unknown[0])}: unknown top-level key "
+                f"{unknown[0]!r}: rules are [[rule]] tables"
+            )
+        tables = document.get("rule")
+        if not isinstance(tables, list) or not tables:
+            raise RulesError(f"{source}: no rules: add at least one [[rule]] table")
+        rules = []
+        for index, table in enumerate(tables, 1):
+            where = _Where(source, index, lines)
+            if not isinstance(table, dict):
+                raise RulesError(f"{where.at()}: a rule must be a table")
+            rules.append(_rule(index, table, where))
+        return cls(rules, source)
+
+    def match(self, request: Request) -> Rule | None:
+        """The first rule that matches ``request``, or ``None``."""
+        return next((rule for rule in self.rules if rule.matches(request)), None)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def __repr__(self) -> str:
+        return f"<Rules {len(self.rules)} from {self.source}>"
+
+
+class _Lines:
+    """Where things are in the rules text, for error messages."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+        self.headers = [n for n, line in enumerate(self.lines, 1) if _HEADER.match(line)]
+
+    def rule(self, index: int) -> int | None:
+        return self.headers[index - 1] if index <= len(self.headers) else None
+
+    def key(self, index: int, key: str) -> int | None:
+        start = self.rule(index)
+        if start is None:
+            return None
+        end = self.headers[index] if index < len(self.headers) else len(self.lines) + 1
+        pattern = re.compile(rf"\s*{re.escape(key)}\s*=")
+        return next((n for n in range(start + 1, end) if pattern.match(self.lines[n - 1])), start)
+
+    def top_level(self, key: str) -> int | str:
+        pattern = re.compile(rf"\s*\[*\s*{re.escape(key)}\s*[=\]]")
+        return next((n for n, line in enumerate(self.lines, 1) if pattern.match(line)), "?")
+
+
+@dataclass(frozen=True)
+class _Where:
+    source: str
+    index: int
+    lines: _Lines
+
+    def at(self, key: str | None = None) -> str:
+        line = self.lines.rule(self.index) if key is None else self.lines.key(self.index, key)
+        return f"{self.source}, rule {self.index}" + (f" (line {line})" if line else "")
+
+    def error(self, key: str, problem: str) -> RulesError:
+        return RulesError(f"{self.at(key)}: {key!r} {problem}")
+
+
+def _rule(index: int, table: dict[str, Any], where: _Where) -> Rule:
+    unknown = sorted(set(table) - KEYS)
+    if unknown:
+        raise RulesError(
+            f"{where.at(unknown[0])}: unknown key {unknown[0]!r} "
+            f"(known keys: {', '.join(sorted(KEYS))})"
+        )
+    if "action" not in table:
+        raise RulesError(f"{where.at()}: 'action' is required: one of {', '.join(ACTIONS)}")
+    action = table["action"]
+    if action not in ACTIONS:
+        raise where.error("action", f"must be one of {', '.join(ACTIONS)}, not {action!r}")
+    fields: dict[str, Any] = {
+        key: _patterns(table[key], key, where) for key in MATCHED if key in table
+    }
+    if "prompt" in table:
+        fields["prompt"] = _regex(table["prompt"], where)
+    if "name" in table:
+        if not isinstance(table["name"], str) or not table["name"]:
+            raise where.error("name", f"must be a non-empty string, not {table['name']!r}")
+        fields["name"] = table["name"]
+    if "data" in table:
+        if action != "accept":
+            raise where.error("data", f'is only for action = "accept", not {action!r}')
+        if not isinstance(table["data"], dict):
+            raise where.error("data", f"must be a table of field values, not {table['data']!r}")
+        fields["data"] = table["data"]
+    if "after_s" in table:
+        after_s = table["after_s"]
+        if isinstance(after_s, bool) or not isinstance(after_s, int | float) or after_s < 0:
+            raise where.error("after_s", f"must be a number of seconds ≥ 0, not {after_s!r}")
+        if action == "skip" and after_s:
+            raise where.error("after_s", 'means nothing for action = "skip"')
+        fields["after_s"] = float(after_s)
+    return Rule(index=index, action=action, **fields)
+
+
+def _patterns(value: Any, key: str, where: _Where) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise where.error(key, f"must be a glob pattern or a non-empty list of them, not {value!r}")
+
+
+def _regex(value: Any, where: _Where) -> re.Pattern[str]:
+    if not isinstance(value, str):
+        raise where.error("prompt", f"must be a regular expression string, not {value!r}")
+    try:
+        return re.compile(value)
+    except re.error as exc:
+        raise where.error("prompt", f"is not a valid regular expression: {exc}") from exc
+
+
+class AutoWorker(Worker):
+    """Answers each request as the first matching rule says; the rest are skipped."""
+
+    group = "auto"
+
+    def __init__(self, rules: Rules) -> None:
+        self.rules = rules
+        self._later: dict[str, asyncio.Task[None]] = {}
+
+    async def show(self, pending: Pending) -> None:
+        rule = self.rules.match(pending.request)
+        if rule is None or rule.action == "skip":
+            await pending.skip()
+            _log(pending.request, rule, "skipped: left for a person")
+        elif rule.after_s > 0:
+            self._later[pending.request.id] = asyncio.get_running_loop().create_task(
+                self._act_later(pending, rule)
+            )
+            _log(pending.request, rule, f"waiting {rule.after_s:g} s")
+        else:
+            await self._act(pending, rule)
+
+    async def gone(self, pending: Pending, event: Event) -> None:
+        waiting = self._later.pop(pending.request.id, None)
+        if waiting is not None:
+            waiting.cancel()
+        log.info("gone request=%s why=%s", pending.request.id, event.event)
+
+    async def aclose(self) -> None:
+        """Cancel the answers still waiting for their ``after_s``."""
+        waiting = list(self._later.values())
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        self._later.clear()
+
+    async def _act_later(self, pending: Pending, rule: Rule) -> None:
+        try:
+            await asyncio.sleep(rule.after_s)
+            await self._act(pending, rule)
+        finally:
+            self._later.pop(pending.request.id, None)
+
+    async def _act(self, pending: Pending, rule: Rule) -> None:
+        request = pending.request
+        person = f"auto:{rule.label}"
+        try:
+            if rule.action == "accept":
+                default: dict[str, Any] | None = {} if request.schema is not None else None
+                await pending.accept(rule.data if rule.data is not None else default, person=person)
+            else:
+                await pending.decline(person=person)
+        except InvalidAnswer as exc:
+            await pending.skip()
+            _log(request, rule, f"refused: left for a person: {exc}", level=logging.WARNING)
+        except NotResolved as exc:
+            _log(request, rule, f"refused: {exc.reason}")
+        else:
+            _log(request, rule, "answered")
+
+
+def _log(request: Request, rule: Rule | None, outcome: str, *, level: int = logging.INFO) -> None:
+    """The one line that records a decision: what, by which rule, on what, and how it went."""
+    log.log(
+        level,
+        "decision=%s request=%s rule=%s %s outcome=%s",
+        rule.action if rule is not None else "skip",
+        request.id,
+        f"{rule.index} ({rule.label})" if rule is not None else "none",
+        _describe(request),
+        outcome,
+    )
+
+
+def _describe(request: Request) -> str:
+    source = request.source
+    return (
+        f"kind={request.kind} server={source.server or '-'} tool={source.tool or '-'} "
+        f"agent={source.agent or '-'} prompt={request.prompt[:120]!r}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``toolnexus worker auto``: answer requests by the rules in a TOML file."""
+    parser = worker_parser(
+        "auto",
+        "Answer requests unattended by rules (TOML): first match wins; accept with data "
+        "or the schema's defaults, decline, or skip to leave the request for a person.",
+        group="auto",
+    )
+    parser.add_argument("--rules", required=True, type=Path, help="the rules file (TOML)")
+    parser.add_argument(
+        "--check", action="store_true", help="check the rules file, print a summary and exit"
+    )
+    args = parser.parse_args(argv)
+    configure_logging(args)
+    try:
+        rules = Rules.load(args.rules)
+    except RulesError as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return EXIT_CONFIGURATION
+    if args.check:
+        print(f"{rules.source}: {len(rules)} rules, all valid")
+        return EXIT_OK
+
+    async def work(broker: Broker) -> int:
+        worker = AutoWorker(rules)
+        log.info("answering queue %r by %d rules from %s", args.queue, len(rules), rules.source)
+        try:
+            await service(broker, args, worker).run(handle_signals=True)
+        finally:
+            await worker.aclose()
+        return EXIT_OK
+
+    return run_main(args, work)
+
+
+__all__ = ["AutoWorker", "Rule", "Rules", "RulesError", "main"]

@@ -1,0 +1,178 @@
+"""What every worker takes on its command line, and running one until SIGTERM.
+
+Flags fall back to ``TOOLNEXUS_*`` environment variables: ``--url`` to
+``TOOLNEXUS_URL`` (else ``redis://127.0.0.1:6379/0``), ``--namespace`` to
+``TOOLNEXUS_NAMESPACE``, ``--queue`` to ``TOOLNEXUS_QUEUE``.
+
+    parser = worker_parser("auto", "Answer requests by rules.", group="auto")
+    args = parser.parse_args(argv)
+    return run_main(args, lambda broker: serve_worker(broker, args, AutoWorker(...)))
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import toolnexus
+from toolnexus import Broker, BrokerUnavailable, Service, ToolnexusError, Worker
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+"""Where a worker looks for Redis when neither ``--url`` nor ``TOOLNEXUS_URL`` says."""
+
+EXIT_OK, EXIT_CONFIGURATION, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 2, 3, 130
+"""Exit statuses: stopped cleanly; bad flags or files; the broker could not be reached;
+Ctrl-C before serving began."""
+
+
+def worker_parser(
+    name: str,
+    description: str,
+    *,
+    group: str,
+    concurrency: int | None = 100,
+    drain_s: float = 10.0,
+) -> argparse.ArgumentParser:
+    """A parser with the options every worker takes; ``concurrency=None`` offers none."""
+    parser = argparse.ArgumentParser(prog=f"toolnexus worker {name}", description=description)
+    broker = parser.add_argument_group("broker")
+    broker.add_argument(
+        "--url",
+        default=os.environ.get("TOOLNEXUS_URL") or DEFAULT_URL,
+        help=f"broker URL (default: $TOOLNEXUS_URL, else {DEFAULT_URL})",
+    )
+    broker.add_argument(
+        "--namespace",
+        default=os.environ.get("TOOLNEXUS_NAMESPACE") or "toolnexus",
+        help="Redis key namespace (default: $TOOLNEXUS_NAMESPACE, else toolnexus)",
+    )
+    broker.add_argument(
+        "--queue",
+        default=os.environ.get("TOOLNEXUS_QUEUE") or "default",
+        help="request queue to answer (default: $TOOLNEXUS_QUEUE, else default)",
+    )
+    broker.add_argument(
+        "--lease-ms",
+        type=_positive(int),
+        default=None,
+        help="how long a held request is leased before others may reclaim it (30000)",
+    )
+    worker = parser.add_argument_group("worker")
+    worker.add_argument(
+        "--group",
+        default=group,
+        help=f"consumer group: one per channel; every group sees every request ({group})",
+    )
+    worker.add_argument(
+        "--consumer", default=None, help="consumer name in the group (default: host-pid-random)"
+    )
+    if concurrency is not None:
+        worker.add_argument(
+            "--concurrency",
+            type=_positive(int),
+            default=concurrency,
+            help=f"requests handled at once ({concurrency})",
+        )
+    worker.add_argument(
+        "--drain-s",
+        type=_not_negative,
+        default=drain_s,
+        help=f"on SIGTERM, how long running answers may finish ({drain_s:g} s)",
+    )
+    worker.add_argument(
+        "--heartbeat-ttl-s",
+        type=_positive(float),
+        default=30.0,
+        help="how long a heartbeat says this worker is alive; renewed every third (30 s)",
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="log only warnings and errors")
+    parser.set_defaults(prog=parser.prog)
+    return parser
+
+
+def configure_logging(args: argparse.Namespace, *, default: int = logging.INFO) -> None:
+    """Log to stderr, one line per record, at the level ``-v`` / ``-q`` ask for."""
+    level = logging.WARNING if args.quiet else default
+    level = max(logging.DEBUG, level - 10 * args.verbose)
+    logging.basicConfig(
+        level=level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def service(broker: Broker, args: argparse.Namespace, worker: Worker) -> Service:
+    """The :class:`~toolnexus.Service` the parsed options describe."""
+    return Service(
+        broker,
+        worker,
+        group=args.group,
+        consumer=args.consumer,
+        concurrency=getattr(args, "concurrency", 1),
+        heartbeat_ttl_s=args.heartbeat_ttl_s,
+        drain_s=args.drain_s,
+    )
+
+
+def broker_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of :func:`toolnexus.connect` the parsed flags ask for."""
+    options: dict[str, Any] = {"namespace": args.namespace, "queue": args.queue}
+    if args.lease_ms is not None:
+        options["lease_ms"] = args.lease_ms
+    return options
+
+
+def run_main(args: argparse.Namespace, work: Callable[[Broker], Awaitable[int]]) -> int:
+    """Connect as ``args`` say, run ``work(broker)`` and return an exit status for it.
+
+    A :class:`~toolnexus.ToolnexusError` is printed as one line: status 3 when the broker
+    cannot be reached, 2 for anything else (a bad option).
+    """
+
+    async def main() -> int:
+        async with toolnexus.connect(args.url, **broker_options(args)) as broker:
+            return await work(broker)
+
+    try:
+        return asyncio.run(main())
+    except BrokerUnavailable as exc:
+        print(f"{_prog(args)}: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except ToolnexusError as exc:
+        print(f"{_prog(args)}: {exc}", file=sys.stderr)
+        return EXIT_CONFIGURATION
+    except KeyboardInterrupt:  # before the worker's own signal handling was in place
+        return EXIT_INTERRUPTED
+
+
+def _prog(args: argparse.Namespace) -> str:
+    return str(getattr(args, "prog", "toolnexus worker"))
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        return value
+
+    return parse
+
+
+def _not_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, not {text}")
+    return value

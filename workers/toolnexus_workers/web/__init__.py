@@ -1,0 +1,120 @@
+"""``toolnexus worker web``: open requests on a web page, answered by a person (SPEC §12).
+
+Every request of the queue appears live (server-sent events), newest first, with
+who asks and the time left; forms are rendered from the request's schema; an
+authorization shows its URL with the domain highlighted and warnings for
+look-alikes, and is never loaded by the page. Access is a bearer token
+(``--token`` / ``TOOLNEXUS_WEB_TOKEN``) or logins from a users file (``--users``);
+without either the page listens on loopback only. Needs ``pip install 'toolnexus[web]'``.
+
+    toolnexus worker web --url redis://127.0.0.1:6379/0 --token "$TOKEN" --host 0.0.0.0
+
+In code: ``async with WebServer(broker, port=0) as web: print(web.url)``
+(:mod:`toolnexus_workers.web.server`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from toolnexus import Broker
+from toolnexus.errors import ConfigurationError
+
+from ..options import EXIT_CONFIGURATION, configure_logging, run_main, worker_parser
+
+_EXTRA = ("starlette", "uvicorn", "sse_starlette", "jinja2")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``toolnexus worker web``."""
+    p = worker_parser(
+        "web",
+        "Show open requests on a web page, where a person answers them.",
+        group="web",
+        concurrency=None,
+    )
+    page = p.add_argument_group("web page")
+    page.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    page.add_argument("--port", type=int, default=8700, help="port to listen on (8700)")
+    page.add_argument(
+        "--token",
+        default=os.environ.get("TOOLNEXUS_WEB_TOKEN"),
+        help="bearer token that signs people in (default: $TOOLNEXUS_WEB_TOKEN)",
+    )
+    page.add_argument(
+        "--users",
+        type=Path,
+        default=os.environ.get("TOOLNEXUS_WEB_USERS"),
+        help="TOML file of logins, [users] name = 'hash' (default: $TOOLNEXUS_WEB_USERS)",
+    )
+    page.add_argument(
+        "--known-domain",
+        action="append",
+        default=[],
+        metavar="DOMAIN",
+        help="a domain to guard against look-alikes, besides the built-in list (repeatable)",
+    )
+    page.add_argument(
+        "--hash-password",
+        action="store_true",
+        help="read a password, print its hash for a users file, and exit",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``toolnexus worker web``; return its exit status (2 for a bad configuration)."""
+    args = parser().parse_args(argv)
+    if args.hash_password:
+        from .access import hash_password
+
+        password = getpass.getpass("Password: ") if sys.stdin.isatty() else sys.stdin.readline()
+        sys.stdout.write(hash_password(password.rstrip("\n")) + "\n")
+        return 0
+    configure_logging(args)
+    try:
+        _require_extra()
+    except ConfigurationError as exc:
+        sys.stderr.write(f"{args.prog}: {exc}\n")
+        return EXIT_CONFIGURATION
+    return run_main(args, lambda broker: _serve(broker, args))
+
+
+async def _serve(broker: Broker, args: argparse.Namespace) -> int:
+    from .access import Access, load_users
+    from .links import KNOWN_DOMAINS
+    from .server import WebServer
+
+    users = load_users(args.users) if args.users else None
+    web = WebServer(
+        broker,
+        host=args.host,
+        port=args.port,
+        access=Access(token=args.token or None, users=users),
+        known_domains=KNOWN_DOMAINS + tuple(d.lower() for d in args.known_domain),
+        group=args.group,
+        consumer=args.consumer,
+        drain_s=args.drain_s,
+        heartbeat_ttl_s=args.heartbeat_ttl_s,
+    )
+    await web.run()
+    return 0
+
+
+def _require_extra() -> None:
+    """Raises: ConfigurationError naming the install command when the extra is missing."""
+    import importlib.util
+
+    missing = [name for name in _EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigurationError(
+            f"the web worker needs {', '.join(missing)}: pip install 'toolnexus[web]'"
+        )
+
+
+__all__ = ["main", "parser"]

@@ -1,0 +1,478 @@
+"""The web page (starlette): open requests, live over server-sent events, answered by form.
+
+Routes: ``GET /`` the page; ``GET /events`` its live changes (SSE: ``reset`` with
+every card, then ``shown`` and ``gone``); ``POST /answer`` one answer (``request``,
+``action`` accept/decline/dismiss, ``csrf``, and ``field.<name>`` inputs); ``GET|POST
+/login`` and ``POST /logout``; ``/static/`` the page's own script and style sheet.
+
+Security: every answer needs a session's CSRF token (or a bearer token header, which
+a browser never sends by itself); a cross-site ``Origin`` or ``Sec-Fetch-Site`` is
+refused; an open page (no token, no users) answers only to loopback host names, so
+a rebound DNS name cannot reach it; a strict Content-Security-Policy allows only the
+page's own files, and the page never loads an authorization URL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.applications import Starlette
+from starlette.requests import Request as HttpRequest
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from toolnexus import Request
+from toolnexus.errors import BrokerUnavailable, InvalidAnswer, InvalidRequest, NotResolved
+
+from .access import Access, is_loopback
+from .board import Board, Change
+from .forms import Field, Submitted, field_errors, form_data, form_fields, message_for_field
+from .links import KNOWN_DOMAINS, Link, check_link
+
+HERE = Path(__file__).parent
+SESSION_COOKIE = "toolnexus_session"
+MAX_FORM_BYTES = 256 * 1024
+FETCH_HEADER = "x-toolnexus-fetch"
+"""Sent by the page's script with each answer: the reply is JSON, not a whole page."""
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = [
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"x-dns-prefetch-control", b"off"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+]
+_KINDS = {"input": "Question", "authorization": "Authorization", "approval": "Approval"}
+_ACTIONS = ("accept", "decline", "dismiss")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is asking the page: ``person`` for answers (``None`` on an open page) and the
+    CSRF token their forms carry (``None`` for a bearer-token header: nothing to forge)."""
+
+    person: str | None
+    csrf: str | None
+    session: str | None = None
+
+
+@dataclass(frozen=True)
+class FieldView:
+    """One field as the page shows it: its DOM id, value, choices and message."""
+
+    field: Field
+    id: str
+    text: str
+    chosen: frozenset[int]
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Card:
+    """One request as the page shows it."""
+
+    request: Request
+    key: str
+    kind: str
+    who: list[tuple[str, str]]
+    asked: str
+    left: str
+    fields: list[FieldView]
+    problem: str | None
+    link: Link | None
+    error: str | None
+
+
+class SecurityHeaders:
+    """ASGI middleware adding the Content-Security-Policy and friends to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        static = scope["path"].startswith("/static/")
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += SECURITY_HEADERS
+                if not static:
+                    headers.append((b"cache-control", b"no-store"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+class WebPage:
+    """The page's routes over ``board``, for the people ``access`` lets in."""
+
+    def __init__(
+        self,
+        board: Board,
+        access: Access,
+        *,
+        known_domains: tuple[str, ...] = KNOWN_DOMAINS,
+        ping_s: float = 15.0,
+    ) -> None:
+        self.board = board
+        self.access = access
+        self.known_domains = known_domains
+        self.ping_s = ping_s
+        self.open_csrf = secrets.token_urlsafe(32)  # an open page's forms carry it too
+        self.templates = Environment(
+            loader=FileSystemLoader(HERE / "templates"),
+            autoescape=select_autoescape(default=True),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+
+    def app(self) -> ASGIApp:
+        """The ASGI application."""
+        routes = [
+            Route("/", self.page, methods=["GET"]),
+            Route("/events", self.events, methods=["GET"]),
+            Route("/answer", self.answer, methods=["POST"]),
+            Route("/login", self.login, methods=["GET", "POST"]),
+            Route("/logout", self.logout, methods=["POST"]),
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ]
+        return SecurityHeaders(Starlette(routes=routes))
+
+    # -- who ------------------------------------------------------------------------
+
+    def identity(self, request: HttpRequest) -> Identity | None:
+        """Who sent ``request``, or ``None`` if they must sign in first."""
+        if self.access.open:
+            host = request.url.hostname or ""
+            return Identity(None, self.open_csrf) if is_loopback(host) else None
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and token:
+            person = self.access.person_for_token(token.strip())
+            return Identity(person, None) if person else None
+        sid = request.cookies.get(SESSION_COOKIE)
+        session = self.access.session(sid)
+        return Identity(session.person, session.csrf, sid) if session else None
+
+    @staticmethod
+    def cross_site(request: HttpRequest) -> bool:
+        """Whether the browser says ``request`` comes from another site.
+
+        ``Sec-Fetch-Site`` decides where a browser sends it (a form posted under
+        ``Referrer-Policy: no-referrer`` has ``Origin: null``); else ``Origin``.
+        """
+        site = request.headers.get("sec-fetch-site")
+        if site is not None:
+            return site not in ("same-origin", "none")
+        origin = request.headers.get("origin")
+        return origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}"
+
+    # -- pages ----------------------------------------------------------------------
+
+    async def page(self, request: HttpRequest) -> Response:
+        token = request.query_params.get("token")
+        if token is not None and not self.access.open:
+            person = self.access.person_for_token(token)
+            if person is None:
+                return self.login_page("That token is not valid.", status_code=401)
+            return self.signed_in(request, person)
+        who = self.identity(request)
+        if who is None:
+            loopback_only = "Without sign-in, this page answers at 127.0.0.1 or localhost only."
+            return self.login_page(loopback_only if self.access.open else None, status_code=401)
+        return HTMLResponse(self.render_page(who))
+
+    def render_page(self, who: Identity, replaced: Card | None = None) -> str:
+        cards = [self.card(p.request) for p in self.board.newest_first()]
+        if replaced is not None:
+            cards = [replaced if c.key == replaced.key else c for c in cards]
+        return self.templates.get_template("page.html").render(
+            cards=cards, who=who, now=time.time(), open=self.access.open
+        )
+
+    def render_cards(self, cards: list[Card], who: Identity) -> str:
+        template = self.templates.get_template("cards.html")
+        return template.render(cards=cards, who=who, now=time.time())
+
+    def login_page(self, error: str | None, *, status_code: int, name: str = "") -> Response:
+        html = self.templates.get_template("login.html").render(
+            error=error,
+            token=self.access.token is not None,
+            users=bool(self.access.users),
+            name=name,
+        )
+        return HTMLResponse(html, status_code=status_code)
+
+    def signed_in(self, request: HttpRequest, person: str) -> Response:
+        """Open a session for ``person`` and send the browser to the page (the token, if it
+        came in the address, leaves the address bar)."""
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            self.access.sign_in(person),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    async def login(self, request: HttpRequest) -> Response:
+        if request.method == "GET" or self.access.open:
+            if self.access.open:
+                return RedirectResponse("/", status_code=303)
+            return self.login_page(None, status_code=200)
+        if self.cross_site(request):
+            return Response("cross-site sign-in refused", status_code=403)
+        form = await read_form(request)
+        if form is None:
+            return Response("a sign-in must be a form of at most 256 KiB", status_code=400)
+        token, name = _last(form, "token"), _last(form, "name")
+        if token:
+            person = self.access.person_for_token(token)
+        else:
+            person = self.access.person_for_login(name, _last(form, "password"))
+        if person is None:
+            return self.login_page("Wrong token, name or password.", status_code=401, name=name)
+        return self.signed_in(request, person)
+
+    async def logout(self, request: HttpRequest) -> Response:
+        who = self.identity(request)
+        form = await read_form(request)
+        if who is None or form is None or not self.csrf_ok(who, form):
+            return Response("sign-out refused", status_code=403)
+        self.access.sign_out(who.session)
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE)
+        return response
+
+    # -- live -----------------------------------------------------------------------
+
+    async def events(self, request: HttpRequest) -> Response:
+        who = self.identity(request)
+        if who is None:
+            return Response("sign in first", status_code=401)
+        return EventSourceResponse(
+            self.stream(who), ping=self.ping_s, headers={"cache-control": "no-store"}
+        )
+
+    async def stream(self, who: Identity) -> AsyncIterator[ServerSentEvent]:
+        with self.board.follow() as follower:
+            cards = [self.card(p.request) for p in self.board.newest_first()]
+            yield ServerSentEvent(self.render_cards(cards, who), event="reset")
+            async for change in follower:
+                yield self.change_event(change, who)
+
+    def change_event(self, change: Change, who: Identity) -> ServerSentEvent:
+        request = change.pending.request
+        key = card_key(request.id)
+        if change.kind == "shown":
+            html = self.render_cards([self.card(request)], who)
+            payload = {"key": key, "created": request.created_at, "html": html}
+        else:
+            payload = {"key": key, "note": note_text(request, change.note)}
+        return ServerSentEvent(json.dumps(payload), event=change.kind)
+
+    # -- answers --------------------------------------------------------------------
+
+    def csrf_ok(self, who: Identity, form: Submitted) -> bool:
+        if who.csrf is None:
+            return True
+        return secrets.compare_digest(_last(form, "csrf").encode(), who.csrf.encode())
+
+    async def answer(self, request: HttpRequest) -> Response:
+        who = self.identity(request)
+        if who is None:
+            return Response("sign in first", status_code=401)
+        if self.cross_site(request):
+            return Response("cross-site answer refused", status_code=403)
+        form = await read_form(request)
+        if form is None:
+            return Response("an answer must be a form of at most 256 KiB", status_code=400)
+        if not self.csrf_ok(who, form):
+            return Response("this form is stale or forged: reload the page", status_code=403)
+        action = _last(form, "action")
+        if action not in _ACTIONS:
+            return Response(f"action must be one of {', '.join(_ACTIONS)}", status_code=400)
+        request_id = _last(form, "request")
+        pending = self.board.get(request_id)
+        fetch = FETCH_HEADER in request.headers
+        if pending is None:
+            return self.outcome(fetch, who, "gone", "This request is no longer open.")
+        req = pending.request
+        data: Any = None
+        if action == "accept" and req.schema is not None:
+            try:
+                fields = form_fields(req.schema)
+            except InvalidRequest as exc:
+                card = self.card(req, error=f"This form cannot be answered here: {exc}")
+                return self.outcome(fetch, who, "invalid", "", card)
+            data = form_data(fields, form)
+            errors = field_errors(req.schema, fields, data)
+            if errors:
+                return self.outcome(fetch, who, "invalid", "", self.card(req, form, errors))
+        try:
+            if action == "accept":
+                await pending.accept(data, person=who.person)
+            elif action == "decline":
+                await pending.decline(person=who.person)
+            else:
+                await pending.dismiss(person=who.person)
+        except InvalidAnswer as exc:
+            errors = {exc.field: message_for_field(exc, exc.field)} if exc.field else {}
+            card = self.card(req, form, errors, error=None if exc.field else str(exc))
+            return self.outcome(fetch, who, "invalid", "", card)
+        except NotResolved as exc:
+            note = f"Not sent: this request was {exc.reason} before your answer."
+            self.board.remove(request_id, note)
+            return self.outcome(fetch, who, "gone", note_text(req, note))
+        except BrokerUnavailable:
+            card = self.card(req, form, error="The broker cannot be reached: try again.")
+            return self.outcome(fetch, who, "invalid", "", card, status_code=503)
+        done = {"accept": "Accepted", "decline": "Declined", "dismiss": "Dismissed"}[action]
+        self.board.remove(request_id, f"{done} here{f' by {who.person}' if who.person else ''}.")
+        return self.outcome(fetch, who, "sent", note_text(req, f"{done}: the agent is told."))
+
+    def outcome(
+        self,
+        fetch: bool,
+        who: Identity,
+        outcome: str,
+        note: str,
+        card: Card | None = None,
+        *,
+        status_code: int | None = None,
+    ) -> Response:
+        status = status_code or (422 if outcome == "invalid" else 200)
+        if fetch:
+            html = self.render_cards([card], who) if card is not None else None
+            return JSONResponse(
+                {"outcome": outcome, "note": note, "card": html}, status_code=status
+            )
+        if card is None:
+            return RedirectResponse("/", status_code=303)
+        return HTMLResponse(self.render_page(who, replaced=card), status_code=status)
+
+    # -- cards ----------------------------------------------------------------------
+
+    def card(
+        self,
+        request: Request,
+        submitted: Submitted | None = None,
+        errors: Mapping[str, str] | None = None,
+        *,
+        error: str | None = None,
+    ) -> Card:
+        """The view of ``request``: with ``submitted`` values and ``errors`` after a refusal."""
+        key = card_key(request.id)
+        errors = errors or {}
+        views: list[FieldView] = []
+        problem = None
+        schema = request.schema
+        if schema is not None:
+            try:
+                fields = form_fields(schema)
+            except InvalidRequest as exc:
+                problem = f"This form cannot be shown here: {exc}"
+            else:
+                for index, f in enumerate(fields):
+                    text, chosen = f.state(submitted)
+                    views.append(FieldView(f, f"{key}-f{index}", text, chosen, errors.get(f.name)))
+        source = request.source
+        who = [
+            (label, value)
+            for label, value in (
+                ("server", source.server),
+                ("tool", source.tool),
+                ("agent", source.agent),
+            )
+            if value
+        ]
+        link = None
+        if request.kind == "authorization" and request.url:
+            link = check_link(request.url, self.known_domains)
+        asked = datetime.fromtimestamp(request.created_at, UTC)
+        return Card(
+            request=request,
+            key=key,
+            kind=_KINDS.get(request.kind, request.kind.title()),
+            who=who,
+            asked=asked.isoformat(timespec="seconds"),
+            left=time_left(request.expires_at),
+            fields=views,
+            problem=problem,
+            link=link,
+            error=error,
+        )
+
+
+def card_key(request_id: str) -> str:
+    """The DOM id of a request's card: ``r-`` and a digest (a request id may be any text)."""
+    return "r-" + hashlib.sha256(request_id.encode()).hexdigest()[:20]
+
+
+def time_left(expires_at: float | None) -> str:
+    """How long until ``expires_at`` (a Unix time), in words; ``""`` for no deadline."""
+    if expires_at is None:
+        return ""
+    left_s = int(expires_at - time.time())
+    if left_s <= 0:
+        return "expired"
+    if left_s < 60:
+        return f"{left_s} s left"
+    if left_s < 3600:
+        return f"{left_s // 60} min {left_s % 60} s left"
+    return f"{left_s // 3600} h {left_s % 3600 // 60} min left"
+
+
+def note_text(request: Request, note: str) -> str:
+    """``note`` about ``request``, naming it by its prompt."""
+    prompt = " ".join(request.prompt.split())
+    name = prompt if len(prompt) <= 60 else prompt[:59] + "…"
+    return f"“{name}”: {note}" if name else note
+
+
+async def read_form(request: HttpRequest) -> Submitted | None:
+    """The URL-encoded form in ``request``'s body; ``None`` if it is not one or too big."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip()
+    if content_type != "application/x-www-form-urlencoded":
+        return None
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return None
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    try:
+        return parse_qs(text, keep_blank_values=True, max_num_fields=10_000)
+    except ValueError:  # too many fields
+        return None
+
+
+def _last(form: Submitted, name: str) -> str:
+    values = form.get(name)
+    return values[-1] if values else ""

@@ -1,0 +1,162 @@
+// The open-requests page: live changes over server-sent events, answers sent with fetch.
+// Served from the package itself (no CDN); the Content-Security-Policy allows only this file.
+"use strict";
+
+(() => {
+  const list = document.getElementById("requests");
+  const notes = document.getElementById("notes");
+  const empty = document.getElementById("empty");
+  const live = document.getElementById("live");
+  const skewMs = Number(document.body.dataset.serverNow) * 1000 - Date.now();
+  const NOTE_MS = 30000;
+
+  function fragment(html) {
+    const template = document.createElement("template");
+    template.innerHTML = html;
+    return template.content;
+  }
+
+  function cards(root) {
+    return Array.from(root.querySelectorAll("article.request"));
+  }
+
+  function leftWords(leftS) {
+    if (leftS <= 0) return "expired";
+    if (leftS < 60) return `${leftS} s left`;
+    if (leftS < 3600) return `${Math.floor(leftS / 60)} min ${leftS % 60} s left`;
+    return `${Math.floor(leftS / 3600)} h ${Math.floor((leftS % 3600) / 60)} min left`;
+  }
+
+  function tick() {
+    const nowS = (Date.now() + skewMs) / 1000;
+    for (const element of document.querySelectorAll("[data-expires]")) {
+      const leftS = Math.floor(Number(element.dataset.expires) - nowS);
+      element.textContent = leftWords(leftS);
+      element.classList.toggle("soon", leftS < 60);
+    }
+  }
+
+  function refresh() {
+    empty.hidden = cards(list).length > 0;
+    for (const element of list.querySelectorAll("time.asked:not([data-local])")) {
+      element.textContent = `asked at ${new Date(element.dateTime).toLocaleTimeString()}`;
+      element.dataset.local = "1";
+    }
+    tick();
+  }
+
+  function note(key, text) {
+    if (!text) return;
+    let item = notes.querySelector(`p[data-key="${key}"]`);
+    if (!item) {
+      item = document.createElement("p");
+      item.className = "note";
+      item.dataset.key = key;
+      notes.prepend(item);
+    }
+    item.textContent = text;
+    setTimeout(() => item.remove(), NOTE_MS);
+  }
+
+  function insert(card) {
+    if (document.getElementById(card.id)) return; // shown already: keep what is typed in it
+    const created = Number(card.dataset.created);
+    const later = cards(list).find((other) => Number(other.dataset.created) < created);
+    if (later) later.before(card);
+    else list.append(card);
+  }
+
+  function gone(key, text) {
+    const card = document.getElementById(key);
+    if (!card) return;
+    card.remove();
+    note(key, text);
+    refresh();
+  }
+
+  function reset(html) {
+    const fresh = cards(fragment(html));
+    const keys = new Set(fresh.map((card) => card.id));
+    for (const card of cards(list)) if (!keys.has(card.id)) card.remove();
+    for (const card of fresh) insert(card);
+    refresh();
+  }
+
+  function problem(card, text) {
+    const form = card.querySelector("form.answer");
+    let element = form.querySelector("p.form-error");
+    if (!element) {
+      element = document.createElement("p");
+      element.className = "form-error";
+      element.setAttribute("role", "alert");
+      form.prepend(element);
+    }
+    element.textContent = text;
+    for (const button of form.querySelectorAll("button")) button.disabled = false;
+  }
+
+  list.addEventListener("submit", async (event) => {
+    const form = event.target.closest("form.answer");
+    if (!form) return;
+    event.preventDefault();
+    const card = form.closest("article.request");
+    const body = new URLSearchParams(new FormData(form, event.submitter));
+    for (const button of form.querySelectorAll("button")) button.disabled = true;
+    let reply;
+    try {
+      const response = await fetch("/answer", {
+        method: "POST",
+        body,
+        headers: { "X-Toolnexus-Fetch": "1" },
+        credentials: "same-origin",
+      });
+      if (!(response.headers.get("content-type") || "").includes("json")) {
+        problem(card, `Not sent: ${await response.text()}`);
+        return;
+      }
+      reply = await response.json();
+    } catch (error) {
+      problem(card, `Not sent: the page cannot reach its server (${error.message}).`);
+      return;
+    }
+    if (reply.card) {
+      const fresh = cards(fragment(reply.card))[0];
+      card.replaceWith(fresh);
+      refresh();
+      const wrong = fresh.querySelector('[aria-invalid="true"]');
+      const target = wrong && wrong.matches("fieldset") ? wrong.querySelector("input") : wrong;
+      if (target) target.focus();
+      return;
+    }
+    card.remove();
+    note(card.id, reply.note);
+    refresh();
+  });
+
+  function connect() {
+    const source = new EventSource("/events");
+    source.addEventListener("open", () => {
+      live.textContent = "Live: new requests appear here by themselves.";
+      live.dataset.state = "live";
+    });
+    source.addEventListener("error", () => {
+      const closed = source.readyState === EventSource.CLOSED;
+      live.textContent = closed ? "Disconnected: reload the page." : "Reconnecting…";
+      live.dataset.state = "down";
+    });
+    source.addEventListener("reset", (event) => reset(event.data));
+    source.addEventListener("shown", (event) => {
+      const change = JSON.parse(event.data);
+      insert(cards(fragment(change.html))[0]);
+      refresh();
+    });
+    source.addEventListener("gone", (event) => {
+      const change = JSON.parse(event.data);
+      gone(change.key, change.note);
+    });
+  }
+
+  refresh();
+  setInterval(tick, 1000);
+  connect();
+})();
