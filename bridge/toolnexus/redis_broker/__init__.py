@@ -1,7 +1,8 @@
 """The Redis Streams broker (SPEC §11): ``connect("redis://…")``.
 
 Three modules tell the architecture: :mod:`.waiter` (publish a request, wait for its
-answer), :mod:`.responder` (consumer groups, answering, events) and
+answer), :mod:`.responder` (consumer groups, answering, heartbeats; :mod:`.events`
+follows what happens) and
 :mod:`toolnexus.keys` (every key name). They meet only in :mod:`._core` (settings,
 connections, the pipeliner, the shared steps) and :mod:`._scripts` (the Lua scripts).
 
@@ -27,8 +28,8 @@ from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, Decode
 from ..models import Answer, Event, Heartbeat, Request
 from ..signing import Keyring, Signatures, SigningKey
 from ._core import REDIS_OPTIONS, Core, Settings, boundary, ms, run_to_completion
+from .events import RedisEvents
 from .responder import (
-    RedisEvents,
     RedisPending,
     RedisResponder,
     answer_by_id,

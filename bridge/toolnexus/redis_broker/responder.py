@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 import redis.exceptions
 
 from ..audit import audit_record
-from ..broker import NOT_RESOLVED_REASONS, EventStream, Pending, Responder
+from ..broker import NOT_RESOLVED_REASONS, Pending, Responder
 from ..errors import (
     AlreadyResolved,
     BrokerClosed,
@@ -38,7 +38,7 @@ from ..keys import WAITER_ID, check_request_id
 from ..models import EXPIRED, WITHDRAWN, Answer, Event, Heartbeat, Request
 from ..schema import check_answer
 from ..signing import allowed
-from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, ms, run_to_completion, text
+from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, run_to_completion, text
 from ._scripts import STATUS
 
 log = logging.getLogger("toolnexus.redis")
@@ -552,56 +552,3 @@ class RedisResponder(Responder):
             f"<RedisResponder {self.group}/{self.consumer} holding {len(self._held)}, "
             f"dead-lettered {self.dead_lettered}>"
         )
-
-
-class RedisEvents(EventStream):
-    """Follows the events stream from the moment it was created; unreadable events are
-    moved to the dead letters."""
-
-    def __init__(self, core: Core) -> None:
-        self._core = core
-        # XREAD returns entries after this id: the last possible one of the previous
-        # millisecond, so that an event added within this millisecond is not missed.
-        self._last_id = f"{ms(time.time()) - 1}-18446744073709551615"
-        self._client: aioredis.Redis | None = None
-        self._buffer: deque[Event] = deque()
-        self._closed = False
-
-    async def __anext__(self) -> Event:
-        core = self._core
-        backoff = Backoff()
-        while not self._buffer:
-            if self._closed or core.closed:
-                raise StopAsyncIteration
-            if self._client is None:
-                self._client = core.blocking_client()
-            block_ms = core.settings.block_ms
-            try:
-                async with asyncio.timeout(core.read_timeout_s(block_ms)):
-                    reply: Any = await self._client.xread(
-                        {core.keys.events: self._last_id}, count=100, block=block_ms
-                    )
-                backoff.reset()
-            except Exception as exc:  # a lost connection, a timeout, WRONGTYPE: never die
-                client, self._client = self._client, None
-                with contextlib.suppress(Exception):
-                    await client.aclose()
-                await backoff.wait("reading events", exc)
-                continue
-            for _stream, entries in reply or ():
-                for entry_id, fields in entries:
-                    self._last_id = text(entry_id)
-                    try:
-                        payload = fields.get(b"e")
-                        if payload is None:
-                            raise DecodeError("the entry has no 'e' field holding an event")
-                        self._buffer.append(core.codec.decode_as(payload, Event))
-                    except DecodeError as exc:
-                        core.move_to_dead_letters(core.keys.events, self._last_id, fields, str(exc))
-        return self._buffer.popleft()
-
-    async def aclose(self) -> None:
-        self._closed = True
-        if self._client is not None:
-            client, self._client = self._client, None
-            await run_to_completion(client.aclose())
