@@ -90,6 +90,14 @@ def _targets(t: Tables) -> list[str]:
             f"- {'✅' if r99 <= 2 else '❌'} round-trip p99 {_ms(tnx[0]['p99_ms'])} ms = "
             f"**{r99:.2f}×** the floor's {_ms(floor[0]['p99_ms'])} ms (target ≤ 2×)"
         )
+        signed = t.latency.get(("toolnexus", "signed"))
+        if signed:
+            s50 = signed[0]["p50_ms"] / floor[0]["p50_ms"]
+            lines.append(
+                f"- {'✅' if s50 <= 2 else '❌'} round-trip p50 with signatures required "
+                f"{_ms(signed[0]['p50_ms'])} ms = **{s50:.2f}×** the floor's (target ≤ 2×; "
+                f"{signed[0]['p50_ms'] / tnx[0]['p50_ms']:.2f}× unsigned)"
+            )
     top = max((c for c, _w, _n in _levels(t)), default=0)
     floor_tp = t.per_s(FLOOR_THROUGHPUT, top)
     if floor_tp:

@@ -88,6 +88,7 @@ def build_specs(plan: Plan, logdir: Path, only: set[str] | None) -> list[Spec]:
         specs += [
             Spec("floor", "bench.floor:latency_case", {**lat, "round": r, "variant": "direct"}),
             Spec("toolnexus", "bench.tnx:latency_case", {**lat, "round": r, "variant": "default"}),
+            Spec("toolnexus", "bench.tnx:latency_case", {**lat, "round": r, "variant": "signed"}),
             Spec("floor", "bench.floor:throughput_case",
                  {"levels": levels, "round": r, "variant": "pool"}),
             Spec("floor", "bench.floor:throughput_case",

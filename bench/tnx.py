@@ -36,7 +36,13 @@ GROUP: Final = "auto"
 
 
 def responder_main(
-    url: str, ready: Any, go: Any, stop: Any, concurrent: bool, profile_to: str | None = None
+    url: str,
+    ready: Any,
+    go: Any,
+    stop: Any,
+    concurrent: bool,
+    profile_to: str | None = None,
+    signing: dict[str, Any] | None = None,
 ) -> None:
     """Entry point of the responder process; answers until ``stop`` is set.
 
@@ -44,7 +50,7 @@ def responder_main(
     dump) or pyinstrument (any other path: text profile), written on exit.
     """
     if profile_to is None:
-        asyncio.run(_responder(url, ready, go, stop, concurrent))
+        asyncio.run(_responder(url, ready, go, stop, concurrent, signing or {}))
         return
     if profile_to.endswith(".prof"):
         import cProfile
@@ -52,7 +58,7 @@ def responder_main(
         cprofiler = cProfile.Profile(time.process_time)  # CPU time
         cprofiler.enable()
         try:
-            asyncio.run(_responder(url, ready, go, stop, concurrent))
+            asyncio.run(_responder(url, ready, go, stop, concurrent, signing or {}))
         finally:
             cprofiler.disable()
             cprofiler.dump_stats(profile_to)
@@ -62,17 +68,19 @@ def responder_main(
     profiler = Profiler(interval=0.001)
     profiler.start()
     try:
-        asyncio.run(_responder(url, ready, go, stop, concurrent))
+        asyncio.run(_responder(url, ready, go, stop, concurrent, signing or {}))
     finally:
         profiler.stop()
         with open(profile_to, "w") as f:
             f.write(profiler.output_text(unicode=True, color=False))
 
 
-async def _responder(url: str, ready: Any, go: Any, stop: Any, concurrent: bool) -> None:
+async def _responder(
+    url: str, ready: Any, go: Any, stop: Any, concurrent: bool, signing: dict[str, Any]
+) -> None:
     import toolnexus
 
-    async with toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE) as broker:
+    async with toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE, **signing) as broker:
         ready.set()
         await asyncio.to_thread(go.wait)
 
@@ -106,6 +114,7 @@ class Responder:
         start_answering: bool = True,
         concurrent: bool = False,
         profile_to: str | None = None,
+        signing: dict[str, Any] | None = None,
     ) -> None:
         self.ready = SPAWN.Event()
         self.go = SPAWN.Event()
@@ -115,7 +124,7 @@ class Responder:
         self.profile_to = profile_to
         self.proc = SPAWN.Process(
             target=responder_main,
-            args=(url, self.ready, self.go, self.stop, concurrent, profile_to),
+            args=(url, self.ready, self.go, self.stop, concurrent, profile_to, signing),
             daemon=True,
         )
 
@@ -150,23 +159,56 @@ def round_trip_fn(broker: Any) -> Any:
     return round_trip
 
 
+def signing_options(directory: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Keys for an agent and a responder made in ``directory``: each side's ``connect``
+    options, with signatures required."""
+    from pathlib import Path
+
+    from toolnexus import SigningKey
+
+    agent, bot = SigningKey.generate("bench-agent"), SigningKey.generate("bench-bot")
+    for key in (agent, bot):
+        key.save(directory)
+    base = Path(directory)
+    return (
+        {
+            "signing_key": str(base / "bench-agent.key"),
+            "trusted_keys": str(base / "bench-bot.pub"),
+            "require_signatures": True,
+        },
+        {
+            "signing_key": str(base / "bench-bot.key"),
+            "trusted_keys": str(base / "bench-agent.pub"),
+            "require_signatures": True,
+        },
+    )
+
+
 def latency_case(url: str, params: dict[str, Any]) -> CaseResult:
+    import tempfile
+
     import toolnexus
 
+    signed = params.get("variant") == "signed"
+    keys = tempfile.TemporaryDirectory(prefix="toolnexus-bench-keys-")
+    agent_options, responder_options = signing_options(keys.name) if signed else ({}, {})
+
     async def run() -> CaseResult:
-        async with toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE) as broker:
-            lat, samples = await measure_sequential(
-                round_trip_fn(broker), params["warmup"], params["n"]
-            )
+        async with toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE, **agent_options) as b:
+            lat, samples = await measure_sequential(round_trip_fn(b), params["warmup"], params["n"])
         return CaseResult(
             case="toolnexus",
-            variant="default",
-            settings="connect(redis) defaults; responder accepts one at a time",
+            variant="signed" if signed else "default",
+            settings=(
+                "Ed25519 signatures required on both sides; responder accepts one at a time"
+                if signed
+                else "connect(redis) defaults; responder accepts one at a time"
+            ),
             latency=lat,
             samples_ms=[s / 1e6 for s in samples],
         )
 
-    with Responder(url):
+    with keys, Responder(url, signing=responder_options):
         return asyncio.run(run())
 
 
