@@ -5,13 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from toolnexus import Answer, Broker, Request, Service, Source, UnknownRequest, new_id
+import toolnexus
+from toolnexus import (
+    Answer,
+    Broker,
+    Keyring,
+    Request,
+    Service,
+    SigningKey,
+    Source,
+    UnknownRequest,
+    new_id,
+)
 from toolnexus_workers.auto import AutoWorker, Rules, RulesError
 
 TOOLNEXUS = str(Path(sys.executable).with_name("toolnexus"))
@@ -254,3 +266,43 @@ async def _answered_by_a_person(broker: Broker, request_id: str) -> None:
             return
         except UnknownRequest:  # not published yet
             await asyncio.sleep(0.02)
+
+
+@pytest.mark.redis
+async def test_a_worker_with_a_key_signs_its_answers(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """Every worker answers through the broker, which signs with the configured key: a
+    waiter that requires signatures takes the auto worker's answer as its key's."""
+    agent, bot = SigningKey.generate("agent-1"), SigningKey.generate("auto-bot")
+    for key in (agent, bot):
+        key.save(tmp_path)
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\nkind = "approval"\naction = "accept"\n')
+    env = {
+        **os.environ,
+        "TOOLNEXUS_SIGNING_KEY": str(tmp_path / "auto-bot.key"),
+        "TOOLNEXUS_TRUSTED_KEYS": str(tmp_path / "agent-1.pub"),
+        "TOOLNEXUS_REQUIRE_SIGNATURES": "1",
+    }
+    worker = subprocess.Popen(
+        [TOOLNEXUS, "worker", "auto", "--url", redis_url, "--namespace", namespace,
+         "--rules", str(rules)],
+        env=env,
+    )  # fmt: skip
+    try:
+        async with toolnexus.connect(
+            redis_url,
+            namespace=namespace,
+            signing_key=agent,
+            trusted_keys=Keyring.of(bot),
+            require_signatures=True,
+        ) as broker:
+            answer = await broker.wait_for(
+                Request(id=new_id(), kind="approval", prompt="Deploy to staging?"), timeout_s=60
+            )
+    finally:
+        worker.terminate()
+        worker.wait(20)
+    assert (answer.ok, answer.responder) == (True, "auto-bot")
+    assert answer.signature is not None and answer.signature.key == "auto-bot"

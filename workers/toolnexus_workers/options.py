@@ -57,6 +57,25 @@ def worker_parser(
         help="request queue to answer (default: $TOOLNEXUS_QUEUE, else default)",
     )
     broker.add_argument(
+        "--signing-key",
+        default=None,
+        help="this worker's private key file: its answers are signed "
+        "(default: $TOOLNEXUS_SIGNING_KEY; toolnexus keygen makes one)",
+    )
+    broker.add_argument(
+        "--trusted-keys",
+        default=None,
+        help="agents' public keys, a directory of .pub files or a file of NAME KEY lines "
+        "(default: $TOOLNEXUS_TRUSTED_KEYS)",
+    )
+    broker.add_argument(
+        "--require-signatures",
+        action="store_true",
+        default=None,
+        help="show only requests signed by a trusted agent key "
+        "(default: $TOOLNEXUS_REQUIRE_SIGNATURES)",
+    )
+    broker.add_argument(
         "--lease-ms",
         type=_positive(int),
         default=None,
@@ -123,8 +142,9 @@ def service(broker: Broker, args: argparse.Namespace, worker: Worker) -> Service
 def broker_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options of :func:`toolnexus.connect` the parsed flags ask for."""
     options: dict[str, Any] = {"namespace": args.namespace, "queue": args.queue}
-    if args.lease_ms is not None:
-        options["lease_ms"] = args.lease_ms
+    for name in ("lease_ms", "signing_key", "trusted_keys", "require_signatures"):
+        if getattr(args, name) is not None:  # else connect() reads TOOLNEXUS_* itself
+            options[name] = getattr(args, name)
     return options
 
 
