@@ -337,3 +337,36 @@ async def test_nothing_of_a_killed_waiter_stays_after_deadline_and_retention(
     # (kept for audit_retention_s) are all that remain.
     assert keys == sorted([bot.keys.requests, bot.keys.audit])
     assert (pending["pending"], length) == (0, 0)
+
+
+async def test_a_served_answer_that_fails_shows_its_request_again(
+    redis_server: RedisServer,
+) -> None:
+    """Through the responder SDK: an accept() that cannot get through is not skipped; the
+    request is shown again when Redis is back, and answered then."""
+    options = {**FAST, "answer_patience_s": 0.2, "command_timeout_s": 1.0}
+    shown: list[str] = []
+    go = asyncio.Event()
+
+    async def handler(pending: Pending) -> None:
+        shown.append(pending.request.id)
+        await go.wait()
+        await pending.accept()
+
+    async with (
+        toolnexus.connect(redis_server.url, namespace="sv", **options) as agent,
+        toolnexus.connect(redis_server.url, namespace="sv", **options) as bot,
+    ):
+        service = toolnexus.Service(bot, handler, group="bot", heartbeat_ttl_s=60)
+        serving = asyncio.create_task(service.run())
+        wait = asyncio.create_task(agent.wait_for(ask(), timeout_s=60))
+        await until(lambda: asyncio.sleep(0, len(shown) == 1), 10, "the request shown")
+        redis_server.stop()
+        go.set()
+        await until(lambda: asyncio.sleep(0, service.statistics()["errors"] == 1), 10, "a failure")
+        redis_server.start()
+        answer = await asyncio.wait_for(wait, 30)
+        service.stop()
+        await asyncio.wait_for(serving, 20)
+    assert answer.ok
+    assert len(shown) == 2 and shown[0] == shown[1]

@@ -35,7 +35,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from .broker import Broker, EventStream, Pending, Responder
-from .errors import ConfigurationError, InvalidAnswer, NotResolved, ToolnexusError
+from .errors import (
+    BrokerUnavailable,
+    ConfigurationError,
+    InvalidAnswer,
+    NotResolved,
+    ToolnexusError,
+)
 from .models import Answer, Event, EventType
 
 log = logging.getLogger("toolnexus.serve")
@@ -305,6 +311,10 @@ class Service:
         except (InvalidAnswer, NotResolved) as exc:  # counted as refused when it was raised
             log.warning("%s: show() let a refusal escape: %s", shown.request.id, exc)
             await self._skip_after_failure(shown)
+        except BrokerUnavailable as exc:  # not acknowledged: the broker shows it again
+            self._counters.errors += 1
+            log.warning("%s: the answer did not get through: %s", shown.request.id, exc)
+            self._release(shown, remember=False)
         except Exception:
             self._counters.errors += 1
             log.exception("%s: show() failed; the request is skipped", shown.request.id)
@@ -316,14 +326,16 @@ class Service:
 
     # -- ending ---------------------------------------------------------------------
 
-    def _release(self, shown: _Shown) -> bool:
-        """Stop tracking ``shown`` (answered or skipped here); False if it already ended."""
+    def _release(self, shown: _Shown, *, remember: bool = True) -> bool:
+        """Stop tracking ``shown`` (answered or skipped here); False if it already ended.
+        Without ``remember``, a delivery of it again is shown again."""
         if self._shown.get(shown.request.id) is not shown:
             return False
         del self._shown[shown.request.id]
         if shown.expiry is not None:
             shown.expiry.cancel()
-        self._remember(shown.request.id)
+        if remember:
+            self._remember(shown.request.id)
         return True
 
     def _resolved(
