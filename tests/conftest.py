@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import shutil
 import socket
 import subprocess
@@ -143,3 +144,8 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     finally:
         with contextlib.suppress(Exception):
             server.kill()
+
+
+MCP_MAJOR = int(importlib.metadata.version("mcp").split(".")[0])
+collect_ignore_glob = ["test_mcp1_*.py"] if MCP_MAJOR >= 2 else []
+"""The mcp 1.x tests run in .venv-mcp1 (``./run test`` makes it), not beside mcp 2.x."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -25,6 +24,7 @@ from mcp_types import (
 )
 from mcp_types.version import is_version_at_least
 
+from mcp_processes import free_port
 from toolnexus import Broker, Pending, Request
 
 FAST = {"block_ms": 100, "lease_ms": 600}
@@ -228,13 +228,6 @@ async def answering(
 async def accept_all(pending: Pending) -> None:
     """Accept: URLs as they are, forms with FILLED."""
     await pending.accept(None if pending.request.kind == "authorization" else FILLED)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextmanager

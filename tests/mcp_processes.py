@@ -1,4 +1,5 @@
-"""Real servers and a responder, each in its own process, stopped by PID."""
+"""Real servers and a responder, each in its own process, stopped by PID (no SDK imported here:
+the mcp 1.x tests use it too)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mcp_helpers import free_port
-
 SERVERS = Path(__file__).resolve().parent / "servers"
 FASTMCP = [sys.executable, str(SERVERS / "fastmcp_server.py")]
 WIRE = [sys.executable, str(SERVERS / "wire_server.py")]
+MCP1 = [sys.executable, str(SERVERS / "mcp1_server.py")]
 
 BOOKING = "Your booking details?"
 SEATS = "How many seats?"
@@ -32,6 +32,13 @@ RULES: dict[str, Any] = {
     "Name?": {"accept": {"name": "Grace"}},
 }
 """What the responder process answers to the test servers' questions."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 class ResponderProcess:

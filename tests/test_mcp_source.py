@@ -1,7 +1,11 @@
-"""SPEC §2: MCP elicitation params map to Requests, Answers map back to ElicitResults."""
+"""SPEC §2: MCP elicitation params map to Requests, Answers map back to ElicitResults.
+
+Runs on mcp 2.x (.venv) and on mcp 1.x (.venv-mcp1): the SDK's own models of either.
+"""
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import time
 from types import SimpleNamespace
@@ -9,7 +13,6 @@ from typing import Any
 
 import mcp.types
 import pytest
-from mcp_types import _v2025_11_25
 
 from toolnexus import (
     Answer,
@@ -28,6 +31,7 @@ SCHEMA = {
     "required": ["postal_code"],
 }
 URL = "https://example.com/oauth/authorize?state=abc123"
+MCP2 = int(importlib.metadata.version("mcp").split(".")[0]) >= 2
 
 
 class CamelForm:
@@ -52,14 +56,8 @@ class CamelUrl:
 
 
 FORM_SHAPES: dict[str, Any] = {
-    "mcp2-model": mcp.types.ElicitRequestFormParams(
-        message="Postal code?", requested_schema=SCHEMA
-    ),
-    "mcp2-model-from-wire": mcp.types.ElicitRequestFormParams.model_validate(
+    "sdk-model-from-wire": mcp.types.ElicitRequestFormParams.model_validate(
         {"mode": "form", "message": "Postal code?", "requestedSchema": SCHEMA}
-    ),
-    "protocol-2025-11-25-model": _v2025_11_25.ElicitRequestFormParams.model_validate(
-        {"message": "Postal code?", "requestedSchema": SCHEMA}
     ),
     "mcp1-camel-object": CamelForm("Postal code?", SCHEMA),
     "namespace-mode-none": SimpleNamespace(
@@ -74,10 +72,7 @@ FORM_SHAPES: dict[str, Any] = {
 }
 
 URL_SHAPES: dict[str, Any] = {
-    "mcp2-model": mcp.types.ElicitRequestURLParams(
-        message="Authorize?", url=URL, elicitation_id="el-7"
-    ),
-    "protocol-2025-11-25-model": _v2025_11_25.ElicitRequestURLParams.model_validate(
+    "sdk-model-from-wire": mcp.types.ElicitRequestURLParams.model_validate(
         {"mode": "url", "message": "Authorize?", "url": URL, "elicitationId": "el-7"}
     ),
     "mcp1-camel-object": CamelUrl("Authorize?", URL, "el-7"),
@@ -87,6 +82,29 @@ URL_SHAPES: dict[str, Any] = {
     "wire-dict": {"mode": "url", "message": "Authorize?", "url": URL, "elicitationId": "el-7"},
     "snake-dict": {"mode": "url", "message": "Authorize?", "url": URL, "elicitation_id": "el-7"},
 }
+
+if MCP2:  # snake_case constructors and the per-protocol-version models are 2.x's
+    from mcp_types import _v2025_11_25
+
+    FORM_SHAPES["mcp2-model"] = mcp.types.ElicitRequestFormParams(
+        message="Postal code?", requested_schema=SCHEMA
+    )
+    FORM_SHAPES["protocol-2025-11-25-model"] = _v2025_11_25.ElicitRequestFormParams.model_validate(
+        {"message": "Postal code?", "requestedSchema": SCHEMA}
+    )
+    URL_SHAPES["mcp2-model"] = mcp.types.ElicitRequestURLParams(
+        message="Authorize?", url=URL, elicitation_id="el-7"
+    )
+    URL_SHAPES["protocol-2025-11-25-model"] = _v2025_11_25.ElicitRequestURLParams.model_validate(
+        {"mode": "url", "message": "Authorize?", "url": URL, "elicitationId": "el-7"}
+    )
+else:  # mcp 1.x: its models' camelCase constructors
+    FORM_SHAPES["mcp1-model"] = mcp.types.ElicitRequestFormParams(
+        message="Postal code?", requestedSchema=SCHEMA
+    )
+    URL_SHAPES["mcp1-model"] = mcp.types.ElicitRequestURLParams(
+        message="Authorize?", url=URL, elicitationId="el-7"
+    )
 
 
 @pytest.mark.parametrize("params", FORM_SHAPES.values(), ids=FORM_SHAPES.keys())
@@ -112,7 +130,7 @@ def test_url_mode_becomes_authorization_request(params: Any) -> None:
 
 
 def test_url_mode_without_elicitation_id_has_empty_meta() -> None:
-    req = elicitation_to_request(mcp.types.ElicitRequestURLParams(message="Go", url=URL))
+    req = elicitation_to_request({"mode": "url", "message": "Go", "url": URL})
     assert req.meta == {}
     assert req.data is None
 
@@ -146,7 +164,7 @@ def test_defaults_without_source_or_timeout() -> None:
 
 
 def test_mapped_request_survives_the_wire() -> None:
-    req = elicitation_to_request(URL_SHAPES["mcp2-model"], source=Source(server="cal"))
+    req = elicitation_to_request(URL_SHAPES["sdk-model-from-wire"], source=Source(server="cal"))
     assert MSGPACK.decode(MSGPACK.encode(req)) == req
 
 

@@ -19,3 +19,16 @@ def test_the_mcp_client_is_imported_only_when_used() -> None:
     code = "import sys, toolnexus; print('toolnexus.mcp_client' in sys.modules); toolnexus.load_mcp"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_importing_toolnexus_loads_no_mcp_sdk() -> None:
+    """Neither generation's SDK (``mcp``, nor 2.x's ``mcp_types``) until a name needs it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, toolnexus; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'mcp', 'mcp_types'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -51,11 +51,18 @@ _LAZY = {
 """Names imported on first use: the MCP client SDK takes seconds to import, and a
 responder or a plain waiter never needs it."""
 
+_NEEDS_MCP2 = frozenset({"mcp_client", "mcp_config", "mcp_errors"})
+"""The modules built on the 2.x SDK's client (``load_mcp``); the callbacks run on 1.x too."""
+
 
 def __getattr__(name: str) -> _typing.Any:
     if name in _LAZY:
         import importlib
 
+        if _LAZY[name] in _NEEDS_MCP2:
+            from ._mcp_sdk import require_mcp2
+
+            require_mcp2(f"toolnexus.{name}")
         value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
         globals()[name] = value
         return value

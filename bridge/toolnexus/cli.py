@@ -125,6 +125,9 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
+    from ._mcp_sdk import require_mcp2
+
+    require_mcp2("toolnexus demo")
     from .demo import result_text, run_demo
 
     result = await run_demo(

@@ -144,8 +144,9 @@ def elicitation_callback(
     frameworks that take one) that asks every elicitation through ``wait_for``.
 
     ``agent`` and ``server`` name who asks in each request (``server`` defaults to the
-    server's own name); ``timeout_s`` is how long a person has (the broker's default when
-    None); ``allow`` lists the responders that may answer (``Request.allow``).
+    server's own name on mcp 2.x; a 1.x session keeps none, so pass it there);
+    ``timeout_s`` is how long a person has (the broker's default when None); ``allow``
+    lists the responders that may answer (``Request.allow``).
 
     Raises:
         ConfigurationError: a ``timeout_s`` that is not positive, or an ``allow`` that is

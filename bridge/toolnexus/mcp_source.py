@@ -4,19 +4,26 @@ A form elicitation becomes ``kind="input"`` with the requested schema in
 ``data["schema"]``; a URL elicitation becomes ``kind="authorization"`` with the
 ``url``. Params may be mcp 2.x models (snake_case), mcp 1.x models (camelCase),
 any attribute object, or the wire dict.
+
+Results are the installed SDK's ``ElicitResult``: ``mcp_types``' on mcp 2.x (the SDK
+itself is not loaded), ``mcp.types``' on mcp 1.x. Either is imported on the first
+answer mapped, not with ``toolnexus``: a responder never needs it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
-from mcp_types import ElicitResult  # the same class as mcp.types.ElicitResult
 
+from ._mcp_sdk import mcp_release
 from .errors import InvalidAnswer, InvalidRequest
 from .models import DECLINED, Answer, Request, Source, new_id
+
+if TYPE_CHECKING:
+    from mcp.types import ElicitResult
 
 
 def elicitation_to_request(
@@ -83,10 +90,11 @@ def answer_to_elicit_result(answer: Answer, *, url_mode: bool = False) -> Elicit
         InvalidAnswer: an accepted form answer whose data is not an object of
             MCP field values (strings, numbers, booleans, lists of strings).
     """
+    elicit_result = elicit_result_type()
     if not answer.ok:
-        return ElicitResult(action="decline" if answer.reason == DECLINED else "cancel")
+        return elicit_result(action="decline" if answer.reason == DECLINED else "cancel")
     if url_mode:
-        return ElicitResult(action="accept")
+        return elicit_result(action="accept")
     content = {} if answer.data is None else answer.data
     if not isinstance(content, dict):
         raise InvalidAnswer(
@@ -95,7 +103,7 @@ def answer_to_elicit_result(answer: Answer, *, url_mode: bool = False) -> Elicit
             rule="type",
         )
     try:
-        return ElicitResult(action="accept", content=content)
+        return elicit_result(action="accept", content=content)
     except pydantic.ValidationError as exc:
         field = str(exc.errors()[0]["loc"][1])
         raise InvalidAnswer(
@@ -104,6 +112,15 @@ def answer_to_elicit_result(answer: Answer, *, url_mode: bool = False) -> Elicit
             field=field,
             rule="type",
         ) from exc
+
+
+def elicit_result_type() -> type[ElicitResult]:
+    """The installed SDK's ``ElicitResult`` class (the same class under both names on 2.x)."""
+    if mcp_release()[0] < 2:
+        from mcp.types import ElicitResult
+    else:  # without loading the SDK
+        from mcp_types import ElicitResult
+    return ElicitResult
 
 
 def _field(params: Any, *names: str) -> Any:

@@ -1,0 +1,159 @@
+"""mcp 1.x (issue 17): toolnexus's callback as the elicitation backend of the 1.x SDK's own
+``ClientSession`` and of langchain-mcp-adapters 0.3's ``MultiServerMCPClient`` (which pins
+mcp<2), against a real server on 1.x's FastMCP asking with ``ctx.elicit``/``ctx.elicit_url``,
+answered by a responder in another process through Redis.
+
+Runs in .venv-mcp1 only (``./run test`` makes it; conftest leaves this file out on mcp 2.x).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import mcp.types
+import pytest
+from langchain_mcp_adapters.callbacks import CallbackContext, Callbacks
+from langchain_mcp_adapters.client import MultiServerMCPClient
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+import toolnexus
+from mcp_processes import BOOKING, DELETE, MCP1, SEATS, responder_process
+from toolnexus import Broker, Event
+
+SIGN_IN = "Sign in to the calendar"
+RULES = {
+    BOOKING: {"accept": {"name": "Ada"}},
+    DELETE: "decline",
+    SEATS: "hold",
+    SIGN_IN: {"accept": None},
+}
+"""The responder accepts the booking form and the sign-in, declines the deletion, holds the
+seat count (so that the call can be cancelled while its question is open)."""
+SERVER = StdioServerParameters(command=MCP1[0], args=MCP1[1:])
+FAST = {"block_ms": 100, "lease_ms": 600}
+
+
+@pytest.fixture
+async def rbroker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
+        yield broker
+
+
+async def withdrawn(events: Any, request_id: str) -> Event:
+    async with asyncio.timeout(20):
+        async for event in events:
+            if event.event == "withdrawn" and event.id == request_id:
+                return event  # type: ignore[no-any-return]
+    raise AssertionError("not withdrawn")
+
+
+async def asked(responder: Any, prompt: str) -> dict[str, Any]:
+    async with asyncio.timeout(30):
+        while not any(item["prompt"] == prompt for item in responder.seen):
+            await asyncio.sleep(0.05)
+    return responder.by_prompt(prompt)  # type: ignore[no-any-return]
+
+
+def payload(result: Any) -> dict[str, Any]:
+    """The JSON a tool of mcp1_server.py returned: from the SDK's ``CallToolResult``, or from
+    langchain's list of content blocks."""
+    text = result[0]["text"] if isinstance(result, list) else result.content[0].text
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+def test_the_mapping_uses_mcp_types_on_1x() -> None:
+    result = toolnexus.answer_to_elicit_result(toolnexus.Answer(id="elc-1", ok=True, data={}))
+    assert type(result) is mcp.types.ElicitResult
+
+
+def test_load_mcp_says_it_needs_2x() -> None:
+    with pytest.raises(toolnexus.ConfigurationError, match=r"mcp 1\.\d+\.\d+ is installed") as info:
+        toolnexus.load_mcp  # noqa: B018
+    assert "toolnexus[mcp2]" in str(info.value)
+
+
+@pytest.mark.redis
+async def test_the_1x_sdks_client_session(rbroker: Broker, redis_url: str, namespace: str) -> None:
+    callback = toolnexus.elicitation_callback(
+        rbroker.wait_for, agent="sdk1-agent", server="bookings", timeout_s=120
+    )
+
+    async def agent(*calls: tuple[str, dict[str, Any]]) -> list[Any]:
+        async with (
+            stdio_client(SERVER) as (read, write),
+            ClientSession(read, write, elicitation_callback=callback) as session,
+        ):
+            await session.initialize()
+            return [await session.call_tool(name, arguments) for name, arguments in calls]
+
+    with responder_process(redis_url, namespace, RULES) as responder:
+        booked, declined, signed_in = await agent(
+            ("book", {}), ("confirm", {"what": "delete"}), ("sign_in", {})
+        )
+        async with rbroker.events() as events:
+            # mcp 1.x sends the server no cancellation for a cancelled call_tool, so the
+            # question stays open until the session closes: the agent gives up on both.
+            call = asyncio.create_task(agent(("count", {})))
+            held = await asked(responder, SEATS)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            await withdrawn(events, held["id"])
+    assert payload(booked) == {
+        "action": "accept",
+        "data": {"name": "Ada", "guests": 2, "vip": False},
+    }
+    assert payload(declined) == {"action": "decline"}
+    assert payload(signed_in) == {"action": "accept"}
+    form, url = responder.by_prompt(BOOKING), responder.by_prompt(SIGN_IN)
+    assert (form["kind"], form["server"], form["agent"], form["timeout_s"]) == (
+        "input",
+        "bookings",
+        "sdk1-agent",
+        120,
+    )
+    assert url["kind"] == "authorization" and url["meta"] == {"elicitation_id": "el-cal-1"}
+
+
+@pytest.mark.redis
+async def test_langchain_mcp_adapters_multi_server_client(
+    rbroker: Broker, redis_url: str, namespace: str
+) -> None:
+    ask = toolnexus.elicitation_callback(rbroker.wait_for, agent="lc-agent")
+
+    async def on_elicitation(
+        _mcp_context: Any, params: Any, context: CallbackContext
+    ) -> mcp.types.ElicitResult | mcp.types.ErrorData:
+        return await ask.ask(params, server=context.server_name, tool=context.tool_name)
+
+    client = MultiServerMCPClient(
+        {"bookings": {"transport": "stdio", "command": MCP1[0], "args": MCP1[1:]}},
+        callbacks=Callbacks(on_elicitation=on_elicitation),
+    )
+    with responder_process(redis_url, namespace, RULES) as responder:
+        tools = {tool.name: tool for tool in await client.get_tools()}
+        async with rbroker.events() as events:
+            booked = await tools["book"].ainvoke({})
+            declined = await tools["confirm"].ainvoke({"what": "delete"})
+            call = asyncio.create_task(tools["count"].ainvoke({}))
+            held = await asked(responder, SEATS)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            await withdrawn(events, held["id"])
+    assert payload(booked)["data"] == {"name": "Ada", "guests": 2, "vip": False}
+    assert payload(declined) == {"action": "decline"}
+    form = responder.by_prompt(BOOKING)
+    assert (form["server"], form["tool"], form["agent"]) == ("bookings", "book", "lc-agent")
+
+
+def test_importing_toolnexus_loads_no_mcp_sdk_on_1x() -> None:
+    code = "import sys, toolnexus; print('mcp' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
