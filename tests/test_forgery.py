@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 import toolnexus
-from conftest import FAST, RedisServer
+from conftest import FAST, RedisServer, opened
 from toolnexus import (
     AlreadyResolved,
     Answer,
@@ -83,10 +83,7 @@ async def waiting(
     agent: RedisBroker, request: Request, **options: object
 ) -> AsyncIterator[asyncio.Task[Answer]]:
     task = asyncio.create_task(agent.wait_for(request, timeout_s=30, **options))  # type: ignore[arg-type]
-    state = agent.keys.state(agent.waiter_id, request.id)
-    async with asyncio.timeout(10):
-        while not await agent.redis.exists(state):
-            await asyncio.sleep(0.01)
+    await opened(agent, request.id)
     try:
         yield task
     finally:
@@ -154,7 +151,7 @@ async def test_an_edited_state_is_refused_and_the_genuine_answer_still_wins(flee
     async with fleet.agent() as agent, fleet.responder() as bot:
         request = ask()
         async with waiting(agent, request) as wait:
-            state = agent.keys.state(agent.waiter_id, request.id)
+            state = await opened(agent, request.id)
             await agent.redis.hset(state, mapping={"s": "answered", "a": forged(agent, request.id)})
             await still_waiting(wait)
             await decline_genuinely(bot, request.id)
@@ -167,10 +164,7 @@ async def test_a_deadline_that_finds_only_a_forged_answer_is_expired(fleet: Flee
     async with fleet.agent() as agent:
         request = ask()
         wait = asyncio.create_task(agent.wait_for(request, timeout_s=1.0))
-        state = agent.keys.state(agent.waiter_id, request.id)
-        async with asyncio.timeout(10):
-            while not await agent.redis.exists(state):
-                await asyncio.sleep(0.01)
+        state = await opened(agent, request.id)
         await agent.redis.hset(state, mapping={"s": "answered", "a": forged(agent, request.id)})
         answer = await asyncio.wait_for(wait, 10)
     assert (answer.ok, answer.reason) == (False, "expired")

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 import toolnexus
-from conftest import FAST
+from conftest import FAST, opened
 from toolnexus import Answer, Request
 from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
@@ -119,10 +119,7 @@ async def test_a_wait_whose_answer_entry_is_unreadable_takes_it_from_the_state(
         assert isinstance(broker, RedisBroker)
         request = ask()
         wait = asyncio.create_task(broker.wait_for(request, timeout_s=30))
-        state = broker.keys.state(broker.waiter_id, request.id)
-        async with asyncio.timeout(10):
-            while not await broker.redis.exists(state):
-                await asyncio.sleep(0.01)
+        state = await opened(broker, request.id)
         stored = broker.codec.encode(Answer(id=request.id, ok=True, data={"from": "state"}))
         await broker.redis.hset(state, mapping={"s": "answered", "a": stored})
         reply_stream = broker.keys.answers(broker.waiter_id)
@@ -139,7 +136,7 @@ async def test_an_answer_to_another_request_in_an_entry_is_not_taken(
         assert isinstance(broker, RedisBroker)
         request = ask()
         wait = asyncio.create_task(broker.wait_for(request, timeout_s=30))
-        await asyncio.sleep(0.2)
+        await opened(broker, request.id)
         other = broker.codec.encode(Answer(id="req-other", ok=True))
         reply_stream = broker.keys.answers(broker.waiter_id)
         await broker.redis.xadd(reply_stream, {"id": request.id, "a": other})
