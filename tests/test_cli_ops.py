@@ -11,6 +11,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import toolnexus
 from toolnexus import Answer, Broker, Request, new_id
 from toolnexus.cli import duration_s
 from toolnexus.keys import Keys
+from toolnexus.ops import ConsumerStatus, GroupStatus, QueueStatus
 from toolnexus.redis_broker import RedisBroker
 
 pytestmark = pytest.mark.redis
@@ -421,3 +423,21 @@ def test_scan_patterns_match_only_their_namespace() -> None:
 )
 def test_durations(text: str, seconds: float) -> None:
     assert duration_s(text) == seconds
+
+
+def test_the_readme_documents_every_status_field() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    table = readme.split("`status --json` prints these fields", 1)[1].split("\n\n", 2)[1]
+    documented = {
+        name.strip("`")
+        for row in table.splitlines()[2:]
+        for name in row.split("|")[1].strip().split(", ")
+    }
+    expected = {f"{name}" for name in ("namespace", "at", "waiters_alive")}
+    for prefix, kind in [
+        ("queues[].", QueueStatus),
+        ("queues[].groups[].", GroupStatus),
+        ("queues[].groups[].consumers[].", ConsumerStatus),
+    ]:
+        expected |= {prefix + f.name for f in fields(kind) if f.name not in ("groups", "consumers")}
+    assert documented == expected
