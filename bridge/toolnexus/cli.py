@@ -90,9 +90,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--responder",
-        choices=["terminal", "auto"],
+        choices=["terminal", "auto", "none"],
         default="terminal",
-        help="who answers: you, at this terminal (default), or an unattended bot",
+        help=(
+            "who answers: you, at this terminal (default), an unattended bot, or none here "
+            "(responder workers on the --url broker answer)"
+        ),
     )
     demo.add_argument(
         "--url",
