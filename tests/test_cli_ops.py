@@ -338,6 +338,7 @@ async def test_status_watch_refreshes_until_interrupted(redis_url: str, namespac
         TOOLNEXUS, "status", "--watch", "--json", "--interval", "100ms", "--queue", "default",
         *broker_args(redis_url, namespace),
         stdout=asyncio.subprocess.PIPE, env=_env(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # even if ignored here
     )  # fmt: skip
     assert process.stdout is not None
     async with asyncio.timeout(20):
