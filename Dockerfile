@@ -9,9 +9,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY bridge bridge
 COPY workers workers
-# The web extra is what the web worker needs; every other worker runs on the base install.
+# The web worker needs the web extra; metrics (--metrics-port) and tracing are optional.
 RUN python -m venv /opt/toolnexus \
-    && /opt/toolnexus/bin/pip install --no-cache-dir ".[web]"
+    && /opt/toolnexus/bin/pip install --no-cache-dir ".[web,metrics,tracing]"
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="toolnexus" \

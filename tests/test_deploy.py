@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -222,6 +223,7 @@ def test_what_compose_runs_completes_the_demo_round_trip(tmp_path: Path) -> None
         "TOOLNEXUS_WEB_TOKEN": secrets.token_hex(16),
     }
     web_port = str(free_port())
+    metrics_ports = {"auto": str(free_port()), "web": str(free_port())}
     with deploy_redis(tmp_path) as port, contextlib.ExitStack() as logs:
         workers: dict[str, subprocess.Popen[bytes]] = {}
         envs: dict[str, dict[str, str]] = {}
@@ -230,6 +232,7 @@ def test_what_compose_runs_completes_the_demo_round_trip(tmp_path: Path) -> None
                 ("auto", {}),
                 ("web", {"8700": web_port, "0.0.0.0": "127.0.0.1"}),  # a shared machine
             ]:
+                replace["9100"] = metrics_ports[name]
                 command, envs[name] = service_process(name, variables, port, **replace)
                 log = logs.enter_context((tmp_path / f"{name}.log").open("wb"))
                 workers[name] = subprocess.Popen(command, env=envs[name], stderr=log)
@@ -262,6 +265,22 @@ def test_what_compose_runs_completes_the_demo_round_trip(tmp_path: Path) -> None
                 ("input", True, "auto:demo booking details"),
                 ("authorization", True, "auto:demo deposit"),
             ]
+            metrics = (
+                urllib.request.urlopen(
+                    f"http://127.0.0.1:{metrics_ports['auto']}/metrics", timeout=10
+                )
+                .read()
+                .decode()
+            )
+            answered = (
+                'toolnexus_worker_requests_total{consumer="%s",group="auto",state="answered"} 2.0'
+            )
+            assert re.search(re.escape(answered).replace("%s", '[^"]+'), metrics), metrics
+            resolved = (
+                'toolnexus_requests_resolved_total{outcome="answered",queue="default",'
+                'reason="accepted"} 2.0'
+            )
+            assert resolved in metrics
         finally:
             for worker in workers.values():
                 worker.send_signal(signal.SIGTERM)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from .broker import Broker, EventStream, Pending, Responder
 from .errors import ConfigurationError, InvalidAnswer, NotResolved, ToolnexusError
 from .models import Answer, Event, EventType
+from .tracing import responder_span
 
 log = logging.getLogger("toolnexus.serve")
 
@@ -299,7 +300,8 @@ class Service:
 
     async def _show(self, shown: _Shown) -> None:
         try:
-            await self.worker.show(shown)
+            with responder_span(shown.request):
+                await self.worker.show(shown)
         except asyncio.CancelledError:
             raise
         except (InvalidAnswer, NotResolved) as exc:  # counted as refused when it was raised

@@ -21,6 +21,7 @@ from typing import Any
 
 import toolnexus
 from toolnexus import Broker, BrokerUnavailable, Service, ToolnexusError, Worker
+from toolnexus.metrics import Metrics
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 """Where a worker looks for Redis when neither ``--url`` nor ``TOOLNEXUS_URL`` says."""
@@ -90,9 +91,16 @@ def worker_parser(
         default=30.0,
         help="how long a heartbeat says this worker is alive; renewed every third (30 s)",
     )
+    worker.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=os.environ.get("TOOLNEXUS_METRICS_PORT") or None,  # parsed by type, too
+        help="serve Prometheus metrics at :PORT/metrics (default: $TOOLNEXUS_METRICS_PORT, "
+        "else none; needs toolnexus[metrics])",
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
     parser.add_argument("-q", "--quiet", action="store_true", help="log only warnings and errors")
-    parser.set_defaults(prog=parser.prog)
+    parser.set_defaults(prog=parser.prog, metrics=None)
     return parser
 
 
@@ -108,8 +116,9 @@ def configure_logging(args: argparse.Namespace, *, default: int = logging.INFO) 
 
 
 def service(broker: Broker, args: argparse.Namespace, worker: Worker) -> Service:
-    """The :class:`~toolnexus.Service` the parsed options describe."""
-    return Service(
+    """The :class:`~toolnexus.Service` the parsed options describe (its counters exported
+    when ``--metrics-port`` is given)."""
+    runner = Service(
         broker,
         worker,
         group=args.group,
@@ -118,6 +127,14 @@ def service(broker: Broker, args: argparse.Namespace, worker: Worker) -> Service
         heartbeat_ttl_s=args.heartbeat_ttl_s,
         drain_s=args.drain_s,
     )
+    watch_service(args, runner)
+    return runner
+
+
+def watch_service(args: argparse.Namespace, runner: Service) -> None:
+    """Export ``runner``'s counters on the worker's metrics endpoint, if it has one."""
+    if args.metrics is not None:
+        args.metrics.watch(runner)
 
 
 def broker_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -137,7 +154,18 @@ def run_main(args: argparse.Namespace, work: Callable[[Broker], Awaitable[int]])
 
     async def main() -> int:
         async with toolnexus.connect(args.url, **broker_options(args)) as broker:
-            return await work(broker)
+            if args.metrics_port is None:
+                return await work(broker)
+            metrics = args.metrics = Metrics()
+            port = metrics.serve(args.metrics_port)
+            logging.getLogger("toolnexus.metrics").info("metrics on :%d/metrics", port)
+            following = asyncio.ensure_future(metrics.follow(broker, queue=args.queue))
+            try:
+                return await work(broker)
+            finally:
+                following.cancel()
+                await asyncio.gather(following, return_exceptions=True)
+                metrics.close()
 
     try:
         return asyncio.run(main())
@@ -166,6 +194,16 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
         return value
 
     return parse
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {text}")
+    return port
 
 
 def _not_negative(text: str) -> float:
