@@ -299,6 +299,9 @@ async def test_liveness_heartbeats_and_audit_have_their_writers_and_readers(
     assert await ops.hgetall(workers) == {b"ops/bot-1": b"heartbeat"}
     # a worker's health probe (toolnexus check) reads heartbeats with the worker's own user
     assert await responder.hgetall(workers) == {b"ops/bot-1": b"heartbeat"}
+    # and its metrics count the request and dead-letter streams, without reading them
+    assert await responder.xlen(KEYS.requests) >= 0 and await responder.xlen(KEYS.dead) == 0
+    await noperm(responder.xrange(KEYS.dead))
     await noperm(agent.hset(workers, "ops/bot-2", "x"))
     await agent.xadd(audit, {"r": b"record"})
     assert [fields for _, fields in await ops.xrange(audit)] == [{b"r": b"record"}]
