@@ -385,10 +385,12 @@ async def test_check_exits_0_for_fresh_heartbeats_and_1_otherwise(
     )
     assert here.returncode == 0, here.stderr
     assert not_here.returncode == 1 and f"on host {socket.gethostname()}" in not_here.stderr
-    unreachable = await run("check", "--url", "redis://127.0.0.1:1/0")
+    unreachable = await run("check", "--url", "redis://ops:sekret@127.0.0.1:1/0")
     assert unreachable.returncode == 1
     assert unreachable.stderr.startswith("toolnexus check: Redis is not reachable: ")
     assert len(unreachable.stderr.splitlines()) == 1
+    assert "redis://ops:***@127.0.0.1:1/0" in unreachable.stderr  # a probe's output is kept
+    assert "sekret" not in unreachable.stderr
 
 
 async def test_audit_shows_who_answered(redis_url: str, namespace: str) -> None:

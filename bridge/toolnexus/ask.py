@@ -19,6 +19,7 @@ import msgspec
 from .broker import connect
 from .errors import BrokerUnavailable, ConfigurationError, InvalidAnswer, NotResolved
 from .models import DECLINED, DISMISSED, UNAVAILABLE, Answer, Request, Source, new_id
+from .ops import scrubbed
 from .question import question_schema
 
 EXIT_ACCEPTED, EXIT_DECLINED, EXIT_NOT_ANSWERED, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -110,7 +111,7 @@ async def ask(
             )
             answer = await broker.wait_for(request, timeout_s=timeout_s, allow=allow or None)
     except BrokerUnavailable as exc:
-        print(f"toolnexus ask: {exc}", file=sys.stderr)
+        print(f"toolnexus ask: {scrubbed(exc, url)}", file=sys.stderr)
         return EXIT_UNREACHABLE
     if as_json:
         print(answer_json(answer))
@@ -139,7 +140,7 @@ async def answer(url: str, options: dict[str, Any], given: Answer) -> int:
         async with connect(url, **options) as broker:
             await broker.answer(given)
     except BrokerUnavailable as exc:
-        print(f"toolnexus answer: {exc}", file=sys.stderr)
+        print(f"toolnexus answer: {scrubbed(exc, url)}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except NotResolved as exc:
         print(f"toolnexus answer: {given.id}: refused: {exc.reason}", file=sys.stderr)

@@ -433,16 +433,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _COMMANDS[args.command](args)
     except BrokerUnavailable as exc:
-        print(f"toolnexus {args.command}: {_one_line(exc)}", file=sys.stderr)
+        print(f"toolnexus {args.command}: {_one_line(exc, args)}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except ToolnexusError as exc:
-        print(f"toolnexus {args.command}: {_one_line(exc)}", file=sys.stderr)
+        print(f"toolnexus {args.command}: {_one_line(exc, args)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException, args: argparse.Namespace) -> str:
+    """The error as one line, without the password of the broker URL."""
+    url = getattr(args, "url", None)
+    if url:
+        from .ops import scrubbed
+
+        return scrubbed(exc, url)
     return " ".join(str(exc).split())
 
 

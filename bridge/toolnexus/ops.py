@@ -97,6 +97,12 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}@{netloc[2]}"))
 
 
+def scrubbed(message: object, url: str) -> str:
+    """``message`` as one line, with ``url``'s password replaced by ``***`` (errors quote
+    the URL, and a health check's output is kept by the container engine)."""
+    return " ".join(str(message).replace(url, redacted(url)).split())
+
+
 @contextlib.asynccontextmanager
 async def redis_brokers(
     url: str, namespace: str, queues: Sequence[str]
@@ -324,7 +330,7 @@ async def check(
         async with redis_brokers(url, namespace, [queue]) as (broker,):
             beats = await broker.heartbeats()
     except BrokerUnavailable as exc:
-        return False, f"Redis is not reachable: {exc}"
+        return False, f"Redis is not reachable: {scrubbed(exc, url)}"
     host = socket.gethostname()
     if here:
         beats = [b for b in beats if b.info.get("host") == host]

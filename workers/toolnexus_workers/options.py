@@ -22,6 +22,7 @@ from typing import Any
 import toolnexus
 from toolnexus import Broker, BrokerUnavailable, Service, ToolnexusError, Worker
 from toolnexus.metrics import Metrics
+from toolnexus.ops import scrubbed
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 """Where a worker looks for Redis when neither ``--url`` nor ``TOOLNEXUS_URL`` says."""
@@ -170,10 +171,10 @@ def run_main(args: argparse.Namespace, work: Callable[[Broker], Awaitable[int]])
     try:
         return asyncio.run(main())
     except BrokerUnavailable as exc:
-        print(f"{_prog(args)}: {exc}", file=sys.stderr)
+        print(f"{_prog(args)}: {scrubbed(exc, args.url)}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     except ToolnexusError as exc:
-        print(f"{_prog(args)}: {exc}", file=sys.stderr)
+        print(f"{_prog(args)}: {scrubbed(exc, args.url)}", file=sys.stderr)
         return EXIT_CONFIGURATION
     except KeyboardInterrupt:  # before the worker's own signal handling was in place
         return EXIT_INTERRUPTED
