@@ -444,3 +444,37 @@ def test_the_readme_documents_every_status_field() -> None:
     ]:
         expected |= {prefix + f.name for f in fields(kind) if f.name not in ("groups", "consumers")}
     assert documented == expected
+
+
+async def test_answer_is_signed_with_the_configured_key(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    for name in ("agent-7", "ops-cli"):
+        (tmp_path / name).mkdir()
+        done = await run("keygen", name, "--dir", str(tmp_path / name))
+        assert done.returncode == 0, done.stderr
+    request = Request(id=new_id(), kind="approval", prompt="Deploy?")
+    async with toolnexus.connect(
+        redis_url,
+        namespace=namespace,
+        signing_key=tmp_path / "agent-7" / "agent-7.key",
+        trusted_keys=tmp_path / "ops-cli" / "ops-cli.pub",
+        require_signatures=True,
+        **FAST,
+    ) as broker:
+        waiting = asyncio.create_task(broker.wait_for(request, timeout_s=30))
+        process = await asyncio.create_subprocess_exec(
+            TOOLNEXUS, "answer", request.id, "--accept", *broker_args(redis_url, namespace),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={
+                **_env(),
+                "TOOLNEXUS_SIGNING_KEY": str(tmp_path / "ops-cli" / "ops-cli.key"),
+                "TOOLNEXUS_TRUSTED_KEYS": str(tmp_path / "agent-7" / "agent-7.pub"),
+                "TOOLNEXUS_REQUIRE_SIGNATURES": "1",
+            },
+        )  # fmt: skip
+        _, err = await asyncio.wait_for(process.communicate(), 30)
+        got = await asyncio.wait_for(waiting, 20)
+    assert process.returncode == 0, err.decode()
+    assert got.ok and got.responder == "ops-cli"
+    assert got.signature is not None and got.signature.key == "ops-cli"
