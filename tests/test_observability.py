@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import urllib.request
@@ -191,3 +192,29 @@ async def test_traced_wait_for_opens_a_span_the_responder_continues(
 def test_without_a_span_the_request_is_unchanged() -> None:
     request = Request(id=new_id(), kind="approval")
     assert inject(request) is request
+
+
+async def test_a_worker_logs_json_lines(redis_url: str, namespace: str, tmp_path: Path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\nname = "yes"\naction = "accept"\n')
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("toolnexus")), "worker", "auto", "--rules", str(rules),
+        "--log-json", "--url", redis_url, "--namespace", namespace,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stderr is not None
+    entries = []
+    try:
+        async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
+            request = Request(id=new_id(), kind="approval", prompt="Deploy?")
+            assert (await broker.wait_for(request, timeout_s=30)).ok
+            async with asyncio.timeout(20):
+                while not any(request.id in e["message"] for e in entries):
+                    entries.append(json.loads(await process.stderr.readline()))
+    finally:
+        process.terminate()
+        await asyncio.wait_for(process.wait(), 20)
+    (decision,) = [e for e in entries if request.id in e["message"]]
+    assert decision["logger"] == "toolnexus.auto" and decision["level"] == "info"
+    assert decision["message"].startswith(f"decision=accept request={request.id} rule=1 (yes)")
+    assert decision["time"].endswith("+00:00")

@@ -2,7 +2,8 @@
 
 Flags fall back to ``TOOLNEXUS_*`` environment variables: ``--url`` to
 ``TOOLNEXUS_URL`` (else ``redis://127.0.0.1:6379/0``), ``--namespace`` to
-``TOOLNEXUS_NAMESPACE``, ``--queue`` to ``TOOLNEXUS_QUEUE``.
+``TOOLNEXUS_NAMESPACE``, ``--queue`` to ``TOOLNEXUS_QUEUE``, ``--metrics-port`` to
+``TOOLNEXUS_METRICS_PORT``, ``--log-json`` to ``TOOLNEXUS_LOG_JSON``.
 
     parser = worker_parser("auto", "Answer requests by rules.", group="auto")
     args = parser.parse_args(argv)
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
+import json
 import logging
 import os
 import sys
@@ -101,6 +104,12 @@ def worker_parser(
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
     parser.add_argument("-q", "--quiet", action="store_true", help="log only warnings and errors")
+    parser.add_argument(
+        "--log-json",
+        action="store_true",
+        default=os.environ.get("TOOLNEXUS_LOG_JSON", "").lower() in ("1", "true", "yes"),
+        help="log one JSON object per line: time, level, logger, message (for log shippers)",
+    )
     parser.set_defaults(prog=parser.prog, metrics=None)
     return parser
 
@@ -109,11 +118,30 @@ def configure_logging(args: argparse.Namespace, *, default: int = logging.INFO) 
     """Log to stderr, one line per record, at the level ``-v`` / ``-q`` ask for."""
     level = logging.WARNING if args.quiet else default
     level = max(logging.DEBUG, level - 10 * args.verbose)
-    logging.basicConfig(
-        level=level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    if getattr(args, "log_json", False):
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ``time`` (ISO 8601, UTC), ``level``, ``logger``,
+    ``message``, and ``error`` with the traceback when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
 
 
 def service(broker: Broker, args: argparse.Namespace, worker: Worker) -> Service:
