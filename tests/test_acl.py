@@ -239,7 +239,6 @@ async def test_a_responder_cannot_add_requests_or_read_beyond_its_keys(
         await noperm(responder.xrange(KEYS.requests))
         await noperm(responder.xread({KEYS.answers(agent.waiter_id): "0"}))
         await noperm(responder.xrange(f"{{toolnexus:q:{QUEUE}}}:audit"))
-        await noperm(responder.hgetall(f"{{toolnexus:q:{QUEUE}}}:workers"))
         await noperm(responder.get("some-other-app:secret"))
         await noperm(responder.keys("*"))
         await noperm(responder.flushall())
@@ -298,6 +297,11 @@ async def test_liveness_heartbeats_and_audit_have_their_writers_and_readers(
     assert await responder.hset(workers, "ops/bot-1", "heartbeat") == 1
     await responder.pexpire(workers, 30_000)
     assert await ops.hgetall(workers) == {b"ops/bot-1": b"heartbeat"}
+    # a worker's health probe (toolnexus check) reads heartbeats with the worker's own user
+    assert await responder.hgetall(workers) == {b"ops/bot-1": b"heartbeat"}
+    # and its metrics count the request and dead-letter streams, without reading them
+    assert await responder.xlen(KEYS.requests) >= 0 and await responder.xlen(KEYS.dead) == 0
+    await noperm(responder.xrange(KEYS.dead))
     await noperm(agent.hset(workers, "ops/bot-2", "x"))
     await agent.xadd(audit, {"r": b"record"})
     assert [fields for _, fields in await ops.xrange(audit)] == [{b"r": b"record"}]

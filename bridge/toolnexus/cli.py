@@ -1,5 +1,7 @@
 """The ``toolnexus`` command (SPEC §13). ``toolnexus demo`` runs a whole round trip;
-``toolnexus keygen NAME`` makes a signing key.
+``toolnexus keygen NAME`` makes a signing key; ``ask`` and ``answer`` (in :mod:`.ask`) are an
+approval gate for scripts; ``status``, ``check`` and ``audit`` (in :mod:`.ops`) are for
+operators. This module holds only the parser and the dispatch.
 ``toolnexus worker NAME`` runs a responder worker found by its ``toolnexus.workers``
 entry point (so workers depend on this package, never the other way round).
 
@@ -12,10 +14,63 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.metadata
+import json
+import os
+import re
 import sys
+import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from .errors import ToolnexusError
+from .errors import BrokerUnavailable, ToolnexusError
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+"""Where ``ask``, ``answer``, ``status``, ``check`` and ``audit`` look for Redis when neither
+``--url`` nor ``TOOLNEXUS_URL`` says."""
+
+EXIT_ERROR, EXIT_UNREACHABLE = 2, 3
+"""A bad option or file (argparse's status for bad usage); the broker cannot be reached."""
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def duration_s(text: str) -> float:
+    """``"90"``, ``"30s"``, ``"10m"``, ``"1.5h"``, ``"2d"``, ``"500ms"`` in seconds (positive)."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None or float(match[1]) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive duration: use e.g. 90, 30s, 10m, 1h or 2d"
+        )
+    return float(match[1]) * _UNIT_S[match[2]]
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON: {exc}") from None
+
+
+def _connection(parser: argparse.ArgumentParser, *, queue: bool = True) -> None:
+    """The options every command that talks to a broker takes."""
+    group = parser.add_argument_group("broker")
+    group.add_argument(
+        "--url",
+        default=os.environ.get("TOOLNEXUS_URL") or DEFAULT_URL,
+        help=f"broker URL (default: $TOOLNEXUS_URL, else {DEFAULT_URL})",
+    )
+    group.add_argument(
+        "--namespace",
+        default=os.environ.get("TOOLNEXUS_NAMESPACE") or "toolnexus",
+        help="Redis key namespace (default: $TOOLNEXUS_NAMESPACE, else toolnexus)",
+    )
+    if queue:
+        group.add_argument(
+            "--queue",
+            default=os.environ.get("TOOLNEXUS_QUEUE") or "default",
+            help="request queue (default: $TOOLNEXUS_QUEUE, else default)",
+        )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,9 +90,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--responder",
-        choices=["terminal", "auto"],
+        choices=["terminal", "auto", "none"],
         default="terminal",
-        help="who answers: you, at this terminal (default), or an unattended bot",
+        help=(
+            "who answers: you, at this terminal (default), an unattended bot, or none here "
+            "(responder workers on the --url broker answer)"
+        ),
     )
     demo.add_argument(
         "--url",
@@ -70,7 +128,139 @@ def _parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("name", metavar="NAME", help=f"which worker: {names}")
     worker.add_argument("args", nargs=argparse.REMAINDER, help="the worker's own options")
+    _ops_parsers(commands)
     return parser
+
+
+def _ops_parsers(commands: Any) -> None:
+    ask = commands.add_parser(
+        "ask",
+        help="ask a question and wait: exit 0 accepted, 1 declined, 2 not answered, 3 no broker",
+        description=(
+            "Publish a question and wait for a responder's answer: an approval gate for shell "
+            "pipelines and CI. Accepted: the answer's data is printed as JSON on stdout and "
+            "the exit status is 0. Declined: 1. Expired, dismissed or withdrawn: 2 (also bad "
+            "usage). The broker unreachable: 3. The request id is printed on stderr, so that "
+            "`toolnexus answer ID` can answer it."
+        ),
+    )
+    ask.add_argument("prompt", help="the question, as the person will read it")
+    form = ask.add_mutually_exclusive_group()
+    form.add_argument("--schema", metavar="FILE", help="a JSON Schema form to fill in")
+    form.add_argument(
+        "--choice",
+        action="append",
+        metavar="OPTION",
+        help='an option to pick (repeat: --choice eu --choice us); data is {"answer": ...}',
+    )
+    ask.add_argument(
+        "--timeout",
+        type=duration_s,
+        default=600.0,
+        metavar="DURATION",
+        help="how long to wait: 90, 30s, 10m, 1h (default 10m)",
+    )
+    ask.add_argument(
+        "--allow",
+        action="append",
+        metavar="NAME",
+        help="who may answer: a responder key name or person, * patterns (repeat)",
+    )
+    ask.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    _connection(ask)
+
+    answer = commands.add_parser(
+        "answer",
+        help="answer a request by id: --accept [JSON], --decline or --dismiss",
+        description=(
+            "Resolve request ID: the answer is checked against the request's form and "
+            "signed when TOOLNEXUS_SIGNING_KEY is set. Exit status: 0 the answer resolved "
+            "the request; 1 refused (already answered, expired, withdrawn, unknown, not "
+            "allowed, or invalid for the form; the line says which); 2 bad usage; 3 the "
+            "broker unreachable."
+        ),
+    )
+    answer.add_argument("id", metavar="ID", help="the request id (toolnexus ask prints it)")
+    how = answer.add_mutually_exclusive_group(required=True)
+    how.add_argument(
+        "--accept",
+        nargs="?",
+        type=_json_value,
+        const=None,
+        default=argparse.SUPPRESS,
+        metavar="JSON",
+        help="accept, with the form's data as JSON (e.g. '{\"seats\": 2}')",
+    )
+    how.add_argument("--decline", action="store_true", help="answer an explicit no")
+    how.add_argument("--dismiss", action="store_true", help="close it without a choice")
+    answer.add_argument("--person", help="who answered (e.g. ops:alice), recorded and signed")
+    _connection(answer)
+
+    status = commands.add_parser(
+        "status",
+        help="queues, groups, consumers, heartbeats, dead letters and waiters",
+        description=(
+            "Per queue and consumer group: open requests and the oldest one's age, "
+            "unacknowledged and undelivered entries, consumers with idle time and heartbeat "
+            "age, dead letters; and how many waiting processes are alive. Every queue of the "
+            "namespace unless --queue names some. --json prints the fields the README lists."
+        ),
+    )
+    status.add_argument("--json", action="store_true", help="print JSON (stable field names)")
+    status.add_argument("--watch", action="store_true", help="refresh in place until Ctrl-C")
+    status.add_argument(
+        "--interval",
+        type=duration_s,
+        default=2.0,
+        metavar="DURATION",
+        help="with --watch: how often to refresh (default 2s)",
+    )
+    _connection(status, queue=False)
+    status.add_argument(
+        "--queue",
+        action="append",
+        default=[q for q in [os.environ.get("TOOLNEXUS_QUEUE")] if q] or None,
+        help="a queue to show (repeat; default: $TOOLNEXUS_QUEUE, else every queue)",
+    )
+
+    check = commands.add_parser(
+        "check",
+        help="health probe: exit 0 when Redis answers and the workers have heartbeats",
+        description=(
+            "Exit 0 when Redis is reachable and the workers named (GROUP, any consumer of "
+            "it, or GROUP/CONSUMER) have fresh heartbeats; with none named, at least one "
+            "worker of the queue has. Otherwise exit 1 with one line saying why."
+        ),
+    )
+    check.add_argument(
+        "--worker",
+        action="append",
+        default=[],
+        metavar="GROUP[/CONSUMER]",
+        help="a worker that must have a fresh heartbeat (repeat)",
+    )
+    check.add_argument(
+        "--here",
+        action="store_true",
+        help="count only workers running on this host (a container's own health check)",
+    )
+    _connection(check)
+
+    audit = commands.add_parser(
+        "audit",
+        help="the audit trail: how each request was resolved, and by whom",
+        description="Print the audit records of resolved requests, oldest first.",
+    )
+    audit.add_argument(
+        "--since",
+        type=duration_s,
+        default=None,
+        metavar="DURATION",
+        help="only records of the last DURATION (e.g. 1h; default: all kept)",
+    )
+    audit.add_argument("--id", default=None, help="only the records of this request")
+    audit.add_argument("--json", action="store_true", help="print a JSON array of records")
+    _connection(audit)
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -145,9 +335,96 @@ def _run_demo(args: argparse.Namespace) -> int:
     return asyncio.run(_demo(args))
 
 
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"namespace": args.namespace, "queue": args.queue}
+
+
+def _ask(args: argparse.Namespace) -> int:
+    from .ask import ask, build_request, load_schema
+
+    schema = load_schema(args.schema) if args.schema else None
+    request = build_request(args.prompt, schema=schema, choices=args.choice)
+    return asyncio.run(
+        ask(
+            args.url,
+            _options(args),
+            request,
+            timeout_s=args.timeout,
+            allow=args.allow,
+            as_json=args.json,
+        )
+    )
+
+
+def _answer(args: argparse.Namespace) -> int:
+    from .ask import answer, the_answer
+
+    accept = "accept" in args
+    given = the_answer(
+        args.id,
+        accept=accept,
+        data=args.accept if accept else None,
+        decline=args.decline,
+        person=args.person,
+    )
+    return asyncio.run(answer(args.url, _options(args), given))
+
+
+def _status(args: argparse.Namespace) -> int:
+    from .ops import discover_queues, read_status, status_text
+
+    async def once() -> str:
+        queues = args.queue or await discover_queues(args.url, args.namespace)
+        status = await read_status(args.url, args.namespace, queues)
+        if args.json:
+            return json.dumps(status.to_json(), indent=None if args.watch else 2)
+        return status_text(status)
+
+    if not args.watch:
+        print(asyncio.run(once()))
+        return 0
+    try:
+        while True:
+            shown = asyncio.run(once())
+            print(shown if args.json else f"\x1b[H\x1b[J{shown}", flush=True)
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .ops import check
+
+    ok, line = asyncio.run(check(args.url, args.namespace, args.queue, args.worker, here=args.here))
+    print(line if ok else f"toolnexus check: {line}", file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from .ops import audit_json, audit_text, redis_brokers
+
+    async def read() -> list[Any]:
+        async with redis_brokers(args.url, args.namespace, [args.queue]) as (broker,):
+            since = None if args.since is None else time.time() - args.since
+            return await broker.audit(since=since, request_id=args.id)
+
+    records = asyncio.run(read())
+    if args.json:
+        print(audit_json(records))
+    else:
+        for record in records:
+            print(audit_text(record))
+    return 0
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": _run_demo,
     "keygen": _keygen,
+    "ask": _ask,
+    "answer": _answer,
+    "status": _status,
+    "check": _check,
+    "audit": _audit,
 }
 
 
@@ -158,11 +435,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _worker(args)
     try:
         return _COMMANDS[args.command](args)
+    except BrokerUnavailable as exc:
+        print(f"toolnexus {args.command}: {_one_line(exc, args)}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     except ToolnexusError as exc:
-        print(f"toolnexus: {exc}", file=sys.stderr)
-        return 2
+        print(f"toolnexus {args.command}: {_one_line(exc, args)}", file=sys.stderr)
+        return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+
+
+def _one_line(exc: BaseException, args: argparse.Namespace) -> str:
+    """The error as one line, without the password of the broker URL."""
+    url = getattr(args, "url", None)
+    if url:
+        from .ops import scrubbed
+
+        return scrubbed(exc, url)
+    return " ".join(str(exc).split())
 
 
 if __name__ == "__main__":

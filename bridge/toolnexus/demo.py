@@ -263,20 +263,24 @@ async def run_demo(
 ) -> CallToolResult:
     """The whole round trip on ``url`` (``memory://`` by default): returns the tool's result.
 
-    ``responder`` is ``"terminal"`` (a person at ``stdin``/``output``) or ``"auto"``.
+    ``responder`` is ``"terminal"`` (a person at ``stdin``/``output``), ``"auto"``, or
+    ``"none"``: responder workers elsewhere answer (a Redis URL, then).
 
     Raises:
         ConfigurationError: a bad broker URL or responder kind.
         BrokerUnavailable: the broker cannot be reached.
     """
-    if responder not in ("terminal", "auto"):
-        raise ConfigurationError(f"unknown responder {responder!r}: use 'terminal' or 'auto'")
+    if responder not in ("terminal", "auto", "none"):
+        raise ConfigurationError(
+            f"unknown responder {responder!r}: use 'terminal', 'auto' or 'none'"
+        )
     output = output or sys.stdout
     terminal = Terminal(stdin=stdin or sys.stdin, output=output)
     agent = f"demo-{uuid.uuid4().hex[:8]}"
     broker_options.setdefault("queue", "demo")
     async with connect(url, **broker_options) as broker, anyio.create_task_group() as tasks:
-        tasks.start_soon(_respond, broker, responder, agent, terminal, output)
+        if responder != "none":
+            tasks.start_soon(_respond, broker, responder, agent, terminal, output)
         async with load_mcp(
             booking_server(), wait_for=broker.wait_for, agent=agent, timeout_s=timeout_s
         ) as tools:

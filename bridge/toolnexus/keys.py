@@ -47,6 +47,11 @@ def _check_name(what: str, value: str) -> str:
     return value
 
 
+def _glob_escape(text: str) -> str:
+    """``text`` matched literally by a Redis glob pattern."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
+
+
 class Keys:
     """Key names for one namespace and queue."""
 
@@ -79,6 +84,24 @@ class Keys:
         """The hash of the queue's worker heartbeats: field ``group/consumer``, value a
         :class:`~toolnexus.models.Heartbeat` (in the queue's slot)."""
         return f"{self._tag}:workers"
+
+    def alive_pattern(self) -> str:
+        """A ``SCAN MATCH`` pattern for every waiter's liveness mark in this namespace."""
+        return f"{{{_glob_escape(self.namespace)}:w:*}}:alive"
+
+    def requests_pattern(self) -> str:
+        """A ``SCAN MATCH`` pattern for the request stream of every queue in this namespace."""
+        return f"{{{_glob_escape(self.namespace)}:q:*}}:requests"
+
+    def queue_of(self, requests_key: str) -> str | None:
+        """The queue whose request stream is ``requests_key`` (a key
+        :meth:`requests_pattern` matched), or None if it is not one of this namespace's."""
+        head, tail = f"{{{self.namespace}:q:", "}:requests"
+        if requests_key.startswith(head) and requests_key.endswith(tail):
+            queue = requests_key[len(head) : -len(tail)]
+            if queue and not any(c in queue for c in "{}: \n"):
+                return queue
+        return None
 
     def __repr__(self) -> str:
         return f"Keys(namespace={self.namespace!r}, queue={self.queue!r})"

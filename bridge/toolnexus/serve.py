@@ -43,6 +43,7 @@ from .errors import (
     ToolnexusError,
 )
 from .models import Answer, Event, EventType
+from .tracing import responder_span
 
 log = logging.getLogger("toolnexus.serve")
 
@@ -305,7 +306,8 @@ class Service:
 
     async def _show(self, shown: _Shown) -> None:
         try:
-            await self.worker.show(shown)
+            with responder_span(shown.request):
+                await self.worker.show(shown)
         except asyncio.CancelledError:
             raise
         except (InvalidAnswer, NotResolved) as exc:  # counted as refused when it was raised

@@ -2,7 +2,8 @@
 
 Flags fall back to ``TOOLNEXUS_*`` environment variables: ``--url`` to
 ``TOOLNEXUS_URL`` (else ``redis://127.0.0.1:6379/0``), ``--namespace`` to
-``TOOLNEXUS_NAMESPACE``, ``--queue`` to ``TOOLNEXUS_QUEUE``.
+``TOOLNEXUS_NAMESPACE``, ``--queue`` to ``TOOLNEXUS_QUEUE``, ``--metrics-port`` to
+``TOOLNEXUS_METRICS_PORT``, ``--log-json`` to ``TOOLNEXUS_LOG_JSON``.
 
     parser = worker_parser("auto", "Answer requests by rules.", group="auto")
     args = parser.parse_args(argv)
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
+import json
 import logging
 import os
 import sys
@@ -21,6 +24,8 @@ from typing import Any
 
 import toolnexus
 from toolnexus import Broker, BrokerUnavailable, Service, ToolnexusError, Worker
+from toolnexus.metrics import Metrics
+from toolnexus.ops import scrubbed
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 """Where a worker looks for Redis when neither ``--url`` nor ``TOOLNEXUS_URL`` says."""
@@ -109,9 +114,22 @@ def worker_parser(
         default=30.0,
         help="how long a heartbeat says this worker is alive; renewed every third (30 s)",
     )
+    worker.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=os.environ.get("TOOLNEXUS_METRICS_PORT") or None,  # parsed by type, too
+        help="serve Prometheus metrics at :PORT/metrics (default: $TOOLNEXUS_METRICS_PORT, "
+        "else none; needs toolnexus[metrics])",
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
     parser.add_argument("-q", "--quiet", action="store_true", help="log only warnings and errors")
-    parser.set_defaults(prog=parser.prog)
+    parser.add_argument(
+        "--log-json",
+        action="store_true",
+        default=os.environ.get("TOOLNEXUS_LOG_JSON", "").lower() in ("1", "true", "yes"),
+        help="log one JSON object per line: time, level, logger, message (for log shippers)",
+    )
+    parser.set_defaults(prog=parser.prog, metrics=None)
     return parser
 
 
@@ -119,16 +137,36 @@ def configure_logging(args: argparse.Namespace, *, default: int = logging.INFO) 
     """Log to stderr, one line per record, at the level ``-v`` / ``-q`` ask for."""
     level = logging.WARNING if args.quiet else default
     level = max(logging.DEBUG, level - 10 * args.verbose)
-    logging.basicConfig(
-        level=level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    if getattr(args, "log_json", False):
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ``time`` (ISO 8601, UTC), ``level``, ``logger``,
+    ``message``, and ``error`` with the traceback when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
 
 
 def service(broker: Broker, args: argparse.Namespace, worker: Worker) -> Service:
-    """The :class:`~toolnexus.Service` the parsed options describe."""
-    return Service(
+    """The :class:`~toolnexus.Service` the parsed options describe (its counters exported
+    when ``--metrics-port`` is given)."""
+    runner = Service(
         broker,
         worker,
         group=args.group,
@@ -137,6 +175,14 @@ def service(broker: Broker, args: argparse.Namespace, worker: Worker) -> Service
         heartbeat_ttl_s=args.heartbeat_ttl_s,
         drain_s=args.drain_s,
     )
+    watch_service(args, runner)
+    return runner
+
+
+def watch_service(args: argparse.Namespace, runner: Service) -> None:
+    """Export ``runner``'s counters on the worker's metrics endpoint, if it has one."""
+    if args.metrics is not None:
+        args.metrics.watch(runner)
 
 
 def broker_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -157,15 +203,26 @@ def run_main(args: argparse.Namespace, work: Callable[[Broker], Awaitable[int]])
 
     async def main() -> int:
         async with toolnexus.connect(args.url, **broker_options(args)) as broker:
-            return await work(broker)
+            if args.metrics_port is None:
+                return await work(broker)
+            metrics = args.metrics = Metrics()
+            port = metrics.serve(args.metrics_port)
+            logging.getLogger("toolnexus.metrics").info("metrics on :%d/metrics", port)
+            following = asyncio.ensure_future(metrics.follow(broker, queue=args.queue))
+            try:
+                return await work(broker)
+            finally:
+                following.cancel()
+                await asyncio.gather(following, return_exceptions=True)
+                metrics.close()
 
     try:
         return asyncio.run(main())
     except BrokerUnavailable as exc:
-        print(f"{_prog(args)}: {exc}", file=sys.stderr)
+        print(f"{_prog(args)}: {scrubbed(exc, args.url)}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     except ToolnexusError as exc:
-        print(f"{_prog(args)}: {exc}", file=sys.stderr)
+        print(f"{_prog(args)}: {scrubbed(exc, args.url)}", file=sys.stderr)
         return EXIT_CONFIGURATION
     except KeyboardInterrupt:  # before the worker's own signal handling was in place
         return EXIT_INTERRUPTED
@@ -186,6 +243,16 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
         return value
 
     return parse
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {text}")
+    return port
 
 
 def _not_negative(text: str) -> float:

@@ -25,7 +25,13 @@ from pathlib import Path
 from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
 
-from ..options import EXIT_CONFIGURATION, configure_logging, run_main, worker_parser
+from ..options import (
+    EXIT_CONFIGURATION,
+    configure_logging,
+    run_main,
+    watch_service,
+    worker_parser,
+)
 
 _EXTRA = ("starlette", "uvicorn", "sse_starlette", "jinja2")
 
@@ -102,6 +108,7 @@ async def _serve(broker: Broker, args: argparse.Namespace) -> int:
         drain_s=args.drain_s,
         heartbeat_ttl_s=args.heartbeat_ttl_s,
     )
+    watch_service(args, web.service)
     await web.run()
     return 0
 

@@ -1,0 +1,153 @@
+"""``toolnexus ask`` and ``toolnexus answer``: a human approval gate for shell pipelines.
+
+``ask`` publishes one request and waits; its exit status says how it ended
+(:data:`EXIT_ACCEPTED` ... :data:`EXIT_UNREACHABLE`). ``answer`` resolves a request by id
+from anywhere, through :meth:`Broker.answer <toolnexus.Broker.answer>` (validated, and
+signed when ``TOOLNEXUS_SIGNING_KEY`` is set).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .broker import connect
+from .errors import BrokerUnavailable, ConfigurationError, InvalidAnswer, NotResolved
+from .models import DECLINED, DISMISSED, UNAVAILABLE, Answer, Request, Source, new_id
+from .ops import scrubbed
+from .question import question_schema
+
+EXIT_ACCEPTED, EXIT_DECLINED, EXIT_NOT_ANSWERED, EXIT_UNREACHABLE = 0, 1, 2, 3
+"""``ask``: accepted; declined; expired, dismissed or withdrawn (and bad usage, as
+argparse exits); the broker could not be reached."""
+
+EXIT_ANSWERED, EXIT_REFUSED = 0, 1
+"""``answer``: the answer resolved the request; it was refused (already resolved, unknown,
+not allowed, or invalid for the form). Bad usage is 2 and an unreachable broker 3."""
+
+
+def load_schema(path: str) -> dict[str, Any]:
+    """The JSON Schema form in file ``path``.
+
+    Raises:
+        ConfigurationError: the file cannot be read or is not a JSON object.
+    """
+    try:
+        schema = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"--schema {path}: cannot read a JSON schema: {exc}") from exc
+    if not isinstance(schema, dict):
+        raise ConfigurationError(f"--schema {path}: a form schema is a JSON object")
+    return schema
+
+
+def build_request(
+    prompt: str,
+    *,
+    schema: dict[str, Any] | None = None,
+    choices: Sequence[str] | None = None,
+    agent: str = "toolnexus ask",
+) -> Request:
+    """The request ``ask`` publishes: an ``approval`` for a bare prompt, an ``input`` form for
+    a schema or for choices (a one-field form named ``answer``).
+
+    Raises:
+        InvalidRequest: the schema is not a flat MCP form schema, or choices are empty.
+    """
+    if schema is None and not choices:
+        return Request(id=new_id(), kind="approval", prompt=prompt, source=Source(agent=agent))
+    form = question_schema(options=list(choices) if choices else None, schema=schema)
+    return Request(
+        id=new_id(),
+        kind="input",
+        prompt=prompt,
+        data={"schema": form},
+        source=Source(agent=agent),
+    )
+
+
+def exit_status(answer: Answer) -> int:
+    """The exit status of ``ask`` for ``answer``."""
+    if answer.ok:
+        return EXIT_ACCEPTED
+    if answer.reason == DECLINED:
+        return EXIT_DECLINED
+    if answer.reason == UNAVAILABLE:
+        return EXIT_UNREACHABLE
+    return EXIT_NOT_ANSWERED
+
+
+def answer_json(answer: Answer) -> str:
+    """``answer`` as one JSON object (every field; a signature's bytes in base64)."""
+    return json.dumps(msgspec.to_builtins(answer))
+
+
+async def ask(
+    url: str,
+    options: dict[str, Any],
+    request: Request,
+    *,
+    timeout_s: float,
+    allow: Sequence[str] | None,
+    as_json: bool,
+) -> int:
+    """Publish ``request``, wait up to ``timeout_s`` and print the outcome; the exit status.
+
+    Accepted: the answer's data as JSON on stdout (the whole answer with ``as_json``).
+    Otherwise one line on stderr says why (and ``as_json`` prints the answer too).
+    """
+    try:
+        async with connect(url, **options) as broker:
+            print(
+                f"toolnexus ask: waiting for an answer to {request.id} "
+                f"(queue {options.get('queue', 'default')}, up to {timeout_s:g} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+            answer = await broker.wait_for(request, timeout_s=timeout_s, allow=allow or None)
+    except BrokerUnavailable as exc:
+        print(f"toolnexus ask: {scrubbed(exc, url)}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    if as_json:
+        print(answer_json(answer))
+    elif answer.ok:
+        print(json.dumps(answer.data))
+    if not answer.ok:
+        by = f" by {answer.answered_by}" if answer.answered_by else ""
+        print(f"toolnexus ask: {request.id} {answer.reason}{by}", file=sys.stderr)
+    return exit_status(answer)
+
+
+def the_answer(
+    request_id: str, *, accept: bool, data: Any, decline: bool, person: str | None
+) -> Answer:
+    """The answer ``toolnexus answer`` gives: accept (with ``data``), decline or dismiss."""
+    if accept:
+        return Answer(id=request_id, ok=True, data=data, person=person)
+    reason = DECLINED if decline else DISMISSED
+    return Answer(id=request_id, ok=False, reason=reason, person=person)
+
+
+async def answer(url: str, options: dict[str, Any], given: Answer) -> int:
+    """Resolve ``given.id`` with ``given`` and say so; the exit status (see
+    :data:`EXIT_ANSWERED`)."""
+    try:
+        async with connect(url, **options) as broker:
+            await broker.answer(given)
+    except BrokerUnavailable as exc:
+        print(f"toolnexus answer: {scrubbed(exc, url)}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except NotResolved as exc:
+        print(f"toolnexus answer: {given.id}: refused: {exc.reason}", file=sys.stderr)
+        return EXIT_REFUSED
+    except InvalidAnswer as exc:
+        print(f"toolnexus answer: {given.id}: refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    outcome = "accepted" if given.ok else given.reason
+    print(f"{given.id}: {outcome}")
+    return EXIT_ANSWERED

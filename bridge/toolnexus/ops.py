@@ -1,0 +1,377 @@
+"""What ``toolnexus status``, ``toolnexus check`` and ``toolnexus audit`` read and print.
+
+:func:`read_status` looks inside Redis (through :attr:`RedisBroker.redis
+<toolnexus.redis_broker.RedisBroker.redis>` and the key names of :mod:`toolnexus.keys`)
+and returns a :class:`Status`; ``Status.to_json()`` is the stable shape ``status --json``
+prints (its field names are documented in the README and in each dataclass here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import msgspec
+import redis.exceptions
+
+from .audit import AuditRecord
+from .broker import connect
+from .errors import BrokerUnavailable, ConfigurationError
+from .keys import Keys
+from .models import Heartbeat
+from .redis_broker import RedisBroker
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerStatus:
+    """One consumer of a group. ``unacknowledged``: requests it holds; ``idle_s``: since it
+    last read or claimed (None: it has a heartbeat but never read); ``heartbeat_age_s``:
+    since its last heartbeat (None: none that has not expired); ``alive``: it has one."""
+
+    consumer: str
+    unacknowledged: int
+    idle_s: float | None
+    heartbeat_age_s: float | None
+    alive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """One consumer group (a responder channel). ``unacknowledged``: delivered, not yet
+    resolved or skipped; ``undelivered``: entries no consumer of it has read yet (counted
+    up to 10,000; None for a group with heartbeats but no group in Redis yet);
+    ``oldest_unacknowledged_s``: age of the oldest entry it holds."""
+
+    group: str
+    unacknowledged: int
+    undelivered: int | None
+    oldest_unacknowledged_s: float | None
+    consumers: list[ConsumerStatus] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """One queue. ``open_requests``: entries in its request stream (a resolved request's entry
+    is deleted, so these are unresolved, or past their deadline with no responder running to
+    expire them); ``oldest_waiting_s``: age of the oldest; ``dead_letters``: entries in its
+    dead-letter stream."""
+
+    queue: str
+    open_requests: int
+    oldest_waiting_s: float | None
+    dead_letters: int
+    groups: list[GroupStatus] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """A namespace at time ``at`` (Unix s): ``waiters_alive`` counts the agent processes whose
+    liveness mark is in Redis (for every queue), ``queues`` the queues looked at."""
+
+    namespace: str
+    at: float
+    waiters_alive: int
+    queues: list[QueueStatus]
+
+    def to_json(self) -> dict[str, Any]:
+        """The shape ``toolnexus status --json`` prints."""
+        return asdict(self)
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")
+    user = (parts.username or "") + ":***"
+    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[2]}"))
+
+
+def scrubbed(message: object, url: str) -> str:
+    """``message`` as one line, with ``url``'s password replaced by ``***`` (errors quote
+    the URL, and a health check's output is kept by the container engine)."""
+    return " ".join(str(message).replace(url, redacted(url)).split())
+
+
+@contextlib.asynccontextmanager
+async def redis_brokers(
+    url: str, namespace: str, queues: Sequence[str]
+) -> AsyncIterator[list[RedisBroker]]:
+    """A connected :class:`RedisBroker` per queue of ``namespace``.
+
+    Raises:
+        ConfigurationError: ``url`` is not a Redis URL.
+        BrokerUnavailable: Redis cannot be reached.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        brokers = []
+        for queue in queues:
+            broker = connect(url, namespace=namespace, queue=queue)
+            if not isinstance(broker, RedisBroker):
+                await broker.aclose()
+                raise ConfigurationError(
+                    f"this command looks inside Redis: give a redis:// or rediss:// URL, "
+                    f"not {redacted(url)!r} (--url or $TOOLNEXUS_URL)"
+                )
+            brokers.append(await stack.enter_async_context(broker))
+        yield brokers
+
+
+async def _bounded(broker: RedisBroker, what: str, call: Awaitable[T]) -> T:
+    """``call`` within the broker's command timeout; Redis errors become BrokerUnavailable."""
+    try:
+        async with asyncio.timeout(broker.settings.command_timeout_s):
+            return await call
+    except (redis.exceptions.RedisError, OSError) as exc:
+        raise BrokerUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+async def discover_queues(url: str, namespace: str) -> list[str]:
+    """The queues of ``namespace`` that have a request stream, sorted (SCAN, so on Redis
+    Cluster only those of the node the URL names).
+
+    Raises:
+        BrokerUnavailable: Redis cannot be reached.
+    """
+    async with redis_brokers(url, namespace, ["default"]) as (broker,):
+        keys = broker.keys
+        found = await _bounded(broker, "listing queues", _scan(broker, keys.requests_pattern()))
+    return sorted({q for key in found if (q := keys.queue_of(key)) is not None})
+
+
+async def _scan(broker: RedisBroker, pattern: str) -> list[str]:
+    return [
+        key.decode() if isinstance(key, bytes) else key
+        async for key in broker.redis.scan_iter(match=pattern, count=1000)
+    ]
+
+
+def _age_s(entry_id: bytes | str | None, now: float) -> float | None:
+    if not entry_id:
+        return None
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return max(0.0, now - int(text.partition("-")[0]) / 1000)
+
+
+def _name(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+async def read_status(url: str, namespace: str, queues: Sequence[str]) -> Status:
+    """What ``toolnexus status`` shows for ``queues`` of ``namespace``.
+
+    Raises:
+        ConfigurationError: ``url`` is not a Redis URL.
+        BrokerUnavailable: Redis cannot be reached.
+    """
+    async with redis_brokers(url, namespace, list(queues) or ["default"]) as brokers:
+        alive = await _bounded(
+            brokers[0], "counting waiters", _scan(brokers[0], brokers[0].keys.alive_pattern())
+        )
+        now = time.time()
+        states = [await _queue_status(broker, now) for broker in brokers[: len(queues)]]
+    return Status(namespace=namespace, at=now, waiters_alive=len(alive), queues=states)
+
+
+async def _queue_status(broker: RedisBroker, now: float) -> QueueStatus:
+    keys: Keys = broker.keys
+    redis_ = broker.redis
+    what = f"reading queue {keys.queue!r}"
+    length = await _bounded(broker, what, redis_.xlen(keys.requests))
+    first = await _bounded(broker, what, redis_.xrange(keys.requests, "-", "+", count=1))
+    dead = await _bounded(broker, what, redis_.xlen(keys.dead))
+    beats: dict[str, dict[str, Heartbeat]] = {}
+    for beat in await broker.heartbeats():
+        beats.setdefault(beat.group, {})[beat.consumer] = beat
+    groups: list[GroupStatus] = []
+    for info in await _bounded(broker, what, _groups(broker)):
+        group = _name(info["name"])
+        summary = await _bounded(broker, what, redis_.xpending(keys.requests, group))
+        consumers = await _bounded(broker, what, redis_.xinfo_consumers(keys.requests, group))
+        groups.append(
+            GroupStatus(
+                group=group,
+                unacknowledged=int(info.get("pending") or 0),
+                undelivered=await _undelivered(broker, info),
+                oldest_unacknowledged_s=_age_s(summary.get("min"), now),
+                consumers=_consumers(consumers, beats.pop(group, {}), now),
+            )
+        )
+    for group, rest in sorted(beats.items()):  # workers whose group is not created yet
+        groups.append(GroupStatus(group, 0, None, None, _consumers([], rest, now)))
+    return QueueStatus(
+        queue=keys.queue,
+        open_requests=int(length),
+        oldest_waiting_s=_age_s(first[0][0] if first else None, now),
+        dead_letters=int(dead),
+        groups=sorted(groups, key=lambda g: g.group),
+    )
+
+
+UNDELIVERED_COUNT_MAX = 10_000
+"""``undelivered`` is counted entry by entry up to this many where Redis cannot tell the lag
+(a stream with deleted entries, which resolved requests leave)."""
+
+
+async def _undelivered(broker: RedisBroker, info: dict[str, Any]) -> int:
+    if info.get("lag") is not None:
+        return int(info["lag"])
+    last = _name(info.get("last-delivered-id") or b"0-0")
+    entries = await _bounded(
+        broker,
+        f"reading queue {broker.keys.queue!r}",
+        broker.redis.xrange(broker.keys.requests, f"({last}", "+", count=UNDELIVERED_COUNT_MAX),
+    )
+    return len(entries or [])
+
+
+async def _groups(broker: RedisBroker) -> list[dict[str, Any]]:
+    """XINFO GROUPS of the request stream; none when the stream does not exist yet."""
+    try:
+        groups: list[dict[str, Any]] = await broker.redis.xinfo_groups(broker.keys.requests)
+    except redis.exceptions.ResponseError as exc:
+        if "no such key" in str(exc):
+            return []
+        raise
+    return groups
+
+
+def _consumers(
+    infos: list[dict[str, Any]], beats: dict[str, Heartbeat], now: float
+) -> list[ConsumerStatus]:
+    result = []
+    for info in infos:
+        name = _name(info["name"])
+        beat = beats.pop(name, None)
+        result.append(
+            ConsumerStatus(
+                consumer=name,
+                unacknowledged=int(info.get("pending") or 0),
+                idle_s=int(info.get("idle") or 0) / 1000,
+                heartbeat_age_s=None if beat is None else max(0.0, now - beat.at),
+                alive=beat is not None,
+            )
+        )
+    for name, beat in beats.items():
+        result.append(ConsumerStatus(name, 0, None, max(0.0, now - beat.at), True))
+    return sorted(result, key=lambda c: c.consumer)
+
+
+def duration_text(seconds: float | None) -> str:
+    """``seconds`` for people: ``850ms``, ``12s``, ``4m05s``, ``3h12m``, ``2d04h``; ``-``."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    whole = int(seconds)
+    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60)):
+        if whole >= size:
+            return f"{whole // size}{unit}{(whole % size) // sub_size:02d}{sub}"
+    if whole >= 60:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{seconds:.0f}s"
+
+
+def status_text(status: Status) -> str:
+    """``status`` as the lines ``toolnexus status`` prints."""
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(status.at))
+    lines = [f"namespace {status.namespace} · {status.waiters_alive} waiters alive · {at}"]
+    if not status.queues:
+        lines.append("no queues (nothing has been published in this namespace)")
+    for queue in status.queues:
+        lines.append(
+            f"queue {queue.queue}: {queue.open_requests} open "
+            f"(oldest {duration_text(queue.oldest_waiting_s)}), "
+            f"{queue.dead_letters} dead letters"
+        )
+        if not queue.groups:
+            lines.append("  no consumer groups: no responder has read this queue")
+        for group in queue.groups:
+            undelivered = "?" if group.undelivered is None else str(group.undelivered)
+            lines.append(
+                f"  group {group.group}: {group.unacknowledged} unacknowledged "
+                f"(oldest {duration_text(group.oldest_unacknowledged_s)}), "
+                f"{undelivered} undelivered"
+            )
+            for c in group.consumers:
+                beat = (
+                    f"heartbeat {duration_text(c.heartbeat_age_s)} ago"
+                    if c.alive
+                    else "no heartbeat (gone?)"
+                )
+                lines.append(
+                    f"    {c.consumer}: holds {c.unacknowledged}, "
+                    f"idle {duration_text(c.idle_s)}, {beat}"
+                )
+    return "\n".join(lines)
+
+
+async def check(
+    url: str, namespace: str, queue: str, workers: Sequence[str], *, here: bool = False
+) -> tuple[bool, str]:
+    """Whether Redis is reachable and the ``workers`` (``GROUP`` or ``GROUP/CONSUMER``; all
+    when empty, then at least one) have fresh heartbeats, with the line that says so.
+    ``here``: only workers whose heartbeat names this host (a container's probe).
+
+    Raises:
+        ConfigurationError: ``url`` is not a Redis URL.
+    """
+    try:
+        async with redis_brokers(url, namespace, [queue]) as (broker,):
+            beats = await broker.heartbeats()
+    except BrokerUnavailable as exc:
+        return False, f"Redis is not reachable: {scrubbed(exc, url)}"
+    host = socket.gethostname()
+    if here:
+        beats = [b for b in beats if b.info.get("host") == host]
+    where = f"queue {queue!r}" + (f" on host {host}" if here else "")
+    names = sorted(f"{b.group}/{b.consumer}" for b in beats)
+    if not workers:
+        if not names:
+            return False, f"no worker has a fresh heartbeat on {where}"
+        return True, f"ok: {len(names)} worker(s) with fresh heartbeats on {where}: " + ", ".join(
+            names
+        )
+    missing = [
+        w for w in workers if not any(n == w or n.startswith(w.rstrip("/") + "/") for n in names)
+    ]
+    if missing:
+        live = ", ".join(names) or "none"
+        return False, f"no fresh heartbeat from {', '.join(missing)} on {where} (fresh: {live})"
+    return True, f"ok: {', '.join(workers)} have fresh heartbeats on {where}"
+
+
+def audit_json(records: Sequence[AuditRecord]) -> str:
+    """``records`` as the JSON array ``toolnexus audit --json`` prints: every
+    :class:`~toolnexus.audit.AuditRecord` field (``request``/``answer`` bytes in base64)."""
+    return json.dumps(msgspec.to_builtins(list(records)), indent=2)
+
+
+def audit_text(record: AuditRecord) -> str:
+    """One line for ``record``: when, id, outcome, who answered and asked, verification."""
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.resolved_at))
+    outcome = "accepted" if record.ok else (record.reason or record.status)
+    by = " / ".join(n for n in (record.responder, record.person) if n) or "-"
+    source = "/".join(n for n in (record.source.server, record.source.tool) if n)
+    asked = record.requester or record.source.agent or "-"
+    verified = {True: "verified", False: "NOT verified", None: "unsigned"}[record.verified]
+    took = (
+        f" after {duration_text(record.resolved_at - record.created_at)}"
+        if record.created_at
+        else ""
+    )
+    refused = f", {len(record.refused)} refused" if record.refused else ""
+    parts = [at, record.id, record.kind or "-", outcome, f"by {by}", f"asked by {asked}"]
+    if source:
+        parts.append(f"via {source}")
+    return " ".join(parts) + f" ({verified}{took}{refused})"

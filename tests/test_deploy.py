@@ -1,0 +1,288 @@
+"""``deploy/`` and the ``Dockerfile``: the compose file validated by docker-compose, the
+Dockerfile by hadolint, the Kubernetes manifests read, and a smoke test that runs what
+compose would run, without Docker (there is no Docker engine on these machines)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+
+from conftest import free_port
+
+ROOT = Path(__file__).parents[1]
+DEPLOY = ROOT / "deploy"
+BIN = Path(sys.executable).parent
+TOOLNEXUS = str(BIN / "toolnexus")
+CI = bool(os.environ.get("CI"))
+
+
+def tool(name: str, where: Path | None = None) -> str:
+    """The path of tool ``name``; the test is skipped without it unless on CI."""
+    found = shutil.which(name, path=str(where) if where else None)
+    if found is None:
+        if CI:
+            pytest.fail(f"{name} is not installed (.ci/run installs it)")
+        pytest.skip(f"{name} is not installed here")
+    return found
+
+
+def compose() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    return document
+
+
+def example_env() -> dict[str, str]:
+    lines = (DEPLOY / "env.example").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    keep = ("PATH", "HOME", "LANG", "TMPDIR")
+    return {**{k: os.environ[k] for k in keep if k in os.environ}, **extra}
+
+
+# -- static checks --------------------------------------------------------------------------
+
+
+def test_docker_compose_validates_the_compose_file() -> None:
+    binary = tool("docker-compose")
+    args = [binary, "-f", str(DEPLOY / "compose.yaml"), "config"]
+    done = subprocess.run(
+        args, env=clean_env(**example_env()), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    services = yaml.safe_load(done.stdout)["services"]
+    assert sorted(services) == ["auto", "demo-agent", "redis", "web"]
+    missing = subprocess.run(args, env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert missing.returncode != 0
+    assert "set REDIS_AGENT_PASSWORD in deploy/.env" in missing.stderr
+
+
+def test_the_compose_file_runs_redis_with_aof_always_and_the_acl_file() -> None:
+    redis_service = compose()["services"]["redis"]
+    script = " ".join(redis_service["command"])
+    assert "set-passwords.sh /etc/toolnexus/users.acl > /tmp/users.acl" in script
+    assert "redis-server /etc/toolnexus/redis.conf --aclfile /tmp/users.acl" in script
+    assert redis_service["image"].startswith("redis:7")
+    config = (DEPLOY / "redis" / "redis.conf").read_text().splitlines()
+    assert "appendonly yes" in config and "appendfsync always" in config
+    assert "maxmemory-policy noeviction" in config
+
+
+def test_hadolint_passes_the_dockerfile() -> None:
+    binary = tool("hadolint", BIN)
+    done = subprocess.run(
+        [binary, "--failure-threshold", "info", str(ROOT / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert len(re.findall(r"^FROM ", dockerfile, flags=re.M)) == 2  # multi-stage
+    assert re.search(r"^USER 10001", dockerfile, flags=re.M)
+    assert 'CMD ["toolnexus", "check", "--here"]' in dockerfile
+    assert 'ENTRYPOINT ["toolnexus"]' in dockerfile
+
+
+def manifests() -> list[dict[str, Any]]:
+    documents = []
+    for path in sorted((DEPLOY / "kubernetes").glob("*.yaml")):
+        documents += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return documents
+
+
+def test_the_kubernetes_manifests_have_probes_resources_a_budget_and_policies() -> None:
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for document in manifests():
+        by_kind.setdefault(document["kind"], []).append(document)
+    kustomization = by_kind["Kustomization"][0]
+    for resource in kustomization["resources"]:
+        assert (DEPLOY / "kubernetes" / resource).is_file()
+    for generator in kustomization["configMapGenerator"]:
+        for entry in generator["files"]:
+            assert (DEPLOY / "kubernetes" / entry.split("=", 1)[1]).is_file(), entry
+    deployments = {d["metadata"]["name"]: d for d in by_kind["Deployment"]}
+    assert sorted(deployments) == ["toolnexus-auto", "toolnexus-web"]
+    for deployment in deployments.values():
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        (container,) = pod["containers"]
+        assert container["args"][0] == "worker"
+        assert container["livenessProbe"]["exec"]["command"] == ["toolnexus", "check", "--here"]
+        assert "readinessProbe" in container
+        assert {"requests", "limits"} <= set(container["resources"])
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    (statefulset,) = by_kind["StatefulSet"]
+    assert statefulset["spec"]["template"]["spec"]["containers"][0]["command"][:2] == [
+        "redis-server",
+        "/etc/toolnexus/redis.conf",
+    ]
+    budgets = {b["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] for b in by_kind[
+        "PodDisruptionBudget"
+    ]}  # fmt: skip
+    assert budgets == {"toolnexus-web", "toolnexus-auto"}
+    policies = {p["metadata"]["name"]: p for p in by_kind["NetworkPolicy"]}
+    assert policies["redis"]["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 6379}]
+    assert "Egress" in policies["toolnexus-workers"]["spec"]["policyTypes"]
+
+
+# -- the smoke test ---------------------------------------------------------------------------
+
+PASSWORDS = {user: secrets.token_hex(16) for user in ("agent", "responder", "ops")}
+
+
+@contextlib.contextmanager
+def deploy_redis(directory: Path) -> Iterator[int]:
+    """redis-server with deploy/redis/redis.conf and the ACL file set-passwords.sh makes."""
+    env = clean_env(**{f"REDIS_{u.upper()}_PASSWORD": p for u, p in PASSWORDS.items()})
+    acl = subprocess.run(
+        ["bash", str(DEPLOY / "redis" / "set-passwords.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (directory / "users.acl").write_text(acl)
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            tool("redis-server"),
+            str(DEPLOY / "redis" / "redis.conf"),
+            "--aclfile", str(directory / "users.acl"),
+            "--dir", str(directory),
+            "--port", str(port),
+            "--bind", "127.0.0.1",
+        ],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        client = redis.Redis(port=port, username="ops", password=PASSWORDS["ops"])
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(redis.exceptions.ConnectionError):
+                if client.ping():
+                    break
+            assert process.poll() is None, "redis-server exited"
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+        yield port
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+def interpolate(text: str, variables: dict[str, str]) -> str:
+    """Compose's ``${VAR}`` and ``${VAR:?message}``."""
+    return re.sub(r"\$\{(\w+)(?::\?[^}]*)?\}", lambda m: variables[m[1]], text)
+
+
+def service_process(
+    name: str, variables: dict[str, str], port: int, **replace: str
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment compose gives service ``name``, with Redis at
+    ``port`` here, the service's volumes at their host paths, and ``replace``'d arguments."""
+    service = compose()["services"][name]
+    command = [replace.get(arg, arg) for arg in service["command"]]
+    for volume in service.get("volumes", []):
+        source, target = volume.split(":")[:2]
+        command = [arg.replace(target, str(DEPLOY / source)) for arg in command]
+    env = {
+        key: interpolate(str(value), variables).replace("@redis:6379", f"@127.0.0.1:{port}")
+        for key, value in service.get("environment", {}).items()
+    }
+    return [TOOLNEXUS, *command], clean_env(**env)
+
+
+def check(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [TOOLNEXUS, "check", *args], env=env, capture_output=True, text=True, timeout=30
+    )
+
+
+@pytest.mark.slow
+def test_what_compose_runs_completes_the_demo_round_trip(tmp_path: Path) -> None:
+    variables = {
+        **{f"REDIS_{u.upper()}_PASSWORD": p for u, p in PASSWORDS.items()},
+        "TOOLNEXUS_WEB_TOKEN": secrets.token_hex(16),
+    }
+    web_port = str(free_port())
+    metrics_ports = {"auto": str(free_port()), "web": str(free_port())}
+    with deploy_redis(tmp_path) as port, contextlib.ExitStack() as logs:
+        workers: dict[str, subprocess.Popen[bytes]] = {}
+        envs: dict[str, dict[str, str]] = {}
+        try:
+            for name, replace in [
+                ("auto", {}),
+                ("web", {"8700": web_port, "0.0.0.0": "127.0.0.1"}),  # a shared machine
+            ]:
+                replace["9100"] = metrics_ports[name]
+                command, envs[name] = service_process(name, variables, port, **replace)
+                log = logs.enter_context((tmp_path / f"{name}.log").open("wb"))
+                workers[name] = subprocess.Popen(command, env=envs[name], stderr=log)
+            deadline = time.monotonic() + 30
+            while check(envs["auto"], "--worker", "auto", "--worker", "web").returncode != 0:
+                for name, worker in workers.items():
+                    why = (tmp_path / f"{name}.log").read_text()
+                    assert worker.poll() is None, f"{name} worker exited: {why}"
+                assert time.monotonic() < deadline, "the workers never sent a heartbeat"
+                time.sleep(0.2)
+            command, env = service_process("demo-agent", variables, port)
+            demo = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+            assert demo.returncode == 0, demo.stdout + demo.stderr
+            assert "Tool result: Booked: a table for 2 at Chez Toolnexus on 2026-09-01" in (
+                demo.stdout
+            )
+            assert "Demo Guest (guest@example.com); deposit authorized." in demo.stdout
+            for name in workers:
+                done = check(envs[name], "--here")
+                assert done.returncode == 0, done.stderr
+                assert done.stdout.startswith("ok: ")
+            ops_url = f"redis://ops:{PASSWORDS['ops']}@127.0.0.1:{port}/0"
+            audit = subprocess.run(
+                [TOOLNEXUS, "audit", "--json", "--url", ops_url],
+                env=clean_env(), capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            assert audit.returncode == 0, audit.stderr
+            records = json.loads(audit.stdout)
+            assert [(r["kind"], r["ok"], r["person"]) for r in records] == [
+                ("input", True, "auto:demo booking details"),
+                ("authorization", True, "auto:demo deposit"),
+            ]
+            metrics = (
+                urllib.request.urlopen(
+                    f"http://127.0.0.1:{metrics_ports['auto']}/metrics", timeout=10
+                )
+                .read()
+                .decode()
+            )
+            answered = (
+                'toolnexus_worker_requests_total{consumer="%s",group="auto",state="answered"} 2.0'
+            )
+            assert re.search(re.escape(answered).replace("%s", '[^"]+'), metrics), metrics
+            resolved = (
+                'toolnexus_requests_resolved_total{outcome="answered",queue="default",'
+                'reason="accepted"} 2.0'
+            )
+            assert resolved in metrics
+        finally:
+            for worker in workers.values():
+                worker.send_signal(signal.SIGTERM)
+            codes = {name: worker.wait(30) for name, worker in workers.items()}
+        assert codes == {"auto": 0, "web": 0}
