@@ -145,6 +145,7 @@ async def test_a_direct_xadd_into_the_reply_stream_is_refused(fleet: Fleet) -> N
         assert (answer.ok, answer.reason, answer.responder) == (False, "declined", "ops-bot")
         assert answer.person == "web:alice"
         await assert_refusal_audited(agent, request.id, "missing signature")
+        assert agent.statistics()["refused_answers"] == 1  # what metrics count as forgeries
 
 
 async def test_an_edited_state_is_refused_and_the_genuine_answer_still_wins(fleet: Fleet) -> None:

@@ -370,3 +370,12 @@ async def test_a_served_answer_that_fails_shows_its_request_again(
         await asyncio.wait_for(serving, 20)
     assert answer.ok
     assert len(shown) == 2 and shown[0] == shown[1]
+
+
+async def test_errors_never_quote_the_password_of_the_url() -> None:
+    broker = toolnexus.connect("redis://agent:s3cret-pw@127.0.0.1:1/0", connect_timeout_s=0.5)
+    assert "s3cret-pw" not in repr(broker)
+    with pytest.raises(BrokerUnavailable) as info:
+        async with broker:
+            pass
+    assert "s3cret-pw" not in str(info.value) and "agent:***@" in str(info.value)

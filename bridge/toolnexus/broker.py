@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from .audit import AuditRecord
 from .errors import ConfigurationError
@@ -37,6 +37,16 @@ NOT_RESOLVED_REASONS: dict[str, str] = {
     "withdrawn": "withdrawn",
 }
 """What a losing answer is told, by the status of the request it tried to answer."""
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")
+    user = (parts.username or "") + ":***"
+    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[2]}"))
 
 
 def default_consumer_name() -> str:
@@ -236,7 +246,7 @@ class Broker(_Closing):
         """Stop background readers and close connections (after pending withdrawals)."""
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.url}>"
+        return f"<{type(self).__name__} {redacted(self.url)}>"
 
 
 def connect(url: str | None = None, **options: Any) -> Broker:

@@ -16,13 +16,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 import redis.exceptions
 
 from .audit import AuditRecord
-from .broker import connect
+from .broker import connect, redacted
 from .errors import BrokerUnavailable, ConfigurationError
 from .keys import Keys
 from .models import Heartbeat
@@ -85,16 +84,6 @@ class Status:
     def to_json(self) -> dict[str, Any]:
         """The shape ``toolnexus status --json`` prints."""
         return asdict(self)
-
-
-def redacted(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")
-    user = (parts.username or "") + ":***"
-    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[2]}"))
 
 
 def scrubbed(message: object, url: str) -> str:

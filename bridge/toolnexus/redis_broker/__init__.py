@@ -22,7 +22,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from ..audit import AuditRecord, decode_record
-from ..broker import Broker, default_consumer_name
+from ..broker import Broker, default_consumer_name, redacted
 from ..codec import MSGPACK, Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, DecodeError
 from ..models import Answer, Event, Heartbeat, Request
@@ -135,7 +135,8 @@ class RedisBroker(Broker):
         except Exception as exc:  # refused, timed out, TLS or auth failure
             await self.core.redis.aclose()
             raise BrokerUnavailable(
-                f"cannot reach Redis at {self.url} within {self.settings.connect_timeout_s} s: "
+                f"cannot reach Redis at {redacted(self.url)} within "
+                f"{self.settings.connect_timeout_s} s: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         return self
@@ -228,9 +229,11 @@ class RedisBroker(Broker):
 
     def statistics(self) -> dict[str, int]:
         """Counters for operators: waits in progress, responders open, reply-stream
-        entries that were unreadable."""
+        entries that were unreadable, and answers refused by signature or allow-list checks
+        (forgeries among them)."""
         return {
             "waiting": len(self.waiter.waits),
             "responders": len(self._responders),
             "unreadable_answers": self.waiter.unreadable,
+            "refused_answers": self.waiter.refused,
         }
