@@ -18,14 +18,13 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from ..audit import AuditRecord, decode_record
 from ..broker import Broker, default_consumer_name
 from ..codec import MSGPACK, Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, DecodeError
 from ..models import Answer, Event, Heartbeat, Request
 from ..signing import Keyring, Signatures, SigningKey
+from ._connections import Client
 from ._core import REDIS_OPTIONS, Core, Settings, boundary, ms, run_to_completion
 from .responder import (
     RedisEvents,
@@ -114,8 +113,9 @@ class RedisBroker(Broker):
         return self.core.settings
 
     @property
-    def redis(self) -> aioredis.Redis:
-        """The command client (a pool), for tooling and tests that look inside Redis."""
+    def redis(self) -> Client:
+        """The command client (a pool, or a Cluster client), for tooling and tests that
+        look inside Redis."""
         return self.core.redis
 
     @property

@@ -12,10 +12,10 @@ import asyncio
 import logging
 from typing import Any
 
-import redis.asyncio as aioredis
 import redis.exceptions
 
 from ..errors import BrokerClosed
+from ._connections import Client
 from ._scripts import SCRIPTS, BatchScript
 
 log = logging.getLogger("toolnexus.redis")
@@ -65,7 +65,7 @@ class Pipeliner:
 
     def __init__(
         self,
-        redis_: aioredis.Redis,
+        redis_: Client,
         *,
         timeout_s: float,
         scripts: tuple[BatchScript, ...] = SCRIPTS,
@@ -196,7 +196,7 @@ class Pipeliner:
         self.round_trips += 1
         if len(commands) == 1:  # no pipeline needed for one command
             try:
-                return [await self._redis.execute_command(*commands[0])]  # type: ignore[no-untyped-call]
+                return [await self._redis.execute_command(*commands[0])]
             except redis.exceptions.ResponseError as exc:
                 return [exc]
         async with self._redis.pipeline(transaction=False) as pipe:
