@@ -47,12 +47,15 @@ class LocalCluster:
             str(NODE_TIMEOUT_MS),
             "--appendonly",
             "no",
+            "--repl-diskless-sync-delay",
+            "0",
         )
         self.servers: list[RedisServer] = []
         for i in range(masters * (1 + replicas)):
             node_dir = directory / f"node{i}"
             node_dir.mkdir()
-            self.servers.append(RedisServer(node_dir, *args, port=free_cluster_port()))
+            log = ("--logfile", str(node_dir / "redis.log"))
+            self.servers.append(RedisServer(node_dir, *args, *log, port=free_cluster_port()))
 
     @property
     def url(self) -> str:
@@ -79,10 +82,11 @@ class LocalCluster:
             stdout=subprocess.DEVNULL,
             timeout=60,
         )
-        wait_until("the cluster is formed", self.healthy)
+        wait_until("the cluster is formed, every replica in sync", self.healthy)
 
     def healthy(self) -> bool:
-        """Every live node says the cluster is ok and knows the same masters."""
+        """Every live node says the cluster is ok, every live replica is in sync with its
+        master, and the masters serving slots are all there."""
         for server in self.servers:
             if server.process is None:
                 continue
@@ -90,6 +94,9 @@ class LocalCluster:
                 info = client.execute_command("CLUSTER", "INFO")
                 text = info.decode() if isinstance(info, bytes) else str(info)
                 if "cluster_state:ok" not in text:
+                    return False
+                replication = client.info("replication")
+                if replication["role"] == "slave" and replication["master_link_status"] != "up":
                     return False
         return len(self.master_ports()) == self.masters
 
@@ -174,18 +181,15 @@ class LocalSentinel:
     def _sentinels_ready(self) -> bool:
         for port in self.sentinel_ports:
             with _client(port) as client:
-                master = client.execute_command("SENTINEL", "MASTER", self.master_name)
-                fields = dict(zip(master[::2], master[1::2], strict=True))
-                if int(fields[b"num-slaves"]) < 1 or int(fields[b"num-other-sentinels"]) < 2:
+                master = client.sentinel_master(self.master_name)
+                if int(master["num-slaves"]) < 1 or int(master["num-other-sentinels"]) < 2:
                     return False
         return True
 
     def master_port(self) -> int:
         """The master's port as the first Sentinel reports it."""
         with _client(self.sentinel_ports[0]) as client:
-            _host, port = client.execute_command(
-                "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name
-            )
+            _host, port = client.sentinel_get_master_addr_by_name(self.master_name)
             return int(port)
 
     def stop(self) -> None:

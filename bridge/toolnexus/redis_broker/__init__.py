@@ -132,7 +132,7 @@ class RedisBroker(Broker):
             async with asyncio.timeout(self.settings.connect_timeout_s):
                 await self.core.redis.ping()
         except Exception as exc:  # refused, timed out, TLS or auth failure
-            await self.core.redis.aclose()
+            await self.core.connector.aclose()
             raise BrokerUnavailable(
                 f"cannot reach Redis at {self.url} within {self.settings.connect_timeout_s} s: "
                 f"{type(exc).__name__}: {exc}"

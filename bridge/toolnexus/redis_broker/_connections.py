@@ -42,6 +42,16 @@ SENTINEL_OPTIONS = frozenset({"sentinel_username", "sentinel_password"})
 _CLUSTER_PARAMETERS = frozenset(inspect.signature(RedisCluster.__init__).parameters)
 
 
+class _Cluster(RedisCluster):
+    """A ``RedisCluster`` whose ``aclose`` closes every node's connections even after a
+    failed command (redis-py's own skips them once a fault marked it for re-discovery)."""
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        await self.nodes_manager.aclose()
+        await self.nodes_manager.aclose("startup_nodes")
+
+
 class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
     """A Sentinel-managed pool that waits for a free connection instead of refusing."""
 
@@ -97,6 +107,7 @@ class Connector:
                 f"{', '.join(sorted(sentinel_options))}: only for redis+sentinel:// URLs"
             )
         self.options = options
+        self._sentinel_manager: Sentinel | None = None
         self.command_client: Client
         self._blocking: Callable[[], Client]
         try:
@@ -118,6 +129,13 @@ class Connector:
     def blocking_client(self) -> Client:
         """A client of its own for blocking reads, with no socket timeout."""
         return self._blocking()
+
+    async def aclose(self) -> None:
+        """Close the command client (and the connections to the Sentinels)."""
+        await self.command_client.aclose()
+        if self._sentinel_manager is not None:
+            for client in self._sentinel_manager.sentinels:
+                await client.aclose()
 
     # -- Cluster ------------------------------------------------------------------
 
@@ -187,4 +205,5 @@ class Connector:
             max_connections=max_connections,
             timeout=pool_timeout_s,
         )
+        self._sentinel_manager = sentinel
         self._blocking = lambda: sentinel.master_for(master_name, max_connections=1)

@@ -333,4 +333,4 @@ class Core:
             async with asyncio.timeout(self.settings.command_timeout_s):
                 await self.pipeliner.drain()  # events and acknowledgements still queued
         self.pipeliner.close()
-        await self.redis.aclose()
+        await self.connector.aclose()
