@@ -47,9 +47,11 @@ class _Cluster(RedisCluster):
     failed command (redis-py's own skips them once a fault marked it for re-discovery)."""
 
     async def aclose(self) -> None:
-        await super().aclose()
-        await self.nodes_manager.aclose()
-        await self.nodes_manager.aclose("startup_nodes")
+        try:
+            await super().aclose()
+        finally:
+            await self.nodes_manager.aclose()
+            await self.nodes_manager.aclose("startup_nodes")
 
 
 class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
@@ -159,7 +161,7 @@ class Connector:
 
         def cluster(connections: int) -> RedisCluster:
             nodes = [ClusterNode(a.host, a.port) for a in addresses]
-            return RedisCluster(startup_nodes=nodes, max_connections=connections, **cluster_options)
+            return _Cluster(startup_nodes=nodes, max_connections=connections, **cluster_options)
 
         self.command_client = cluster(max_connections)
         self._blocking = lambda: cluster(2)

@@ -248,7 +248,7 @@ class RedisResponder(Responder):
                 break
             except redis.exceptions.ResponseError as exc:
                 if "NOGROUP" in str(exc):  # Redis lost the group (restart without persistence)
-                    self._client = None
+                    await self._drop_client()
                     continue
                 log.error("responder %s/%s: %s; retrying", self.group, self.consumer, exc)
                 await backoff.wait(f"responder {self.group}/{self.consumer}", exc)
