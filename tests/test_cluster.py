@@ -181,9 +181,37 @@ async def test_waits_continue_after_a_master_fails_over(
         ):
             answers = await asyncio.wait_for(asyncio.gather(*waits), timeout=45)
             recovered_s = time.monotonic() - killed_at
+        print(
+            f"Cluster failover: {len(requests)} waits answered {recovered_s:.2f} s after the kill"
+        )
         assert [a.ok for a in answers] == [True] * len(requests)
         assert recovered_s < 45
         # new waits still work on the new topology
         async with answering(broker):
             again = await broker.wait_for(ask("after the failover"), timeout_s=30)
         assert again.ok
+
+
+def wait_calls(cluster: LocalCluster) -> int:
+    """How many ``WAIT`` commands the cluster's masters ran."""
+    calls = 0
+    for port in cluster.master_ports():
+        with redis.Redis(port=port) as client:
+            calls += int(client.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+    return calls
+
+
+async def test_durability_wait_waits_for_a_replica_of_every_master_written(
+    redis_cluster: LocalCluster, namespace: str
+) -> None:
+    before = wait_calls(redis_cluster)
+    options = {**FAST, "durability": "wait", "wait_timeout_ms": 500}
+    async with (
+        toolnexus.connect(redis_cluster.url, namespace=namespace, **options) as broker,
+        answering(broker),
+    ):
+        answers = await asyncio.gather(*(broker.wait_for(ask(), timeout_s=30) for _ in range(20)))
+    assert all(a.ok for a in answers)
+    assert wait_calls(redis_cluster) > before
+    with pytest.raises(ConfigurationError, match="durability='always' must be one of none, wait"):
+        toolnexus.connect(redis_cluster.url, durability="always")

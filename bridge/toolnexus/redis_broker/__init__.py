@@ -70,8 +70,12 @@ class RedisBroker(Broker):
       ``require_signatures``: see :mod:`toolnexus.signing`; each one not given is read
       from ``TOOLNEXUS_SIGNING_KEY``, ``TOOLNEXUS_TRUSTED_KEYS`` and
       ``TOOLNEXUS_REQUIRE_SIGNATURES``.
+    - ``durability`` (``"none"``), ``wait_replicas`` (1), ``wait_timeout_ms`` (100): with
+      ``"wait"``, every pipeline of writes waits for that many replicas of each master
+      it wrote to (``WAIT``), narrowing what a failover can lose (docs/reliability.md).
     - redis-py connection options are passed through (``username``, ``password``,
-      ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ...).
+      ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ...); for Sentinel URLs also
+      ``sentinel_username`` and ``sentinel_password`` (see :mod:`._connections`).
 
     Raises:
         ConfigurationError: an option neither toolnexus nor redis-py knows, or a bad value.

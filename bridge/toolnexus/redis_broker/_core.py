@@ -81,6 +81,12 @@ REDIS_OPTIONS = frozenset(
 """redis-py connection options passed through by :func:`~toolnexus.connect`."""
 
 
+DURABILITY = ("none", "wait")
+"""``none``: a write counts once its master took it. ``wait``: every pipeline of writes
+also waits (``WAIT``) for ``wait_replicas`` replicas of each master it wrote to, at most
+``wait_timeout_ms``; it narrows what a failover can lose, never closes it."""
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """The Redis broker's options (see :class:`~toolnexus.redis_broker.RedisBroker`)."""
@@ -100,6 +106,9 @@ class Settings:
     dead_letter_max_entries: int = 10_000
     dead_letter_max_bytes: int = 8192
     audit_retention_s: float = 30 * 24 * 3600.0
+    durability: str = "none"
+    wait_replicas: int = 1
+    wait_timeout_ms: int = 100
 
     @classmethod
     def names(cls) -> list[str]:
@@ -110,6 +119,10 @@ class Settings:
             value = getattr(self, f.name)
             if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
                 raise ConfigurationError(f"option {f.name}={value!r} must be positive")
+        if self.durability not in DURABILITY:
+            raise ConfigurationError(
+                f"option durability={self.durability!r} must be one of {', '.join(DURABILITY)}"
+            )
         if self.block_ms * 2 > self.liveness_ms:
             raise ConfigurationError(
                 f"liveness_ms={self.liveness_ms} must be at least twice block_ms={self.block_ms}: "
@@ -197,7 +210,12 @@ class Core:
         )
         self.connector = connector
         self.redis: Client = connector.command_client
-        self.pipeliner = Pipeliner(self.redis, timeout_s=settings.command_timeout_s)
+        wait = (settings.wait_replicas, settings.wait_timeout_ms)
+        self.pipeliner = Pipeliner(
+            self.redis,
+            timeout_s=settings.command_timeout_s + settings.wait_timeout_ms / 1000,
+            wait=wait if settings.durability == "wait" else None,
+        )
         self.closed = False
 
     def blocking_client(self) -> Client:
