@@ -129,6 +129,27 @@ class LocalCluster:
                     return int(master[1])
         raise RuntimeError(f"no live master serves slot {slot}")
 
+    def move_slot(self, slot: int, to_port: int, batch: int = 5, pause_s: float = 0.05) -> int:
+        """Move ``slot`` and its keys to the master at ``to_port`` the way resharding does
+        (``MIGRATING``/``IMPORTING``, then ``MIGRATE`` in batches, so that clients meet
+        ``ASK`` meanwhile and ``MOVED`` after); the number of keys moved."""
+        from_port = self.port_of_slot(slot)
+        with _client(from_port) as source, _client(to_port) as target:
+            source_id, target_id = (
+                c.execute_command("CLUSTER", "MYID").decode() for c in (source, target)
+            )
+            target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+            moved = 0
+            while keys := source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch):
+                source.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)
+                moved += len(keys)
+                time.sleep(pause_s)
+            for port in self.master_ports():
+                with _client(port) as master:
+                    master.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        return moved
+
     def stop(self) -> None:
         for server in self.servers:
             with contextlib.suppress(Exception):

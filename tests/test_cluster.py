@@ -192,6 +192,30 @@ async def test_waits_continue_after_a_master_fails_over(
         assert again.ok
 
 
+async def test_waits_continue_while_their_slots_are_resharded(
+    own_cluster: LocalCluster, namespace: str
+) -> None:
+    async with toolnexus.connect(own_cluster.url, namespace=namespace, **FAST) as broker:
+        assert isinstance(broker, RedisBroker)
+        slots = {slot(broker.keys.answers(broker.waiter_id)), slot(broker.keys.requests)}
+        origin = {s: own_cluster.port_of_slot(s) for s in slots}
+        first = [ask(f"before {i}") for i in range(30)]
+        waits = [asyncio.create_task(broker.wait_for(r, timeout_s=60)) for r in first]
+        await asyncio.sleep(0.5)  # published
+        moved = 0
+        async with answering(broker):
+            for moving in slots:  # to another master, while answers and publishes flow
+                here = own_cluster.port_of_slot(moving)
+                to_port = next(p for p in own_cluster.master_ports() if p != here)
+                moved += await asyncio.to_thread(own_cluster.move_slot, moving, to_port)
+                waits.append(asyncio.create_task(broker.wait_for(ask("during"), timeout_s=60)))
+            answers = await asyncio.wait_for(asyncio.gather(*waits), timeout=45)
+            after = await broker.wait_for(ask("after"), timeout_s=30)
+        assert moved >= 30  # the request states and routes went with their slots
+        assert all(a.ok for a in answers) and after.ok
+        assert all(own_cluster.port_of_slot(s) != port for s, port in origin.items())
+
+
 def wait_calls(cluster: LocalCluster) -> int:
     """How many ``WAIT`` commands the cluster's masters ran."""
     calls = 0
