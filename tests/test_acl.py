@@ -301,7 +301,10 @@ async def test_liveness_heartbeats_and_audit_have_their_writers_and_readers(
     await noperm(agent.hset(workers, "ops/bot-2", "x"))
     await agent.xadd(audit, {"r": b"record"})
     assert [fields for _, fields in await ops.xrange(audit)] == [{b"r": b"record"}]
-    await noperm(responder.xadd(audit, {"r": b"forged record"}))
+    # A responder records the withdrawal of a dead waiter's requests: it may add records
+    # (each holds a signed answer that verify_record checks), never read them.
+    await responder.xadd(audit, {"r": b"record of a withdrawal"})
+    await noperm(responder.xrange(audit))
     await noperm(agent.xrange(audit))
     await noperm(ops.xadd(audit, {"r": b"x"}))
 
