@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.metadata
+import os
 import shutil
 import socket
 import subprocess
@@ -12,7 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hypothesis  # noqa: F401  (imported early: CPython 3.11.7 fails importing it at session end)
 import pytest
@@ -22,6 +23,9 @@ import redis.asyncio as aioredis
 import toolnexus
 from toolnexus.broker import Broker
 from toolnexus.redis_broker import RedisBroker
+
+if TYPE_CHECKING:
+    from redis_topologies import LocalCluster
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -63,12 +67,53 @@ FAST = {"block_ms": 100, "lease_ms": 600}
 """Broker options that keep tests quick: short blocking reads and leases."""
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def broker(request: pytest.FixtureRequest, namespace: str) -> AsyncIterator[Broker]:
-    """The same behaviour tests run against the embedded and the Redis broker."""
-    url = "memory://" if request.param == "memory" else request.getfixturevalue("redis_url")
+    """The same behaviour tests run against the embedded broker, the Redis broker on one
+    server, and (for tests/test_broker_behaviour.py, or everywhere with
+    ``TOOLNEXUS_CLUSTER=all``) on a local Redis Cluster."""
+    if request.param == "memory":
+        url = "memory://"
+    elif request.param == "redis":
+        url = request.getfixturevalue("redis_url")
+    else:
+        url = request.getfixturevalue("redis_cluster").url
     async with toolnexus.connect(url, namespace=namespace, **FAST) as b:
         yield b
+
+
+CLUSTER_EVERYWHERE = os.environ.get("TOOLNEXUS_CLUSTER") == "all"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the ``broker`` fixture's "cluster" case only for the behaviour suite, unless
+    ``TOOLNEXUS_CLUSTER=all`` asks for it everywhere (it keeps CI time in check)."""
+    if CLUSTER_EVERYWHERE:
+        return
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_cluster = callspec is not None and callspec.params.get("broker") == "cluster"
+        if on_cluster and item.path.name != "test_broker_behaviour.py":
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local Redis Cluster: 3 masters with one replica each, for the whole session."""
+    from redis_topologies import LocalCluster  # it builds on RedisServer, defined here
+
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def free_port() -> int:
@@ -76,6 +121,19 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def free_cluster_port() -> int:
+    """A free port whose Cluster bus port (the port + 10000) is free too."""
+    while True:
+        port = free_port()
+        if port + 10000 < 65536:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            return port
 
 
 class RedisServer:
@@ -86,13 +144,18 @@ class RedisServer:
     """
 
     def __init__(
-        self, directory: Path, *args: str, tls: bool = False, **client_options: Any
+        self,
+        directory: Path,
+        *args: str,
+        tls: bool = False,
+        port: int | None = None,
+        **client_options: Any,
     ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             pytest.fail("redis-server is not installed (.ci/run installs it)")
         self.binary, self.directory, self.args = binary, directory, args
-        self.port = free_port()
+        self.port = port or free_port()
         self.tls = tls
         self.url = f"{'rediss' if tls else 'redis'}://127.0.0.1:{self.port}/0"
         self.client_options = client_options

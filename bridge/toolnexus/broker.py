@@ -22,6 +22,19 @@ from .audit import AuditRecord
 from .errors import ConfigurationError
 from .models import DECLINED, DISMISSED, Answer, Event, Heartbeat, Request
 
+REDIS_SCHEMES = frozenset(
+    {
+        "redis",
+        "rediss",
+        "unix",
+        "redis+cluster",
+        "rediss+cluster",
+        "redis+sentinel",
+        "rediss+sentinel",
+    }
+)
+"""URL schemes of the Redis broker: one server, a Cluster, a Sentinel-watched master."""
+
 DEFAULT_TIMEOUT_S = 600.0
 """How long :meth:`Broker.wait_for` waits when neither the call nor the request says."""
 
@@ -250,7 +263,11 @@ class Broker(_Closing):
 
 
 def connect(url: str | None = None, **options: Any) -> Broker:
-    """A broker for ``url``: ``memory://`` (in-process) or ``redis://`` / ``rediss://``.
+    """A broker for ``url``: ``memory://`` (in-process), ``redis://`` / ``rediss://`` (one
+    Redis server), ``redis+cluster://host:port,host:port`` (a Redis Cluster, by any of its
+    nodes) or ``redis+sentinel://host:port,host:port/master-name`` (the master the
+    Sentinels name); ``rediss+cluster://`` and ``rediss+sentinel://`` speak TLS. See
+    :mod:`toolnexus.redis_broker._connections`.
 
     With no URL, ``TOOLNEXUS_URL`` is read, else ``memory://`` is used. Options go
     to the backend (for Redis: ``namespace``, ``queue``, ``lease_ms``, ...).
@@ -264,10 +281,11 @@ def connect(url: str | None = None, **options: Any) -> Broker:
         from .memory import MemoryBroker
 
         return MemoryBroker(url, **options)
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in REDIS_SCHEMES:
         from .redis_broker import RedisBroker
 
         return RedisBroker(url, **options)
     raise ConfigurationError(
-        f"unknown broker URL scheme {scheme!r} in {url!r}: use memory://, redis:// or rediss://"
+        f"unknown broker URL scheme {scheme!r} in {url!r}: use memory://, redis://, rediss://, "
+        "redis+cluster://, rediss+cluster://, redis+sentinel:// or rediss+sentinel://"
     )

@@ -19,14 +19,13 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from ..audit import AuditRecord, decode_record
 from ..broker import Broker, default_consumer_name, redacted
 from ..codec import MSGPACK, Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, DecodeError
 from ..models import Answer, Event, Heartbeat, Request
 from ..signing import Keyring, Signatures, SigningKey
+from ._connections import Client
 from ._core import REDIS_OPTIONS, Core, Settings, boundary, ms, run_to_completion
 from .events import RedisEvents
 from .responder import (
@@ -72,8 +71,12 @@ class RedisBroker(Broker):
       ``require_signatures``: see :mod:`toolnexus.signing`; each one not given is read
       from ``TOOLNEXUS_SIGNING_KEY``, ``TOOLNEXUS_TRUSTED_KEYS`` and
       ``TOOLNEXUS_REQUIRE_SIGNATURES``.
+    - ``durability`` (``"none"``), ``wait_replicas`` (1), ``wait_timeout_ms`` (100): with
+      ``"wait"``, every pipeline of writes waits for that many replicas of each master
+      it wrote to (``WAIT``), narrowing what a failover can lose (docs/reliability.md).
     - redis-py connection options are passed through (``username``, ``password``,
-      ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ...).
+      ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ...); for Sentinel URLs also
+      ``sentinel_username`` and ``sentinel_password`` (see :mod:`._connections`).
 
     Raises:
         ConfigurationError: an option neither toolnexus nor redis-py knows, or a bad value.
@@ -115,8 +118,9 @@ class RedisBroker(Broker):
         return self.core.settings
 
     @property
-    def redis(self) -> aioredis.Redis:
-        """The command client (a pool), for tooling and tests that look inside Redis."""
+    def redis(self) -> Client:
+        """The command client (a pool, or a Cluster client), for tooling and tests that
+        look inside Redis."""
         return self.core.redis
 
     @property
@@ -133,7 +137,7 @@ class RedisBroker(Broker):
             async with asyncio.timeout(self.settings.connect_timeout_s):
                 await self.core.redis.ping()
         except Exception as exc:  # refused, timed out, TLS or auth failure
-            await self.core.redis.aclose()
+            await self.core.connector.aclose()
             raise BrokerUnavailable(
                 f"cannot reach Redis at {redacted(self.url)} within "
                 f"{self.settings.connect_timeout_s} s: "

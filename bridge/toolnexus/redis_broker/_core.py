@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Coroutine, Iterator
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-import redis.asyncio as aioredis
 import redis.exceptions
 
 from ..audit import AuditRecord, encode_record
@@ -25,6 +24,7 @@ from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, Toolne
 from ..keys import Keys
 from ..models import Event
 from ..signing import Signatures
+from ._connections import SENTINEL_OPTIONS, Client, Connector
 from ._pipeliner import Pipeliner
 from ._scripts import DEAD_LETTER, OUTCOMES, RESOLVE, SETTLE, Outcome
 
@@ -32,9 +32,17 @@ log = logging.getLogger("toolnexus.redis")
 
 T = TypeVar("T")
 
-CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
-"""Faults that mean "Redis is away for now" (``TimeoutError`` is an ``OSError``): retried
-with backoff inside, :class:`~toolnexus.BrokerUnavailable` outside."""
+CONNECTION_ERRORS = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    OSError,
+    redis.exceptions.ClusterError,  # CLUSTERDOWN, MASTERDOWN, redirections exhausted
+    redis.exceptions.TryAgainError,  # a slot being migrated
+    redis.exceptions.SlotNotCoveredError,  # a master failing over
+)
+"""Faults that mean "Redis is away for now" (``TimeoutError`` is an ``OSError``; for a
+Cluster, a master failing over): retried with backoff inside,
+:class:`~toolnexus.BrokerUnavailable` outside."""
 
 REDIS_OPTIONS = frozenset(
     {
@@ -67,9 +75,16 @@ REDIS_OPTIONS = frozenset(
         "ssl_min_version",
         "ssl_ciphers",
         "ssl_password",
+        *SENTINEL_OPTIONS,
     }
 )
 """redis-py connection options passed through by :func:`~toolnexus.connect`."""
+
+
+DURABILITY = ("none", "wait")
+"""``none``: a write counts once its master took it. ``wait``: every pipeline of writes
+also waits (``WAIT``) for ``wait_replicas`` replicas of each master it wrote to, at most
+``wait_timeout_ms``; it narrows what a failover can lose, never closes it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +106,9 @@ class Settings:
     dead_letter_max_entries: int = 10_000
     dead_letter_max_bytes: int = 8192
     audit_retention_s: float = 30 * 24 * 3600.0
+    durability: str = "none"
+    wait_replicas: int = 1
+    wait_timeout_ms: int = 100
 
     @classmethod
     def names(cls) -> list[str]:
@@ -101,6 +119,10 @@ class Settings:
             value = getattr(self, f.name)
             if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
                 raise ConfigurationError(f"option {f.name}={value!r} must be positive")
+        if self.durability not in DURABILITY:
+            raise ConfigurationError(
+                f"option durability={self.durability!r} must be one of {', '.join(DURABILITY)}"
+            )
         if self.block_ms * 2 > self.liveness_ms:
             raise ConfigurationError(
                 f"liveness_ms={self.liveness_ms} must be at least twice block_ms={self.block_ms}: "
@@ -132,7 +154,7 @@ def boundary(what: str) -> Iterator[None]:
         yield
     except ToolnexusError:
         raise
-    except (redis.exceptions.RedisError, OSError) as exc:
+    except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
         raise BrokerUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
@@ -183,24 +205,22 @@ class Core:
             "health_check_interval": 30,
             **redis_options,
         }
-        try:
-            pool = aioredis.BlockingConnectionPool.from_url(
-                url,
-                max_connections=settings.max_connections,
-                timeout=settings.command_timeout_s,
-                **self.redis_options,
-            )
-        except (ValueError, TypeError) as exc:
-            raise ConfigurationError(f"bad Redis URL or option for {url!r}: {exc}") from exc
-        self.redis: aioredis.Redis = aioredis.Redis.from_pool(pool)
-        self.pipeliner = Pipeliner(self.redis, timeout_s=settings.command_timeout_s)
+        connector = Connector(
+            url, settings.max_connections, settings.command_timeout_s, **self.redis_options
+        )
+        self.connector = connector
+        self.redis: Client = connector.command_client
+        wait = (settings.wait_replicas, settings.wait_timeout_ms)
+        self.pipeliner = Pipeliner(
+            self.redis,
+            timeout_s=settings.command_timeout_s + settings.wait_timeout_ms / 1000,
+            wait=wait if settings.durability == "wait" else None,
+        )
         self.closed = False
 
-    def blocking_client(self) -> aioredis.Redis:
+    def blocking_client(self) -> Client:
         """A client of its own for blocking reads: one connection, no socket timeout."""
-        return aioredis.Redis.from_url(
-            self.url, single_connection_client=True, **self.redis_options
-        )
+        return self.connector.blocking_client()
 
     def read_timeout_s(self, block_ms: int) -> float:
         """How long a blocking read of ``block_ms`` may take before it counts as a fault."""
@@ -331,4 +351,4 @@ class Core:
             async with asyncio.timeout(self.settings.command_timeout_s):
                 await self.pipeliner.drain()  # events and acknowledgements still queued
         self.pipeliner.close()
-        await self.redis.aclose()
+        await self.connector.aclose()

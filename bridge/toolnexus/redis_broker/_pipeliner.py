@@ -12,10 +12,11 @@ import asyncio
 import logging
 from typing import Any
 
-import redis.asyncio as aioredis
 import redis.exceptions
+from redis.asyncio.cluster import RedisCluster
 
 from ..errors import BrokerClosed
+from ._connections import Client
 from ._scripts import SCRIPTS, BatchScript
 
 log = logging.getLogger("toolnexus.redis")
@@ -65,12 +66,16 @@ class Pipeliner:
 
     def __init__(
         self,
-        redis_: aioredis.Redis,
+        redis_: Client,
         *,
         timeout_s: float,
+        wait: tuple[int, int] | None = None,
         scripts: tuple[BatchScript, ...] = SCRIPTS,
     ) -> None:
+        """``wait=(replicas, timeout_ms)`` ends every pipeline with a ``WAIT`` on each
+        node it wrote to (see ``durability`` in :mod:`._core`)."""
         self._redis = redis_
+        self._wait = wait
         self.timeout_s = timeout_s
         self._scripts = {script.sha: script for script in scripts}
         self._load_scripts = True
@@ -194,16 +199,37 @@ class Pipeliner:
                 await self._redis.script_load(script.source)
             self._load_scripts = False
         self.round_trips += 1
-        if len(commands) == 1:  # no pipeline needed for one command
+        if len(commands) == 1 and self._wait is None:  # no pipeline needed for one command
             try:
-                return [await self._redis.execute_command(*commands[0])]  # type: ignore[no-untyped-call]
+                return [await self._redis.execute_command(*commands[0])]
             except redis.exceptions.ResponseError as exc:
                 return [exc]
         async with self._redis.pipeline(transaction=False) as pipe:
             for command in commands:
                 pipe.execute_command(*command)
+            if self._wait is not None:
+                self._add_waits(pipe, commands)
             replies: list[Any] = await pipe.execute(raise_on_error=False)
-            return replies
+            return replies[: len(commands)]  # without the replies of WAIT
+
+    def _add_waits(self, pipe: Any, commands: list[tuple[Any, ...]]) -> None:
+        """A ``WAIT`` after the writes, on each node they went to (WAIT counts the
+        replicas that acknowledged everything this connection wrote before it)."""
+        assert self._wait is not None
+        if not isinstance(self._redis, RedisCluster):
+            pipe.execute_command("WAIT", *self._wait)
+            return
+        nodes = {}
+        for command in commands:
+            if command[0] == "EVALSHA":
+                key = command[3] if command[2] else None
+            else:
+                key = command[1] if len(command) > 1 else None
+            node = self._redis.get_node_from_key(key) if key is not None else None
+            if node is not None:
+                nodes[node.name] = node
+        for node in nodes.values():
+            pipe.execute_command("WAIT", *self._wait, target_nodes=node)
 
     async def drain(self) -> None:
         """Wait until everything issued so far has been sent."""

@@ -9,11 +9,10 @@ import time
 from collections import deque
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from ..broker import EventStream
 from ..errors import DecodeError
 from ..models import Event
+from ._connections import Client
 from ._core import Backoff, Core, ms, run_to_completion, text
 
 
@@ -26,7 +25,7 @@ class RedisEvents(EventStream):
         # XREAD returns entries after this id: the last possible one of the previous
         # millisecond, so that an event added within this millisecond is not missed.
         self._last_id = f"{ms(time.time()) - 1}-18446744073709551615"
-        self._client: aioredis.Redis | None = None
+        self._client: Client | None = None
         self._buffer: deque[Event] = deque()
         self._closed = False
 

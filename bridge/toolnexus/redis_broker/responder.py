@@ -19,7 +19,6 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-import redis.asyncio as aioredis
 import redis.exceptions
 
 from ..audit import audit_record
@@ -38,6 +37,7 @@ from ..keys import WAITER_ID, check_request_id
 from ..models import EXPIRED, WITHDRAWN, Answer, Event, Heartbeat, Request
 from ..schema import check_answer
 from ..signing import allowed
+from ._connections import Client
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, run_to_completion, text
 from ._scripts import STATUS
 
@@ -220,7 +220,7 @@ class RedisResponder(Responder):
         self._stream = core.keys.requests
         self._held: dict[str, RedisPending] = {}
         self._ready: deque[RedisPending] = deque()
-        self._client: aioredis.Redis | None = None
+        self._client: Client | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._backlog_from: str | None = "0"  # where to read our own pending entries from
         self._idle = False  # the last read of new entries found none
@@ -248,7 +248,7 @@ class RedisResponder(Responder):
                 break
             except redis.exceptions.ResponseError as exc:
                 if "NOGROUP" in str(exc):  # Redis lost the group (restart without persistence)
-                    self._client = None
+                    await self._drop_client()
                     continue
                 log.error("responder %s/%s: %s; retrying", self.group, self.consumer, exc)
                 await backoff.wait(f"responder {self.group}/{self.consumer}", exc)

@@ -1,0 +1,211 @@
+"""How the Redis broker reaches Redis, chosen by the URL scheme:
+
+- ``redis://``, ``rediss://``, ``unix://``: one server (redis-py's URL syntax and options).
+- ``redis+cluster://[user:password@]host:port[,host:port...]``: a Redis Cluster through
+  redis-py's asyncio ``RedisCluster``; the addresses are startup nodes (any reachable one
+  is enough), the topology is discovered and followed (``MOVED``/``ASK``, failovers).
+  ``rediss+cluster://`` speaks TLS to every node.
+- ``redis+sentinel://[user:password@]host:port[,host:port...]/master-name[/db]``: the
+  master that the Sentinels at these addresses name ``master-name``, found again after a
+  failover. ``rediss+sentinel://`` speaks TLS to the Sentinels and the master; the
+  credentials are the master's, the options ``sentinel_username``/``sentinel_password``
+  the Sentinels' own.
+
+Command clients are pools shared by the whole broker. Every blocking reader gets a
+client of its own (for a Cluster, a connection to the node holding the stream it reads),
+with no socket timeout: the caller bounds each read with ``asyncio.timeout``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import SplitResult, unquote, urlsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+
+from ..errors import ConfigurationError
+
+Client = aioredis.Redis | RedisCluster
+"""A command or blocking client: a server's (or a Sentinel master's) or a Cluster's."""
+
+CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})
+SENTINEL_SCHEMES = frozenset({"redis+sentinel", "rediss+sentinel"})
+
+SENTINEL_OPTIONS = frozenset({"sentinel_username", "sentinel_password"})
+"""Options of the Sentinels themselves (not passed to the master's connections)."""
+
+_CLUSTER_PARAMETERS = frozenset(inspect.signature(RedisCluster.__init__).parameters)
+
+
+class _Cluster(RedisCluster):
+    """A ``RedisCluster`` whose ``aclose`` closes every node's connections even after a
+    failed command (redis-py's own skips them once a fault marked it for re-discovery)."""
+
+    async def aclose(self) -> None:
+        try:
+            await super().aclose()
+        finally:
+            await self.nodes_manager.aclose()
+            await self.nodes_manager.aclose("startup_nodes")
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
+    """A Sentinel-managed pool that waits for a free connection instead of refusing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    host: str
+    port: int
+
+
+def split_addresses(url: str, netloc: str) -> tuple[str | None, str | None, list[Address]]:
+    """The user, password and ``host:port`` addresses of a multi-host URL's netloc.
+
+    Raises:
+        ConfigurationError: no address, or one without a valid port.
+    """
+    user = password = None
+    if "@" in netloc:
+        credentials, netloc = netloc.rsplit("@", 1)
+        user, _, secret = credentials.partition(":")
+        user, password = unquote(user) or None, unquote(secret) or None
+    addresses = []
+    for part in netloc.split(","):
+        host, _, port = part.strip().rpartition(":")
+        host = host.strip("[]")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigurationError(
+                f"bad address {part!r} in {url!r}: every address must be host:port"
+            )
+        addresses.append(Address(host, int(port)))
+    return user, password, addresses
+
+
+class Connector:
+    """Makes the command client and the blocking clients for one broker URL.
+
+    Raises:
+        ConfigurationError: a malformed URL or an option its kind of Redis does not take.
+    """
+
+    def __init__(self, url: str, max_connections: int, pool_timeout_s: float, **options: Any):
+        self.url = url
+        parts = urlsplit(url)
+        self.scheme = parts.scheme
+        multi_host = self.scheme in CLUSTER_SCHEMES | SENTINEL_SCHEMES
+        if multi_host and (parts.query or parts.fragment):
+            raise ConfigurationError(
+                f"{url!r}: a {self.scheme}:// URL takes no query; pass options to connect()"
+            )
+        sentinel_options = {k: options.pop(k) for k in SENTINEL_OPTIONS if k in options}
+        if sentinel_options and self.scheme not in SENTINEL_SCHEMES:
+            raise ConfigurationError(
+                f"{', '.join(sorted(sentinel_options))}: only for redis+sentinel:// URLs"
+            )
+        self.options = options
+        self._sentinel_manager: Sentinel | None = None
+        self.command_client: Client
+        self._blocking: Callable[[], Client]
+        try:
+            if self.scheme in CLUSTER_SCHEMES:
+                self._cluster(parts.netloc, max_connections)
+            elif self.scheme in SENTINEL_SCHEMES:
+                self._sentinel(parts, sentinel_options, max_connections, pool_timeout_s)
+            else:
+                pool = aioredis.BlockingConnectionPool.from_url(
+                    url, max_connections=max_connections, timeout=pool_timeout_s, **options
+                )
+                self.command_client = aioredis.Redis.from_pool(pool)
+                self._blocking = lambda: aioredis.Redis.from_url(
+                    url, single_connection_client=True, **options
+                )
+        except (ValueError, TypeError) as exc:
+            raise ConfigurationError(f"bad Redis URL or option for {url!r}: {exc}") from exc
+
+    def blocking_client(self) -> Client:
+        """A client of its own for blocking reads, with no socket timeout."""
+        return self._blocking()
+
+    async def aclose(self) -> None:
+        """Close the command client (and the connections to the Sentinels)."""
+        await self.command_client.aclose()
+        if self._sentinel_manager is not None:
+            for client in self._sentinel_manager.sentinels:
+                await client.aclose()
+
+    # -- Cluster ------------------------------------------------------------------
+
+    def _cluster(self, netloc: str, max_connections: int) -> None:
+        unsupported = sorted(set(self.options) - _CLUSTER_PARAMETERS)
+        if unsupported:
+            raise ConfigurationError(
+                f"option{'s' if len(unsupported) > 1 else ''} {', '.join(unsupported)} cannot "
+                f"be used with a Redis Cluster ({self.url!r})"
+            )
+        user, password, addresses = split_addresses(self.url, netloc)
+        cluster_options: dict[str, Any] = {
+            "ssl": self.scheme == "rediss+cluster",
+            "username": user,
+            "password": password,
+            # While a master fails over, its slots are briefly uncovered: the other
+            # slots stay usable, and commands to those slots fail and are retried.
+            "require_full_coverage": False,
+            **self.options,
+        }
+
+        def cluster(connections: int) -> RedisCluster:
+            nodes = [ClusterNode(a.host, a.port) for a in addresses]
+            return _Cluster(startup_nodes=nodes, max_connections=connections, **cluster_options)
+
+        self.command_client = cluster(max_connections)
+        self._blocking = lambda: cluster(2)
+
+    # -- Sentinel -----------------------------------------------------------------
+
+    def _sentinel(
+        self,
+        parts: SplitResult,
+        sentinel_options: dict[str, Any],
+        max_connections: int,
+        pool_timeout_s: float,
+    ) -> None:
+        segments = [s for s in parts.path.split("/") if s]
+        if not segments or len(segments) > 2 or (len(segments) == 2 and not segments[1].isdigit()):
+            raise ConfigurationError(
+                f"{self.url!r}: a redis+sentinel:// URL ends in /master-name or /master-name/db"
+            )
+        master_name = unquote(segments[0])
+        user, password, addresses = split_addresses(self.url, parts.netloc)
+        tls = self.scheme == "rediss+sentinel"
+        ssl_options = {k: v for k, v in self.options.items() if k.startswith("ssl_")}
+        sentinel_kwargs: dict[str, Any] = {
+            "socket_connect_timeout": self.options.get("socket_connect_timeout"),
+            "socket_timeout": self.options.get("socket_connect_timeout"),
+            "username": sentinel_options.get("sentinel_username"),
+            "password": sentinel_options.get("sentinel_password"),
+            **({"ssl": True, **ssl_options} if tls else {}),
+        }
+        master_options: dict[str, Any] = {
+            "username": user,
+            "password": password,
+            "db": int(segments[1]) if len(segments) == 2 else 0,
+            **({"ssl": True} if tls else {}),
+            **self.options,
+        }
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            [(a.host, a.port) for a in addresses], sentinel_kwargs=sentinel_kwargs, **master_options
+        )
+        self.command_client = sentinel.master_for(
+            master_name,
+            connection_pool_class=_BlockingSentinelPool,
+            max_connections=max_connections,
+            timeout=pool_timeout_s,
+        )
+        self._sentinel_manager = sentinel
+        self._blocking = lambda: sentinel.master_for(master_name, max_connections=1)
