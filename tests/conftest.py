@@ -18,6 +18,7 @@ import redis
 import redis.asyncio as aioredis
 
 import toolnexus
+from agents import agents  # noqa: F401 (a fixture: agents in other processes)
 from toolnexus.broker import Broker
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
