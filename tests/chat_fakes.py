@@ -9,6 +9,7 @@ through ``getUpdates`` long polling.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import itertools
@@ -25,6 +26,25 @@ from aiohttp import web
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 BOT_TOKEN = "xoxb-test-token"
 TELEGRAM_TOKEN = "123456:TEST-telegram-token"
+FORM: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "title": "Name", "minLength": 2},
+        "email": {"type": "string", "title": "Email", "format": "email"},
+        "day": {"type": "string", "title": "Day", "format": "date"},
+        "guests": {"type": "integer", "title": "Guests", "minimum": 1, "maximum": 12, "default": 2},
+        "budget": {"type": "number", "title": "Budget"},
+        "terrace": {"type": "boolean", "title": "Terrace", "default": False},
+        "menu": {"type": "string", "title": "Menu", "enum": ["meat", "fish", "veg"]},
+        "extras": {
+            "type": "array",
+            "title": "Extras",
+            "items": {"type": "string", "enum": ["cake", "wine", "flowers"]},
+        },
+    },
+    "required": ["name", "menu"],
+}
+"""A form with every field kind, asked by both bots."""
 
 
 async def eventually(check: Callable[[], bool], what: str, timeout_s: float = 20) -> None:
@@ -226,7 +246,8 @@ class FakeTelegram(FakeApi):
         self.messages: dict[int, TelegramMessage] = {}
         self.message_ids = itertools.count(100)
         self.update_ids = itertools.count(1)
-        self.updates: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.updates: list[dict[str, Any]] = []  # not yet confirmed by a getUpdates offset
+        self.arrived = asyncio.Event()
         self.answers: list[dict[str, Any]] = []  # answerCallbackQuery calls
 
     @property
@@ -272,15 +293,19 @@ class FakeTelegram(FakeApi):
         return _error(404, "Not Found: method not found")
 
     async def _updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        timeout_s = float(params.get("timeout") or 0)
-        try:
-            first = await asyncio.wait_for(self.updates.get(), max(timeout_s, 0.05))
-        except TimeoutError:
-            return []
-        batch = [first]
-        while not self.updates.empty():
-            batch.append(self.updates.get_nowait())
-        return batch
+        """As the Bot API does: confirm the updates below ``offset``, then hand out the
+        rest, waiting up to ``timeout`` seconds for one to arrive."""
+        offset = int(params.get("offset") or 0)
+        self.updates = [u for u in self.updates if u["update_id"] >= offset]
+        if not self.updates:
+            self.arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), float(params.get("timeout") or 0))
+        return list(self.updates)
+
+    def _push(self, update: dict[str, Any]) -> None:
+        self.updates.append(update)
+        self.arrived.set()
 
     @staticmethod
     def _message_json(message: TelegramMessage) -> dict[str, Any]:
@@ -310,7 +335,7 @@ class FakeTelegram(FakeApi):
     def click(self, user: int, message: TelegramMessage, data: str) -> str:
         """Queue ``user`` pressing the button ``data`` of ``message``; return the query id."""
         query_id = f"q{next(self.update_ids)}"
-        self.updates.put_nowait(
+        self._push(
             {
                 "update_id": next(self.update_ids),
                 "callback_query": {
@@ -326,7 +351,7 @@ class FakeTelegram(FakeApi):
 
     def say(self, user: int, chat_id: int, text: str) -> None:
         """Queue ``user`` writing ``text`` in chat ``chat_id``."""
-        self.updates.put_nowait(
+        self._push(
             {
                 "update_id": next(self.update_ids),
                 "message": {

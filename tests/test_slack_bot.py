@@ -16,6 +16,7 @@ import toolnexus
 from agents import AgentFactory
 from chat_fakes import (
     BOT_TOKEN,
+    FORM,
     SIGNING_SECRET,
     FakeSlack,
     actions,
@@ -32,24 +33,6 @@ from toolnexus_workers.slack.server import SlackServer
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(90)]
 
 ALLOWED, OTHER = "UALLOW", "UOTHER"
-FORM = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "title": "Name", "minLength": 2},
-        "email": {"type": "string", "title": "Email", "format": "email"},
-        "day": {"type": "string", "title": "Day", "format": "date"},
-        "guests": {"type": "integer", "title": "Guests", "minimum": 1, "maximum": 12, "default": 2},
-        "budget": {"type": "number", "title": "Budget"},
-        "terrace": {"type": "boolean", "title": "Terrace", "default": False},
-        "menu": {"type": "string", "title": "Menu", "enum": ["meat", "fish", "veg"]},
-        "extras": {
-            "type": "array",
-            "title": "Extras",
-            "items": {"type": "string", "enum": ["cake", "wine", "flowers"]},
-        },
-    },
-    "required": ["name", "menu"],
-}
 
 
 @pytest.fixture

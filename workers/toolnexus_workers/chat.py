@@ -168,6 +168,24 @@ def answered_note(person: str, *, accepted: bool) -> str:
     return f"✅ Answered by {person}." if accepted else f"❌ Declined by {person}."
 
 
+Answering = Callable[[Pending, str], Awaitable[None]]
+"""How a click answers: ``async (pending, person) -> None``."""
+
+
+async def declining(pending: Pending, person: str) -> None:
+    """Answer ``pending`` no, for ``person``."""
+    await pending.decline(person=person)
+
+
+def accepting(data: Any) -> Answering:
+    """Answer yes with ``data``, for the person."""
+
+    async def accept(pending: Pending, person: str) -> None:
+        await pending.accept(data, person=person)
+
+    return accept
+
+
 class Allowed:
     """Who may answer: chat user ids (``U123``, ``12345``); ``*`` lets anyone in.
 
@@ -317,7 +335,7 @@ class ChatBot(Worker):
         self,
         request_id: str,
         user_id: object,
-        answer: Callable[[Pending, str], Awaitable[None]],
+        answer: Answering,
         *,
         accepted: bool,
     ) -> str | None:

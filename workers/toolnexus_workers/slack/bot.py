@@ -21,7 +21,17 @@ from slack_sdk.web.async_client import AsyncWebClient
 from toolnexus import Broker, Pending
 from toolnexus.errors import InvalidAnswer
 
-from ..chat import Allowed, ChatBot, MessageMap, Ref, View, field_line, view_of
+from ..chat import (
+    Allowed,
+    ChatBot,
+    MessageMap,
+    Ref,
+    View,
+    accepting,
+    declining,
+    field_line,
+    view_of,
+)
 from ..web.forms import Field, field_errors, form_data, message_for_field
 from ..web.links import KNOWN_DOMAINS
 
@@ -251,7 +261,7 @@ class SlackBot(ChatBot):
 
     async def _act(self, name: str, request_id: str, user: str, body: dict[str, Any]) -> str | None:
         if name == "tnx.decline":
-            return await self.resolve(request_id, user, _decline, accepted=False)
+            return await self.resolve(request_id, user, declining, accepted=False)
         pending = self.pending_for(request_id)
         if name == "tnx.form" and pending is not None and user in self.allowed:
             view = self._view(pending)
@@ -273,7 +283,7 @@ class SlackBot(ChatBot):
             ]
             data = form_data([f], {f.input_name: picked})
         try:
-            return await self.resolve(request_id, user, _accepting(data), accepted=True)
+            return await self.resolve(request_id, user, accepting(data), accepted=True)
         except InvalidAnswer as exc:
             return f"That answer was refused: {exc}. Please change it and send again."
 
@@ -285,7 +295,7 @@ class SlackBot(ChatBot):
         pending = self.pending_for(request_id)
         if pending is None or user not in self.allowed:
             await ack()
-            told = await self.resolve(request_id, user, _accepting(None), accepted=True)
+            told = await self.resolve(request_id, user, accepting(None), accepted=True)
             if told is not None:
                 await self._tell({"channel": {"id": meta.get("channel")}}, user, told)
             return
@@ -300,7 +310,7 @@ class SlackBot(ChatBot):
             )
             return
         try:
-            told = await self.resolve(request_id, user, _accepting(data), accepted=True)
+            told = await self.resolve(request_id, user, accepting(data), accepted=True)
         except InvalidAnswer as exc:
             name = shown.fields[0].name if shown.fields else ""
             await ack(response_action="errors", errors={"f0": message_for_field(exc, name)})
@@ -311,17 +321,6 @@ class SlackBot(ChatBot):
 
     def _view(self, pending: Pending) -> View:
         return view_of(pending.request, self.known_domains)
-
-
-async def _decline(pending: Pending, person: str) -> None:
-    await pending.decline(person=person)
-
-
-def _accepting(data: Any) -> Any:
-    async def accept(pending: Pending, person: str) -> None:
-        await pending.accept(data, person=person)
-
-    return accept
 
 
 __all__ = ["SlackBot", "message_blocks", "modal", "submitted"]
