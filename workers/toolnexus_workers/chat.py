@@ -20,9 +20,15 @@ from dataclasses import dataclass
 from typing import Any, Literal, Self
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from toolnexus import Broker, Event, Pending, Request
 from toolnexus.errors import (
+    BrokerUnavailable,
     ConfigurationError,
     InvalidAnswer,
     InvalidRequest,
@@ -211,27 +217,49 @@ class Allowed:
 
 
 class MessageMap:
-    """The Redis hash of a chat bot's messages: request id -> :data:`Ref` (JSON)."""
+    """The Redis hash of a chat bot's messages: request id -> :data:`Ref` (JSON).
+
+    Best effort: the map only lets a restarted bot find its messages, so a Redis error
+    is logged (after a few retries) and never stops a request from being shown.
+    """
 
     def __init__(self, url: str, keys: Keys, name: str) -> None:
         self.key = keys.chat(name)
-        self.redis: aioredis.Redis = aioredis.Redis.from_url(url)
+        retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=5)
+        self.redis: aioredis.Redis = aioredis.Redis.from_url(
+            url, retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError]
+        )
 
     async def put(self, request_id: str, ref: Ref) -> None:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(self.key, request_id, json.dumps(ref))
-            pipe.expire(self.key, REF_TTL_S)
-            await pipe.execute()
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.hset(self.key, request_id, json.dumps(ref))
+                pipe.expire(self.key, REF_TTL_S)
+                await pipe.execute()
+        except RedisError as exc:
+            log.warning("%s: keeping where its message is failed: %s", request_id, exc)
 
     async def get(self, request_id: str) -> Ref | None:
-        raw = await self.redis.hget(self.key, request_id)
+        try:
+            raw = await self.redis.hget(self.key, request_id)
+        except RedisError as exc:
+            log.warning("%s: looking up an earlier message failed: %s", request_id, exc)
+            return None
         return None if raw is None else _ref(raw)
 
     async def drop(self, request_id: str) -> None:
-        await self.redis.hdel(self.key, request_id)
+        try:
+            await self.redis.hdel(self.key, request_id)
+        except RedisError as exc:
+            log.warning("%s: forgetting its message failed: %s", request_id, exc)
 
     async def all(self) -> dict[str, Ref]:
-        raw: dict[bytes, bytes] = await self.redis.hgetall(self.key)  # type: ignore[assignment]
+        """Every kept message (at start: a Redis error here is raised, as
+        :class:`~toolnexus.errors.BrokerUnavailable`)."""
+        try:
+            raw: dict[bytes, bytes] = await self.redis.hgetall(self.key)  # type: ignore[assignment]
+        except RedisError as exc:
+            raise BrokerUnavailable(f"reading the chat messages kept in Redis: {exc}") from exc
         return {k.decode(): _ref(v) for k, v in raw.items()}
 
     async def aclose(self) -> None:
