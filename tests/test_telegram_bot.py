@@ -213,6 +213,8 @@ async def test_a_form_is_a_reply_sequence_that_asks_again_after_a_mistake(
         await question("5/8 Budget")
         telegram.say(ALLOWED, CHAT, "99.5")
         assert "yes or no" in await question("6/8 Terrace")
+        telegram.say(ALLOWED, CHAT, "maybe")
+        assert "neither yes nor no" in await question("6/8 Terrace")
         telegram.say(ALLOWED, CHAT, "yes")
         menu = await question("7/8 Menu")
         assert "2. fish" in menu

@@ -49,6 +49,8 @@ Ref = dict[str, Any]
 """Where a message is, as the platform names it (Slack: channel and ts; Telegram: chat
 and message id): JSON-able, kept in Redis."""
 
+MAX_CHOICES = 24
+"""Options shown as buttons or toggles at most; a field with more is asked as a form."""
 REF_TTL_S = 7 * 24 * 3600
 """How long the message map outlives its last change (requests rarely wait days)."""
 
@@ -107,9 +109,10 @@ def view_of(request: Request, known_domains: tuple[str, ...] = KNOWN_DOMAINS) ->
         return View(request, "approval", tuple(lines), problem=str(exc))
     if not fields:
         return View(request, "approval", tuple(lines))
-    if len(fields) == 1 and fields[0].widget == "select" and fields[0].required:
+    few = len(fields) == 1 and len(fields[0].choices) <= MAX_CHOICES
+    if few and fields[0].widget == "select" and fields[0].required:
         return View(request, "choice", tuple(lines), fields)
-    if len(fields) == 1 and fields[0].widget == "checks":
+    if few and fields[0].widget == "checks":
         return View(request, "multi", (*lines, field_line(fields[0])), fields)
     return View(request, "form", tuple(lines), fields)
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from toolnexus import Broker, Pending
@@ -39,8 +40,6 @@ log = logging.getLogger("toolnexus.slack")
 
 FORM_CALLBACK = "tnx.form"
 """The ``callback_id`` of the form modal."""
-MAX_BUTTONS = 24
-"""Choice buttons per message (an actions block takes 25 elements; one is Decline)."""
 
 
 def escape(text: str) -> str:
@@ -85,7 +84,7 @@ def message_blocks(view: View) -> list[dict[str, Any]]:
             opener = {**_button("Open link", "tnx.link", request_id), "url": link.url}
             elements.insert(0, opener)
     elif view.layout == "choice":
-        choices = view.fields[0].choices[:MAX_BUTTONS]
+        choices = view.fields[0].choices
         elements = [
             _button(label, f"tnx.choice.{i}", request_id) for i, (_, label) in enumerate(choices)
         ]
@@ -96,7 +95,7 @@ def message_blocks(view: View) -> list[dict[str, Any]]:
             "type": "multi_static_select",
             "action_id": "tnx.pick",
             "placeholder": _plain("Choose…"),
-            "options": [_option(i, label) for i, (_, label) in enumerate(f.choices[:100])],
+            "options": [_option(i, label) for i, (_, label) in enumerate(f.choices)],
         }
         chosen = f.state(None)[1]
         if chosen:
@@ -230,10 +229,13 @@ class SlackBot(ChatBot):
     async def post(self, view: View, earlier: Ref | None) -> Ref:
         blocks = message_blocks(view)
         if earlier is not None:
-            await self.client.chat_update(
-                channel=earlier["channel"], ts=earlier["ts"], text=view.text, blocks=blocks
-            )
-            return dict(earlier)
+            try:
+                await self.client.chat_update(
+                    channel=earlier["channel"], ts=earlier["ts"], text=view.text, blocks=blocks
+                )
+                return dict(earlier)
+            except SlackApiError as exc:  # deleted meanwhile, say: posted anew
+                log.warning("%s: its earlier message is gone (%s)", view.request.id, exc)
         sent = await self.client.chat_postMessage(
             channel=self.channel, text=view.text, blocks=blocks
         )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiogram import Bot, Dispatcher
+from aiogram.exceptions import TelegramBadRequest
 from aiogram.types import CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message
 
 from toolnexus import Broker, Event, Pending
@@ -38,9 +39,9 @@ from ..web.links import KNOWN_DOMAINS
 
 log = logging.getLogger("toolnexus.telegram")
 
-MAX_CHOICES = 40
-"""Choice buttons per message (Telegram allows 100 buttons; long lists are forms)."""
 SKIP, CANCEL = "-", "/cancel"
+_YES = ("y", "yes", "true", "1", "on")
+_NO = ("n", "no", "false", "0", "off")
 
 
 @dataclass
@@ -69,14 +70,14 @@ def keyboard(view: View, chosen: frozenset[int] = frozenset()) -> InlineKeyboard
         if view.link is not None and view.link.openable:
             rows.insert(0, [InlineKeyboardButton(text="Open link", url=view.link.url)])
     elif view.layout == "choice":
-        choices = view.fields[0].choices[:MAX_CHOICES]
+        choices = view.fields[0].choices
         rows = [
             [InlineKeyboardButton(text=label, callback_data=f"c{i}")]
             for i, (_, label) in enumerate(choices)
         ]
         rows.append([decline])
     elif view.layout == "multi":
-        choices = view.fields[0].choices[:MAX_CHOICES]
+        choices = view.fields[0].choices
         rows = [
             [
                 InlineKeyboardButton(
@@ -125,17 +126,18 @@ def read_reply(f: Field, text: str) -> dict[str, list[str]] | None:
 
     A choice is its number or its label; anything else is kept as sent for the
     schema check to name.
+
+    Raises:
+        ValueError: a yes/no field got neither (the message says what to reply).
     """
     text = text.strip()
     if text == SKIP:
         return None
     if f.widget == "checkbox":
-        yes = text.lower() in ("y", "yes", "true", "1", "on")
-        return (
-            {f.input_name: ["on"] if yes else []}
-            if yes or text.lower() in ("n", "no", "false", "0", "off")
-            else {f.input_name: [text]}
-        )
+        word = text.lower()
+        if word not in _YES + _NO:
+            raise ValueError(f"“{text}” is neither yes nor no")
+        return {f.input_name: ["on"] if word in _YES else []}
     if f.choices:
         parts = [p.strip() for p in text.split(",")] if f.widget == "checks" else [text]
         return {f.input_name: [_position(f, p) for p in parts if p]}
@@ -183,20 +185,26 @@ class TelegramBot(ChatBot):
             self.ticked.setdefault(view.request.id, view.fields[0].state(None)[1])
         markup = keyboard(view, self.ticked.get(view.request.id, frozenset()))
         if earlier is not None:
-            await self.bot.edit_message_text(
-                text=view.text,
-                chat_id=earlier["chat_id"],
-                message_id=earlier["message_id"],
-                reply_markup=markup,
-            )
-            return dict(earlier)
+            try:
+                await self._edit(earlier, view.text, markup)
+                return dict(earlier)
+            except TelegramBadRequest as exc:  # deleted meanwhile, say: sent anew
+                log.warning("%s: its earlier message is gone (%s)", view.request.id, exc)
         sent = await self.bot.send_message(self.chat_id, view.text, reply_markup=markup)
         return {"chat_id": sent.chat.id, "message_id": sent.message_id}
 
     async def close_message(self, ref: Ref, text: str) -> None:
-        await self.bot.edit_message_text(
-            text=text, chat_id=ref["chat_id"], message_id=ref["message_id"], reply_markup=None
-        )
+        await self._edit(ref, text, None)
+
+    async def _edit(self, ref: Ref, text: str, markup: InlineKeyboardMarkup | None) -> None:
+        """Edit the message at ``ref``; one already so is left alone."""
+        try:
+            await self.bot.edit_message_text(
+                text=text, chat_id=ref["chat_id"], message_id=ref["message_id"], reply_markup=markup
+            )
+        except TelegramBadRequest as exc:
+            if "not modified" not in str(exc):
+                raise
 
     async def gone(self, pending: Pending, event: Event) -> None:
         request_id = pending.request.id
@@ -238,13 +246,7 @@ class TelegramBot(ChatBot):
             if action.startswith("t"):
                 ticked = self.ticked.get(request_id, frozenset()) ^ {int(action[1:])}
                 self.ticked[request_id] = ticked
-                ref = self.refs[request_id]
-                await self.bot.edit_message_text(
-                    text=view.text,
-                    chat_id=ref["chat_id"],
-                    message_id=ref["message_id"],
-                    reply_markup=keyboard(view, ticked),
-                )
+                await self._edit(self.refs[request_id], view.text, keyboard(view, ticked))
                 return None
             if action == "f":
                 conversation = Conversation(request_id, user_id, view.fields)
@@ -285,7 +287,11 @@ class TelegramBot(ChatBot):
             await message.reply(TOO_LATE)
             return
         f = conversation.current
-        sent = read_reply(f, message.text)
+        try:
+            sent = read_reply(f, message.text)
+        except ValueError as exc:
+            await message.reply(f"✗ {exc}\n\n{question(conversation)}")
+            return
         value = form_data([f], sent) if sent is not None else {}
         errors = field_errors(pending.request.schema or {}, [f], value)
         if f.name in errors:
