@@ -298,6 +298,7 @@ class ChatBot(Worker):
         self.known_domains = known_domains
         self.shown: dict[str, Pending] = {}
         self.refs: dict[str, Ref] = {}
+        self.posting: dict[str, asyncio.Future[None]] = {}
 
     @abc.abstractmethod
     async def post(self, view: View, earlier: Ref | None) -> Ref:
@@ -310,16 +311,28 @@ class ChatBot(Worker):
     async def show(self, pending: Pending) -> None:
         request = pending.request
         self.shown[request.id] = pending
-        earlier = self.refs.get(request.id) or await self.messages.get(request.id)
-        ref = await self.post(view_of(request, self.known_domains), earlier)
-        ref["created_at"] = request.created_at
-        ref["summary"] = "\n".join(header(request)[:-1])  # without the time left
-        self.refs[request.id] = ref
-        await self.messages.put(request.id, ref)
+        posting = asyncio.ensure_future(self._post(request))
+        self.posting[request.id] = posting
+        # not cut short when the request ends meanwhile: gone() waits for it, then edits it
+        await asyncio.shield(posting)
+
+    async def _post(self, request: Request) -> None:
+        try:
+            earlier = self.refs.get(request.id) or await self.messages.get(request.id)
+            ref = await self.post(view_of(request, self.known_domains), earlier)
+            ref["created_at"] = request.created_at
+            ref["summary"] = "\n".join(header(request)[:-1])  # without the time left
+            self.refs[request.id] = ref
+            await self.messages.put(request.id, ref)
+        finally:
+            self.posting.pop(request.id, None)
 
     async def gone(self, pending: Pending, event: Event) -> None:
         request_id = pending.request.id
         self.shown.pop(request_id, None)
+        posting = self.posting.get(request_id)
+        if posting is not None:
+            await asyncio.gather(posting, return_exceptions=True)
         await self.finish(request_id, gone_note(event))
 
     async def finish(self, request_id: str, note: str) -> None:
@@ -339,21 +352,25 @@ class ChatBot(Worker):
         closed = 0
         for request_id, ref in (await self.messages.all()).items():
             since = ref.get("created_at")
-            records = await self.broker.audit(
-                since=float(since) - 1 if isinstance(since, int | float) else None,
-                request_id=request_id,
-            )
+            try:
+                records = await self.broker.audit(
+                    since=float(since) - 1 if isinstance(since, int | float) else None,
+                    request_id=request_id,
+                )
+            except ToolnexusError as exc:  # a Redis user without the audit trail (ACLs)
+                log.warning(
+                    "%s: cannot read its outcome (%s); its message is kept", request_id, exc
+                )
+                records = []
             if not records:
                 self.refs.setdefault(request_id, ref)
                 continue
             record = records[-1]
             who = record.person or record.responder
-            if record.status == "answered":
-                note = f"Answered elsewhere{f' by {who}' if who else ''}."
+            if record.status in ("expired", "withdrawn"):
+                note = gone_note(Event(event=record.status, id=request_id))  # type: ignore[arg-type]
             else:
-                note = gone_note(Event(event="expired", id=request_id))
-                if record.status == "withdrawn":
-                    note = gone_note(Event(event="withdrawn", id=request_id))
+                note = f"Answered elsewhere{f' by {who}' if who else ''}."
             await self.finish(request_id, note)
             closed += 1
         return closed
