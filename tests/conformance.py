@@ -25,6 +25,18 @@ import pexpect
 from playwright.async_api import Browser, Locator, Playwright, async_playwright
 
 import toolnexus
+from chat_fakes import (
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    TELEGRAM_TOKEN,
+    FakeSlack,
+    FakeTelegram,
+    block_actions,
+    post_interaction,
+    view_submission,
+)
+from chat_fakes import actions as chat_actions
+from chat_fakes import buttons as chat_buttons
 from conftest import RedisServer
 from toolnexus import (
     Answer,
@@ -566,6 +578,156 @@ class WebAdapter:
             await asyncio.gather(self.reader, return_exceptions=True)
 
 
+class _ChatAdapter:
+    """A chat bot's command in a subprocess, talking to a fake chat API in this process."""
+
+    group = "chat"
+    ready = "serving"
+
+    def __init__(self, directory: Path) -> None:
+        self.process: asyncio.subprocess.Process | None = None
+        self.lines: list[str] = []
+
+    async def launch(self, command: list[str]) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            *command, stderr=asyncio.subprocess.PIPE, env=clean_env()
+        )
+        self.reader = asyncio.create_task(self._read())
+        await eventually(self._serving, f"the {self.group} bot serving")
+
+    async def _read(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        async for line in self.process.stderr:
+            self.lines.append(line.decode())
+
+    async def _serving(self) -> bool:
+        return any(self.ready in line for line in self.lines)
+
+    async def terminate(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return await self.process.wait()
+
+    async def close(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+        if self.process is not None:
+            await asyncio.gather(self.reader, return_exceptions=True)
+
+
+class SlackAdapter(_ChatAdapter):
+    """``toolnexus worker slack`` in a subprocess; a local Slack Web API; signed clicks."""
+
+    group = "slack"
+    ready = "slack bot serving on"
+    user = "UCONFORM"
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.slack = FakeSlack()
+        self.started = False
+
+    async def start(self, url: str, namespace: str, queue: str) -> None:
+        await self.slack.__aenter__()
+        self.started = True
+        slack = ["--bot-token", BOT_TOKEN, "--signing-secret", SIGNING_SECRET, "--port", "0"]
+        slack += ["--channel", "C1", "--allow-user", self.user, "--api-url", self.slack.url]
+        await self.launch(worker_command("slack", url, namespace, queue, *slack))
+        self.endpoint = next(
+            m[1] for line in self.lines if (m := re.search(r"serving on (\S+)", line))
+        )
+
+    async def shows(self, request: Request) -> bool:
+        return bool(chat_actions(self.slack.message_about(request.prompt)))
+
+    async def _submit(self, request: Request, name: str) -> dict[str, object]:
+        await eventually(lambda: self.shows(request), f"{request.id} shown")
+        message = self.slack.message_about(request.prompt)
+        assert message is not None
+        opened = len(self.slack.named("views.open"))
+        click = block_actions(self.user, message, "tnx.form", request.id)
+        await post_interaction(self.endpoint, click)
+
+        async def modal() -> bool:
+            return len(self.slack.named("views.open")) > opened
+
+        await eventually(modal, "the modal opened")
+        view = self.slack.named("views.open")[-1].params["view"]
+        values = {
+            "f0": {"v": {"type": "plain_text_input", "value": name}},
+            "f1": {"v": {"type": "number_input", "value": "2"}},  # the default, as offered
+        }
+        reply = await post_interaction(self.endpoint, view_submission(self.user, view, values))
+        return dict(reply.json()) if reply.content.strip() else {}
+
+    async def answer(self, request: Request) -> None:
+        assert await self._submit(request, DATA["name"]) == {}
+
+    async def answer_invalidly(self, request: Request) -> str:
+        return str(await self._submit(request, INVALID["name"]))
+
+    async def close(self) -> None:
+        await super().close()
+        if self.started:
+            await self.slack.__aexit__()
+
+
+class TelegramAdapter(_ChatAdapter):
+    """``toolnexus worker telegram`` in a subprocess; a local Bot API; clicks and replies."""
+
+    group = "telegram"
+    ready = "telegram bot polling"
+    user, chat = 4242, -100777
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.telegram = FakeTelegram()
+        self.started = False
+
+    async def start(self, url: str, namespace: str, queue: str) -> None:
+        await self.telegram.__aenter__()
+        self.started = True
+        options = ["--bot-token", TELEGRAM_TOKEN, "--chat", str(self.chat), "--allow-user"]
+        options += [str(self.user), "--api-url", self.telegram.url, "--polling-timeout-s", "1"]
+        await self.launch(worker_command("telegram", url, namespace, queue, *options))
+
+    async def shows(self, request: Request) -> bool:
+        message = self.telegram.message_about(request.prompt)
+        return message is not None and bool(chat_buttons(message.markup))
+
+    async def _reply(self, request: Request, name: str, expect: str) -> str:
+        await eventually(lambda: self.shows(request), f"{request.id} shown")
+        message = self.telegram.message_about(request.prompt)
+        assert message is not None
+        before = len(self.telegram.sent(self.chat))
+        self.telegram.click(self.user, message, "f")
+
+        async def said(text: str, after: int) -> bool:
+            return any(text in t for t in self.telegram.sent(self.chat)[after:])
+
+        await eventually(lambda: said("1/2 Name", before), "the first question")
+        self.telegram.say(self.user, self.chat, name)
+        if name == INVALID["name"]:
+            await eventually(lambda: said(expect, before), "the refusal")
+            return next(t for t in self.telegram.sent(self.chat)[before:] if expect in t)
+        await eventually(lambda: said("2/2 Guests", before), "the second question")
+        self.telegram.say(self.user, self.chat, "-")  # the default
+        await eventually(lambda: said(expect, before), "the answer sent")
+        return expect
+
+    async def answer(self, request: Request) -> None:
+        await self._reply(request, DATA["name"], "Sent")
+
+    async def answer_invalidly(self, request: Request) -> str:
+        return await self._reply(request, INVALID["name"], REFUSAL)
+
+    async def close(self) -> None:
+        await super().close()
+        if self.started:
+            await self.telegram.__aexit__()
+
+
 Adapter = Callable[[Path], WorkerUnderTest]
 
 ADAPTERS: dict[str, Adapter] = {
@@ -573,5 +735,7 @@ ADAPTERS: dict[str, Adapter] = {
     "auto": AutoAdapter,
     "terminal": TerminalAdapter,
     "web": WebAdapter,
+    "slack": SlackAdapter,
+    "telegram": TelegramAdapter,
 }
 """Every worker of this repository, by name: the suite runs each check on each."""

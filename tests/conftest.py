@@ -21,6 +21,7 @@ import redis
 import redis.asyncio as aioredis
 
 import toolnexus
+from agents import agents  # noqa: F401 (a fixture: agents in other processes)
 from toolnexus.broker import Broker
 from toolnexus.redis_broker import RedisBroker
 

@@ -308,6 +308,7 @@ async def test_liveness_heartbeats_and_audit_have_their_writers_and_readers(
     # A responder records the withdrawal of a dead waiter's requests: it may add records
     # (each holds a signed answer that verify_record checks), never read them.
     await responder.xadd(audit, {"r": b"record of a withdrawal"})
+    assert len(await ops.xrange(audit)) == 2
     await noperm(responder.xrange(audit))
     await noperm(agent.xrange(audit))
     await noperm(ops.xadd(audit, {"r": b"x"}))
@@ -326,3 +327,13 @@ async def test_what_acls_cannot_prevent(acl_server: RedisServer, as_user: Any) -
         )
         answer = await waiting
         assert (answer.ok, answer.responder) == (True, "alice@ops")
+
+
+async def test_a_chat_bot_keeps_its_message_map_as_a_responder(as_user: Any) -> None:
+    messages = KEYS.chat("slack")
+    responder, agent = as_user("responder"), as_user("agent")
+    assert await responder.hset(messages, "req-1", '{"channel": "C1", "ts": "1.2"}') == 1
+    assert await responder.expire(messages, 60)
+    assert await responder.hgetall(messages) == {b"req-1": b'{"channel": "C1", "ts": "1.2"}'}
+    assert await responder.hdel(messages, "req-1") == 1
+    await noperm(agent.hset(messages, "req-2", "{}"))

@@ -10,16 +10,16 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
-import msgspec
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 import toolnexus
+from agents import AgentFactory
 from conformance import CHROMIUM, CHROMIUM_ARGS
 from conftest import FAST
 from toolnexus import Answer, Broker, ConfigurationError, Request, Source, new_id
@@ -36,76 +36,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 expect.set_options(timeout=WAIT_MS)
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
-
-AGENT = r"""
-import asyncio, sys
-import msgspec, toolnexus
-
-async def main():
-    url, namespace, request_json, timeout_s, withdraw_after_s = sys.argv[1:6]
-    request = msgspec.json.decode(request_json, type=toolnexus.Request)
-    async with toolnexus.connect(url, namespace=namespace, block_ms=100) as broker:
-        waiting = broker.wait_for(request, timeout_s=float(timeout_s))
-        if float(withdraw_after_s) > 0:
-            try:
-                answer = await asyncio.wait_for(waiting, float(withdraw_after_s))
-            except TimeoutError:
-                answer = toolnexus.Answer(id=request.id, ok=False, reason="withdrawn")
-        else:
-            answer = await waiting
-    sys.stdout.write(msgspec.json.encode(answer).decode() + "\n")
-
-asyncio.run(main())
-"""
-
-
-class Agent:
-    """An agent in another process waiting for one request's answer through Redis."""
-
-    def __init__(self, process: asyncio.subprocess.Process, request: Request) -> None:
-        self.process = process
-        self.request = request
-
-    async def answer(self, timeout_s: float = 60) -> Answer:
-        assert self.process.stdout is not None
-        line = await asyncio.wait_for(self.process.stdout.readline(), timeout_s)
-        assert line, "the agent process ended without an answer"
-        return msgspec.json.decode(line, type=Answer)
-
-    @property
-    def waiting(self) -> bool:
-        return self.process.returncode is None
-
-
-AgentFactory = Callable[..., Any]
-
-
-@pytest.fixture
-async def agents(redis_url: str, namespace: str) -> AsyncIterator[AgentFactory]:
-    """Start agents: ``await agents(request, timeout_s=120, withdraw_after_s=0)``."""
-    started: list[Agent] = []
-
-    async def start(request: Request, timeout_s: float = 120, withdraw_after_s: float = 0) -> Agent:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            AGENT,
-            redis_url,
-            namespace,
-            msgspec.json.encode(request).decode(),
-            str(timeout_s),
-            str(withdraw_after_s),
-            stdout=subprocess.PIPE,
-        )
-        agent = Agent(process, request)
-        started.append(agent)
-        return agent
-
-    yield start
-    for agent in started:
-        if agent.waiting:
-            agent.process.kill()
-        await agent.process.wait()
 
 
 @pytest.fixture

@@ -27,16 +27,21 @@ def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 def test_the_workers_are_listed() -> None:
     done = run("worker", "--help")
     assert done.returncode == 0
-    assert "Run a responder worker: auto, terminal, web." in " ".join(done.stdout.split())
+    assert "Run a responder worker: auto, slack, telegram, terminal, web." in " ".join(
+        done.stdout.split()
+    )
 
 
 def test_an_unknown_worker_is_refused_by_name() -> None:
     done = run("worker", "slak")
     assert done.returncode == 2
-    assert done.stderr == "toolnexus: no worker named 'slak' (installed: auto, terminal, web)\n"
+    assert (
+        done.stderr
+        == "toolnexus: no worker named 'slak' (installed: auto, slack, telegram, terminal, web)\n"
+    )
 
 
-@pytest.mark.parametrize("name", ["auto", "terminal", "web"])
+@pytest.mark.parametrize("name", ["auto", "slack", "telegram", "terminal", "web"])
 def test_every_worker_takes_the_common_options(name: str) -> None:
     done = run("worker", name, "--help")
     assert done.returncode == 0, done.stderr
@@ -53,16 +58,23 @@ def test_the_url_comes_from_the_environment(tmp_path: Path) -> None:
     assert "toolnexus worker auto: cannot reach Redis at redis://127.0.0.1:1/0" in done.stderr
 
 
-def test_a_missing_extra_names_the_install_command() -> None:
-    blocked = ["starlette", "uvicorn", "sse_starlette", "jinja2"]
+@pytest.mark.parametrize(
+    ("worker", "blocked"),
+    [
+        ("web", ["starlette", "uvicorn", "sse_starlette", "jinja2"]),
+        ("slack", ["slack_bolt", "slack_sdk", "aiohttp"]),
+        ("telegram", ["aiogram"]),
+    ],
+)
+def test_a_missing_extra_names_the_install_command(worker: str, blocked: list[str]) -> None:
     code = (
         "import sys\n"
         f"for name in {blocked!r}: sys.modules[name] = None  # as if never installed\n"
         "from toolnexus.cli import main\n"
-        "sys.exit(main(['worker', 'web']))\n"
+        f"sys.exit(main(['worker', {worker!r}]))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
     )
     assert done.returncode == 2
-    assert done.stderr.rstrip().endswith("pip install 'toolnexus[web]'")
+    assert done.stderr.rstrip().endswith(f"pip install 'toolnexus[{worker}]'"), done.stderr

@@ -12,6 +12,7 @@ step touches share a slot, while queues and waiters spread over slots:
 - ``{ns:w:<waiter>}:alive``     liveness mark of one waiting process (a key with a TTL)
 - ``{ns:q:<queue>}:route:<id>`` which waiter a request belongs to (answering by id alone)
 - ``{ns:q:<queue>}:workers``    heartbeats of the queue's responder workers (``group/consumer``)
+- ``{ns:q:<queue>}:chat:<name>`` a chat worker's messages: request id -> where its message is
 
 The resolve script touches requests' states, their waiter's reply stream and liveness
 mark: all are tagged by the waiter, so it runs on one slot. The publish script adds requests
@@ -102,6 +103,15 @@ class Keys:
             if queue and not any(c in queue for c in "{}: \n"):
                 return queue
         return None
+
+    def chat(self, name: str) -> str:
+        """The hash of chat worker ``name``'s messages (``slack``, ``telegram``): field a
+        request id, value where that request's message is (in the queue's slot).
+
+        Raises:
+            ConfigurationError: ``name`` is empty or has braces, colons or whitespace.
+        """
+        return f"{self._tag}:chat:{_check_name('chat worker name', name)}"
 
     def __repr__(self) -> str:
         return f"Keys(namespace={self.namespace!r}, queue={self.queue!r})"

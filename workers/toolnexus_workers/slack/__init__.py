@@ -1,0 +1,140 @@
+"""``toolnexus worker slack``: each request a message in a Slack channel (SPEC §12).
+
+Who asks, the prompt and the time left, with buttons (approval, single choice), a
+menu and Send (multiple choice), a modal built from the schema (forms), or the link,
+its domain and warnings with Done / Decline (authorization). Only the allowed Slack
+user ids may answer; the answer's person is ``slack:<user id>``. Needs
+``pip install 'toolnexus[slack]'``.
+
+    SLACK_BOT_TOKEN=xoxb-... SLACK_SIGNING_SECRET=... \\
+        toolnexus worker slack --channel C0123 --allow-user U0456 --port 3000
+
+Interactions come to ``http://host:port/slack/events`` (the app's Request URL), or
+over Socket Mode with ``--app-token`` / ``SLACK_APP_TOKEN`` instead of a signing secret.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from toolnexus import Broker
+from toolnexus.errors import ConfigurationError
+
+from ..chat import require_extra, split_ids
+from ..options import EXIT_CONFIGURATION, configure_logging, run_main, worker_parser
+from ..web.links import KNOWN_DOMAINS
+
+API_URL = "https://slack.com/api/"
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``toolnexus worker slack``."""
+    p = worker_parser("slack", "Post requests to a Slack channel, answered there.", group="slack")
+    slack = p.add_argument_group("slack")
+    env = os.environ.get
+    slack.add_argument(
+        "--bot-token", default=env("SLACK_BOT_TOKEN"), help="bot token xoxb-… ($SLACK_BOT_TOKEN)"
+    )
+    slack.add_argument(
+        "--signing-secret",
+        default=env("SLACK_SIGNING_SECRET"),
+        help="signing secret, for interactions over HTTP ($SLACK_SIGNING_SECRET)",
+    )
+    slack.add_argument(
+        "--app-token",
+        default=env("SLACK_APP_TOKEN"),
+        help="app-level token xapp-…, for Socket Mode instead of HTTP ($SLACK_APP_TOKEN)",
+    )
+    slack.add_argument(
+        "--channel",
+        default=env("TOOLNEXUS_SLACK_CHANNEL"),
+        help="channel id to post in ($TOOLNEXUS_SLACK_CHANNEL)",
+    )
+    slack.add_argument(
+        "--allow-user",
+        action="append",
+        default=split_ids(env("TOOLNEXUS_SLACK_USERS")),
+        metavar="ID",
+        help="Slack user id who may answer, repeatable; '*' for anyone ($TOOLNEXUS_SLACK_USERS, "
+        "comma-separated)",
+    )
+    slack.add_argument("--host", default="127.0.0.1", help="HTTP endpoint address (127.0.0.1)")
+    slack.add_argument("--port", type=int, default=3000, help="HTTP endpoint port (3000)")
+    slack.add_argument("--path", default="/slack/events", help="HTTP endpoint path")
+    slack.add_argument(
+        "--api-url",
+        default=env("TOOLNEXUS_SLACK_API_URL") or API_URL,
+        help=f"Slack Web API base URL ({API_URL}; $TOOLNEXUS_SLACK_API_URL)",
+    )
+    slack.add_argument(
+        "--known-domain",
+        action="append",
+        default=[],
+        metavar="DOMAIN",
+        help="a domain to guard against look-alikes, besides the built-in list (repeatable)",
+    )
+    return p
+
+
+def check(args: argparse.Namespace) -> None:
+    """Raises: ConfigurationError for a missing extra, token, secret, channel or user."""
+    require_extra("slack", ("slack_bolt", "slack_sdk", "aiohttp"))
+    if not args.bot_token:
+        raise ConfigurationError("no Slack bot token: pass --bot-token or set SLACK_BOT_TOKEN")
+    if not args.signing_secret and not args.app_token:
+        raise ConfigurationError(
+            "no way to receive clicks: pass --signing-secret (SLACK_SIGNING_SECRET) for the "
+            "HTTP endpoint, or --app-token (SLACK_APP_TOKEN) for Socket Mode"
+        )
+    if not args.channel:
+        raise ConfigurationError("no Slack channel: pass --channel or set TOOLNEXUS_SLACK_CHANNEL")
+    if not args.allow_user:
+        raise ConfigurationError(
+            "nobody may answer: pass --allow-user ID (repeatable, '*' for anyone) "
+            "or set TOOLNEXUS_SLACK_USERS"
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``toolnexus worker slack``; return its exit status (2 for a bad configuration)."""
+    args = parser().parse_args(argv)
+    configure_logging(args)
+    try:
+        check(args)
+    except ConfigurationError as exc:
+        sys.stderr.write(f"{args.prog}: {exc}\n")
+        return EXIT_CONFIGURATION
+    return run_main(args, lambda broker: _serve(broker, args))
+
+
+async def _serve(broker: Broker, args: argparse.Namespace) -> int:
+    from .server import SlackServer
+
+    server = SlackServer(
+        broker,
+        bot_token=args.bot_token,
+        signing_secret=args.signing_secret,
+        app_token=args.app_token,
+        channel=args.channel,
+        allowed=args.allow_user,
+        host=args.host,
+        port=args.port,
+        path=args.path,
+        api_url=args.api_url,
+        known_domains=KNOWN_DOMAINS + tuple(d.lower() for d in args.known_domain),
+        namespace=args.namespace,
+        queue=args.queue,
+        group=args.group,
+        consumer=args.consumer,
+        concurrency=args.concurrency,
+        drain_s=args.drain_s,
+        heartbeat_ttl_s=args.heartbeat_ttl_s,
+    )
+    await server.run()
+    return 0
+
+
+__all__ = ["main", "parser"]

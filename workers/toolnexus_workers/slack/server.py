@@ -1,0 +1,131 @@
+"""The Slack bot running: Bolt's endpoint (aiohttp) or Socket Mode, and its responder service."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Sequence
+
+from aiohttp import web
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from toolnexus import Broker
+from toolnexus.errors import ConfigurationError
+from toolnexus.keys import Keys
+
+from ..chat import Allowed, ChatServer, MessageMap
+from ..web.links import KNOWN_DOMAINS
+from .bot import SlackBot
+
+log = logging.getLogger("toolnexus.slack")
+
+
+class SlackServer(ChatServer):
+    """The Slack worker: posts ``broker``'s requests to ``channel``, takes clicks on
+    ``http://host:port/path`` (signed with ``signing_secret``) or, given an
+    ``app_token``, over Socket Mode. ``port=0`` picks a free port (see :attr:`url`).
+
+    Raises:
+        ConfigurationError: no allowed user, or the address cannot be listened on.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        bot_token: str,
+        channel: str,
+        allowed: Sequence[str],
+        signing_secret: str | None = None,
+        app_token: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 3000,
+        path: str = "/slack/events",
+        api_url: str = "https://slack.com/api/",
+        known_domains: tuple[str, ...] = KNOWN_DOMAINS,
+        namespace: str = "toolnexus",
+        queue: str = "default",
+        group: str = SlackBot.group,
+        consumer: str | None = None,
+        concurrency: int = 100,
+        drain_s: float = 10.0,
+        heartbeat_ttl_s: float = 30.0,
+    ) -> None:
+        client = AsyncWebClient(token=bot_token, base_url=api_url.rstrip("/") + "/")
+        self.app = AsyncApp(
+            client=client,
+            signing_secret=signing_secret or "",
+            request_verification_enabled=signing_secret is not None,
+        )
+        self.app_token = app_token if not signing_secret else None
+        self.host, self.port, self.path = host, port, path
+        bot = SlackBot(
+            broker,
+            MessageMap(broker.url, Keys(namespace, queue), group),
+            Allowed("slack", allowed),
+            app=self.app,
+            channel=channel,
+            known_domains=known_domains,
+        )
+        super().__init__(
+            broker,
+            bot,
+            group=group,
+            consumer=consumer,
+            concurrency=concurrency,
+            drain_s=drain_s,
+            heartbeat_ttl_s=heartbeat_ttl_s,
+        )
+        self._runner: web.AppRunner | None = None
+        self._socket_mode: object | None = None
+
+    @property
+    def url(self) -> str:
+        """The interaction endpoint, e.g. ``http://127.0.0.1:3000/slack/events``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{self.path}"
+
+    async def open_transport(self) -> None:
+        if self.app_token:
+            from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+            handler = AsyncSocketModeHandler(self.app, self.app_token)
+            await handler.connect_async()  # type: ignore[no-untyped-call]
+            self._socket_mode = handler
+            log.info("slack bot on Socket Mode (group %r)", self.service.group)
+            return
+        sock = _listen(self.host, self.port)
+        self.port = sock.getsockname()[1]
+        self._runner = web.AppRunner(self.app.web_app(path=self.path), access_log=None)
+        await self._runner.setup()
+        await web.SockSite(self._runner, sock).start()
+        log.info("slack bot serving on %s (group %r)", self.url, self.service.group)
+
+    async def close_transport(self) -> None:
+        if self._socket_mode is not None:
+            from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+            assert isinstance(self._socket_mode, AsyncSocketModeHandler)
+            await self._socket_mode.close_async()  # type: ignore[no-untyped-call]
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from exc
+    sock.setblocking(False)
+    return sock
