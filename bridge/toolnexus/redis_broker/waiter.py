@@ -137,19 +137,13 @@ class Waiter:
             deadline_of(request, timeout_s, core.settings.default_timeout_s),
             now + core.settings.stream_retention_s,
         )
-        changes: dict[str, Any] = {"expires_at": deadline, "reply_to": self.id}
-        if allow is not None:
-            changes["allow"] = list(allow)
-        published = msgspec.structs.replace(request, **changes)
-        signatures = core.signatures
-        payload = core.codec.encode(signatures.sign_request(published))
+        payload, checked = self._encode(request, deadline, allow)
         if len(payload) > core.codec.max_bytes:
             raise InvalidRequest(
                 f"request {request.id!r} is {len(payload)} bytes encoded, over the limit of "
                 f"{core.codec.max_bytes} bytes"
             )
         loop = asyncio.get_running_loop()
-        checked = signatures.required or bool(len(signatures.keyring)) or bool(published.allow)
         wait = _Wait(request.id, payload, ms(deadline), loop.create_future(), checked)
         self.waits[request.id] = wait  # registered before it is published
         if self._reader is None or self._reader.done():
@@ -188,6 +182,20 @@ class Waiter:
         return outcome
 
     # -- publishing ---------------------------------------------------------------
+
+    def _encode(
+        self, request: Request, deadline: float, allow: Sequence[str] | None
+    ) -> tuple[bytes, bool]:
+        """``request`` as published (deadline, reply_to, allow-list; signed if this process
+        has a key), encoded, and whether its answers are checked. A method of its own so that
+        the copies it makes do not live on in every waiting coroutine's frame."""
+        changes: dict[str, Any] = {"expires_at": deadline, "reply_to": self.id}
+        if allow is not None:
+            changes["allow"] = list(allow)
+        published = msgspec.structs.replace(request, **changes)
+        signatures = self.core.signatures
+        checked = signatures.required or bool(len(signatures.keyring)) or bool(published.allow)
+        return self.core.codec.encode(signatures.sign_request(published)), checked
 
     def _publish(self, wait: _Wait) -> None:
         """Open the request's state and add it to the request stream, with everything else
