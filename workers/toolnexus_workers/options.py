@@ -23,7 +23,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import toolnexus
-from toolnexus import Broker, BrokerUnavailable, Service, ToolnexusError, Worker
+from toolnexus import (
+    Broker,
+    BrokerUnavailable,
+    ConfigurationError,
+    Service,
+    ToolnexusError,
+    Worker,
+)
 from toolnexus.metrics import Metrics
 from toolnexus.ops import scrubbed
 
@@ -226,6 +233,23 @@ def run_main(args: argparse.Namespace, work: Callable[[Broker], Awaitable[int]])
         return EXIT_CONFIGURATION
     except KeyboardInterrupt:  # before the worker's own signal handling was in place
         return EXIT_INTERRUPTED
+
+
+def run_checked(
+    args: argparse.Namespace,
+    check: Callable[[argparse.Namespace], None],
+    serve: Callable[[Broker, argparse.Namespace], Awaitable[int]],
+) -> int:
+    """A worker's ``main``: configure logging, refuse a bad configuration (``check`` raising
+    :class:`~toolnexus.ConfigurationError`: one line, status 2), then :func:`run_main` with
+    ``serve(broker, args)``."""
+    configure_logging(args)
+    try:
+        check(args)
+    except ConfigurationError as exc:
+        sys.stderr.write(f"{_prog(args)}: {exc}\n")
+        return EXIT_CONFIGURATION
+    return run_main(args, lambda broker: serve(broker, args))
 
 
 def _prog(args: argparse.Namespace) -> str:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Sequence
 
 from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
 
 from ..chat import require_extra, split_ids
-from ..options import EXIT_CONFIGURATION, configure_logging, run_main, worker_parser
+from ..options import run_checked, worker_parser
 from ..web.links import KNOWN_DOMAINS
 
 API_URL = "https://slack.com/api/"
@@ -100,14 +99,7 @@ def check(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``toolnexus worker slack``; return its exit status (2 for a bad configuration)."""
-    args = parser().parse_args(argv)
-    configure_logging(args)
-    try:
-        check(args)
-    except ConfigurationError as exc:
-        sys.stderr.write(f"{args.prog}: {exc}\n")
-        return EXIT_CONFIGURATION
-    return run_main(args, lambda broker: _serve(broker, args))
+    return run_checked(parser().parse_args(argv), check, _serve)
 
 
 async def _serve(broker: Broker, args: argparse.Namespace) -> int:

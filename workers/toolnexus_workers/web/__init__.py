@@ -25,13 +25,7 @@ from pathlib import Path
 from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
 
-from ..options import (
-    EXIT_CONFIGURATION,
-    configure_logging,
-    run_main,
-    watch_service,
-    worker_parser,
-)
+from ..options import run_checked, watch_service, worker_parser
 
 _EXTRA = ("starlette", "uvicorn", "sse_starlette", "jinja2")
 
@@ -82,13 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         password = getpass.getpass("Password: ") if sys.stdin.isatty() else sys.stdin.readline()
         sys.stdout.write(hash_password(password.rstrip("\n")) + "\n")
         return 0
-    configure_logging(args)
-    try:
-        _require_extra()
-    except ConfigurationError as exc:
-        sys.stderr.write(f"{args.prog}: {exc}\n")
-        return EXIT_CONFIGURATION
-    return run_main(args, lambda broker: _serve(broker, args))
+    return run_checked(args, lambda _args: _require_extra(), _serve)
 
 
 async def _serve(broker: Broker, args: argparse.Namespace) -> int:
