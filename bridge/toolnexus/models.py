@@ -46,6 +46,33 @@ class Signature(msgspec.Struct, omit_defaults=True, frozen=True):
     digest: bytes | None = None
 
 
+class Quorum(msgspec.Struct, omit_defaults=True, frozen=True):
+    """A request that needs ``need`` accepting answers from distinct persons (by verified
+    identity: responder key name and person) before it resolves. ``decline="veto"``: any
+    decline resolves it declined; ``"count"``: declines are counted too, and whichever of
+    accepts and declines reaches ``need`` first decides (SPEC §14)."""
+
+    need: int
+    decline: Literal["veto", "count"] = "veto"
+
+
+class Hop(msgspec.Struct, omit_defaults=True, frozen=True):
+    """One step of an escalation: unanswered ``after_s`` seconds after the request was
+    created, it is published to queue ``queue`` as well (SPEC §14)."""
+
+    after_s: float
+    queue: str
+
+
+class OnExpiry(msgspec.Struct, omit_defaults=True, frozen=True):
+    """What a request's waiter receives when nobody answers in time: accept (``ok=True``)
+    with ``data``, or with the form's defaults when ``data`` is None; or decline
+    (``ok=False``). The answer says so: ``reason="expired"`` and ``defaulted=True``."""
+
+    ok: bool = False
+    data: Any = None
+
+
 class Request(msgspec.Struct, tag="request", tag_field="type", omit_defaults=True):
     """Something that suspends an agent until a person (or a bot) answers it.
 
@@ -55,6 +82,9 @@ class Request(msgspec.Struct, tag="request", tag_field="type", omit_defaults=Tru
     ``reply_to`` is routing set by the broker that published it. ``allow`` names who may
     answer (responder key names and persons, ``*`` patterns; ``None``: anyone), and
     ``signature`` is the asking agent's (:func:`toolnexus.signing.sign_request`).
+    ``quorum``, ``escalate``, ``on_expiry`` and ``durable`` go beyond a single answer
+    (SPEC §14): see :class:`Quorum`, :class:`Hop`, :class:`OnExpiry`; a durable request
+    outlives its waiting process, and waiting again with its id attaches to it.
     """
 
     id: str
@@ -70,6 +100,10 @@ class Request(msgspec.Struct, tag="request", tag_field="type", omit_defaults=Tru
     meta: dict[str, Any] = msgspec.field(default_factory=dict)
     allow: list[str] | None = None
     signature: Signature | None = None
+    quorum: Quorum | None = None
+    escalate: list[Hop] | None = None
+    on_expiry: OnExpiry | None = None
+    durable: bool = False
 
     @property
     def schema(self) -> dict[str, Any] | None:
@@ -89,7 +123,9 @@ class Answer(msgspec.Struct, tag="answer", tag_field="type", omit_defaults=True)
     ``"unavailable"``, or another a responder chose. ``responder`` names the responder
     (a consumer, or a verified key name); ``person`` who answered behind it, if known.
     ``signature`` is the responder's, bound to the request's digest
-    (:func:`toolnexus.signing.sign_answer`).
+    (:func:`toolnexus.signing.sign_answer`). ``defaulted`` marks the outcome the request's
+    :class:`OnExpiry` gave when nobody answered (``reason="expired"``): no person's answer.
+    ``approvals`` lists, for a :class:`Quorum`, every accepting answer that was counted.
     """
 
     id: str
@@ -101,6 +137,8 @@ class Answer(msgspec.Struct, tag="answer", tag_field="type", omit_defaults=True)
     answered_at: float = msgspec.field(default_factory=time.time)
     meta: dict[str, Any] = msgspec.field(default_factory=dict)
     signature: Signature | None = None
+    defaulted: bool = False  # the request's OnExpiry, applied by the broker: no person's
+    approvals: list[Approval] | None = None  # a quorum's: every accepting answer counted
 
     @property
     def answered_by(self) -> str | None:
@@ -109,7 +147,17 @@ class Answer(msgspec.Struct, tag="answer", tag_field="type", omit_defaults=True)
         return " / ".join(name for name in (self.responder, self.person) if name) or None
 
 
-EventType: TypeAlias = Literal["answered", "expired", "withdrawn", "completed"]
+class Approval(msgspec.Struct, omit_defaults=True, frozen=True):
+    """One accepting answer counted towards a :class:`Quorum`: who gave it, and when."""
+
+    responder: str | None
+    person: str | None
+    at: float
+
+
+EventType: TypeAlias = Literal[
+    "answered", "expired", "withdrawn", "completed", "approved", "escalated"
+]
 
 
 class Event(msgspec.Struct, tag="event", tag_field="type", omit_defaults=True):
@@ -119,6 +167,10 @@ class Event(msgspec.Struct, tag="event", tag_field="type", omit_defaults=True):
     id: str
     answer: Answer | None = None
     at: float = msgspec.field(default_factory=time.time)
+    count: int | None = None  # "approved": accepting answers counted so far
+    need: int | None = None  # "approved": how many the quorum needs
+    approvers: list[str] | None = None  # "approved": who approved so far (answered_by)
+    queue: str | None = None  # "escalated": the queue the request moved on to
 
 
 class Heartbeat(msgspec.Struct, tag="heartbeat", tag_field="type", omit_defaults=True):
