@@ -25,7 +25,20 @@ from .errors import (
     UnknownRequest,
 )
 from .mcp_source import answer_to_elicit_result, elicitation_to_request
-from .models import Answer, Event, Heartbeat, Request, Signature, Source, WaitFor, new_id
+from .models import (
+    Answer,
+    Approval,
+    Event,
+    Heartbeat,
+    Hop,
+    OnExpiry,
+    Quorum,
+    Request,
+    Signature,
+    Source,
+    WaitFor,
+    new_id,
+)
 from .question import QUESTION_TOOL, QuestionResult, question, question_tool
 from .schema import validate_form
 from .serve import Service, Worker, serve
@@ -79,6 +92,7 @@ __all__ = [
     "QUESTION_TOOL",
     "AlreadyResolved",
     "Answer",
+    "Approval",
     "AuditRecord",
     "Broker",
     "BrokerClosed",
@@ -90,6 +104,7 @@ __all__ = [
     "Event",
     "EventStream",
     "Heartbeat",
+    "Hop",
     "InvalidAnswer",
     "InvalidRequest",
     "Keyring",
@@ -99,8 +114,10 @@ __all__ = [
     "McpToolset",
     "NotAllowed",
     "NotResolved",
+    "OnExpiry",
     "Pending",
     "QuestionResult",
+    "Quorum",
     "Request",
     "Responder",
     "ServerUnavailable",
