@@ -18,7 +18,7 @@ import msgspec
 
 from .broker import connect
 from .errors import BrokerUnavailable, ConfigurationError, InvalidAnswer, NotResolved
-from .models import DECLINED, DISMISSED, UNAVAILABLE, Answer, Request, Source, new_id
+from .models import DECLINED, DISMISSED, UNAVAILABLE, Answer, OnExpiry, Request, Source, new_id
 from .ops import scrubbed
 from .question import question_schema
 
@@ -52,23 +52,28 @@ def build_request(
     schema: dict[str, Any] | None = None,
     choices: Sequence[str] | None = None,
     agent: str = "toolnexus ask",
+    request_id: str | None = None,
+    on_expiry: OnExpiry | None = None,
+    durable: bool = False,
 ) -> Request:
     """The request ``ask`` publishes: an ``approval`` for a bare prompt, an ``input`` form for
-    a schema or for choices (a one-field form named ``answer``).
+    a schema or for choices (a one-field form named ``answer``); with ``request_id`` (a
+    fresh one if None), ``on_expiry`` and ``durable`` as given (SPEC §14).
 
     Raises:
         InvalidRequest: the schema is not a flat MCP form schema, or choices are empty.
     """
+    common: dict[str, Any] = {
+        "id": request_id or new_id(),
+        "prompt": prompt,
+        "source": Source(agent=agent),
+        "on_expiry": on_expiry,
+        "durable": durable,
+    }
     if schema is None and not choices:
-        return Request(id=new_id(), kind="approval", prompt=prompt, source=Source(agent=agent))
+        return Request(kind="approval", **common)
     form = question_schema(options=list(choices) if choices else None, schema=schema)
-    return Request(
-        id=new_id(),
-        kind="input",
-        prompt=prompt,
-        data={"schema": form},
-        source=Source(agent=agent),
-    )
+    return Request(kind="input", data={"schema": form}, **common)
 
 
 def exit_status(answer: Answer) -> int:
@@ -103,8 +108,9 @@ async def ask(
     """
     try:
         async with connect(url, **options) as broker:
+            durably = "durably " if request.durable else ""
             print(
-                f"toolnexus ask: waiting for an answer to {request.id} "
+                f"toolnexus ask: waiting {durably}for an answer to {request.id} "
                 f"(queue {options.get('queue', 'default')}, up to {timeout_s:g} s)",
                 file=sys.stderr,
                 flush=True,
@@ -117,7 +123,10 @@ async def ask(
         print(answer_json(answer))
     elif answer.ok:
         print(json.dumps(answer.data))
-    if not answer.ok:
+    if answer.defaulted:
+        outcome = "accepted" if answer.ok else "declined"
+        print(f"toolnexus ask: {request.id} expired: {outcome} by default", file=sys.stderr)
+    elif not answer.ok:
         by = f" by {answer.answered_by}" if answer.answered_by else ""
         print(f"toolnexus ask: {request.id} {answer.reason}{by}", file=sys.stderr)
     return exit_status(answer)
