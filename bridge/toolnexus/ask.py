@@ -23,8 +23,9 @@ from .ops import scrubbed
 from .question import question_schema
 
 EXIT_ACCEPTED, EXIT_DECLINED, EXIT_NOT_ANSWERED, EXIT_UNREACHABLE = 0, 1, 2, 3
-"""``ask``: accepted; declined; expired, dismissed or withdrawn (and bad usage, as
-argparse exits); the broker could not be reached."""
+"""``ask``: accepted (also by default on expiry); declined (also by default on expiry);
+expired, dismissed or withdrawn (and bad usage, as argparse exits); the broker could not
+be reached."""
 
 EXIT_ANSWERED, EXIT_REFUSED = 0, 1
 """``answer``: the answer resolved the request; it was refused (already resolved, unknown,
@@ -80,7 +81,7 @@ def exit_status(answer: Answer) -> int:
     """The exit status of ``ask`` for ``answer``."""
     if answer.ok:
         return EXIT_ACCEPTED
-    if answer.reason == DECLINED:
+    if answer.reason == DECLINED or answer.defaulted:  # declined, or by default on expiry
         return EXIT_DECLINED
     if answer.reason == UNAVAILABLE:
         return EXIT_UNREACHABLE
