@@ -27,9 +27,13 @@ from toolnexus import (
     Request,
     new_id,
 )
+from toolnexus.audit import audit_record
 from toolnexus.mcp_source import answer_to_elicit_result
 from toolnexus.models import OnExpiry
+from toolnexus.ops import audit_text, read_status, status_text
 from toolnexus.outcomes import expired_answer
+from toolnexus_workers.chat import header
+from toolnexus_workers.web.board import gone_note, standing_notes
 
 FORM = {
     "type": "object",
@@ -227,3 +231,33 @@ def test_a_defaulted_accept_is_an_mcp_accept_with_its_data() -> None:
     declined = expired_answer(booking(OnExpiry(ok=False)))
     assert answer_to_elicit_result(declined).action == "decline"
     assert answer_to_elicit_result(expired_answer(booking(None))).action == "cancel"
+
+
+def test_workers_status_and_audit_show_a_default_and_a_durable_request_as_such() -> None:
+    request = booking(OnExpiry(ok=True), durable=True)
+    lines = header(request)
+    assert "If nobody answers in time, it is accepted by default." in lines
+    assert "Durable: it stays open while the agent restarts." in lines
+    assert standing_notes(booking(None)) == []
+    defaulted = expired_answer(request)
+    event = Event(event="expired", id=request.id, answer=defaulted)
+    assert gone_note(event) == "Expired: nobody answered in time; accepted by default."
+    plain = Event(event="expired", id=request.id, answer=expired_answer(booking(None)))
+    assert gone_note(plain) == "Expired: nobody answered in time."
+    line = audit_text(audit_record(request, "expired", defaulted, verified=None))
+    assert " expired (accepted by default) by - " in line and " durably " in line
+
+
+@pytest.mark.redis
+async def test_status_counts_open_durable_requests(redis_url: str, namespace: str) -> None:
+    request = booking(None, durable=True)
+    async with connected(redis_url, namespace) as broker:
+        waiting = asyncio.create_task(broker.wait_for(request, timeout_s=30))
+        await until(lambda: published_at_least(broker, 1))
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        status = await read_status(redis_url, namespace, ["default"])
+        await broker.answer(Answer(id=request.id, ok=True, data={"seats": 3}))
+        after = await read_status(redis_url, namespace, ["default"])
+    assert status.queues[0].durable_open == 1 and after.queues[0].durable_open == 0
+    assert "1 durable open" in status_text(status)

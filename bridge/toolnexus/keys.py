@@ -99,6 +99,10 @@ class Keys:
         """A ``SCAN MATCH`` pattern for every waiter's liveness mark in this namespace."""
         return f"{{{_glob_escape(self.namespace)}:w:*}}:alive"
 
+    def durable_states_pattern(self) -> str:
+        """A ``SCAN MATCH`` pattern for the state of every durable request of this queue."""
+        return f"{{{_glob_escape(self.namespace)}:w:{self.durable_waiter()}}}:r:*"
+
     def requests_pattern(self) -> str:
         """A ``SCAN MATCH`` pattern for the request stream of every queue in this namespace."""
         return f"{{{_glob_escape(self.namespace)}:q:*}}:requests"
