@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import shlex
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -119,25 +121,34 @@ async def test_a_non_durable_agent_killed_while_waiting_is_withdrawn(
     assert (record.status, record.durable) == ("withdrawn", False)
 
 
-async def test_toolnexus_ask_durable_killed_answered_and_asked_again(
+def readme_commands() -> list[list[str]]:
+    """The commands of the README's durable-wait example, as argument lists."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme.split("## Defaults on expiry and durable waits (SPEC §14)", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [shlex.split(line)[1:] for line in block.splitlines() if not line.startswith("#")]
+
+
+async def test_the_readme_toolnexus_ask_durable_killed_answered_and_asked_again(
     redis_url: str, namespace: str
 ) -> None:
-    request_id = new_id()
-    ask = ("ask", "Deploy?", "--durable", "--id", request_id, *broker_args(redis_url, namespace))
+    ask, answer, ask_again = readme_commands()
+    assert ask == ask_again and "--durable" in ask
+    where = broker_args(redis_url, namespace)
     async with connected(redis_url, namespace) as broker:
         process = await asyncio.create_subprocess_exec(
-            TOOLNEXUS, *ask, "--timeout", "60", env=_env(),
+            TOOLNEXUS, *ask, *where, env=_env(),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
         await until(lambda: published_at_least(broker, 1))
         process.send_signal(signal.SIGKILL)
         await process.wait()
-        answered = await run("answer", request_id, "--accept", *broker_args(redis_url, namespace))
-        again = await run(*ask, "--json")
+        answered = await run(*answer, *where)
+        again = await run(*ask_again, *where, "--json")
         assert await published(broker) == 1
     assert answered.returncode == 0, answered.stderr
     assert again.returncode == 0, again.stderr
-    assert f"waiting durably for an answer to {request_id}" in again.stderr
+    assert "waiting durably for an answer to deploy-42" in again.stderr
     assert '"ok": true' in again.stdout
 
 
