@@ -240,8 +240,8 @@ class Waiter:
             stored = await durable.attach(
                 core, replies.waiter, wait.request_id, wait.payload, wait.deadline_ms
             )
-        except (*CONNECTION_ERRORS, BrokerClosed) as exc:
-            log.error("attaching to %s failed: %s", wait.request_id, exc)
+        except (*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError) as exc:
+            log.error("attaching to %s failed: %s", wait.request_id, exc)  # e.g. NOPERM
             return False
         if stored is None:
             return True
