@@ -9,8 +9,8 @@ and is read from its start, so an answer that arrives before the reader looks is
 missed. Every entry of it may be garbage: such an entry is dead-lettered, the reader
 moves on, and the wait it names takes its outcome from the request's state.
 
-Durable waits (SPEC §14) live under the queue's durable waiter instead, read by a second
-reader of the same code started at the first durable wait: see :mod:`.durable`.
+Durable waits (SPEC §14) live under the queue's durable waiter, read by a second reader
+of this code from the first durable wait on (:mod:`.durable`).
 """
 
 from __future__ import annotations
@@ -170,7 +170,8 @@ class Waiter:
                 if not await self._attach(wait, request):
                     return Answer(id=request.id, ok=False, reason=UNAVAILABLE)
             elif replies.reader is None or replies.reader.done():
-                replies.reader = loop.create_task(self._read_replies(replies), name="toolnexus")
+                reader = self._read_replies(replies)
+                replies.reader = loop.create_task(reader, name="toolnexus-answers")
             delay_s = wait.deadline_ms / 1000 - time.time()
             self._deadlines.add(wait, loop.time() + delay_s, len(self.waits))
             if not wait.answer.done():
