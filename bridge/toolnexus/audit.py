@@ -52,7 +52,9 @@ class AuditRecord(msgspec.Struct, tag="audit", tag_field="type", omit_defaults=T
     that signed the request; ``responder`` the verified key that signed the answer.
     ``verified``: ``True`` the answer's signature verified, ``False`` it did not (or
     there was none) with signatures checked, ``None`` signatures were not in use.
-    ``request`` and ``answer`` are the messages as encoded in ``format``.
+    ``request`` and ``answer`` are the messages as encoded in ``format``. ``defaulted``:
+    the outcome was the request's default on expiry (``status`` ``expired``), no
+    person's answer; ``durable``: the request was waited for durably (SPEC §14).
     """
 
     id: str
@@ -72,6 +74,8 @@ class AuditRecord(msgspec.Struct, tag="audit", tag_field="type", omit_defaults=T
     format: Format = "msgpack"
     request: bytes | None = None
     answer: bytes | None = None
+    defaulted: bool = False
+    durable: bool = False
 
 
 def audit_record(
@@ -108,6 +112,8 @@ def audit_record(
         format=codec.format,
         request=codec.encode(request) if encoded_request is None else encoded_request,
         answer=None if answer is None else codec.encode(answer),
+        defaulted=answer is not None and answer.defaulted,
+        durable=request.durable,
     )
 
 

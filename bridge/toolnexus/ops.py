@@ -62,13 +62,15 @@ class QueueStatus:
     """One queue. ``open_requests``: entries in its request stream (a resolved request's entry
     is deleted, so these are unresolved, or past their deadline with no responder running to
     expire them); ``oldest_waiting_s``: age of the oldest; ``dead_letters``: entries in its
-    dead-letter stream."""
+    dead-letter stream; ``durable_open``: durable requests still open (SPEC §14: they stay
+    open while no process waits for them; counted up to 10,000)."""
 
     queue: str
     open_requests: int
     oldest_waiting_s: float | None
     dead_letters: int
     groups: list[GroupStatus] = field(default_factory=list)
+    durable_open: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +206,20 @@ async def _queue_status(broker: RedisBroker, now: float) -> QueueStatus:
         oldest_waiting_s=_age_s(first[0][0] if first else None, now),
         dead_letters=int(dead),
         groups=sorted(groups, key=lambda g: g.group),
+        durable_open=await _bounded(broker, what, _durable_open(broker)),
     )
+
+
+async def _durable_open(broker: RedisBroker) -> int:
+    """How many of the queue's durable requests are open (up to ``UNDELIVERED_COUNT_MAX``)."""
+    states = (await _scan(broker, broker.keys.durable_states_pattern()))[:UNDELIVERED_COUNT_MAX]
+    count = 0
+    for start in range(0, len(states), 1000):
+        async with broker.redis.pipeline(transaction=False) as pipe:
+            for state in states[start : start + 1000]:
+                pipe.hget(state, "s")
+            count += sum(1 for s in await pipe.execute() if s == b"open")
+    return count
 
 
 UNDELIVERED_COUNT_MAX = 10_000
@@ -278,10 +293,11 @@ def status_text(status: Status) -> str:
     if not status.queues:
         lines.append("no queues (nothing has been published in this namespace)")
     for queue in status.queues:
+        durable = f", {queue.durable_open} durable open" if queue.durable_open else ""
         lines.append(
             f"queue {queue.queue}: {queue.open_requests} open "
             f"(oldest {duration_text(queue.oldest_waiting_s)}), "
-            f"{queue.dead_letters} dead letters"
+            f"{queue.dead_letters} dead letters{durable}"
         )
         if not queue.groups:
             lines.append("  no consumer groups: no responder has read this queue")
@@ -350,6 +366,8 @@ def audit_text(record: AuditRecord) -> str:
     """One line for ``record``: when, id, outcome, who answered and asked, verification."""
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.resolved_at))
     outcome = "accepted" if record.ok else (record.reason or record.status)
+    if record.defaulted:  # SPEC §14: nobody answered; the request's default applied
+        outcome = f"expired ({'accepted' if record.ok else 'declined'} by default)"
     by = " / ".join(n for n in (record.responder, record.person) if n) or "-"
     source = "/".join(n for n in (record.source.server, record.source.tool) if n)
     asked = record.requester or record.source.agent or "-"
@@ -361,6 +379,8 @@ def audit_text(record: AuditRecord) -> str:
     )
     refused = f", {len(record.refused)} refused" if record.refused else ""
     parts = [at, record.id, record.kind or "-", outcome, f"by {by}", f"asked by {asked}"]
+    if record.durable:
+        parts.append("durably")
     if source:
         parts.append(f"via {source}")
     return " ".join(parts) + f" ({verified}{took}{refused})"

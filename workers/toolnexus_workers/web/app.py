@@ -19,7 +19,7 @@ import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from toolnexus import Request
 from toolnexus.errors import BrokerUnavailable, InvalidAnswer, InvalidRequest, NotResolved
 
 from .access import Access, is_loopback
-from .board import Board, Change
+from .board import Board, Change, standing_notes
 from .forms import Field, Submitted, field_errors, form_data, form_fields, message_for_field
 from .links import KNOWN_DOMAINS, Link, check_link
 
@@ -100,6 +100,7 @@ class Card:
     problem: str | None
     link: Link | None
     error: str | None
+    notes: list[str] = field(default_factory=list)  # default on expiry, durable (SPEC §14)
 
 
 class SecurityHeaders:
@@ -424,6 +425,7 @@ class WebPage:
             problem=problem,
             link=link,
             error=error,
+            notes=standing_notes(request),
         )
 
 
