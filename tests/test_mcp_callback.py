@@ -154,6 +154,63 @@ async def test_params_that_cannot_be_asked_are_an_error_reply() -> None:
         await handler("no schema", None, {"message": "no schema"}, None)
 
 
+class Recorded:
+    """``broker.wait_for``, recording each request and the loop it ran on."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.requests: list[Request] = []
+        self.loops: list[asyncio.AbstractEventLoop] = []
+
+    async def __call__(self, request: Request) -> Answer:
+        self.requests.append(request)
+        self.loops.append(asyncio.get_running_loop())
+        return await self.broker.wait_for(request)
+
+
+async def test_an_expired_question_is_cancel_and_not_asked_again(namespace: str) -> None:
+    async with toolnexus.connect("memory://", namespace=namespace) as broker:
+        wait_for = Recorded(broker)
+        result = await toolnexus.elicitation_callback(wait_for, timeout_s=0.2)(None, PARAMS)
+    assert result == ElicitResult(action="cancel")
+    assert len(wait_for.requests) == 1
+
+
+async def test_loop_runs_each_wait_on_the_brokers_loop_from_another_thread(
+    namespace: str,
+) -> None:
+    # strands-agents' MCPClient calls the callback on a thread and event loop of its own.
+    async with toolnexus.connect("memory://", namespace=namespace) as broker:
+        main_loop = asyncio.get_running_loop()
+        wait_for = Recorded(broker)
+        ask = toolnexus.elicitation_callback(wait_for, loop=main_loop)
+
+        async def on_another_loop(cancel_after_s: float | None) -> Any:
+            call = asyncio.ensure_future(ask(None, PARAMS))
+            if cancel_after_s is not None:
+                await asyncio.sleep(cancel_after_s)
+                call.cancel()
+            return (await asyncio.gather(call, return_exceptions=True))[0]
+
+        async with broker.events() as events:
+            answered = asyncio.create_task(asyncio.to_thread(asyncio.run, on_another_loop(None)))
+            async with asyncio.timeout(5):
+                while not wait_for.requests:
+                    await asyncio.sleep(0.01)
+            await broker.answer(Answer(id=wait_for.requests[0].id, ok=True, data={"n": 3}))
+            result = await answered
+            cancelled = await asyncio.to_thread(asyncio.run, on_another_loop(0.3))
+            async with asyncio.timeout(5):
+                seen = [await anext(events) for _ in range(2)]
+    assert result == ElicitResult(action="accept", content={"n": 3, "note": "-"})
+    assert isinstance(cancelled, asyncio.CancelledError)
+    assert [(e.event, e.id) for e in seen] == [
+        ("answered", wait_for.requests[0].id),
+        ("withdrawn", wait_for.requests[1].id),
+    ]
+    assert wait_for.loops == [main_loop, main_loop]
+
+
 def test_bad_options_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="timeout_s"):
         toolnexus.elicitation_callback(Script(), timeout_s=0)
