@@ -1,6 +1,7 @@
 """The public adapters (issue 17): toolnexus as the elicitation backend of the MCP SDK's own
-client and of fastmcp's ``Client``, against a real eliciting server, answered by a responder
-in another process through Redis."""
+client, of fastmcp's ``Client`` and of a pydantic-ai agent through it (a scripted model, no
+LLM), against a real eliciting server, answered by a responder in another process through
+Redis."""
 
 from __future__ import annotations
 
@@ -15,6 +16,17 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ElicitRequestFormParams, ElicitResult, ErrorData
+from pydantic_ai import Agent
+from pydantic_ai.mcp import MCPToolset
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import toolnexus
 from mcp_helpers import FAST
@@ -101,6 +113,50 @@ async def test_fastmcps_client_with_the_elicitation_handler(
     assert json.loads(booked.data)["data"] == {"name": "Ada", "guests": 2, "vip": False}
     assert json.loads(declined.data)["action"] == "decline"
     assert {(s["server"], s["agent"]) for s in responder.seen} == {("bookings", "fm-agent")}
+
+
+def scripted(*calls: tuple[str, dict[str, Any]]) -> FunctionModel:
+    """A model without a model: it calls ``calls`` in turn, then answers with what the tools
+    returned, as a JSON list."""
+
+    def respond(messages: list[ModelMessage], _info: AgentInfo) -> ModelResponse:
+        returned = [
+            part.content
+            for message in messages
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, ToolReturnPart)
+        ]
+        if len(returned) < len(calls):
+            name, arguments = calls[len(returned)]
+            return ModelResponse(parts=[ToolCallPart(name, arguments)])
+        return ModelResponse(parts=[TextPart(json.dumps(returned))])
+
+    return FunctionModel(respond)
+
+
+@pytest.mark.redis
+async def test_pydantic_ai_agent_through_fastmcps_client(
+    rbroker: Broker, redis_url: str, namespace: str
+) -> None:
+    handler = toolnexus.fastmcp_elicitation_handler(rbroker.wait_for, agent="pai-agent")
+    with responder_process(redis_url, namespace, HOLD_SEATS) as responder, fastmcp_http() as url:
+        client = fastmcp.Client(url, elicitation_handler=handler, mode="legacy")
+        toolset = MCPToolset(client)
+        booking = Agent(scripted(("book", {}), ("confirm", {"what": "delete"})), toolsets=[toolset])
+        counting = Agent(scripted(("count", {})), toolsets=[toolset])
+        async with rbroker.events() as events:
+            booked, declined = json.loads((await booking.run("Book a table")).output)
+            call = asyncio.create_task(counting.run("Count the seats"))
+            held = await asked(responder, SEATS)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            await withdrawn(events, held["id"])
+    assert json.loads(booked)["data"] == {"name": "Ada", "guests": 2, "vip": False}
+    assert json.loads(declined)["action"] == "decline"
+    form = responder.by_prompt(BOOKING)
+    assert (form["server"], form["agent"]) == ("fastmcp-elicit", "pai-agent")
 
 
 # -- local: the callback's own rules ---------------------------------------------------
