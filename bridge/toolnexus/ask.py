@@ -18,7 +18,7 @@ import msgspec
 
 from .broker import connect
 from .errors import BrokerUnavailable, ConfigurationError, InvalidAnswer, NotResolved
-from .models import DECLINED, DISMISSED, UNAVAILABLE, Answer, Request, Source, new_id
+from .models import DECLINED, DISMISSED, UNAVAILABLE, Answer, Hop, Request, Source, new_id
 from .ops import scrubbed
 from .question import question_schema
 
@@ -52,15 +52,19 @@ def build_request(
     schema: dict[str, Any] | None = None,
     choices: Sequence[str] | None = None,
     agent: str = "toolnexus ask",
+    escalate: Sequence[Hop] | None = None,
 ) -> Request:
     """The request ``ask`` publishes: an ``approval`` for a bare prompt, an ``input`` form for
-    a schema or for choices (a one-field form named ``answer``).
+    a schema or for choices (a one-field form named ``answer``); ``escalate`` its hops.
 
     Raises:
         InvalidRequest: the schema is not a flat MCP form schema, or choices are empty.
     """
+    hops = list(escalate) if escalate else None
     if schema is None and not choices:
-        return Request(id=new_id(), kind="approval", prompt=prompt, source=Source(agent=agent))
+        return Request(
+            id=new_id(), kind="approval", prompt=prompt, source=Source(agent=agent), escalate=hops
+        )
     form = question_schema(options=list(choices) if choices else None, schema=schema)
     return Request(
         id=new_id(),
@@ -68,6 +72,7 @@ def build_request(
         prompt=prompt,
         data={"schema": form},
         source=Source(agent=agent),
+        escalate=hops,
     )
 
 
@@ -92,20 +97,26 @@ async def ask(
     options: dict[str, Any],
     request: Request,
     *,
-    timeout_s: float,
+    timeout_s: float | None,
     allow: Sequence[str] | None,
     as_json: bool,
 ) -> int:
-    """Publish ``request``, wait up to ``timeout_s`` and print the outcome; the exit status.
+    """Publish ``request``, wait up to ``timeout_s`` (None: the broker's default, or for a
+    request that escalates the last hop's time plus that) and print the outcome; the exit
+    status.
 
     Accepted: the answer's data as JSON on stdout (the whole answer with ``as_json``).
     Otherwise one line on stderr says why (and ``as_json`` prints the answer too).
     """
     try:
         async with connect(url, **options) as broker:
+            hops = "".join(
+                f", then {h.queue} after {h.after_s:g} s" for h in request.escalate or ()
+            )
+            up_to = "" if timeout_s is None else f", up to {timeout_s:g} s"
             print(
                 f"toolnexus ask: waiting for an answer to {request.id} "
-                f"(queue {options.get('queue', 'default')}, up to {timeout_s:g} s)",
+                f"(queue {options.get('queue', 'default')}{hops}{up_to})",
                 file=sys.stderr,
                 flush=True,
             )

@@ -20,7 +20,7 @@ import msgspec
 
 from .codec import JSON, MSGPACK, Codec, Format
 from .errors import DecodeError, SignatureError
-from .models import Answer, Request, Source
+from .models import Answer, Hop, Request, Source
 from .signing import Keyring, verify_answer, verify_request
 
 AUDIT_VERSION: Final = 1
@@ -52,7 +52,9 @@ class AuditRecord(msgspec.Struct, tag="audit", tag_field="type", omit_defaults=T
     that signed the request; ``responder`` the verified key that signed the answer.
     ``verified``: ``True`` the answer's signature verified, ``False`` it did not (or
     there was none) with signatures checked, ``None`` signatures were not in use.
-    ``request`` and ``answer`` are the messages as encoded in ``format``.
+    ``request`` and ``answer`` are the messages as encoded in ``format``. ``escalated``
+    lists the hops the request took (SPEC §14), each with the seconds after ``created_at``
+    at which it was published to its queue.
     """
 
     id: str
@@ -69,6 +71,7 @@ class AuditRecord(msgspec.Struct, tag="audit", tag_field="type", omit_defaults=T
     resolved_at: float = msgspec.field(default_factory=time.time)
     verified: bool | None = None
     refused: list[Refusal] = msgspec.field(default_factory=list)
+    escalated: list[Hop] = msgspec.field(default_factory=list)
     format: Format = "msgpack"
     request: bytes | None = None
     answer: bytes | None = None
@@ -82,6 +85,7 @@ def audit_record(
     verified: bool | None,
     requester: str | None = None,
     refused: list[Refusal] | None = None,
+    escalated: list[Hop] | None = None,
     codec: Codec = MSGPACK,
     encoded_request: bytes | None = None,
 ) -> AuditRecord:
@@ -105,6 +109,7 @@ def audit_record(
         answered_at=None if answer is None else answer.answered_at,
         verified=verified,
         refused=list(refused or ()),
+        escalated=list(escalated or ()),
         format=codec.format,
         request=codec.encode(request) if encoded_request is None else encoded_request,
         answer=None if answer is None else codec.encode(answer),

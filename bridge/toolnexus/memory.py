@@ -1,6 +1,9 @@
 """The embedded broker (``memory://``): the Redis broker's semantics inside one process.
 
-For demos, tests and single-process agents. Nothing survives the process.
+For demos, tests and single-process agents. Nothing survives the process. It has one
+queue, which every responder group reads: an escalating request's hops (SPEC §14) are
+kept to the same rules and recorded (an ``escalated`` event each, and the audit record),
+and the request stays where every group sees it.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ from .broker import (
 )
 from .codec import MSGPACK
 from .errors import AlreadyResolved, InvalidRequest, NotAllowed, UnknownRequest
+from .hops import check_hops
 from .keys import check_request_id
-from .models import Answer, Event, EventType, Heartbeat, Request
+from .models import Answer, Event, EventType, Heartbeat, Hop, Request
 from .schema import check_answer
 from .signing import allowed
 
@@ -41,6 +45,7 @@ class _State:
     waiter: asyncio.Future[Answer]
     status: Resolution | Literal["open"] = "open"
     answer: Answer | None = None
+    escalated: list[Hop] = field(default_factory=list)  # the hops taken
 
 
 @dataclass(eq=False)
@@ -90,6 +95,7 @@ class MemoryBroker(Broker):
         if request.id in self._states and self._states[request.id].status == "open":
             raise InvalidRequest(f"request {request.id!r} is already being waited for")
         deadline = deadline_of(request, timeout_s, self.default_timeout_s)
+        check_hops(request, deadline, None)
         changes: dict[str, Any] = {"expires_at": deadline}
         if allow is not None:
             changes["allow"] = list(allow)
@@ -100,6 +106,12 @@ class MemoryBroker(Broker):
         self._states[request.id] = state
         for group in self._groups.values():
             group.queue.put_nowait(request.id)
+        hops = [
+            loop.call_later(
+                max(0.0, request.created_at + hop.after_s - time.time()), self._hop, state, hop
+            )
+            for hop in request.escalate or ()
+        ]
         try:
             async with asyncio.timeout(max(0.0, deadline - time.time())):
                 return await asyncio.shield(state.waiter)
@@ -108,6 +120,16 @@ class MemoryBroker(Broker):
         except asyncio.CancelledError:
             self._resolve_by_waiter(state, "withdrawn")
             raise
+        finally:
+            for handle in hops:
+                handle.cancel()
+
+    def _hop(self, state: _State, hop: Hop) -> None:
+        """An escalation hop is due: record it if the request is still open."""
+        if state.status == "open":
+            taken = Hop(round(time.time() - state.request.created_at, 3), hop.queue)
+            state.escalated.append(taken)
+            self._publish_event("escalated", state.request.id, None, queue=hop.queue)
 
     def _resolve_by_waiter(self, state: _State, reason: Literal["expired", "withdrawn"]) -> Answer:
         if state.answer is None:
@@ -123,7 +145,9 @@ class MemoryBroker(Broker):
             state.waiter.set_result(answer)
         self._resolved[answer.id] = time.monotonic()
         self._publish_event(status, answer.id, answer)
-        self._audit.append(audit_record(state.request, status, answer, verified=None))
+        self._audit.append(
+            audit_record(state.request, status, answer, verified=None, escalated=state.escalated)
+        )
 
     def _resolve(self, answer: Answer, responder: str | None) -> None:
         state = self._states.get(answer.id)
@@ -182,10 +206,12 @@ class MemoryBroker(Broker):
 
     # -- events -------------------------------------------------------------------
 
-    def _publish_event(self, kind: EventType, request_id: str, answer: Answer | None) -> None:
-        event = Event(event=kind, id=request_id, answer=answer)
-        for queue in self._subscribers:
-            queue.put_nowait(event)
+    def _publish_event(
+        self, kind: EventType, request_id: str, answer: Answer | None, queue: str | None = None
+    ) -> None:
+        event = Event(event=kind, id=request_id, answer=answer, queue=queue)
+        for subscriber in self._subscribers:
+            subscriber.put_nowait(event)
 
     def events(self) -> MemoryEvents:
         return MemoryEvents(self)

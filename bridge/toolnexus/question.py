@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from .errors import InvalidRequest
+from .hops import HopSpec, hops
 from .models import Request, Source, WaitFor, new_id
 from .schema import check_answer, check_schema
 
@@ -128,6 +129,7 @@ async def question(
     timeout_s: float | None = None,
     agent: str | None = None,
     allow: Sequence[str] | None = None,
+    escalate: Sequence[HopSpec] | None = None,
 ) -> QuestionResult:
     """Ask the person ``prompt`` through ``wait_for`` and return what they answered.
 
@@ -135,11 +137,15 @@ async def question(
     ``multiple``), or for a ``schema`` the form's fields with defaults filled in. A
     decline, a dismissal or no answer before ``timeout_s`` is a result with
     ``ok=False`` and its ``reason``, never an exception. ``allow`` lists who may answer
-    (responder key names and persons, ``slack:*`` patterns).
+    (responder key names and persons, ``slack:*`` patterns). ``escalate`` moves an
+    unanswered question on to further queues (SPEC §14): ``[("15m", "oncall"), ("1h",
+    "managers")]``, each hop's time counted from when it was asked; without
+    ``timeout_s`` the wait lasts until the last hop plus the broker's default timeout.
 
     Raises:
-        InvalidRequest: an empty prompt, or options and schema that do not make a question
-            (see :func:`question_schema`).
+        InvalidRequest: an empty prompt, options and schema that do not make a question
+            (see :func:`question_schema`), or an escalation that cannot be followed (see
+            :func:`~toolnexus.hops.check_hops`).
         InvalidAnswer: ``wait_for`` accepted data that breaks the form (a broker never does).
     """
     if not prompt or not prompt.strip():
@@ -155,6 +161,7 @@ async def question(
         created_at=created_at,
         expires_at=None if timeout_s is None else created_at + timeout_s,
         allow=None if allow is None else list(allow),
+        escalate=hops(escalate) if escalate else None,
     )
     answer = await wait_for(request)
     if not answer.ok:

@@ -29,12 +29,14 @@ import redis.exceptions
 from ..audit import Refusal, audit_record
 from ..broker import deadline_of
 from ..errors import BrokerClosed, DecodeError, InvalidRequest, SignatureError
+from ..hops import check_hops
 from ..keys import check_request_id
 from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request
 from ..schema import BROKER_REASONS
 from ..signing import verify_answer
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import OPEN, PUBLISH, REOPEN
+from .escalation import Escalation, Escalator
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -57,6 +59,7 @@ class _Wait:
     entry_id: bytes | None = None  # in the request stream, once published
     verified: bool | None = None  # whether the answer taken verified (None: not checked)
     refusals: list[Refusal] | None = None  # answers refused, for the audit trail
+    escalation: Escalation | None = None  # its hops (SPEC §14), if it escalates
 
 
 class _Deadlines:
@@ -115,6 +118,7 @@ class Waiter:
         self.refused = 0  # answers refused by signature or allow-list checks
         self._last_id = "0-0"  # the reader's position in the reply stream
         self._deadlines = _Deadlines()
+        self._escalator = Escalator(core, self.id)
         self._unpublished: set[_Wait] = set()
         self._republisher: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -137,6 +141,7 @@ class Waiter:
             deadline_of(request, timeout_s, core.settings.default_timeout_s),
             now + core.settings.stream_retention_s,
         )
+        check_hops(request, deadline, core.keys.queue)
         payload, checked = self._encode(request, deadline, allow)
         if len(payload) > core.codec.max_bytes:
             raise InvalidRequest(
@@ -150,6 +155,7 @@ class Waiter:
             self._reader = loop.create_task(self._read_answers(), name="toolnexus-answers")
         self._deadlines.add(wait, loop.time() + deadline - now, len(self.waits))
         self._publish(wait)
+        wait.escalation = self._escalator.plan(request, wait)
         try:
             answer = await wait.answer
         except asyncio.CancelledError:
@@ -167,8 +173,14 @@ class Waiter:
                 # The waiter tells responders: it is the one party sure to learn the answer
                 # (a responder may die between resolving and saying so). Groups that have
                 # not read the entry yet never will.
-                event = Event(event="answered", id=request.id, answer=answer)
-                core.settle(event, delete=wait.entry_id)
+                self._settle(wait, Event(event="answered", id=request.id, answer=answer))
+            elif wait.escalation is not None:  # a responder recorded it, on one queue
+                ended = Event(
+                    event="expired" if answer.reason == EXPIRED else "withdrawn",
+                    id=request.id,
+                    answer=answer,
+                )
+                self._settle(wait, ended)
             if answer.reason == WITHDRAWN:  # not by us: Redis took us for dead
                 return Answer(id=request.id, ok=False, reason=UNAVAILABLE, meta=answer.meta)
             return answer
@@ -284,7 +296,7 @@ class Waiter:
                 log.error("resolving %s as %s failed: %s", answer.id, status, exc)
                 return answer
         if outcome == "ok":
-            core.settle(Event(event=status, id=answer.id, answer=answer), delete=wait.entry_id)
+            self._settle(wait, Event(event=status, id=answer.id, answer=answer))
             return answer
         if stored is not None:
             try:
@@ -293,8 +305,18 @@ class Waiter:
                 log.error("the stored answer to %s is unreadable: %s", answer.id, exc)
             else:
                 if taken is not None:
+                    escalated = wait.escalation is not None
+                    if escalated and outcome in ("answered", "expired", "withdrawn"):
+                        self._settle(wait, Event(event=outcome, id=answer.id, answer=taken))
                     return taken
         return answer  # what the state holds is unreadable or refused: the deadline's
+
+    def _settle(self, wait: _Wait, event: Event) -> None:
+        """Publish the outcome ``event`` and delete the request's entry, on its queue and
+        on every queue it escalated to."""
+        self.core.settle(event, delete=wait.entry_id)
+        if wait.escalation is not None:
+            self._escalator.settle(wait.escalation, event)
 
     # -- checking answers ---------------------------------------------------------
 
@@ -361,6 +383,7 @@ class Waiter:
             verified=wait.verified,
             requester=requester,
             refused=wait.refusals,
+            escalated=wait.escalation.taken if wait.escalation is not None else None,
             codec=core.codec,
             encoded_request=wait.payload,
         )
@@ -523,3 +546,4 @@ class Waiter:
         if self._republisher is not None:
             self._republisher.cancel()
         self._deadlines.close()
+        self._escalator.close()
