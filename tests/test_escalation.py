@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +28,7 @@ from toolnexus.hops import hops
 from toolnexus.keys import Keys
 from toolnexus.memory import MemoryBroker
 from toolnexus.models import Hop
-from toolnexus.ops import read_status
+from toolnexus.ops import read_status, status_text
 
 ORIGIN, ONCALL, MANAGERS = "desk", "oncall", "managers"
 PROMPT = "Deploy to production?"
@@ -159,6 +162,9 @@ async def test_a_withdrawn_escalated_request_is_withdrawn_on_every_queue(
             assert [q.escalated for q in status.queues] == [1, 1]
             (shown,) = status.queues[1].escalations
             assert shown.id == asked.id and shown.queues == [ORIGIN, ONCALL]
+            lines = status_text(status).splitlines()
+            assert lines[1].startswith(f"queue {ORIGIN}: 1 open (oldest ")
+            assert lines[1].endswith("), 1 escalated, 0 dead letters")
             waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiting
@@ -270,3 +276,18 @@ async def test_a_question_takes_its_escalation_from_the_caller() -> None:
     assert asked[0].escalate == [Hop(900.0, ONCALL), Hop(3600.0, MANAGERS)]
     with pytest.raises(InvalidRequest, match="not a positive duration"):
         await question("Ship it?", wait_for=wait_for, escalate=[("-1m", ONCALL)])
+
+
+def test_the_readme_escalation_example_runs(redis_url: str, namespace: str) -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme.split("## Escalation (SPEC §14)", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    example = example.replace(
+        "toolnexus.connect(url, ", f"toolnexus.connect(url, namespace={namespace!r}, "
+    )
+    assert example.count(namespace) == 2
+    done = subprocess.run(
+        [sys.executable, "-c", example], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "yes\n"
