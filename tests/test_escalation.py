@@ -12,12 +12,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis.asyncio as aioredis
 
 import toolnexus
+from agents import AgentFactory
 from chat_fakes import eventually
 from conftest import FAST
 from mcp_processes import responder_process
@@ -29,6 +30,10 @@ from toolnexus.keys import Keys
 from toolnexus.memory import MemoryBroker
 from toolnexus.models import Hop
 from toolnexus.ops import read_status, status_text
+from toolnexus.redis_broker import RedisBroker
+
+if TYPE_CHECKING:
+    from redis_topologies import LocalCluster
 
 ORIGIN, ONCALL, MANAGERS = "desk", "oncall", "managers"
 PROMPT = "Deploy to production?"
@@ -96,6 +101,37 @@ async def test_an_escalation_whose_first_queue_never_answers_and_whose_second_do
             assert record.status == "answered" and record.person == "tester"
             assert [hop.queue for hop in record.escalated] == [ONCALL]
             assert 0.8 <= record.escalated[0].after_s < took
+
+
+async def test_an_escalation_on_a_redis_cluster(
+    redis_cluster: LocalCluster, namespace: str
+) -> None:
+    """The hop's publish, its record in the state and the settling touch other slots."""
+    url = redis_cluster.url
+    async with (
+        toolnexus.connect(url, namespace=namespace, queue=ORIGIN, **FAST) as desk,
+        toolnexus.connect(url, namespace=namespace, queue=ONCALL, **FAST) as oncall,
+        desk.responder("web") as held,
+        oncall.responder("pager") as pager,
+        desk.events() as desk_events,
+    ):
+        asked = request((0.3, ONCALL))
+        waiting = asyncio.create_task(desk.wait_for(asked, timeout_s=30))
+        assert (await anext(held)).request.id == asked.id  # shown on the desk, never answered
+        pending = await anext(pager)
+        escalated = await anext(desk_events)
+        assert (escalated.event, escalated.queue) == ("escalated", ONCALL)
+        await pending.accept(person="pager:ada")
+        assert (await waiting).person == "pager:ada"
+        answered = await anext(desk_events)
+        assert (answered.event, answered.id) == ("answered", asked.id)
+        for broker in (desk, oncall):
+            assert isinstance(broker, RedisBroker)
+            async with asyncio.timeout(5):
+                while await broker.redis.xlen(broker.keys.requests):
+                    await asyncio.sleep(0.05)
+        record = await record_of(desk, asked.id)
+        assert [hop.queue for hop in record.escalated] == [ONCALL]
 
 
 async def test_a_request_answered_before_its_hop_never_reaches_the_next_queue(
@@ -177,6 +213,29 @@ async def test_a_withdrawn_escalated_request_is_withdrawn_on_every_queue(
                 async with asyncio.timeout(5):
                     while await entries(redis_url, namespace, queue):
                         await asyncio.sleep(0.05)
+
+
+async def test_a_dead_waiters_escalated_request_is_withdrawn_on_every_queue(
+    redis_url: str, namespace: str, agents: AgentFactory
+) -> None:
+    with (
+        responder_process(redis_url, namespace, HOLD) as desk,
+        responder_process(redis_url, namespace, HOLD, ONCALL) as oncall,
+    ):
+        agent = await agents(request((0.3, ONCALL)), timeout_s=60)
+        await eventually(lambda: bool(oncall.seen), "the request reached oncall")
+        agent.process.kill()  # its liveness mark lapses (15 s): a responder withdraws it
+        await agent.process.wait()
+        for responder in (desk, oncall):
+            await eventually(
+                lambda r=responder: any(e["event"] == "withdrawn" for e in r.events),  # type: ignore[misc]
+                "told it was withdrawn",
+                timeout_s=40,
+            )
+        for queue in ("default", ONCALL):
+            async with asyncio.timeout(5):
+                while await entries(redis_url, namespace, queue):
+                    await asyncio.sleep(0.05)
 
 
 @pytest.mark.parametrize("backend", ["memory", "redis"])
