@@ -172,7 +172,7 @@ async def test_ask_allow_list_reaches_the_request(redis_url: str, namespace: str
 
 
 async def test_ask_escalates_to_the_queues_given(redis_url: str, namespace: str) -> None:
-    oncall = RedisBroker(redis_url, namespace=namespace, queue="oncall", **FAST)
+    oncall = toolnexus.connect(redis_url, namespace=namespace, queue="oncall", **FAST)
     async with oncall, oncall.responder("pager") as pager:
         asking = asyncio.create_task(
             run(

@@ -22,7 +22,7 @@ from agents import AgentFactory
 from chat_fakes import eventually
 from conftest import FAST
 from mcp_processes import responder_process
-from toolnexus import InvalidRequest, Request, question
+from toolnexus import InvalidRequest, Request, question, question_tool
 from toolnexus.audit import AuditRecord
 from toolnexus.broker import deadline_of
 from toolnexus.hops import hops
@@ -335,6 +335,11 @@ async def test_a_question_takes_its_escalation_from_the_caller() -> None:
     assert asked[0].escalate == [Hop(900.0, ONCALL), Hop(3600.0, MANAGERS)]
     with pytest.raises(InvalidRequest, match="not a positive duration"):
         await question("Ship it?", wait_for=wait_for, escalate=[("-1m", ONCALL)])
+    tool = question_tool(wait_for, escalate=[("30m", ONCALL)])
+    assert await tool("Ship it now?") == {"ok": True, "answer": "ok"}
+    assert asked[-1].escalate == [Hop(1800.0, ONCALL)]
+    with pytest.raises(InvalidRequest, match="hop 1 must be"):
+        question_tool(wait_for, escalate=[ONCALL])  # type: ignore[list-item]
 
 
 def test_the_readme_escalation_example_runs(redis_url: str, namespace: str) -> None:

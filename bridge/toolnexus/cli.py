@@ -357,12 +357,14 @@ def _ask(args: argparse.Namespace) -> int:
 
     schema = load_schema(args.schema) if args.schema else None
     request = build_request(args.prompt, schema=schema, choices=args.choice, escalate=args.escalate)
+    # without --timeout: 10 minutes, or for an escalation the broker's default after its last hop
+    timeout_s = args.timeout if args.timeout is not None or args.escalate else 600.0
     return asyncio.run(
         ask(
             args.url,
             _options(args),
             request,
-            timeout_s=args.timeout,
+            timeout_s=timeout_s,
             allow=args.allow,
             as_json=args.json,
         )

@@ -171,13 +171,23 @@ async def question(
 
 
 def question_tool(
-    wait_for: WaitFor, *, timeout_s: float | None = None, agent: str | None = None
+    wait_for: WaitFor,
+    *,
+    timeout_s: float | None = None,
+    agent: str | None = None,
+    escalate: Sequence[HopSpec] | None = None,
 ) -> QuestionTool:
-    """The ``question`` tool as an async callable taking :data:`QUESTION_TOOL`'s arguments.
+    """The ``question`` tool as an async callable taking :data:`QUESTION_TOOL`'s arguments;
+    each question it asks escalates as ``escalate`` says (see :func:`question`).
+
+    Raises:
+        InvalidRequest: ``escalate`` holds a hop that is not ``(after, queue)``.
 
     It returns :meth:`QuestionResult.to_dict`; arguments that do not make a question
     give ``{"ok": False, "error": ...}`` so the model can correct itself.
     """
+
+    planned = hops(escalate) if escalate else None
 
     async def run(
         prompt: str,
@@ -194,6 +204,7 @@ def question_tool(
                 schema=schema,
                 timeout_s=timeout_s,
                 agent=agent,
+                escalate=planned,
             )
         except InvalidRequest as exc:
             return {"ok": False, "error": str(exc)}
