@@ -20,7 +20,7 @@ import msgspec
 
 from .codec import JSON, MSGPACK, Codec, Format
 from .errors import DecodeError, SignatureError
-from .models import Answer, Request, Source
+from .models import Answer, Hop, Request, Source
 from .signing import Keyring, verify_answer, verify_request
 
 AUDIT_VERSION: Final = 1
@@ -54,7 +54,9 @@ class AuditRecord(msgspec.Struct, tag="audit", tag_field="type", omit_defaults=T
     there was none) with signatures checked, ``None`` signatures were not in use.
     ``request`` and ``answer`` are the messages as encoded in ``format``. ``defaulted``:
     the outcome was the request's default on expiry (``status`` ``expired``), no
-    person's answer; ``durable``: the request was waited for durably (SPEC §14).
+    person's answer; ``durable``: the request was waited for durably; ``escalated`` lists
+    the hops the request took, each with the seconds after ``created_at`` at which it was
+    published to its queue (SPEC §14).
     """
 
     id: str
@@ -71,6 +73,7 @@ class AuditRecord(msgspec.Struct, tag="audit", tag_field="type", omit_defaults=T
     resolved_at: float = msgspec.field(default_factory=time.time)
     verified: bool | None = None
     refused: list[Refusal] = msgspec.field(default_factory=list)
+    escalated: list[Hop] = msgspec.field(default_factory=list)
     format: Format = "msgpack"
     request: bytes | None = None
     answer: bytes | None = None
@@ -86,6 +89,7 @@ def audit_record(
     verified: bool | None,
     requester: str | None = None,
     refused: list[Refusal] | None = None,
+    escalated: list[Hop] | None = None,
     codec: Codec = MSGPACK,
     encoded_request: bytes | None = None,
 ) -> AuditRecord:
@@ -109,6 +113,7 @@ def audit_record(
         answered_at=None if answer is None else answer.answered_at,
         verified=verified,
         refused=list(refused or ()),
+        escalated=list(escalated or ()),
         format=codec.format,
         request=codec.encode(request) if encoded_request is None else encoded_request,
         answer=None if answer is None else codec.encode(answer),

@@ -248,4 +248,25 @@ return reopened
     args_per_item=1,
 )
 
-SCRIPTS = (OPEN, PUBLISH, STATUS, RESOLVE, SETTLE, DEAD_LETTER, REOPEN)
+REACHED = BatchScript(
+    "reached",
+    """
+-- On a waiter's slot. Shared: KEYS reply stream, liveness mark.
+-- Item: KEYS state; ARGV queues reached. Records, in field 'q' of a state that still
+-- exists, the queues an escalating request was published to (SPEC §14): 1 if recorded.
+local recorded = {}
+for i = 3, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    redis.call('HSET', KEYS[i], 'q', ARGV[i - 2])
+    recorded[i - 2] = 1
+  else
+    recorded[i - 2] = 0
+  end
+end
+return recorded
+""",
+    keys_per_item=1,
+    args_per_item=1,
+)
+
+SCRIPTS = (OPEN, PUBLISH, STATUS, RESOLVE, SETTLE, DEAD_LETTER, REOPEN, REACHED)

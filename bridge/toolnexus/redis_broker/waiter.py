@@ -32,6 +32,7 @@ import redis.exceptions
 from ..audit import Refusal, audit_record
 from ..broker import deadline_of
 from ..errors import BrokerClosed, DecodeError, InvalidRequest, SignatureError
+from ..hops import check_hops
 from ..keys import check_request_id
 from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request
 from ..outcomes import check_on_expiry, expired_answer
@@ -41,6 +42,7 @@ from . import durable
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import OPEN, PUBLISH, REOPEN
 from .durable import ReplyStream
+from .escalation import Escalation, Escalator
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -64,6 +66,7 @@ class _Wait:
     entry_id: bytes | None = None  # in the request stream, once published
     verified: bool | None = None  # whether the answer taken verified (None: not checked)
     refusals: list[Refusal] | None = None  # answers refused, for the audit trail
+    escalation: Escalation | None = None  # its hops (SPEC §14), if it escalates
 
 
 class _Deadlines:
@@ -127,6 +130,7 @@ class Waiter:
         )
         self._durable_start = asyncio.Lock()
         self._deadlines = _Deadlines()
+        self._escalator = Escalator(core)
         self._unpublished: set[_Wait] = set()
         self._republisher: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -156,6 +160,7 @@ class Waiter:
             deadline_of(request, timeout_s, core.settings.default_timeout_s),
             now + core.settings.stream_retention_s,
         )
+        check_hops(request, deadline, core.keys.queue)
         payload, checked = self._encode(request, deadline, allow, replies.waiter)
         if len(payload) > core.codec.max_bytes:
             raise InvalidRequest(
@@ -176,6 +181,9 @@ class Waiter:
             self._deadlines.add(wait, loop.time() + delay_s, len(self.waits))
             if not wait.answer.done():
                 self._publish(wait)
+                if request.escalate:  # as stored: an attached wait goes on with its hops
+                    published = core.codec.decode_as(wait.payload, Request)
+                    wait.escalation = self._escalator.plan(published, wait, replies)
             answer = await wait.answer
         except asyncio.CancelledError:
             if not replies.durable:  # a durable request outlives its waits
@@ -193,8 +201,14 @@ class Waiter:
                 # The waiter tells responders: it is the one party sure to learn the answer
                 # (a responder may die between resolving and saying so). Groups that have
                 # not read the entry yet never will.
-                event = Event(event="answered", id=request.id, answer=answer)
-                core.settle(event, delete=wait.entry_id)
+                self._settle(wait, Event(event="answered", id=request.id, answer=answer))
+            elif wait.escalation is not None:  # a responder recorded it, on one queue
+                ended = Event(
+                    event="expired" if answer.reason == EXPIRED else "withdrawn",
+                    id=request.id,
+                    answer=answer,
+                )
+                self._settle(wait, ended)
             if answer.reason == WITHDRAWN:  # not by us: Redis took us for dead
                 return Answer(id=request.id, ok=False, reason=UNAVAILABLE, meta=answer.meta)
             return answer
@@ -357,7 +371,7 @@ class Waiter:
                 log.error("resolving %s as %s failed: %s", answer.id, status, exc)
                 return answer
         if outcome == "ok":
-            core.settle(Event(event=status, id=answer.id, answer=answer), delete=wait.entry_id)
+            self._settle(wait, Event(event=status, id=answer.id, answer=answer))
             return answer
         if stored is not None:
             try:
@@ -366,8 +380,18 @@ class Waiter:
                 log.error("the stored answer to %s is unreadable: %s", answer.id, exc)
             else:
                 if taken is not None:
+                    escalated = wait.escalation is not None
+                    if escalated and outcome in ("answered", "expired", "withdrawn"):
+                        self._settle(wait, Event(event=outcome, id=answer.id, answer=taken))
                     return taken
         return answer  # what the state holds is unreadable or refused: the deadline's
+
+    def _settle(self, wait: _Wait, event: Event) -> None:
+        """Publish the outcome ``event`` and delete the request's entry, on its queue and
+        on every queue it escalated to."""
+        self.core.settle(event, delete=wait.entry_id)
+        if wait.escalation is not None:
+            self._escalator.settle(wait.escalation, event)
 
     # -- checking answers ---------------------------------------------------------
 
@@ -435,6 +459,7 @@ class Waiter:
             verified=wait.verified,
             requester=requester,
             refused=wait.refusals,
+            escalated=wait.escalation.taken if wait.escalation is not None else None,
             codec=core.codec,
             encoded_request=wait.payload,
         )
@@ -599,3 +624,4 @@ class Waiter:
         if self._republisher is not None:
             self._republisher.cancel()
         self._deadlines.close()
+        self._escalator.close()

@@ -38,7 +38,7 @@ from toolnexus import Request
 from toolnexus.errors import BrokerUnavailable, InvalidAnswer, InvalidRequest, NotResolved
 
 from .access import Access, is_loopback
-from .board import Board, Change, standing_notes
+from .board import Board, Change, escalated_note, standing_notes
 from .forms import Field, Submitted, field_errors, form_data, form_fields, message_for_field
 from .links import KNOWN_DOMAINS, Link, check_link
 
@@ -101,6 +101,7 @@ class Card:
     link: Link | None
     error: str | None
     notes: list[str] = field(default_factory=list)  # default on expiry, durable (SPEC §14)
+    escalated: str = ""  # where it escalated to while shown here (SPEC §14), as a note
 
 
 class SecurityHeaders:
@@ -291,6 +292,8 @@ class WebPage:
         if change.kind == "shown":
             html = self.render_cards([self.card(request)], who)
             payload = {"key": key, "created": request.created_at, "html": html}
+        elif change.kind == "escalated":
+            payload = {"key": key, "note": change.note}
         else:
             payload = {"key": key, "note": note_text(request, change.note)}
         return ServerSentEvent(json.dumps(payload), event=change.kind)
@@ -414,6 +417,7 @@ class WebPage:
         if request.kind == "authorization" and request.url:
             link = check_link(request.url, self.known_domains)
         asked = datetime.fromtimestamp(request.created_at, UTC)
+        escalated = self.board.escalations(request.id)
         return Card(
             request=request,
             key=key,
@@ -426,6 +430,7 @@ class WebPage:
             link=link,
             error=error,
             notes=standing_notes(request),
+            escalated=escalated_note(escalated) if escalated else "",
         )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,9 +22,10 @@ FOLLOWER_BACKLOG = 1000
 
 @dataclass(frozen=True)
 class Change:
-    """A request put on the board (``shown``) or taken off it (``gone``, with a note why)."""
+    """A request put on the board (``shown``), taken off it (``gone``, with a note why), or
+    escalated to another queue while it stays (``escalated``, with a note saying where)."""
 
-    kind: Literal["shown", "gone"]
+    kind: Literal["shown", "gone", "escalated"]
     pending: Pending
     note: str = ""
 
@@ -60,6 +61,7 @@ class Board:
 
     def __init__(self) -> None:
         self._shown: dict[str, Pending] = {}
+        self._escalated: dict[str, list[str]] = {}  # request id -> queues it escalated to
         self._followers: set[Follower] = set()
         self.closed = False
 
@@ -71,10 +73,26 @@ class Board:
     def remove(self, request_id: str, note: str) -> bool:
         """Take request ``request_id`` off the board, telling pages ``note``; False if absent."""
         pending = self._shown.pop(request_id, None)
+        self._escalated.pop(request_id, None)
         if pending is None:
             return False
         self._publish(Change("gone", pending, note))
         return True
+
+    def escalate(self, request_id: str, queue: str) -> bool:
+        """Mark request ``request_id`` escalated to ``queue`` (SPEC §14); False if absent."""
+        pending = self._shown.get(request_id)
+        if pending is None:
+            return False
+        queues = self._escalated.setdefault(request_id, [])
+        if queue not in queues:
+            queues.append(queue)
+        self._publish(Change("escalated", pending, escalated_note(queues)))
+        return True
+
+    def escalations(self, request_id: str) -> list[str]:
+        """The queues request ``request_id`` escalated to while on the board."""
+        return list(self._escalated.get(request_id, ()))
 
     def get(self, request_id: str) -> Pending | None:
         """The shown pending for ``request_id``, if it is still on the board."""
@@ -127,6 +145,9 @@ class WebWorker(Worker):
     async def gone(self, pending: Pending, event: Event) -> None:
         self.board.remove(pending.request.id, gone_note(event))
 
+    async def escalated(self, pending: Pending, event: Event) -> None:
+        self.board.escalate(pending.request.id, event.queue or "another queue")
+
 
 def standing_notes(request: Request) -> list[str]:
     """What to know of a request beyond its question (SPEC §14): what happens if nobody
@@ -154,3 +175,8 @@ def gone_note(event: Event) -> str:
     if event.event == "withdrawn":
         return "Withdrawn: the agent stopped waiting."
     return f"Closed ({event.event})."
+
+
+def escalated_note(queues: Sequence[str]) -> str:
+    """What a request still open here says once it escalated to ``queues`` (SPEC §14)."""
+    return f"Escalated to {', '.join(queues)}: still open here too."

@@ -74,6 +74,15 @@
     refresh();
   }
 
+  function escalated(key, text) {
+    const card = document.getElementById(key);
+    const element = card && card.querySelector("p.escalated");
+    if (!element) return;
+    element.textContent = text;
+    element.hidden = false;
+    card.classList.add("is-escalated");
+  }
+
   function reset(html) {
     const fresh = cards(fragment(html));
     const keys = new Set(fresh.map((card) => card.id));
@@ -153,6 +162,10 @@
     source.addEventListener("gone", (event) => {
       const change = JSON.parse(event.data);
       gone(change.key, change.note);
+    });
+    source.addEventListener("escalated", (event) => {
+      const change = JSON.parse(event.data);
+      escalated(change.key, change.note);
     });
   }
 
