@@ -55,6 +55,12 @@ async def entries(redis_url: str, namespace: str, queue: str) -> int:
         await client.aclose()
 
 
+async def eventually_empty(redis_url: str, namespace: str, queue: str) -> None:
+    async with asyncio.timeout(5):
+        while await entries(redis_url, namespace, queue):
+            await asyncio.sleep(0.05)
+
+
 async def record_of(broker: toolnexus.Broker, request_id: str) -> AuditRecord:
     """The audit record of ``request_id``, once written (the waiter writes it in the
     background)."""
@@ -94,9 +100,7 @@ async def test_an_escalation_whose_first_queue_never_answers_and_whose_second_do
                 events("answered")[0]
             )
             for queue in (ORIGIN, ONCALL):  # settled on every queue it reached
-                async with asyncio.timeout(5):
-                    while await entries(redis_url, namespace, queue):
-                        await asyncio.sleep(0.05)
+                await eventually_empty(redis_url, namespace, queue)
             record = await record_of(b, seen["id"])
             assert record.status == "answered" and record.person == "tester"
             assert [hop.queue for hop in record.escalated] == [ONCALL]
@@ -355,3 +359,35 @@ def test_the_readme_escalation_example_runs(redis_url: str, namespace: str) -> N
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "yes\n"
+
+
+async def test_a_durable_escalation_is_published_once_per_queue_across_attaches(
+    redis_url: str, namespace: str
+) -> None:
+    """A durable request's hops go on after a wait attaches to it again; each queue gets it
+    once (its route there says it was published), and its answer reaches the new wait."""
+    async with (
+        toolnexus.connect(redis_url, namespace=namespace, queue=ORIGIN, **FAST) as desk,
+        toolnexus.connect(redis_url, namespace=namespace, queue=ONCALL, **FAST) as oncall,
+    ):
+        asked = request((0.3, ONCALL), durable=True)
+        for _ in range(2):  # waits that end (a deploy) before and after the hop
+            waiting = asyncio.create_task(desk.wait_for(asked, timeout_s=30))
+            await asyncio.sleep(0.6)
+            waiting.cancel()
+            await asyncio.gather(waiting, return_exceptions=True)
+        attached = asyncio.create_task(desk.wait_for(asked, timeout_s=30))
+        await asyncio.sleep(0.6)
+        assert isinstance(oncall, RedisBroker)
+        info: Any = await oncall.redis.xinfo_stream(oncall.keys.requests)
+        assert info["entries-added"] == 1  # hopped once, whichever wait was on
+        async with oncall.responder("pager") as pager:
+            pending = await asyncio.wait_for(anext(pager), 10)
+            assert pending.request.id == asked.id
+            await pending.accept(person="pager:ada")
+        answer = await asyncio.wait_for(attached, 10)
+        assert (answer.ok, answer.person) == (True, "pager:ada")
+        for queue in (ORIGIN, ONCALL):  # settled on both
+            await eventually_empty(redis_url, namespace, queue)
+        record = await record_of(desk, asked.id)
+        assert [hop.queue for hop in record.escalated] == [ONCALL]

@@ -90,6 +90,23 @@ def parse_queues_field(value: bytes | str | None) -> list[tuple[str, str | None]
     return [(queue, None if entry == NO_ENTRY else entry) for queue, entry in pairs]
 
 
+def record_reached(
+    core: Core, waiter: str, wait: Waiting, reached: Sequence[tuple[Keys, bytes | str]]
+) -> None:
+    """Record in the state of ``wait`` (of waiter ``waiter``) every queue it was published
+    to: this broker's queue (its entry ``wait.entry_id``) and those ``reached``."""
+    call = core.pipeliner
+    call.fire(
+        call.batch(
+            REACHED,
+            (core.keys.answers(waiter), core.keys.alive(waiter)),
+            (),
+            (core.keys.state(waiter, wait.request_id),),
+            (queues_field(core.keys.queue, wait.entry_id, reached),),
+        )
+    )
+
+
 class Escalator:
     """The hops of every wait of one waiter: a heap of hop times and one ``call_at`` for
     the earliest. A hop whose wait has ended is dropped when its time comes."""
@@ -103,18 +120,30 @@ class Escalator:
         self._timer: asyncio.TimerHandle | None = None
         self._keys: dict[str, Keys] = {}
 
-    def plan(self, request: Request, wait: Waiting, replies: Replies) -> Escalation | None:
+    def plan(
+        self,
+        request: Request,
+        wait: Waiting,
+        replies: Replies,
+        reached: Sequence[tuple[str, str | None]] = (),
+    ) -> Escalation | None:
         """Schedule the hops of ``request`` (checked already; as published), waited for as
-        ``wait`` on ``replies``: its waiter id, and whether it is durable."""
+        ``wait`` on ``replies``: its waiter id, and whether it is durable. Hops to queues
+        ``reached`` already (by an earlier wait of a durable request) are not taken again."""
         if not request.escalate:
             return None
         escalation = Escalation(
             wait, list(request.escalate), request.created_at, replies.waiter, replies.durable
         )
+        before = dict(reached)
         loop = asyncio.get_running_loop()
         offset = loop.time() - time.time()
         for index, hop in enumerate(escalation.hops):
-            self._add(loop, request.created_at + hop.after_s + offset, escalation, index)
+            if hop.queue in before:
+                escalation.reached.append((self._keys_of(hop.queue), before[hop.queue] or ""))
+                escalation.taken.append(hop)
+            else:
+                self._add(loop, request.created_at + hop.after_s + offset, escalation, index)
         return escalation
 
     def _add(
@@ -191,16 +220,7 @@ class Escalator:
         escalation.taken.append(Hop(round(time.time() - escalation.created_at, 3), hop.queue))
         self.published += 1
         log.info("request %s escalated to queue %s", wait.request_id, hop.queue)
-        call = core.pipeliner
-        call.fire(
-            call.batch(
-                REACHED,
-                (core.keys.answers(escalation.waiter), core.keys.alive(escalation.waiter)),
-                (),
-                (core.keys.state(escalation.waiter, wait.request_id),),
-                (queues_field(core.keys.queue, wait.entry_id, escalation.reached),),
-            )
-        )
+        record_reached(core, escalation.waiter, wait, escalation.reached)
         if escalation.final is not None:  # the wait ended while this hop was on its way
             core.settle(escalation.final, delete=entry, keys=keys)
             return

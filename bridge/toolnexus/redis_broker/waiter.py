@@ -42,7 +42,7 @@ from . import durable
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import OPEN, PUBLISH, REOPEN
 from .durable import ReplyStream
-from .escalation import Escalation, Escalator
+from .escalation import Escalation, Escalator, parse_queues_field, record_reached
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -67,6 +67,7 @@ class _Wait:
     verified: bool | None = None  # whether the answer taken verified (None: not checked)
     refusals: list[Refusal] | None = None  # answers refused, for the audit trail
     escalation: Escalation | None = None  # its hops (SPEC §14), if it escalates
+    reached: list[tuple[str, str | None]] | None = None  # durable: queues an earlier wait reached
 
 
 class _Deadlines:
@@ -183,7 +184,9 @@ class Waiter:
                 self._publish(wait)
                 if request.escalate:  # as stored: an attached wait goes on with its hops
                     published = core.codec.decode_as(wait.payload, Request)
-                    wait.escalation = self._escalator.plan(published, wait, replies)
+                    wait.escalation = self._escalator.plan(
+                        published, wait, replies, wait.reached or ()
+                    )
             answer = await wait.answer
         except asyncio.CancelledError:
             if not replies.durable:  # a durable request outlives its waits
@@ -262,6 +265,10 @@ class Waiter:
             return True
         request = durable.stored_request(core, stored, asked)
         wait.payload, wait.deadline_ms = stored.payload, stored.deadline_ms
+        wait.reached = parse_queues_field(stored.queues)
+        wait.entry_id = next(
+            (e.encode() for q, e in wait.reached if q == core.keys.queue and e), None
+        )
         wait.checked = self._checks(request)
         outcome = durable.broker_outcome(request, stored.status)
         if outcome is not None:
@@ -310,7 +317,12 @@ class Waiter:
         errors = [e for e in errors if e is not None]
         if not errors:
             wait.published = True
-            wait.entry_id = added.result()
+            entry = added.result()
+            if entry:  # (a durable request published by an earlier wait gives none)
+                wait.entry_id = entry
+                if wait.replies.durable:  # where it is, for the next wait that attaches
+                    reached = wait.escalation.reached if wait.escalation is not None else ()
+                    record_reached(self.core, wait.replies.waiter, wait, reached)
         elif any(isinstance(e, BrokerClosed) for e in errors):
             return
         elif all(isinstance(e, CONNECTION_ERRORS) for e in errors):
