@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import heapq
 import logging
 import time
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from ..keys import Keys, name_problem
 from ..models import Event, Hop, Request
 from ._core import CONNECTION_ERRORS, Core, ms, text
 from ._scripts import PUBLISH, REACHED
+from ._timers import Timers
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -108,16 +108,13 @@ def record_reached(
 
 
 class Escalator:
-    """The hops of every wait of one waiter: a heap of hop times and one ``call_at`` for
-    the earliest. A hop whose wait has ended is dropped when its time comes."""
+    """The hops of every wait of one waiter, on one timer. A hop whose wait has ended is
+    dropped when its time comes."""
 
     def __init__(self, core: Core) -> None:
         self.core = core
         self.published = 0  # hops published
-        self._heap: list[tuple[float, int, Escalation, int]] = []
-        self._count = 0
-        self._kept = 0  # the heap's size after it was last rid of ended waits
-        self._timer: asyncio.TimerHandle | None = None
+        self._hops: Timers[tuple[Escalation, int]] = Timers(self._due, self._ended)
         self._keys: dict[str, Keys] = {}
 
     def plan(
@@ -143,34 +140,14 @@ class Escalator:
                 escalation.reached.append((self._keys_of(hop.queue), before[hop.queue] or ""))
                 escalation.taken.append(hop)
             else:
-                self._add(loop, request.created_at + hop.after_s + offset, escalation, index)
+                self._hops.add(request.created_at + hop.after_s + offset, (escalation, index))
         return escalation
 
-    def _add(
-        self, loop: asyncio.AbstractEventLoop, when: float, escalation: Escalation, index: int
-    ) -> None:
-        self._count += 1
-        if len(self._heap) > 2 * self._kept + 1024:  # drop the hops of waits that ended
-            self._heap = [e for e in self._heap if not e[2].wait.answer.done()]
-            heapq.heapify(self._heap)
-            self._kept = len(self._heap)
-        heapq.heappush(self._heap, (when, self._count, escalation, index))
-        if self._timer is None or when < self._timer.when():
-            self._arm(loop)
+    def _ended(self, hop: tuple[Escalation, int]) -> bool:
+        return hop[0].wait.answer.done() or self.core.closed
 
-    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = loop.call_at(self._heap[0][0], self._fire, loop) if self._heap else None
-
-    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
-        now = loop.time()
-        while self._heap and self._heap[0][0] <= now:
-            _when, _n, escalation, index = heapq.heappop(self._heap)
-            if not escalation.wait.answer.done() and not self.core.closed:
-                self._publish(escalation, index)
-        self._timer = None
-        self._arm(loop)
+    def _due(self, hop: tuple[Escalation, int]) -> None:
+        self._publish(*hop)
 
     def _keys_of(self, queue: str) -> Keys:
         keys = self._keys.get(queue)
@@ -209,7 +186,7 @@ class Escalator:
             if isinstance(error, CONNECTION_ERRORS) and not wait.answer.done():
                 log.warning("escalating %s to %s: %s; retrying", wait.request_id, hop.queue, error)
                 loop = asyncio.get_running_loop()
-                self._add(loop, loop.time() + RETRY_S, escalation, index)
+                self._hops.add(loop.time() + RETRY_S, (escalation, index))
             else:
                 log.error("escalating %s to %s failed: %s", wait.request_id, hop.queue, error)
             return
@@ -236,9 +213,7 @@ class Escalator:
             self.core.settle(event, delete=entry, keys=keys)
 
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._heap.clear()
+        self._hops.close()
 
 
 async def settle_reached(core: Core, request: Request, event: Event, entry: str | None) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import heapq
 import logging
 import time
 import uuid
@@ -41,6 +40,7 @@ from ..signing import verify_answer
 from . import durable
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import OPEN, PUBLISH, REOPEN
+from ._timers import Timers
 from .durable import ReplyStream
 from .escalation import Escalation, Escalator, parse_queues_field, record_reached
 
@@ -70,47 +70,13 @@ class _Wait:
     reached: list[tuple[str, str | None]] | None = None  # durable: queues an earlier wait reached
 
 
-class _Deadlines:
-    """One timer for every wait of a process: a heap of deadlines, and a single
-    ``call_at`` for the earliest. A wait past its deadline gets ``None`` as its answer.
+def _expire(wait: _Wait) -> None:
+    """A wait past its deadline gets ``None`` as its answer."""
+    wait.answer.set_result(None)
 
-    Entries of waits that ended early stay in the heap until it is rebuilt, which
-    happens when they outnumber the live ones.
-    """
 
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, _Wait]] = []
-        self._count = 0
-        self._timer: asyncio.TimerHandle | None = None
-
-    def add(self, wait: _Wait, when: float, live: int) -> None:
-        loop = asyncio.get_running_loop()
-        self._count += 1
-        if len(self._heap) > 2 * live + 1024:  # drop the entries of waits that ended
-            self._heap = [e for e in self._heap if not e[2].answer.done()]
-            heapq.heapify(self._heap)
-        heapq.heappush(self._heap, (when, self._count, wait))
-        if self._timer is None or when < self._timer.when():
-            self._arm(loop)
-
-    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = loop.call_at(self._heap[0][0], self._fire, loop) if self._heap else None
-
-    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
-        now = loop.time()
-        while self._heap and self._heap[0][0] <= now:
-            wait = heapq.heappop(self._heap)[2]
-            if not wait.answer.done():
-                wait.answer.set_result(None)
-        self._timer = None
-        self._arm(loop)
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._heap.clear()
+def _ended(wait: _Wait) -> bool:
+    return wait.answer.done()
 
 
 class Waiter:
@@ -130,7 +96,7 @@ class Waiter:
             shared, core.keys.answers(shared), core.keys.alive(shared), durable=True
         )
         self._durable_start = asyncio.Lock()
-        self._deadlines = _Deadlines()
+        self._deadlines: Timers[_Wait] = Timers(_expire, _ended)  # one timer for every deadline
         self._escalator = Escalator(core)
         self._unpublished: set[_Wait] = set()
         self._republisher: asyncio.Task[None] | None = None
@@ -179,7 +145,7 @@ class Waiter:
                 reader = self._read_replies(replies)
                 replies.reader = loop.create_task(reader, name="toolnexus-answers")
             delay_s = wait.deadline_ms / 1000 - time.time()
-            self._deadlines.add(wait, loop.time() + delay_s, len(self.waits))
+            self._deadlines.add(loop.time() + delay_s, wait)
             if not wait.answer.done():
                 self._publish(wait)
                 if request.escalate:  # as stored: an attached wait goes on with its hops
