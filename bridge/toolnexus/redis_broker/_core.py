@@ -211,6 +211,8 @@ class Core:
         )
         self.connector = connector
         self.redis: Client = connector.command_client
+        self.one_server = not isinstance(self.redis, RedisCluster)
+        """Every key is on one server (not a Cluster): a script may read keys of any slot."""
         wait = (settings.wait_replicas, settings.wait_timeout_ms)
         self.pipeliner = Pipeliner(
             self.redis,
@@ -298,18 +300,12 @@ class Core:
         self.pipeliner.fire(future)
         return future
 
-    @property
-    def one_server(self) -> bool:
-        """Whether every key is on one server (not a Cluster): a script may then read
-        keys of several slots."""
-        return not isinstance(self.redis, RedisCluster)
-
     def settle_resolved(
         self, waiter: str, request_id: str, group: str, entry: str
     ) -> asyncio.Future[Any]:
         """Acknowledge and delete ``entry`` if the request is no longer open, in the
         pipeline of a resolve queued just before (one server only: see
-        :attr:`one_server`). The future says 1 if it did, 0 if the request was open."""
+        ``one_server``). The future says 1 if it did, 0 if the request was open."""
         future = self.pipeliner.batch(
             SETTLE_RESOLVED,
             (self.keys.requests,),
