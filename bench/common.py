@@ -65,6 +65,16 @@ class Scale(TypedDict):
     resolve_s: float
 
 
+class Wakeup(TypedDict):
+    """Sequential round trips with no other wait pending, then with ``pending`` more."""
+
+    pending: int
+    none: Latency
+    loaded: Latency
+    none_samples_ms: list[float]
+    loaded_samples_ms: list[float]
+
+
 class CodecRow(TypedDict):
     codec: str
     message: str
@@ -85,6 +95,7 @@ class CaseResult(TypedDict, total=False):
     samples_ms: list[float]  # the raw latency samples, for pooling rounds
     throughput: list[Throughput]
     scale: Scale
+    wakeup: Wakeup
     codec: list[CodecRow]
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import time
 import uuid
 from typing import Any, Final
 
@@ -26,19 +25,15 @@ import msgspec
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from bench import harness
 from bench.common import (
     ANSWER_DATA,
     PAYLOAD,
     SPAWN,
     CaseResult,
-    Scale,
     measure_sequential,
     measure_throughput,
-    redis_clients_of_this_process,
-    settled_rss,
     stop_process,
-    stream_entries,
-    wait_for_entries,
 )
 
 REQUESTS: Final = "floor:requests"
@@ -52,9 +47,9 @@ _decode = msgspec.msgpack.Decoder().decode
 # --- responder process -------------------------------------------------------
 
 
-def responder_main(url: str, ready: Any, go: Any, stop: Any) -> None:
+def responder_main(url: str, ready: Any, go: Any, stop: Any, loop: str = "asyncio") -> None:
     """Entry point of the responder process; answers until ``stop`` is set."""
-    asyncio.run(_responder(url, ready, go, stop))
+    harness.run(_responder(url, ready, go, stop), loop)
 
 
 async def _responder(url: str, ready: Any, go: Any, stop: Any) -> None:
@@ -75,10 +70,12 @@ async def _responder(url: str, ready: Any, go: Any, stop: Any) -> None:
             acked: list[bytes] = []
             for _stream, entries in batches:
                 for entry_id, fields in entries:
+                    acked.append(entry_id)
+                    if b"h" in fields:  # a wait nobody answers (the wake-up case's)
+                        continue
                     body = _decode(fields[b"b"])
                     answer = {"id": body["id"], "ok": True, "data": ANSWER_DATA}
                     pipe.xadd(fields[b"r"], {b"id": fields[b"id"], b"b": _encode(answer)})
-                    acked.append(entry_id)
             pipe.xack(REQUESTS, GROUP, *acked)
             await pipe.execute()
     finally:
@@ -88,14 +85,14 @@ async def _responder(url: str, ready: Any, go: Any, stop: Any) -> None:
 class Responder:
     """A floor responder in another process (started ready, answering once ``go`` is set)."""
 
-    def __init__(self, url: str, *, start_answering: bool = True) -> None:
+    def __init__(self, url: str, *, start_answering: bool = True, loop: str = "asyncio") -> None:
         self.ready = SPAWN.Event()
         self.go = SPAWN.Event()
         self.stop = SPAWN.Event()
         if start_answering:
             self.go.set()
         self.proc = SPAWN.Process(
-            target=responder_main, args=(url, self.ready, self.go, self.stop), daemon=True
+            target=responder_main, args=(url, self.ready, self.go, self.stop, loop), daemon=True
         )
 
     def __enter__(self) -> Responder:
@@ -113,9 +110,19 @@ class Responder:
 # --- waiter side ---------------------------------------------------------------
 
 
-def _request_fields(request_id: str, reply_to: str) -> dict[Any, Any]:
-    body = {"id": request_id, "kind": "input", "data": PAYLOAD}
-    return {b"id": request_id.encode(), b"r": reply_to.encode(), b"b": _encode(body)}
+def new_request(hold: bool = False) -> dict[str, Any]:
+    """The floor's request: what its body carries (``hold``: no responder answers it)."""
+    request: dict[str, Any] = {"id": uuid.uuid4().hex, "kind": "input", "data": PAYLOAD}
+    if hold:
+        request["hold"] = True
+    return request
+
+
+def _request_fields(request: dict[str, Any], reply_to: str) -> dict[Any, Any]:
+    fields = {b"id": request["id"].encode(), b"r": reply_to.encode(), b"b": _encode(request)}
+    if request.get("hold"):
+        fields[b"h"] = b"1"
+    return fields
 
 
 class DirectWaiter:
@@ -127,9 +134,9 @@ class DirectWaiter:
         self.last = b"0-0"
 
     async def round_trip(self) -> dict[str, Any]:
-        request_id = uuid.uuid4().hex
-        await self.r.xadd(REQUESTS, _request_fields(request_id, self.reply_to))
-        want = request_id.encode()
+        request = new_request()
+        await self.r.xadd(REQUESTS, _request_fields(request, self.reply_to))
+        want = request["id"].encode()
         while True:
             got: Any = await self.r.xread({self.reply_to: self.last}, block=1000)
             for _stream, entries in got or ():
@@ -144,7 +151,8 @@ class DirectWaiter:
 
 
 class FloorClient:
-    """Concurrent waits: futures by request id, one blocking reader for the reply stream.
+    """Concurrent waits: futures by request id, one blocking reader for the reply stream,
+    one timer for every deadline (:class:`bench.harness.Deadlines`, as toolnexus has).
 
     Requests go out as one ``XADD`` per call over a blocking pool of
     ``max_connections``, or, with ``coalesce=True``, every ``XADD`` issued in
@@ -160,6 +168,7 @@ class FloorClient:
         self.reply_to = f"floor:reply:{uuid.uuid4().hex}"
         self.pending: dict[bytes, asyncio.Future[dict[str, Any]]] = {}
         self.coalesce = coalesce
+        self._deadlines = harness.Deadlines()
         self._queued: list[dict[Any, Any]] = []
         self._flush_scheduled = False
         self._flushes: set[asyncio.Task[None]] = set()
@@ -181,19 +190,31 @@ class FloorClient:
                         fut.set_result(_decode(fields[b"b"]))
 
     async def round_trip(self) -> dict[str, Any]:
-        request_id = uuid.uuid4().hex
+        return await self.wait(new_request())
+
+    async def wait(self, request: dict[str, Any], timeout_s: float = 60) -> dict[str, Any]:
+        """Publish ``request`` and wait for its answer (``TimeoutError`` at the deadline)."""
+        key = request["id"].encode()
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.pending[request_id.encode()] = fut  # registered before publishing
-        fields = _request_fields(request_id, self.reply_to)
-        if self.coalesce:
-            self._queued.append(fields)
-            if not self._flush_scheduled:
-                self._flush_scheduled = True
-                asyncio.get_running_loop().call_soon(self._start_flush)
-        else:
-            await self.w.xadd(REQUESTS, fields)
-        async with asyncio.timeout(60):
+        self.pending[key] = fut  # registered before publishing
+        self._deadlines.add(fut, timeout_s, len(self.pending))
+        try:
+            if self.coalesce:
+                self._enqueue(request)
+            else:
+                await self._xadd(request)
             return await fut
+        finally:
+            self.pending.pop(key, None)
+
+    async def _xadd(self, request: dict[str, Any]) -> None:
+        await self.w.xadd(REQUESTS, _request_fields(request, self.reply_to))
+
+    def _enqueue(self, request: dict[str, Any]) -> None:
+        self._queued.append(_request_fields(request, self.reply_to))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._start_flush)
 
     def _start_flush(self) -> None:
         self._flush_scheduled = False
@@ -218,6 +239,7 @@ class FloorClient:
         self._running = False
         if self._reader_task is not None:
             await self._reader_task
+        self._deadlines.close()
         await self.w.aclose()
         await self.w.connection_pool.disconnect()
         await self.reader.aclose()
@@ -226,7 +248,13 @@ class FloorClient:
 # --- cases -----------------------------------------------------------------------
 
 
+def _loop_suffix(loop: str) -> str:
+    return "" if loop == "asyncio" else f", {loop}"
+
+
 def latency_case(url: str, params: dict[str, Any]) -> CaseResult:
+    loop = str(params.get("loop", "asyncio"))
+
     async def run() -> CaseResult:
         waiter = DirectWaiter(url)
         try:
@@ -237,18 +265,19 @@ def latency_case(url: str, params: dict[str, Any]) -> CaseResult:
             await waiter.aclose()
         return CaseResult(
             case="floor",
-            variant="direct",
+            variant="direct" + _loop_suffix(loop),
             settings="XADD; XREADGROUP BLOCK; XADD+XACK pipelined; XREAD BLOCK",
             latency=lat,
             samples_ms=[s / 1e6 for s in samples],
         )
 
-    with Responder(url):
-        return asyncio.run(run())
+    with Responder(url, loop=loop):
+        return harness.run(run(), loop)
 
 
 def throughput_case(url: str, params: dict[str, Any]) -> CaseResult:
     coalesce = bool(params.get("coalesce", False))
+    loop = str(params.get("loop", "asyncio"))
 
     async def run() -> CaseResult:
         client = FloorClient(url, coalesce=coalesce)
@@ -261,7 +290,7 @@ def throughput_case(url: str, params: dict[str, Any]) -> CaseResult:
             await client.aclose()
         return CaseResult(
             case="floor",
-            variant="coalesced" if coalesce else "pool",
+            variant=("coalesced" if coalesce else "pool") + _loop_suffix(loop),
             settings=(
                 "XADDs of one loop turn in one pipeline; one demuxing XREAD reader"
                 if coalesce
@@ -270,8 +299,8 @@ def throughput_case(url: str, params: dict[str, Any]) -> CaseResult:
             throughput=rows,
         )
 
-    with Responder(url):
-        return asyncio.run(run())
+    with Responder(url, loop=loop):
+        return harness.run(run(), loop)
 
 
 def scale_case(url: str, params: dict[str, Any]) -> CaseResult:
@@ -281,38 +310,45 @@ def scale_case(url: str, params: dict[str, Any]) -> CaseResult:
     async def run(responder: Responder) -> CaseResult:
         client = FloorClient(url, coalesce=True)
         await client.start()
-        before_entries = await stream_entries(url)
-        tasks = [asyncio.create_task(client.round_trip())]
-        await wait_for_entries(url, before_entries + 1)
-        connections_at_one = await redis_clients_of_this_process(url)
-        rss0 = settled_rss()
-        t0 = time.perf_counter()
-        tasks += [asyncio.create_task(client.round_trip()) for _ in range(waits - 1)]
-        await wait_for_entries(url, before_entries + waits)
-        publish_s = time.perf_counter() - t0
-        await asyncio.sleep(0.2)
-        rss1 = settled_rss()
-        connections = await redis_clients_of_this_process(url)
-        t1 = time.perf_counter()
-        responder.go.set()
-        await asyncio.gather(*tasks)
-        resolve_s = time.perf_counter() - t1
+        requests = [new_request() for _ in range(waits)]  # before the baseline, as toolnexus's
+        scale, _answers = await harness.measure_scale(
+            url, requests, lambda request: client.wait(request, 600), responder.go.set
+        )
         await client.aclose()
         return CaseResult(
             case="floor",
             variant="coalesced",
-            settings="futures by id, one demuxing reader",
-            scale=Scale(
-                waits=waits,
-                rss_before_bytes=rss0,
-                rss_delta_bytes=rss1 - rss0,
-                per_wait_bytes=(rss1 - rss0) / (waits - 1),
-                connections=connections,
-                connections_at_one=connections_at_one,
-                publish_s=publish_s,
-                resolve_s=resolve_s,
-            ),
+            settings="futures by id, one demuxing reader, one deadline timer",
+            scale=scale,
         )
 
     with Responder(url, start_answering=False) as responder:
         return asyncio.run(run(responder))
+
+
+def wakeup_case(url: str, params: dict[str, Any]) -> CaseResult:
+    """Sequential round trips alone, then with ``pending`` other waits nobody answers."""
+
+    async def run() -> CaseResult:
+        client = FloorClient(url, coalesce=True)
+        await client.start()
+        try:
+            wakeup = await harness.measure_wakeup(
+                url,
+                client.round_trip,
+                lambda: client.wait(new_request(hold=True), 600),
+                int(params["pending"]),
+                int(params["warmup"]),
+                int(params["n"]),
+            )
+        finally:
+            await client.aclose()
+        return CaseResult(
+            case="floor",
+            variant="coalesced",
+            settings="futures by id, one demuxing reader, one deadline timer",
+            wakeup=wakeup,
+        )
+
+    with Responder(url):
+        return asyncio.run(run())

@@ -139,7 +139,9 @@ def summarize_pstats(path: Path, top: int = 45) -> str:
     return buf.getvalue()
 
 
-def run(url: str, n: int, concurrency: int, out: Path, profiler_kind: str) -> None:
+def run(
+    url: str, n: int, concurrency: int, out: Path, profiler_kind: str, responder: str = "loop"
+) -> None:
     results: dict[str, dict[str, Any]] = {}
     flusher = redis.Redis.from_url(url)
 
@@ -174,7 +176,7 @@ def run(url: str, n: int, concurrency: int, out: Path, profiler_kind: str) -> No
         flusher.flushall()
         suffix = {"cprofile": ".prof", "pyinstrument": ".txt"}.get(profiler_kind)
         profile_to = str(out / f"responder-{mode}{suffix}") if suffix else None
-        with tnx.Responder(url, profile_to=profile_to) as tr:
+        with tnx.Responder(url, profile_to=profile_to, mode=responder) as tr:
             probe = Probe(url, tr.proc.pid or 0)
 
             async def tnx_run(mode: str = mode, probe: Probe = probe) -> None:
@@ -211,11 +213,17 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=1000)
     parser.add_argument("--profiler", choices=["none", "cprofile", "pyinstrument"], default="none")
     parser.add_argument("--out", type=Path, help="where profiles go (default: a temp dir)")
+    parser.add_argument(
+        "--responder",
+        choices=sorted(tnx.RESPONDERS),
+        default="loop",
+        help="how the toolnexus responder answers (see bench.tnx.RESPONDERS)",
+    )
     args = parser.parse_args()
     out: Path = args.out or Path(tempfile.mkdtemp(prefix="toolnexus-profile-"))
     out.mkdir(parents=True, exist_ok=True)
     with RedisServer(Path(tempfile.mkdtemp(prefix="toolnexus-profile-redis-"))) as server:
-        run(server.url, args.n, args.concurrency, out, args.profiler)
+        run(server.url, args.n, args.concurrency, out, args.profiler, args.responder)
     return 0
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.harness import uvloop_available
 from bench.machine import ROOT, describe
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -34,6 +35,7 @@ class Plan:
     latency_n: int
     levels: list[tuple[int, int, int]]  # (concurrent waits, warm-up round trips, measured)
     scale_waits: int
+    wakeup: tuple[int, int, int]  # (other waits pending, warm-up round trips, measured)
     peer_default: tuple[int, int]  # (warm-up, measured) with default poll intervals
     peer_min: tuple[int, int]  # (warm-up, measured) with the minimum poll interval
     min_poll_s: float
@@ -48,6 +50,7 @@ FULL = Plan(
     latency_n=1000,
     levels=[(1, 100, 1000), (100, 1000, 10_000), (1000, 2000, 20_000)],
     scale_waits=10_000,
+    wakeup=(10_000, 200, 1000),
     peer_default=(3, 30),
     peer_min=(20, 300),
     min_poll_s=0.001,
@@ -62,6 +65,7 @@ QUICK = Plan(
     latency_n=100,
     levels=[(1, 10, 50), (100, 100, 500), (1000, 1000, 2000)],
     scale_waits=1000,
+    wakeup=(1000, 20, 100),
     peer_default=(1, 3),
     peer_min=(2, 10),
     min_poll_s=0.001,
@@ -80,9 +84,13 @@ class Spec:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-def build_specs(plan: Plan, logdir: Path, only: set[str] | None) -> list[Spec]:
+def build_specs(plan: Plan, logdir: Path, only: set[str] | None, loops: list[str]) -> list[Spec]:
+    """Every case run, floor and toolnexus alternating round by round; with ``uvloop`` in
+    ``loops``, the latency and 1,000-wait throughput cases again on uvloop."""
     levels = [[c, w, n] for c, w, n in plan.levels]
     lat = {"warmup": plan.latency_warmup, "n": plan.latency_n}
+    pending, wake_warmup, wake_n = plan.wakeup
+    wake = {"pending": pending, "warmup": wake_warmup, "n": wake_n}
     specs: list[Spec] = []
     for r in range(plan.rounds):
         specs += [
@@ -96,9 +104,31 @@ def build_specs(plan: Plan, logdir: Path, only: set[str] | None) -> list[Spec]:
             Spec("toolnexus", "bench.tnx:throughput_case",
                  {"levels": levels, "round": r, "variant": "default"}),
             Spec("toolnexus", "bench.tnx:throughput_case",
-                 {"levels": levels, "concurrent_responder": True, "round": r,
+                 {"levels": levels, "responder": "tasks", "round": r,
                   "variant": "concurrent accepts"}),
+            Spec("toolnexus", "bench.tnx:throughput_case",
+                 {"levels": levels, "responder": "serve", "round": r, "variant": "serve"}),
+            Spec("wakeup", "bench.floor:wakeup_case", {**wake, "round": r}),
+            Spec("wakeup", "bench.tnx:wakeup_case", {**wake, "round": r}),
         ]  # fmt: skip
+        top = [levels[-1]]
+        for loop in loops:
+            if loop == "asyncio":
+                continue
+            specs += [
+                Spec("floor", "bench.floor:latency_case",
+                     {**lat, "round": r, "variant": f"direct, {loop}", "loop": loop}),
+                Spec("toolnexus", "bench.tnx:latency_case",
+                     {**lat, "round": r, "variant": f"default, {loop}", "loop": loop}),
+                Spec("floor", "bench.floor:throughput_case",
+                     {"levels": top, "round": r, "variant": f"pool, {loop}", "loop": loop}),
+                Spec("floor", "bench.floor:throughput_case",
+                     {"levels": top, "coalesce": True, "round": r,
+                      "variant": f"coalesced, {loop}", "loop": loop}),
+                Spec("toolnexus", "bench.tnx:throughput_case",
+                     {"levels": top, "responder": "serve", "round": r,
+                      "variant": f"serve, {loop}", "loop": loop}),
+            ]  # fmt: skip
     scale = {"waits": plan.scale_waits}
     specs += [
         Spec("scale", "bench.scale:baseline_case", scale),
@@ -244,7 +274,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="where RESULTS.md and results.png go")
     parser.add_argument(
         "--only",
-        help="comma-separated case labels (floor,toolnexus,scale,arq,celery,rq,taskiq,codec)",
+        help="comma-separated case labels "
+        "(floor,toolnexus,wakeup,scale,arq,celery,rq,taskiq,codec)",
+    )
+    parser.add_argument(
+        "--uvloop",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="also run the latency and 1,000-wait cases on uvloop: auto = if it is installed",
     )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
@@ -254,7 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="toolnexus-bench-work-"))
     only = set(args.only.split(",")) if args.only else None
-    specs = build_specs(plan, workdir / "logs", only)
+    loops = ["asyncio"]
+    if args.uvloop == "yes" or (args.uvloop == "auto" and uvloop_available()):
+        loops.append("uvloop")
+    specs = build_specs(plan, workdir / "logs", only, loops)
 
     from bench.report import write_report
 

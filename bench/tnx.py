@@ -12,19 +12,15 @@ import contextlib
 import time
 from typing import Any, Final
 
+from bench import harness
 from bench.common import (
     ANSWER_DATA,
     PAYLOAD,
     SPAWN,
     CaseResult,
-    Scale,
     measure_sequential,
     measure_throughput,
-    redis_clients_of_this_process,
-    settled_rss,
     stop_process,
-    stream_entries,
-    wait_for_entries,
 )
 
 NAMESPACE: Final = "bench"
@@ -34,23 +30,35 @@ GROUP: Final = "auto"
 
 # --- responder process -------------------------------------------------------------
 
+RESPONDERS = {
+    "loop": "responder accepts one at a time",
+    "tasks": "responder accepts each pending in its own task",
+    "serve": "responder is toolnexus.serve(broker, worker) with its defaults",
+}
+"""How the responder process answers: ``loop`` is the README's first example
+(``async for pending in responder: await pending.accept(...)``), ``tasks`` starts one
+task per pending, ``serve`` is the SDK's ``serve()`` with a ``Worker`` whose ``show()``
+accepts (the README's responder SDK example: ``concurrency=100`` and the rest default)."""
+
 
 def responder_main(
     url: str,
     ready: Any,
     go: Any,
     stop: Any,
-    concurrent: bool,
+    mode: str,
     profile_to: str | None = None,
     signing: dict[str, Any] | None = None,
+    loop: str = "asyncio",
 ) -> None:
     """Entry point of the responder process; answers until ``stop`` is set.
 
     With ``profile_to``, the process runs under cProfile (a ``.prof`` path: pstats
     dump) or pyinstrument (any other path: text profile), written on exit.
     """
+    main = _responder(url, ready, go, stop, mode, signing or {})
     if profile_to is None:
-        asyncio.run(_responder(url, ready, go, stop, concurrent, signing or {}))
+        harness.run(main, loop)
         return
     if profile_to.endswith(".prof"):
         import cProfile
@@ -58,7 +66,7 @@ def responder_main(
         cprofiler = cProfile.Profile(time.process_time)  # CPU time
         cprofiler.enable()
         try:
-            asyncio.run(_responder(url, ready, go, stop, concurrent, signing or {}))
+            harness.run(main, loop)
         finally:
             cprofiler.disable()
             cprofiler.dump_stats(profile_to)
@@ -68,7 +76,7 @@ def responder_main(
     profiler = Profiler(interval=0.001)
     profiler.start()
     try:
-        asyncio.run(_responder(url, ready, go, stop, concurrent, signing or {}))
+        harness.run(main, loop)
     finally:
         profiler.stop()
         with open(profile_to, "w") as f:
@@ -76,17 +84,26 @@ def responder_main(
 
 
 async def _responder(
-    url: str, ready: Any, go: Any, stop: Any, concurrent: bool, signing: dict[str, Any]
+    url: str, ready: Any, go: Any, stop: Any, mode: str, signing: dict[str, Any]
 ) -> None:
     import toolnexus
+
+    class AutoAccept(toolnexus.Worker):
+        group = GROUP
+
+        async def show(self, pending: toolnexus.Pending) -> None:
+            await pending.accept(ANSWER_DATA)
 
     async with toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE, **signing) as broker:
         ready.set()
         await asyncio.to_thread(go.wait)
 
         async def answer_all() -> None:
+            if mode == "serve":
+                await toolnexus.serve(broker, AutoAccept(), handle_signals=False)
+                return
             async with broker.responder(GROUP) as responder:
-                if not concurrent:
+                if mode == "loop":
                     async for pending in responder:
                         await pending.accept(ANSWER_DATA)
                     return
@@ -112,9 +129,10 @@ class Responder:
         url: str,
         *,
         start_answering: bool = True,
-        concurrent: bool = False,
+        mode: str = "loop",
         profile_to: str | None = None,
         signing: dict[str, Any] | None = None,
+        loop: str = "asyncio",
     ) -> None:
         self.ready = SPAWN.Event()
         self.go = SPAWN.Event()
@@ -124,7 +142,7 @@ class Responder:
         self.profile_to = profile_to
         self.proc = SPAWN.Process(
             target=responder_main,
-            args=(url, self.ready, self.go, self.stop, concurrent, profile_to, signing),
+            args=(url, self.ready, self.go, self.stop, mode, profile_to, signing, loop),
             daemon=True,
         )
 
@@ -184,12 +202,17 @@ def signing_options(directory: str) -> tuple[dict[str, Any], dict[str, Any]]:
     )
 
 
+def _loop_suffix(loop: str) -> str:
+    return "" if loop == "asyncio" else f", {loop}"
+
+
 def latency_case(url: str, params: dict[str, Any]) -> CaseResult:
     import tempfile
 
     import toolnexus
 
     signed = params.get("variant") == "signed"
+    loop = str(params.get("loop", "asyncio"))
     keys = tempfile.TemporaryDirectory(prefix="toolnexus-bench-keys-")
     agent_options, responder_options = signing_options(keys.name) if signed else ({}, {})
 
@@ -198,24 +221,28 @@ def latency_case(url: str, params: dict[str, Any]) -> CaseResult:
             lat, samples = await measure_sequential(round_trip_fn(b), params["warmup"], params["n"])
         return CaseResult(
             case="toolnexus",
-            variant="signed" if signed else "default",
+            variant=("signed" if signed else "default") + _loop_suffix(loop),
             settings=(
-                "Ed25519 signatures required on both sides; responder accepts one at a time"
+                "Ed25519 signatures required on both sides; " + RESPONDERS["loop"]
                 if signed
-                else "connect(redis) defaults; responder accepts one at a time"
+                else "connect(redis) defaults; " + RESPONDERS["loop"]
             ),
             latency=lat,
             samples_ms=[s / 1e6 for s in samples],
         )
 
-    with keys, Responder(url, signing=responder_options):
-        return asyncio.run(run())
+    with keys, Responder(url, signing=responder_options, loop=loop):
+        return harness.run(run(), loop)
+
+
+THROUGHPUT_VARIANTS = {"loop": "default", "tasks": "concurrent accepts", "serve": "serve"}
 
 
 def throughput_case(url: str, params: dict[str, Any]) -> CaseResult:
     import toolnexus
 
-    concurrent = bool(params.get("concurrent_responder", False))
+    mode = str(params.get("responder", "loop"))
+    loop = str(params.get("loop", "asyncio"))
 
     async def run() -> CaseResult:
         async with toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE) as broker:
@@ -223,17 +250,13 @@ def throughput_case(url: str, params: dict[str, Any]) -> CaseResult:
             rows = [await measure_throughput(round_trip, c, w, n) for c, w, n in params["levels"]]
         return CaseResult(
             case="toolnexus",
-            variant="concurrent accepts" if concurrent else "default",
-            settings=(
-                "responder accepts each pending in its own task"
-                if concurrent
-                else "connect(redis) defaults; responder accepts one at a time"
-            ),
+            variant=THROUGHPUT_VARIANTS[mode] + _loop_suffix(loop),
+            settings=("connect(redis) defaults; " if mode == "loop" else "") + RESPONDERS[mode],
             throughput=rows,
         )
 
-    with Responder(url, concurrent=concurrent):
-        return asyncio.run(run())
+    with Responder(url, mode=mode, loop=loop):
+        return harness.run(run(), loop)
 
 
 def scale_case(url: str, params: dict[str, Any]) -> CaseResult:
@@ -242,53 +265,64 @@ def scale_case(url: str, params: dict[str, Any]) -> CaseResult:
     from toolnexus.models import new_id
 
     waits = int(params["waits"])
-    concurrent = bool(params.get("concurrent_responder", False))
 
     async def run(responder: Responder) -> CaseResult:
         async with toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE) as broker:
-            # The requests themselves exist before the baseline: only the waits are counted.
-            requests = [
+            requests = [  # before the baseline, as the floor's
                 toolnexus.Request(id=new_id(), kind="input", prompt="bench", data=PAYLOAD)
                 for _ in range(waits)
             ]
-            before_entries = await stream_entries(url)
-            # One wait first: the connections it takes are what any number of waits may take.
-            tasks = [asyncio.create_task(broker.wait_for(requests[0], timeout_s=600))]
-            await wait_for_entries(url, before_entries + 1)
-            connections_at_one = await redis_clients_of_this_process(url)
-            rss0 = settled_rss()
-            t0 = time.perf_counter()
-            tasks += [
-                asyncio.create_task(broker.wait_for(request, timeout_s=600))
-                for request in requests[1:]
-            ]
-            await wait_for_entries(url, before_entries + waits)
-            publish_s = time.perf_counter() - t0
-            await asyncio.sleep(0.2)
-            rss1 = settled_rss()
-            connections = await redis_clients_of_this_process(url)
-            t1 = time.perf_counter()
-            responder.go.set()
-            answers = await asyncio.gather(*tasks)
-            resolve_s = time.perf_counter() - t1
+            scale, answers = await harness.measure_scale(
+                url,
+                requests,
+                lambda request: broker.wait_for(request, timeout_s=600),
+                responder.go.set,
+            )
         failed = [a for a in answers if not a.ok]
         if failed:
             raise RuntimeError(f"{len(failed)} waits ended without an answer: {failed[0]}")
         return CaseResult(
             case="toolnexus",
-            variant="concurrent accepts" if concurrent else "default",
+            variant="default",
             settings="connect(redis) defaults",
-            scale=Scale(
-                waits=waits,
-                rss_before_bytes=rss0,
-                rss_delta_bytes=rss1 - rss0,
-                per_wait_bytes=(rss1 - rss0) / (waits - 1),
-                connections=connections,
-                connections_at_one=connections_at_one,
-                publish_s=publish_s,
-                resolve_s=resolve_s,
-            ),
+            scale=scale,
         )
 
-    with Responder(url, start_answering=False, concurrent=concurrent) as responder:
+    with Responder(url, start_answering=False) as responder:
         return asyncio.run(run(responder))
+
+
+NOBODY: Final = ["bench-nobody"]
+"""The allow-list of the wake-up case's pending waits: the responder acknowledges them
+without showing them, so they stay pending until cancelled."""
+
+
+def wakeup_case(url: str, params: dict[str, Any]) -> CaseResult:
+    """Sequential round trips alone, then with ``pending`` other waits nobody answers."""
+    import toolnexus
+    from toolnexus.models import new_id
+
+    async def run() -> CaseResult:
+        async with toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE) as broker:
+
+            async def hold() -> Any:
+                request = toolnexus.Request(id=new_id(), kind="input", prompt="hold", data=PAYLOAD)
+                return await broker.wait_for(request, timeout_s=600, allow=NOBODY)
+
+            wakeup = await harness.measure_wakeup(
+                url,
+                round_trip_fn(broker),
+                hold,
+                int(params["pending"]),
+                int(params["warmup"]),
+                int(params["n"]),
+            )
+        return CaseResult(
+            case="toolnexus",
+            variant="default",
+            settings="connect(redis) defaults; " + RESPONDERS["loop"],
+            wakeup=wakeup,
+        )
+
+    with Responder(url):
+        return asyncio.run(run())

@@ -189,6 +189,20 @@ async def test_traced_wait_for_opens_a_span_the_responder_continues(
     assert waiting.attributes is not None and waiting.attributes["toolnexus.answer.ok"] is True
 
 
+def test_without_a_provider_or_a_trace_a_show_opens_no_span() -> None:
+    # In a process of its own: the tests above set this one's global tracer provider.
+    code = (
+        "from toolnexus.models import Request\n"
+        "from toolnexus.tracing import responder_span\n"
+        "with responder_span(Request(id='req-1', kind='approval')) as span:\n"
+        "    assert span is None, span\n"
+        "parent = {'traceparent': '00-' + '1' * 32 + '-' + '2' * 16 + '-01'}\n"
+        "with responder_span(Request(id='req-2', kind='approval', trace=parent)) as span:\n"
+        "    assert span.get_span_context().trace_id == int('1' * 32, 16), span\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 def test_without_a_span_the_request_is_unchanged() -> None:
     request = Request(id=new_id(), kind="approval")
     assert inject(request) is request

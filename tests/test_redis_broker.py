@@ -281,3 +281,25 @@ async def test_scripts_redis_forgot_are_loaded_again(redis_url: str, namespace: 
         await broker.redis.script_flush()
         assert (await broker.wait_for(ask("after"), timeout_s=10)).data == {"echo": "after"}
         await asyncio.wait_for(responder, 10)
+
+
+async def test_an_answered_entry_is_acknowledged_and_gone_when_accept_returns(
+    redis_url: str, namespace: str
+) -> None:
+    async with (
+        toolnexus.connect(redis_url, namespace=namespace, **FAST) as agent,
+        toolnexus.connect(redis_url, namespace=namespace, **FAST) as bot,
+    ):
+        assert isinstance(bot, RedisBroker)
+        wait = asyncio.create_task(agent.wait_for(ask("gone?"), timeout_s=20))
+        async with bot.responder("first") as first:
+            async for pending in first:
+                await pending.accept()
+                # Acknowledged by this group and deleted from the stream before accept()
+                # returned (the waiter's own delete goes later, and acknowledges nothing).
+                assert (await bot.redis.xpending(bot.keys.requests, "first"))["pending"] == 0
+                assert await bot.redis.xlen(bot.keys.requests) == 0
+                break
+        async with bot.responder("late", until_idle=True) as late:
+            assert [p async for p in late] == []  # a group reading afterwards never sees it
+        assert (await wait).ok

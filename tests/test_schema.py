@@ -217,6 +217,22 @@ def test_first_field_in_schema_order_is_reported_when_several_fail() -> None:
     assert info.value.field == "z"
 
 
+def test_a_schema_changed_after_use_is_checked_as_it_is_now() -> None:
+    # Validators are cached by the schema's value, not the dict's identity.
+    schema: dict[str, Any] = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    assert validate_form(schema, {"n": 50}) == {"n": 50}
+    schema["properties"]["n"]["maximum"] = 10
+    with pytest.raises(InvalidAnswer, match="greater than the maximum of 10"):
+        validate_form(schema, {"n": 50})
+    del schema["properties"]["n"]["maximum"]
+    assert validate_form(schema, {"n": 50}) == {"n": 50}
+    # 1 and 1.0 are one JSON number but two cache entries; each checks the same way.
+    for bound in (1, 1.0):
+        bounded = {"type": "object", "properties": {"n": {"type": "number", "maximum": bound}}}
+        with pytest.raises(InvalidAnswer, match="maximum"):
+            validate_form(bounded, {"n": 2})
+
+
 @pytest.mark.parametrize(
     ("schema", "match"),
     [

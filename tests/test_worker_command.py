@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from toolnexus import Broker
+from toolnexus_workers.options import run_main, worker_parser
 
 TOOLNEXUS = str(Path(sys.executable).with_name("toolnexus"))
 
@@ -78,3 +82,18 @@ def test_a_missing_extra_names_the_install_command(worker: str, blocked: list[st
     )
     assert done.returncode == 2
     assert done.stderr.rstrip().endswith(f"pip install 'toolnexus[{worker}]'"), done.stderr
+
+
+@pytest.mark.parametrize(("choice", "loop"), [("no", "asyncio"), ("yes", "uvloop")])
+def test_a_worker_runs_on_the_event_loop_asked_for(
+    choice: str, loop: str, redis_url: str, namespace: str
+) -> None:
+    pytest.importorskip("uvloop")
+    parser = worker_parser("test", "A test worker.", group="test")
+    args = parser.parse_args(["--url", redis_url, "--namespace", namespace, "--uvloop", choice])
+
+    async def work(broker: Broker) -> int:
+        running = type(asyncio.get_running_loop()).__module__.split(".")[0]
+        return 0 if running == loop else 1
+
+    assert run_main(args, work) == 0

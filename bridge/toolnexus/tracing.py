@@ -8,7 +8,7 @@ The agent's current span context travels in :attr:`Request.trace <toolnexus.Requ
 
 The responder SDK (:mod:`toolnexus.serve`) runs each ``show()`` inside
 :func:`responder_span`. Without ``pip install 'toolnexus[tracing]'`` (or with no tracer
-provider configured) both do nothing and cost nothing.
+provider configured) both do nothing, and cost nothing for requests without a trace.
 """
 
 from __future__ import annotations
@@ -59,8 +59,14 @@ def traced(wait_for: WaitFor, *, name: str = "toolnexus.wait_for") -> WaitFor:
 
 @contextlib.contextmanager
 def responder_span(request: Request, name: str = "toolnexus.show") -> Iterator[Any]:
-    """A span ``name`` whose parent is the span context ``request.trace`` carries."""
-    if not ENABLED:
+    """A span ``name`` whose parent is the span context ``request.trace`` carries.
+
+    Nothing at all (``None``) for a request that carries no trace while no tracer
+    provider is set: there is no span to record and no context to pass on, and the
+    no-op span cost ~60 µs of every ``show()``."""
+    if not ENABLED or (
+        request.trace is None and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    ):
         yield None
         return
     parent = propagate.extract(request.trace or {})

@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import toolnexus
@@ -128,6 +128,13 @@ def worker_parser(
         help="serve Prometheus metrics at :PORT/metrics (default: $TOOLNEXUS_METRICS_PORT, "
         "else none; needs toolnexus[metrics])",
     )
+    parser.add_argument(
+        "--uvloop",
+        choices=("no", "auto", "yes"),
+        default=os.environ.get("TOOLNEXUS_UVLOOP") or "no",
+        help="run on uvloop's event loop: auto = if it is installed, yes = it must be "
+        "(default: $TOOLNEXUS_UVLOOP, else no)",
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
     parser.add_argument("-q", "--quiet", action="store_true", help="log only warnings and errors")
     parser.add_argument(
@@ -224,7 +231,7 @@ def run_main(args: argparse.Namespace, work: Callable[[Broker], Awaitable[int]])
                 metrics.close()
 
     try:
-        return asyncio.run(main())
+        return _run(main(), getattr(args, "uvloop", "no"))
     except BrokerUnavailable as exc:
         print(f"{_prog(args)}: {scrubbed(exc, args.url)}", file=sys.stderr)
         return EXIT_UNAVAILABLE
@@ -233,6 +240,25 @@ def run_main(args: argparse.Namespace, work: Callable[[Broker], Awaitable[int]])
         return EXIT_CONFIGURATION
     except KeyboardInterrupt:  # before the worker's own signal handling was in place
         return EXIT_INTERRUPTED
+
+
+def _run(main: Coroutine[Any, Any, int], use_uvloop: str) -> int:
+    """``asyncio.run(main)``, on uvloop's event loop if ``use_uvloop`` asks for it.
+
+    Raises:
+        ConfigurationError: ``yes``, and uvloop is not installed.
+    """
+    if use_uvloop != "no":
+        try:
+            import uvloop
+        except ImportError:
+            if use_uvloop == "yes":
+                main.close()
+                raise ConfigurationError("--uvloop yes: uvloop is not installed") from None
+        else:
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                return runner.run(main)
+    return asyncio.run(main)
 
 
 def run_checked(

@@ -29,6 +29,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 from ..errors import ConfigurationError
+from ._packing import hiredis_packing
 
 Client = aioredis.Redis | RedisCluster
 """A command or blocking client: a server's (or a Sentinel master's) or a Cluster's."""
@@ -121,9 +122,10 @@ class Connector:
                 pool = aioredis.BlockingConnectionPool.from_url(
                     url, max_connections=max_connections, timeout=pool_timeout_s, **options
                 )
+                pool.connection_class = hiredis_packing(pool.connection_class)
                 self.command_client = aioredis.Redis.from_pool(pool)
-                self._blocking = lambda: aioredis.Redis.from_url(
-                    url, single_connection_client=True, **options
+                self._blocking = lambda: _fast(
+                    aioredis.Redis.from_url(url, single_connection_client=True, **options)
                 )
         except (ValueError, TypeError) as exc:
             raise ConfigurationError(f"bad Redis URL or option for {url!r}: {exc}") from exc
@@ -201,11 +203,21 @@ class Connector:
         sentinel = Sentinel(  # type: ignore[no-untyped-call]
             [(a.host, a.port) for a in addresses], sentinel_kwargs=sentinel_kwargs, **master_options
         )
-        self.command_client = sentinel.master_for(
-            master_name,
-            connection_pool_class=_BlockingSentinelPool,
-            max_connections=max_connections,
-            timeout=pool_timeout_s,
+        self.command_client = _fast(
+            sentinel.master_for(
+                master_name,
+                connection_pool_class=_BlockingSentinelPool,
+                max_connections=max_connections,
+                timeout=pool_timeout_s,
+            )
         )
         self._sentinel_manager = sentinel
-        self._blocking = lambda: sentinel.master_for(master_name, max_connections=1)
+        self._blocking = lambda: _fast(sentinel.master_for(master_name, max_connections=1))
+
+
+def _fast(client: aioredis.Redis) -> aioredis.Redis:
+    """``client``, whose connections (made when first used) pack commands with hiredis
+    (see :mod:`._packing`)."""
+    pool = client.connection_pool
+    pool.connection_class = hiredis_packing(pool.connection_class)
+    return client

@@ -11,11 +11,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 import redis.exceptions
+from redis.asyncio.cluster import RedisCluster
 
 from ..audit import AuditRecord, encode_record
 from ..broker import NOT_RESOLVED_REASONS, Resolution
@@ -26,7 +27,7 @@ from ..models import Event
 from ..signing import Signatures
 from ._connections import SENTINEL_OPTIONS, Client, Connector
 from ._pipeliner import Pipeliner
-from ._scripts import DEAD_LETTER, OUTCOMES, RESOLVE, SETTLE, Outcome
+from ._scripts import DEAD_LETTER, OUTCOMES, RESOLVE, SETTLE, SETTLE_RESOLVED, Outcome
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -210,6 +211,8 @@ class Core:
         )
         self.connector = connector
         self.redis: Client = connector.command_client
+        self.one_server = not isinstance(self.redis, RedisCluster)
+        """Every key is on one server (not a Cluster): a script may read keys of any slot."""
         wait = (settings.wait_replicas, settings.wait_timeout_ms)
         self.pipeliner = Pipeliner(
             self.redis,
@@ -242,17 +245,27 @@ class Core:
         return await self.pipeliner.call(*args)
 
     async def resolve(
-        self, waiter: str, request_id: str, status: Resolution, payload: bytes
+        self,
+        waiter: str,
+        request_id: str,
+        status: Resolution,
+        payload: bytes,
+        behind: Callable[[], object] | None = None,
     ) -> tuple[Outcome, bytes | None]:
-        """Run the resolve script: the outcome (see :data:`Outcome`) and the stored answer."""
+        """Run the resolve script: the outcome (see :data:`Outcome`) and the stored answer.
+        ``behind`` is called once the resolve item is queued: what it issues travels
+        right behind it, in the same pipeline."""
         keys = self.keys
-        raw = await self.pipeliner.batch(
+        resolved = self.pipeliner.batch(
             RESOLVE,
             (keys.answers(waiter), keys.alive(waiter)),
             (self.settings.retention_ms,),
             (keys.state(waiter, request_id),),
             (status, payload, request_id),
         )
+        if behind is not None:
+            behind()
+        raw = await resolved
         outcome = text(raw[0])
         if outcome not in OUTCOMES:
             raise redis.exceptions.ResponseError(f"resolve script said {outcome!r}")
@@ -286,6 +299,22 @@ class Core:
             (),
             (self.codec.encode(event) if event else "", *(ack or ("", "")), delete or ""),
             lazy=lazy,
+        )
+        self.pipeliner.fire(future)
+        return future
+
+    def settle_resolved(
+        self, waiter: str, request_id: str, group: str, entry: str
+    ) -> asyncio.Future[Any]:
+        """Acknowledge and delete ``entry`` if the request is no longer open, in the
+        pipeline of a resolve queued just before (one server only: see
+        ``one_server``). The future says 1 if it did, 0 if the request was open."""
+        future = self.pipeliner.batch(
+            SETTLE_RESOLVED,
+            (self.keys.requests,),
+            (waiter,),
+            (self.keys.state(waiter, request_id),),
+            (group, entry),
         )
         self.pipeliner.fire(future)
         return future

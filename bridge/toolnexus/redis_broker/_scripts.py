@@ -271,4 +271,40 @@ return recorded
     args_per_item=1,
 )
 
-SCRIPTS = (OPEN, PUBLISH, STATUS, RESOLVE, SETTLE, DEAD_LETTER, REOPEN, REACHED)
+SETTLE_RESOLVED = BatchScript(
+    "settle_resolved",
+    """
+-- One server only (it reads keys of two slots). Shared: KEYS request stream; ARGV the
+-- waiter whose RESOLVE batch this one follows (it only keeps the two batches in order).
+-- Item: KEYS state; ARGV group, entry. Sent right behind a RESOLVE of the same request,
+-- in the same pipeline: acknowledges and deletes the entry if the request is no longer
+-- open (resolved, or forgotten), so that no group reads it from now on; an open one is
+-- left alone. Each reply: 1 if it was settled, else 0.
+local settled = {}
+for i = 2, #KEYS do
+  local a = 2 + (i - 2) * 2
+  if redis.call('HGET', KEYS[i], 's') ~= 'open' then
+    redis.call('XACK', KEYS[1], ARGV[a], ARGV[a + 1])
+    redis.call('XDEL', KEYS[1], ARGV[a + 1])
+    settled[i - 1] = 1
+  else
+    settled[i - 1] = 0
+  end
+end
+return settled
+""",
+    keys_per_item=1,
+    args_per_item=2,
+)
+
+SCRIPTS = (
+    OPEN,
+    PUBLISH,
+    STATUS,
+    RESOLVE,
+    SETTLE,
+    DEAD_LETTER,
+    REOPEN,
+    REACHED,
+    SETTLE_RESOLVED,
+)
