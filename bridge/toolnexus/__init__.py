@@ -11,6 +11,7 @@ from .broker import Broker, EventStream, Pending, Responder, connect
 from .codec import JSON, MSGPACK, Codec
 from .errors import (
     AlreadyResolved,
+    AlreadyVoted,
     BrokerClosed,
     BrokerUnavailable,
     ConfigurationError,
@@ -25,7 +26,18 @@ from .errors import (
     UnknownRequest,
 )
 from .mcp_source import answer_to_elicit_result, elicitation_to_request
-from .models import Answer, Event, Heartbeat, Request, Signature, Source, WaitFor, new_id
+from .models import (
+    Answer,
+    Approval,
+    Event,
+    Heartbeat,
+    Quorum,
+    Request,
+    Signature,
+    Source,
+    WaitFor,
+    new_id,
+)
 from .question import QUESTION_TOOL, QuestionResult, question, question_tool
 from .schema import validate_form
 from .serve import Service, Worker, serve
@@ -78,7 +90,9 @@ __all__ = [
     "MSGPACK",
     "QUESTION_TOOL",
     "AlreadyResolved",
+    "AlreadyVoted",
     "Answer",
+    "Approval",
     "AuditRecord",
     "Broker",
     "BrokerClosed",
@@ -101,6 +115,7 @@ __all__ = [
     "NotResolved",
     "Pending",
     "QuestionResult",
+    "Quorum",
     "Request",
     "Responder",
     "ServerUnavailable",

@@ -329,7 +329,8 @@ def _time(value: float | None) -> float | None:
 
 def request_digest(request: Request) -> bytes:
     """SHA-256 over the fields of ``request`` that must not change in flight: id, kind,
-    prompt, data, url, source, expires_at, allow and reply_to (sorted msgpack).
+    prompt, data, url, source, expires_at, allow and reply_to (sorted msgpack), and the
+    quorum of a request that has one (SPEC §14; digests of other requests are unchanged).
 
     Raises:
         InvalidRequest: ``data`` holds something msgpack cannot encode.
@@ -346,6 +347,8 @@ def request_digest(request: Request) -> bytes:
         "allow": request.allow,
         "reply_to": request.reply_to,
     }
+    if request.quorum is not None:
+        fields["quorum"] = {"need": request.quorum.need, "decline": request.quorum.decline}
     return hashlib.sha256(_REQUEST_DIGEST + _canonical(fields, "request")).digest()
 
 

@@ -174,8 +174,8 @@ class RedisBroker(Broker):
         self._responders.add(responder)
         return responder
 
-    async def answer(self, answer: Answer) -> None:
-        await answer_by_id(self.core, answer)
+    async def answer(self, answer: Answer) -> Event | None:
+        return await answer_by_id(self.core, answer)
 
     async def complete(self, request_id: str) -> None:
         if self.core.closed:

@@ -25,6 +25,7 @@ from ..audit import audit_record
 from ..broker import NOT_RESOLVED_REASONS, Pending, Responder
 from ..errors import (
     AlreadyResolved,
+    AlreadyVoted,
     BrokerClosed,
     BrokerUnavailable,
     DecodeError,
@@ -40,6 +41,7 @@ from ..signing import allowed
 from ._connections import Client
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, run_to_completion, text
 from ._scripts import STATUS
+from .quorum import cast_vote, voter_of
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -54,11 +56,14 @@ def _waiter_of(request: Request) -> str:
 
 async def resolve_answer(
     core: Core, request: Request, answer: Answer, payload: bytes, entry: str | None = None
-) -> None:
+) -> Event | None:
     """Resolve ``request`` (stream entry ``entry``, if known) with the checked ``answer``
     (encoded as ``payload``), retrying while Redis is away for up to ``answer_patience_s``.
+    For a request that needs a quorum the answer is a vote (SPEC §14, :mod:`.quorum`):
+    a vote counted that does not decide returns the ``approved`` event to publish.
 
     Raises:
+        AlreadyVoted: a quorum's voter voted before; the request stays open.
         AlreadyResolved: answered, expired or withdrawn first (a dead waiter's request
             is withdrawn here and then refused as such).
         UnknownRequest: the broker no longer knows the request.
@@ -67,9 +72,14 @@ async def resolve_answer(
     waiter = _waiter_of(request)
     backoff = Backoff(cap_s=0.5)
     give_up = time.monotonic() + core.settings.answer_patience_s
+    progress: Event | None = None
     while True:
         try:
-            outcome, _stored = await core.resolve(waiter, request.id, "answered", payload)
+            outcome: str
+            if request.quorum is None:
+                outcome, _stored = await core.resolve(waiter, request.id, "answered", payload)
+            else:
+                outcome, progress, _stored = await cast_vote(core, request, answer, payload)
             break
         except CONNECTION_ERRORS as exc:
             if core.closed or time.monotonic() > give_up:
@@ -78,7 +88,11 @@ async def resolve_answer(
                 ) from exc
             await backoff.wait(f"answering {request.id}", exc)
     if outcome == "ok":
-        return
+        return None
+    if outcome == "counted":
+        return progress
+    if outcome == "voted":
+        raise AlreadyVoted(request.id, voter_of(answer))
     if outcome == "unknown":
         raise UnknownRequest(request.id)
     if outcome == "late":
@@ -103,7 +117,7 @@ async def _finish(
         core.write_audit(audit_record(request, status, answer, verified=None, codec=core.codec))
 
 
-async def answer_by_id(core: Core, answer: Answer) -> None:
+async def answer_by_id(core: Core, answer: Answer) -> Event | None:
     """:meth:`RedisBroker.answer`: find the request by its route, check, resolve."""
     if check_request_id(answer.id) is not None:
         raise UnknownRequest(answer.id[:100])
@@ -121,7 +135,10 @@ async def answer_by_id(core: Core, answer: Answer) -> None:
         request = core.codec.decode_as(raw_request, Request)
         core.signatures.admit_request(request)  # with signatures required, only a signed one
         checked = _checked(core, request, answer, None)
-        await resolve_answer(core, request, checked, core.codec.encode_answer(checked))
+        progress = await resolve_answer(core, request, checked, core.codec.encode_answer(checked))
+        if progress is not None:
+            core.settle(progress)
+        return progress
 
 
 def _checked(core: Core, request: Request, answer: Answer, responder: str | None) -> Answer:
@@ -197,8 +214,8 @@ class RedisPending(Pending):
         self.responder_name = f"{responder.group}/{responder.consumer}"
         self._responder = responder
 
-    async def answer(self, answer: Answer) -> None:
-        await self._responder.answer(self, answer)
+    async def answer(self, answer: Answer) -> Event | None:
+        return await self._responder.answer(self, answer)
 
     async def skip(self) -> None:
         self._responder.release(self)
@@ -394,20 +411,29 @@ class RedisResponder(Responder):
 
     # -- answering ----------------------------------------------------------------
 
-    async def answer(self, pending: RedisPending, answer: Answer) -> None:
+    async def answer(self, pending: RedisPending, answer: Answer) -> Event | None:
         """:meth:`RedisPending.answer`. An answer that cannot get through because Redis is
-        away hands the request back: it is shown again once Redis returns."""
-        checked = _checked(self.core, pending.request, answer, pending.responder_name)
+        away hands the request back: it is shown again once Redis returns. A quorum's vote
+        that counted but did not decide keeps the request held, for other persons here."""
+        request = pending.request
+        checked = _checked(self.core, request, answer, pending.responder_name)
         payload = self.core.codec.encode_answer(checked)
         try:
-            with boundary(f"answering {pending.request.id}"):
-                await resolve_answer(self.core, pending.request, checked, payload, pending.entry_id)
+            with boundary(f"answering {request.id}"):
+                progress = await resolve_answer(
+                    self.core, request, checked, payload, pending.entry_id
+                )
         except BrokerUnavailable:
             self._hand_back(pending)
             raise
+        except AlreadyVoted:
+            raise  # still open: others may vote through this pending
         except ToolnexusError:
             self.release(pending)
             raise
+        if progress is not None:
+            self.core.settle(progress)
+            return progress
         self._forget(pending)
         entry = pending.entry_id  # the waiter publishes the answered event
         settled = self.core.settle(None, (self.group, entry), entry, lazy=False)
@@ -415,6 +441,7 @@ class RedisResponder(Responder):
         # answer has won already, so a failure here is only logged (by settle).
         with contextlib.suppress(Exception):
             await asyncio.shield(settled)
+        return None
 
     def _forget(self, pending: RedisPending) -> None:
         if self._held.get(pending.request.id) is pending:

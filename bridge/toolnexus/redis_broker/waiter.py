@@ -35,6 +35,8 @@ from ..schema import BROKER_REASONS
 from ..signing import verify_answer
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import OPEN, PUBLISH, REOPEN
+from .quorum import reopen as reopen_quorum
+from .quorum import take_quorum
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -57,6 +59,8 @@ class _Wait:
     entry_id: bytes | None = None  # in the request stream, once published
     verified: bool | None = None  # whether the answer taken verified (None: not checked)
     refusals: list[Refusal] | None = None  # answers refused, for the audit trail
+    quorum: bool = False  # answers are votes, counted by quorum.py (SPEC §14)
+    votes: list[bytes] | None = None  # a quorum's votes taken, for the audit trail
 
 
 class _Deadlines:
@@ -145,6 +149,7 @@ class Waiter:
             )
         loop = asyncio.get_running_loop()
         wait = _Wait(request.id, payload, ms(deadline), loop.create_future(), checked)
+        wait.quorum = request.quorum is not None
         self.waits[request.id] = wait  # registered before it is published
         if self._reader is None or self._reader.done():
             self._reader = loop.create_task(self._read_answers(), name="toolnexus-answers")
@@ -288,7 +293,7 @@ class Waiter:
             return answer
         if stored is not None:
             try:
-                taken = self._accept(wait, core.codec.decode_as(stored, Answer), stored, False)
+                taken = await self._taken(wait, core.codec.decode_as(stored, Answer), stored, False)
             except DecodeError as exc:
                 log.error("the stored answer to %s is unreadable: %s", answer.id, exc)
             else:
@@ -333,6 +338,28 @@ class Waiter:
             return msgspec.structs.replace(answer, responder=name)
         return answer
 
+    async def _taken(
+        self, wait: _Wait, answer: Answer, raw: bytes, reopen: bool = True
+    ) -> Answer | None:
+        """As :meth:`_accept`; for a quorum (``raw`` its deciding vote), the outcome of
+        its votes, each checked (see :mod:`.quorum`). A quorum left short by refused votes
+        loses them, and with ``reopen`` is opened and published again."""
+        if not wait.quorum:
+            return self._accept(wait, answer, raw, reopen)
+        core = self.core
+        request = core.codec.decode_as(wait.payload, Request)
+        admit = functools.partial(self._accept, wait, reopen=False)
+        taken, wait.votes = await take_quorum(core, self.id, request, raw, admit)
+        if (
+            taken is None
+            and reopen
+            and await reopen_quorum(core, self.id, wait.request_id, raw, wait.votes)
+        ):
+            log.warning("request %s opened again: its quorum is short", wait.request_id)
+            if not wait.answer.done():
+                self._publish(wait)
+        return taken
+
     async def _reopen(self, wait: _Wait, refused: bytes) -> None:
         """Open the request again if its state holds the refused answer, and publish it
         again (responders acknowledged its entry when they answered)."""
@@ -361,6 +388,7 @@ class Waiter:
             verified=wait.verified,
             requester=requester,
             refused=wait.refusals,
+            votes=wait.votes,
             codec=core.codec,
             encoded_request=wait.payload,
         )
@@ -454,9 +482,19 @@ class Waiter:
                 self._spawn(self._take_from_state(wait))
             return
         wait = self.waits.get(request_id)
-        if wait is not None and not wait.answer.done():
+        if wait is not None and wait.quorum and not wait.answer.done():
+            self._spawn(self._take_votes(wait, answer, payload))
+        elif wait is not None and not wait.answer.done():
             taken = self._accept(wait, answer, payload)
             if taken is not None:
+                wait.answer.set_result(taken)
+
+    async def _take_votes(self, wait: _Wait, answer: Answer, raw: bytes) -> None:
+        """Hand a quorum's outcome to its wait, once the votes are checked; if Redis is
+        away, the wait takes it from the state later (reconnect or deadline)."""
+        with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError):
+            taken = await self._taken(wait, answer, raw)
+            if taken is not None and not wait.answer.done():
                 wait.answer.set_result(taken)
 
     async def _take_from_state(self, wait: _Wait) -> None:
@@ -472,7 +510,7 @@ class Waiter:
                     log.error("the stored answer to %s is unreadable: %s", wait.request_id, exc)
                     return
                 if not wait.answer.done():
-                    taken = self._accept(wait, answer, stored)
+                    taken = await self._taken(wait, answer, stored)
                     if taken is not None:
                         wait.answer.set_result(taken)
 
@@ -493,8 +531,8 @@ class Waiter:
                 except DecodeError as exc:
                     log.error("the stored answer to %s is unreadable: %s", wait.request_id, exc)
                     continue
-                taken = self._accept(wait, answer, stored)
-                if taken is not None:
+                taken = await self._taken(wait, answer, stored)
+                if taken is not None and not wait.answer.done():
                     wait.answer.set_result(taken)
 
     # -- lifecycle ----------------------------------------------------------------
