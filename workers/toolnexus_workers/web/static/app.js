@@ -154,6 +154,11 @@
       const change = JSON.parse(event.data);
       gone(change.key, change.note);
     });
+    source.addEventListener("progress", (event) => {
+      const change = JSON.parse(event.data); // a quorum's count: the card stays
+      const shown = document.querySelector(`[id="${change.key}"] .approvals`);
+      if (shown) shown.textContent = change.approvals;
+    });
   }
 
   refresh();
