@@ -386,3 +386,33 @@ async def test_serve_counts_a_vote_as_done_and_keeps_the_request_shown(broker: B
     finally:
         service.stop()
         await asyncio.wait_for(running, 20)
+
+
+@pytest.mark.redis
+async def test_status_shows_a_quorums_progress_and_audit_its_votes(
+    redis_url: str, namespace: str
+) -> None:
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as agent:
+        request = ask(need=2)
+        async with waiting(agent, request) as wait:
+            code, out, _ = await answer_command(redis_url, namespace, request.id, "ops:alice")
+            assert code == 0
+            assert out.strip() == f"{request.id}: accepted, counted: 1 of 2 approvals: ops:alice"
+            status = await run_command("status", "--url", redis_url, "--namespace", namespace)
+            assert f"quorum {request.id} 'Deploy to prod?': 1 of 2 approvals: ops:alice" in status
+            await answer_command(redis_url, namespace, request.id, "ops:bob")
+            await asyncio.wait_for(wait, 20)
+        audit = await run_command("audit", "--url", redis_url, "--namespace", namespace)
+        assert f"{request.id} approval accepted by ops:bob" in audit
+        assert "votes +ops:alice, +ops:bob" in audit or "votes +ops:bob, +ops:alice" in audit
+
+
+async def run_command(*args: str) -> str:
+    """``toolnexus ARGS`` in a process of its own: its output (it must succeed)."""
+    process = await asyncio.create_subprocess_exec(
+        TOOLNEXUS, *args, stdout=asyncio.subprocess.PIPE, env=_env(None)
+    )
+    async with asyncio.timeout(30):
+        out, _ = await process.communicate()
+    assert process.returncode == 0, out
+    return out.decode()

@@ -22,9 +22,10 @@ import redis.exceptions
 
 from .audit import AuditRecord
 from .broker import connect, redacted
-from .errors import BrokerUnavailable, ConfigurationError
-from .keys import Keys
-from .models import Heartbeat
+from .codec import JSON, MSGPACK
+from .errors import BrokerUnavailable, ConfigurationError, DecodeError
+from .keys import WAITER_ID, Keys
+from .models import Answer, Heartbeat, Request
 from .redis_broker import RedisBroker
 
 T = TypeVar("T")
@@ -58,17 +59,34 @@ class GroupStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class QuorumStatus:
+    """An open request that needs a quorum (SPEC §14): ``need`` votes, ``decline``
+    ``veto`` or ``count``; the ``accepts`` and ``declines`` counted so far (as Redis counts
+    them, by claimed identity: the waiter verifies each), and the ``approvers``."""
+
+    id: str
+    prompt: str
+    need: int
+    decline: str
+    accepts: int
+    declines: int
+    approvers: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStatus:
     """One queue. ``open_requests``: entries in its request stream (a resolved request's entry
     is deleted, so these are unresolved, or past their deadline with no responder running to
     expire them); ``oldest_waiting_s``: age of the oldest; ``dead_letters``: entries in its
-    dead-letter stream."""
+    dead-letter stream; ``quorums``: the open requests (of the oldest ``QUORUM_SCAN_MAX``)
+    that need a quorum, with their votes so far."""
 
     queue: str
     open_requests: int
     oldest_waiting_s: float | None
     dead_letters: int
     groups: list[GroupStatus] = field(default_factory=list)
+    quorums: list[QuorumStatus] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +222,46 @@ async def _queue_status(broker: RedisBroker, now: float) -> QueueStatus:
         oldest_waiting_s=_age_s(first[0][0] if first else None, now),
         dead_letters=int(dead),
         groups=sorted(groups, key=lambda g: g.group),
+        quorums=await _quorums(broker),
     )
+
+
+QUORUM_SCAN_MAX = 1000
+"""How many of the oldest open requests ``status`` looks at for a quorum's votes."""
+
+
+async def _quorums(broker: RedisBroker) -> list[QuorumStatus]:
+    """The open requests among the oldest ``QUORUM_SCAN_MAX`` that need a quorum."""
+    keys, redis_ = broker.keys, broker.redis
+    what = f"reading the quorums of queue {keys.queue!r}"
+    entries = await _bounded(broker, what, redis_.xrange(keys.requests, count=QUORUM_SCAN_MAX))
+    found = []
+    for _entry_id, fields in entries or ():
+        try:
+            request = broker.codec.decode_as((fields or {}).get(b"r", b""), Request)
+        except DecodeError:
+            continue  # garbage: the responders dead-letter it
+        waiter = request.reply_to or ""
+        if request.quorum is None or not WAITER_ID.fullmatch(waiter):
+            continue
+        state = keys.state(waiter, request.id)
+        status = await _bounded(broker, what, redis_.hget(state, "s"))
+        if status != b"open":
+            continue
+        names = [_name(n) for n in await _bounded(broker, what, redis_.hkeys(state))]
+        approvers = [n[2:] for n in names if n.startswith("y:")]
+        found.append(
+            QuorumStatus(
+                id=request.id,
+                prompt=request.prompt,
+                need=request.quorum.need,
+                decline=request.quorum.decline,
+                accepts=len(approvers),
+                declines=sum(n.startswith("n:") for n in names),
+                approvers=approvers,
+            )
+        )
+    return found
 
 
 UNDELIVERED_COUNT_MAX = 10_000
@@ -283,6 +340,13 @@ def status_text(status: Status) -> str:
             f"(oldest {duration_text(queue.oldest_waiting_s)}), "
             f"{queue.dead_letters} dead letters"
         )
+        for q in queue.quorums:
+            who = f": {', '.join(q.approvers)}" if q.approvers else ""
+            declines = f", {q.declines} declined ({q.decline})" if q.declines else ""
+            lines.append(
+                f"  quorum {q.id} {q.prompt[:60]!r}: {q.accepts} of {q.need} approvals"
+                f"{who}{declines}"
+            )
         if not queue.groups:
             lines.append("  no consumer groups: no responder has read this queue")
         for group in queue.groups:
@@ -363,4 +427,21 @@ def audit_text(record: AuditRecord) -> str:
     parts = [at, record.id, record.kind or "-", outcome, f"by {by}", f"asked by {asked}"]
     if source:
         parts.append(f"via {source}")
+    if record.votes:
+        parts.append(f"votes {', '.join(_voters(record))}")
     return " ".join(parts) + f" ({verified}{took}{refused})"
+
+
+def _voters(record: AuditRecord) -> list[str]:
+    """Who voted on a quorum's request (SPEC §14), as each signed vote says: ``+`` an
+    accept, ``-`` a decline."""
+    codec = MSGPACK if record.format == "msgpack" else JSON
+    voters = []
+    for raw in record.votes:
+        try:
+            vote = codec.decode_as(raw, Answer)
+        except DecodeError:
+            voters.append("(unreadable)")
+            continue
+        voters.append(f"{'+' if vote.ok else '-'}{vote.answered_by or '?'}")
+    return voters
