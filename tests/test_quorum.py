@@ -416,3 +416,20 @@ async def run_command(*args: str) -> str:
         out, _ = await process.communicate()
     assert process.returncode == 0, out
     return out.decode()
+
+
+@pytest.mark.parametrize("broker", ["memory", "redis"], indirect=True)
+async def test_only_the_allowed_set_may_vote(broker: Broker) -> None:
+    request = ask(need=2)
+    task = asyncio.create_task(broker.wait_for(request, timeout_s=30, allow=["web:a*", "ops:*"]))
+    try:
+        pending = await shown(broker)
+        with pytest.raises(toolnexus.NotAllowed):
+            await pending.accept(person="web:mallory")
+        assert await pending.accept(person="web:alice") is not None
+        assert await pending.accept(person="ops:bob") is None
+        answer = await asyncio.wait_for(task, 10)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert persons(answer) == ["web:alice", "ops:bob"]
