@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -433,3 +435,14 @@ async def test_only_the_allowed_set_may_vote(broker: Broker) -> None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert persons(answer) == ["web:alice", "ops:bob"]
+
+
+def test_the_readme_quorum_example_runs() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    found = re.search(r"## Quorum \(SPEC §14\)\n.*?```python\n(.*?)```", readme, flags=re.S)
+    assert found is not None
+    done = subprocess.run(
+        [sys.executable, "-c", found.group(1)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["1 of 2 approvals", "True ['web:alice', 'web:bob']"]
