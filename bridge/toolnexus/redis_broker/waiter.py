@@ -296,6 +296,8 @@ class Waiter:
                 taken = await self._taken(wait, core.codec.decode_as(stored, Answer), stored, False)
             except DecodeError as exc:
                 log.error("the stored answer to %s is unreadable: %s", answer.id, exc)
+            except (*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError) as exc:
+                log.error("the votes on %s cannot be read: %s", answer.id, exc)  # a quorum's
             else:
                 if taken is not None:
                     return taken
