@@ -18,9 +18,10 @@ import asyncio, sys
 import msgspec, toolnexus
 
 async def main():
-    url, namespace, request_json, timeout_s, withdraw_after_s = sys.argv[1:6]
+    url, namespace, request_json, timeout_s, withdraw_after_s, options = sys.argv[1:7]
     request = msgspec.json.decode(request_json, type=toolnexus.Request)
-    async with toolnexus.connect(url, namespace=namespace, block_ms=100) as broker:
+    options = {"block_ms": 100, **msgspec.json.decode(options)}
+    async with toolnexus.connect(url, namespace=namespace, **options) as broker:
         waiting = broker.wait_for(request, timeout_s=float(timeout_s))
         if float(withdraw_after_s) > 0:
             try:
@@ -58,10 +59,13 @@ AgentFactory = Callable[..., Any]
 
 @pytest.fixture
 async def agents(redis_url: str, namespace: str) -> AsyncIterator[AgentFactory]:
-    """Start agents: ``await agents(request, timeout_s=120, withdraw_after_s=0)``."""
+    """Start agents: ``await agents(request, timeout_s=120, withdraw_after_s=0)``; other
+    keywords are broker options (``liveness_ms=1000``)."""
     started: list[Agent] = []
 
-    async def start(request: Request, timeout_s: float = 120, withdraw_after_s: float = 0) -> Agent:
+    async def start(
+        request: Request, timeout_s: float = 120, withdraw_after_s: float = 0, **options: Any
+    ) -> Agent:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
@@ -71,6 +75,7 @@ async def agents(redis_url: str, namespace: str) -> AsyncIterator[AgentFactory]:
             msgspec.json.encode(request).decode(),
             str(timeout_s),
             str(withdraw_after_s),
+            msgspec.json.encode(options).decode(),
             stdout=subprocess.PIPE,
         )
         agent = Agent(process, request)

@@ -20,6 +20,7 @@ import toolnexus
 from conftest import FAST, RedisServer
 from toolnexus import Answer, Broker, Quorum, Request, new_id
 from toolnexus.keys import Keys
+from toolnexus.models import OnExpiry
 from toolnexus.ops import read_status
 
 DEPLOY = Path(__file__).parents[1] / "deploy" / "redis"
@@ -183,6 +184,12 @@ async def test_agent_and_responder_do_their_whole_job_with_nothing_denied(
             Request(id=new_id(), kind="approval", prompt="Ignored"), timeout_s=0.3
         )
         assert late.reason == "expired"
+        durable = Request(id=new_id(), kind="approval", prompt="Decline?", durable=True)
+        assert (await agent.wait_for(durable, timeout_s=20)).reason == "declined"
+        assert (await agent.wait_for(durable)).reason == "declined"  # attached: stored
+        ignored = Request(id=new_id(), kind="approval", prompt="Ignored", on_expiry=OnExpiry())
+        defaulted = await agent.wait_for(ignored, timeout_s=0.3)
+        assert (defaulted.reason, defaulted.defaulted) == ("expired", True)
         withdrawn = Request(id=new_id(), kind="approval", prompt="Withdrawn")
         waiting = asyncio.create_task(agent.wait_for(withdrawn, timeout_s=20))
         while "Withdrawn" not in seen:

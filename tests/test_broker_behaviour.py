@@ -279,9 +279,10 @@ async def test_concurrent_waits_each_get_their_own_answer(broker: Broker) -> Non
 
 async def test_wait_for_is_a_wait_for(broker: Broker) -> None:
     wait_for: toolnexus.WaitFor = broker.wait_for
+    # 1 s: a publish must land first (a just-started Cluster can take a few hundred ms).
     answer = await wait_for(
         Request(
-            id=new_id(), kind="approval", prompt="ok?", expires_at=__import__("time").time() + 0.1
+            id=new_id(), kind="approval", prompt="ok?", expires_at=__import__("time").time() + 1.0
         )
     )
     assert answer.reason == "expired"

@@ -23,6 +23,7 @@ from toolnexus import (
     Request,
     SigningKey,
 )
+from toolnexus.metrics import Metrics
 from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
 from toolnexus.signing import sign_answer
@@ -145,7 +146,11 @@ async def test_a_direct_xadd_into_the_reply_stream_is_refused(fleet: Fleet) -> N
         assert (answer.ok, answer.reason, answer.responder) == (False, "declined", "ops-bot")
         assert answer.person == "web:alice"
         await assert_refusal_audited(agent, request.id, "missing signature")
-        assert agent.statistics()["refused_answers"] == 1  # what metrics count as forgeries
+        assert agent.statistics()["refused_answers"] == 1
+        metrics = Metrics()
+        metrics.watch_broker(agent)
+        assert "toolnexus_answers_refused_total 1.0" in metrics.text()
+        assert "toolnexus_answers_unreadable_total 0.0" in metrics.text()
 
 
 async def test_an_edited_state_is_refused_and_the_genuine_answer_still_wins(fleet: Fleet) -> None:

@@ -446,3 +446,25 @@ def test_the_readme_quorum_example_runs() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["1 of 2 approvals", "True ['web:alice', 'web:bob']"]
+
+
+@pytest.mark.redis
+async def test_a_durable_quorum_counts_votes_while_no_process_waits(
+    redis_url: str, namespace: str
+) -> None:
+    request = Request(
+        id=new_id(), kind="approval", prompt="Durable?", quorum=Quorum(2), durable=True
+    )
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as first:
+        task = asyncio.create_task(first.wait_for(request, timeout_s=60))
+        async with asyncio.timeout(10):
+            while not await first.redis.exists(first.keys.route(request.id)):
+                await asyncio.sleep(0.01)
+        assert await first.answer(Answer(id=request.id, ok=True, person="ops:alice"))
+        task.cancel()  # this process stops waiting; the durable request stays open
+        await asyncio.gather(task, return_exceptions=True)
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as voter:
+        assert await voter.answer(Answer(id=request.id, ok=True, person="ops:bob")) is None
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as again:
+        answer = await again.wait_for(request, timeout_s=60)  # attaches: the stored outcome
+    assert answer.ok and persons(answer) == ["ops:alice", "ops:bob"]

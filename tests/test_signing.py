@@ -22,8 +22,11 @@ from toolnexus import (
     Answer,
     Codec,
     ConfigurationError,
+    Hop,
     InvalidAnswer,
     Keyring,
+    OnExpiry,
+    Quorum,
     Request,
     SignatureError,
     Signatures,
@@ -504,3 +507,30 @@ def test_a_waiter_admits_only_allowed_verified_answers() -> None:
     refused(lambda: waiter.admit_answer(by_web, request), "not allowed")
     forged = Answer(id="req-1", ok=True, responder="ops-bot", person="slack:U1")
     refused(lambda: waiter.admit_answer(forged, request), "missing signature")
+
+
+def test_the_digest_covers_the_beyond_fields_and_leaves_plain_requests_alone() -> None:
+    """SPEC §14: quorum, escalation, default on expiry and durability are signed (a relay
+    cannot lower a quorum), and a request without them keeps its old digest."""
+    plain = Request(id="req-1", kind="approval", prompt="Deploy?")
+    rich = msgspec.structs.replace(
+        plain,
+        quorum=Quorum(2),
+        escalate=[Hop(900, "oncall")],
+        on_expiry=OnExpiry(ok=True),
+        durable=True,
+    )
+    digest = request_digest(rich)
+    assert digest != request_digest(plain)
+    # an int 900 and the 900.0 a reader decodes give one digest
+    assert request_digest(msgspec.json.decode(msgspec.json.encode(rich), type=Request)) == digest
+    for change in (
+        {"quorum": Quorum(1)},
+        {"quorum": Quorum(2, decline="count")},
+        {"escalate": [Hop(900, "managers")]},
+        {"on_expiry": OnExpiry(ok=False)},
+        {"durable": False},
+    ):
+        assert request_digest(msgspec.structs.replace(rich, **change)) != digest, change
+    bare = msgspec.structs.replace(rich, quorum=None, escalate=None, on_expiry=None, durable=False)
+    assert request_digest(bare) == request_digest(plain)

@@ -18,14 +18,15 @@ import msgspec
 
 from .broker import connect
 from .errors import BrokerUnavailable, ConfigurationError, InvalidAnswer, NotResolved
-from .models import DECLINED, DISMISSED, UNAVAILABLE, Answer, Request, Source, new_id
+from .models import DECLINED, DISMISSED, UNAVAILABLE, Answer, OnExpiry, Request, Source, new_id
 from .ops import scrubbed
 from .question import question_schema
 from .serve import approvals_line
 
 EXIT_ACCEPTED, EXIT_DECLINED, EXIT_NOT_ANSWERED, EXIT_UNREACHABLE = 0, 1, 2, 3
-"""``ask``: accepted; declined; expired, dismissed or withdrawn (and bad usage, as
-argparse exits); the broker could not be reached."""
+"""``ask``: accepted (also by default on expiry); declined (also by default on expiry);
+expired, dismissed or withdrawn (and bad usage, as argparse exits); the broker could not
+be reached."""
 
 EXIT_ANSWERED, EXIT_REFUSED = 0, 1
 """``answer``: the answer resolved the request; it was refused (already resolved, unknown,
@@ -53,30 +54,35 @@ def build_request(
     schema: dict[str, Any] | None = None,
     choices: Sequence[str] | None = None,
     agent: str = "toolnexus ask",
+    request_id: str | None = None,
+    on_expiry: OnExpiry | None = None,
+    durable: bool = False,
 ) -> Request:
     """The request ``ask`` publishes: an ``approval`` for a bare prompt, an ``input`` form for
-    a schema or for choices (a one-field form named ``answer``).
+    a schema or for choices (a one-field form named ``answer``); with ``request_id`` (a
+    fresh one if None), ``on_expiry`` and ``durable`` as given (SPEC §14).
 
     Raises:
         InvalidRequest: the schema is not a flat MCP form schema, or choices are empty.
     """
+    common: dict[str, Any] = {
+        "id": request_id or new_id(),
+        "prompt": prompt,
+        "source": Source(agent=agent),
+        "on_expiry": on_expiry,
+        "durable": durable,
+    }
     if schema is None and not choices:
-        return Request(id=new_id(), kind="approval", prompt=prompt, source=Source(agent=agent))
+        return Request(kind="approval", **common)
     form = question_schema(options=list(choices) if choices else None, schema=schema)
-    return Request(
-        id=new_id(),
-        kind="input",
-        prompt=prompt,
-        data={"schema": form},
-        source=Source(agent=agent),
-    )
+    return Request(kind="input", data={"schema": form}, **common)
 
 
 def exit_status(answer: Answer) -> int:
     """The exit status of ``ask`` for ``answer``."""
     if answer.ok:
         return EXIT_ACCEPTED
-    if answer.reason == DECLINED:
+    if answer.reason == DECLINED or answer.defaulted:  # declined, or by default on expiry
         return EXIT_DECLINED
     if answer.reason == UNAVAILABLE:
         return EXIT_UNREACHABLE
@@ -104,8 +110,9 @@ async def ask(
     """
     try:
         async with connect(url, **options) as broker:
+            durably = "durably " if request.durable else ""
             print(
-                f"toolnexus ask: waiting for an answer to {request.id} "
+                f"toolnexus ask: waiting {durably}for an answer to {request.id} "
                 f"(queue {options.get('queue', 'default')}, up to {timeout_s:g} s)",
                 file=sys.stderr,
                 flush=True,
@@ -118,7 +125,10 @@ async def ask(
         print(answer_json(answer))
     elif answer.ok:
         print(json.dumps(answer.data))
-    if not answer.ok:
+    if answer.defaulted:
+        outcome = "accepted" if answer.ok else "declined"
+        print(f"toolnexus ask: {request.id} expired: {outcome} by default", file=sys.stderr)
+    elif not answer.ok:
         by = f" by {answer.answered_by}" if answer.answered_by else ""
         print(f"toolnexus ask: {request.id} {answer.reason}{by}", file=sys.stderr)
     return exit_status(answer)

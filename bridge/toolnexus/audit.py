@@ -54,7 +54,9 @@ class AuditRecord(msgspec.Struct, tag="audit", tag_field="type", omit_defaults=T
     there was none) with signatures checked, ``None`` signatures were not in use.
     ``request`` and ``answer`` are the messages as encoded in ``format``. For a request
     that needed a quorum (SPEC §14), ``answer`` is the deciding vote and ``votes`` holds
-    every vote counted, each signed by its responder, as encoded.
+    every vote counted, each signed by its responder, as encoded. ``defaulted``:
+    the outcome was the request's default on expiry (``status`` ``expired``), no
+    person's answer; ``durable``: the request was waited for durably (SPEC §14).
     """
 
     id: str
@@ -75,6 +77,8 @@ class AuditRecord(msgspec.Struct, tag="audit", tag_field="type", omit_defaults=T
     request: bytes | None = None
     answer: bytes | None = None
     votes: list[bytes] = msgspec.field(default_factory=list)
+    defaulted: bool = False
+    durable: bool = False
 
 
 def audit_record(
@@ -114,6 +118,8 @@ def audit_record(
         request=codec.encode(request) if encoded_request is None else encoded_request,
         answer=None if answer is None else codec.encode(answer),
         votes=list(votes or ()),
+        defaulted=answer is not None and answer.defaulted,
+        durable=request.durable,
     )
 
 

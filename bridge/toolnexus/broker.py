@@ -76,6 +76,15 @@ def deadline_of(request: Request, timeout_s: float | None, default_timeout_s: fl
     return min(candidates) if candidates else now + default_timeout_s
 
 
+SAME_QUESTION = ("kind", "prompt", "data", "url", "on_expiry", "quorum", "escalate")
+"""What a wait attaching to a stored durable request must share with it: what is asked."""
+
+
+def question_changes(stored: Request, asked: Request) -> list[str]:
+    """The fields of :data:`SAME_QUESTION` in which ``asked`` differs from ``stored``."""
+    return [name for name in SAME_QUESTION if getattr(stored, name) != getattr(asked, name)]
+
+
 class Pending(abc.ABC):
     """A request delivered to a responder, waiting for it to answer or skip it."""
 
@@ -184,17 +193,26 @@ class Broker(_Closing):
         *,
         timeout_s: float | None = None,
         allow: Sequence[str] | None = None,
+        durable: bool = False,
     ) -> Answer:
         """Publish ``request`` and wait for its answer.
 
         Never raises for an outcome: the deadline gives ``Answer(ok=False,
-        reason="expired")``, an unreachable broker ``reason="unavailable"``. If the
+        reason="expired")`` (or the request's :class:`~toolnexus.models.OnExpiry` default,
+        marked ``defaulted=True``), an unreachable broker ``reason="unavailable"``. If the
         waiting task is cancelled, the request is withdrawn. ``allow`` sets the request's
         allow-list: responder key names and persons (``slack:*`` patterns) who may answer.
 
+        ``durable`` (or ``request.durable``, SPEC §14): the request outlives this wait and
+        its process. Cancelling the wait, closing the broker or the process dying does not
+        withdraw it; it ends with an answer or at its deadline. Waiting again with the same
+        request id, from any process, attaches to it: a stored outcome is returned at once,
+        else the wait goes on until the stored deadline; it is never published twice.
+
         Raises:
-            InvalidRequest: a request with this id is already being waited for, or its
-                id cannot name a key.
+            InvalidRequest: a request with this id is already being waited for here, its
+                id cannot name a key, its default on expiry fails its schema, or (durable)
+                a stored request with this id asks something else.
             BrokerClosed: the broker was closed before or during the wait.
         """
 

@@ -166,6 +166,19 @@ def _ops_parsers(commands: Any) -> None:
         metavar="NAME",
         help="who may answer: a responder key name or person, * patterns (repeat)",
     )
+    ask.add_argument(
+        "--on-expiry",
+        choices=("accept", "decline"),
+        help="unanswered in time: accept (with the form's defaults) or decline, marked as a "
+        "default (exit 0 or 1); without it, exit 2",
+    )
+    ask.add_argument(
+        "--durable",
+        action="store_true",
+        help="the question outlives this process: asking again with the same --id attaches "
+        "to it (the answer given meanwhile comes back at once)",
+    )
+    ask.add_argument("--id", metavar="ID", help="the request id (default: a fresh one)")
     ask.add_argument("--json", action="store_true", help="print the whole answer as JSON")
     _connection(ask)
 
@@ -341,9 +354,18 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _ask(args: argparse.Namespace) -> int:
     from .ask import ask, build_request, load_schema
+    from .models import OnExpiry
 
     schema = load_schema(args.schema) if args.schema else None
-    request = build_request(args.prompt, schema=schema, choices=args.choice)
+    on_expiry = None if args.on_expiry is None else OnExpiry(ok=args.on_expiry == "accept")
+    request = build_request(
+        args.prompt,
+        schema=schema,
+        choices=args.choice,
+        request_id=args.id,
+        on_expiry=on_expiry,
+        durable=args.durable,
+    )
     return asyncio.run(
         ask(
             args.url,

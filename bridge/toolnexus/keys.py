@@ -10,6 +10,8 @@ step touches share a slot, while queues and waiters spread over slots:
 - ``{ns:w:<waiter>}:answers``   reply stream of one waiting process (its reader blocks on it)
 - ``{ns:w:<waiter>}:r:<id>``    state of one request: status, deadline, request, answer
 - ``{ns:w:<waiter>}:alive``     liveness mark of one waiting process (a key with a TTL)
+- ``{ns:w:<durable>}:...``      the same for the queue's durable requests, under the waiter
+                               id :meth:`Keys.durable_waiter` names (no liveness mark)
 - ``{ns:q:<queue>}:route:<id>`` which waiter a request belongs to (answering by id alone)
 - ``{ns:q:<queue>}:workers``    heartbeats of the queue's responder workers (``group/consumer``)
 - ``{ns:q:<queue>}:chat:<name>`` a chat worker's messages: request id -> where its message is
@@ -21,6 +23,7 @@ to the stream and records their routes: all tagged by the queue.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from .errors import ConfigurationError
@@ -65,6 +68,12 @@ class Keys:
         self.dead = f"{tag}:dead"
         self.audit = f"{tag}:audit"
 
+    def durable_waiter(self) -> str:
+        """The waiter id under which the queue's durable requests live (their states and
+        reply stream): 16 hex digits of a digest of namespace and queue, so that any process
+        finds a durable request by its id alone (SPEC §14)."""
+        return hashlib.sha256(f"{self.namespace}\0{self.queue}".encode()).hexdigest()[:16]
+
     def answers(self, waiter: str) -> str:
         """The reply stream of waiter ``waiter``."""
         return f"{{{self.namespace}:w:{waiter}}}:answers"
@@ -89,6 +98,10 @@ class Keys:
     def alive_pattern(self) -> str:
         """A ``SCAN MATCH`` pattern for every waiter's liveness mark in this namespace."""
         return f"{{{_glob_escape(self.namespace)}:w:*}}:alive"
+
+    def durable_states_pattern(self) -> str:
+        """A ``SCAN MATCH`` pattern for the state of every durable request of this queue."""
+        return f"{{{_glob_escape(self.namespace)}:w:{self.durable_waiter()}}}:r:*"
 
     def requests_pattern(self) -> str:
         """A ``SCAN MATCH`` pattern for the request stream of every queue in this namespace."""

@@ -83,8 +83,9 @@ def answer_to_elicit_result(answer: Answer, *, url_mode: bool = False) -> Elicit
     """Map an :class:`Answer` to the SDK's ``ElicitResult``: accept, decline or cancel.
 
     ``ok`` accepts with ``content=answer.data`` (``{}`` if none; no content when
-    ``url_mode``); only ``reason="declined"`` declines; every other refusal
-    (dismissed, expired, withdrawn, unavailable, no reason) cancels.
+    ``url_mode``), a default on expiry too (SPEC §14); only ``reason="declined"`` and a
+    decline by default on expiry decline; every other refusal (dismissed, expired,
+    withdrawn, unavailable, no reason) cancels.
 
     Raises:
         InvalidAnswer: an accepted form answer whose data is not an object of
@@ -92,7 +93,8 @@ def answer_to_elicit_result(answer: Answer, *, url_mode: bool = False) -> Elicit
     """
     elicit_result = elicit_result_type()
     if not answer.ok:
-        return elicit_result(action="decline" if answer.reason == DECLINED else "cancel")
+        declined = answer.reason == DECLINED or answer.defaulted  # or declined by default
+        return elicit_result(action="decline" if declined else "cancel")
     if url_mode:
         return elicit_result(action="accept")
     content = {} if answer.data is None else answer.data

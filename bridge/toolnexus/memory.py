@@ -1,6 +1,8 @@
 """The embedded broker (``memory://``): the Redis broker's semantics inside one process.
 
-For demos, tests and single-process agents. Nothing survives the process.
+For demos, tests and single-process agents. Nothing survives the process: a durable wait
+(SPEC §14) outlives its wait, and waiting again with its id attaches to it, but only
+within this process.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from .broker import (
     Responder,
     deadline_of,
     default_consumer_name,
+    question_changes,
 )
 from .codec import MSGPACK
 from .errors import AlreadyResolved, AlreadyVoted, InvalidRequest, NotAllowed, UnknownRequest
 from .keys import check_request_id
 from .models import Answer, Approval, Event, EventType, Heartbeat, Request
+from .outcomes import check_on_expiry, expired_answer
 from .schema import check_answer
 from .signing import allowed
 
@@ -42,6 +46,7 @@ class _State:
     status: Resolution | Literal["open"] = "open"
     answer: Answer | None = None
     votes: dict[str, Answer] = field(default_factory=dict)  # a quorum's, by voter
+    waiting: bool = True  # a wait is in progress (a durable request may have none)
 
 
 @dataclass(eq=False)
@@ -84,35 +89,62 @@ class MemoryBroker(Broker):
         *,
         timeout_s: float | None = None,
         allow: Sequence[str] | None = None,
+        durable: bool = False,
     ) -> Answer:
+        """See :meth:`Broker.wait_for`. A durable wait attaches to a durable request of
+        this broker with the same id; nothing of it outlives the process."""
         problem = check_request_id(request.id)
         if problem is not None:
             raise InvalidRequest(f"request id {request.id[:100]!r}: {problem}")
-        if request.id in self._states and self._states[request.id].status == "open":
-            raise InvalidRequest(f"request {request.id!r} is already being waited for")
-        deadline = deadline_of(request, timeout_s, self.default_timeout_s)
-        changes: dict[str, Any] = {"expires_at": deadline}
-        if allow is not None:
-            changes["allow"] = list(allow)
-        request = msgspec.structs.replace(request, **changes)
-        loop = asyncio.get_running_loop()
-        state = _State(request, loop.create_future())
+        check_on_expiry(request)
+        if durable and not request.durable:
+            request = msgspec.structs.replace(request, durable=True)
         self._forget_old()
-        self._states[request.id] = state
-        for group in self._groups.values():
-            group.queue.put_nowait(request.id)
+        state = self._states.get(request.id)
+        attachable = state is not None and state.request.durable and request.durable
+        if state is not None and state.status == "open" and (state.waiting or not attachable):
+            raise InvalidRequest(f"request {request.id!r} is already being waited for")
+        if state is not None and attachable:
+            changed = question_changes(state.request, request)
+            if changed:
+                raise InvalidRequest(
+                    f"durable request {request.id!r} exists and asks something else "
+                    f"({', '.join(changed)} differ): a durable request's id names one question"
+                )
+            if state.answer is not None:
+                return state.answer
+            state.waiting = True
+        else:
+            deadline = deadline_of(request, timeout_s, self.default_timeout_s)
+            changes: dict[str, Any] = {"expires_at": deadline}
+            if allow is not None:
+                changes["allow"] = list(allow)
+            request = msgspec.structs.replace(request, **changes)
+            state = _State(request, asyncio.get_running_loop().create_future())
+            self._states[request.id] = state
+            for group in self._groups.values():
+                group.queue.put_nowait(request.id)
+        deadline = state.request.expires_at or time.time()
         try:
             async with asyncio.timeout(max(0.0, deadline - time.time())):
                 return await asyncio.shield(state.waiter)
         except TimeoutError:
             return self._resolve_by_waiter(state, "expired")
         except asyncio.CancelledError:
-            self._resolve_by_waiter(state, "withdrawn")
+            if not state.request.durable:
+                self._resolve_by_waiter(state, "withdrawn")
             raise
+        finally:
+            state.waiting = False
 
     def _resolve_by_waiter(self, state: _State, reason: Literal["expired", "withdrawn"]) -> Answer:
         if state.answer is None:
-            self._settle(state, reason, Answer(id=state.request.id, ok=False, reason=reason))
+            answer = (
+                expired_answer(state.request)
+                if reason == "expired"
+                else Answer(id=state.request.id, ok=False, reason=reason)
+            )
+            self._settle(state, reason, answer)
         assert state.answer is not None
         return state.answer
 

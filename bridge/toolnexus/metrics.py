@@ -17,6 +17,9 @@ Every name, with its labels:
 - ``toolnexus_open_requests{queue}``: waits in progress in this agent process.
 - ``toolnexus_queue_entries{queue}`` and ``toolnexus_dead_letters{queue}``: entries in the
   queue's request and dead-letter streams (workers, read every ``poll_s``).
+- ``toolnexus_answers_refused_total`` and ``toolnexus_answers_unreadable_total``: answers
+  this agent's waiter refused (forged, or by a key or person not allowed) and reply-stream
+  entries it could not read (:meth:`Metrics.watch_broker`).
 - ``toolnexus_worker_requests_total{group,consumer,state}``: a worker's requests by
   ``state`` ``shown``, ``answered``, ``refused`` (its answer lost or was invalid),
   ``skipped``, ``errors``; ``toolnexus_worker_holding{group,consumer}``: shown now.
@@ -29,7 +32,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .broker import Broker
 from .errors import ConfigurationError, ToolnexusError
@@ -44,6 +47,26 @@ TIME_TO_ANSWER_BUCKETS_S = (0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 
 """Histogram buckets of the time to answer: people take seconds to hours."""
 
 _NOT_ANSWERED = {EXPIRED: "expired", WITHDRAWN: "withdrawn", UNAVAILABLE: "unavailable"}
+
+
+class Counted(Protocol):
+    """Anything with counters, like :meth:`RedisBroker.statistics
+    <toolnexus.redis_broker.RedisBroker.statistics>`."""
+
+    def statistics(self) -> dict[str, int]: ...
+
+
+BROKER_COUNTERS = {
+    "refused_answers": (
+        "toolnexus_answers_refused",
+        "Answers this process's waiter refused: forged, or by a key or person not allowed.",
+    ),
+    "unreadable_answers": (
+        "toolnexus_answers_unreadable",
+        "Reply-stream entries this process's waiter could not read (dead-lettered).",
+    ),
+}
+"""The broker counters :meth:`Metrics.watch_broker` exports: statistic -> (name, help)."""
 
 
 def outcome_of(answer: Answer) -> tuple[str, str]:
@@ -103,7 +126,8 @@ class Metrics:
             registry=registry,
         )
         self._services: list[Service] = []
-        registry.register(_ServiceCollector(self._services))
+        self._brokers: list[Counted] = []
+        registry.register(_ServiceCollector(self._services, self._brokers))
         self._server: Any = None
 
     def instrument(self, wait_for: WaitFor, *, queue: str = "default") -> WaitFor:
@@ -134,6 +158,11 @@ class Metrics:
     def watch(self, service: Service) -> None:
         """Export ``service.statistics()`` as ``toolnexus_worker_*`` at every scrape."""
         self._services.append(service)
+
+    def watch_broker(self, broker: Counted) -> None:
+        """Export ``broker.statistics()``'s refused and unreadable answers (forgeries among
+        them) as ``toolnexus_answers_*_total`` at every scrape."""
+        self._brokers.append(broker)
 
     async def follow(self, broker: Broker, *, queue: str, poll_s: float = 15.0) -> None:
         """Count the queue's resolutions from ``broker.events()`` and read its stream
@@ -217,8 +246,9 @@ def _prometheus() -> Any:
 class _ServiceCollector:
     """Reads the watched services' counters at every scrape."""
 
-    def __init__(self, services: list[Service]) -> None:
+    def __init__(self, services: list[Service], brokers: list[Counted]) -> None:
         self.services = services
+        self.brokers = brokers
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -241,3 +271,9 @@ class _ServiceCollector:
             holding.add_metric(names, stats["holding"])
         yield requests
         yield holding
+        if self.brokers:
+            counts = [broker.statistics() for broker in self.brokers]
+            for statistic, (name, help_text) in BROKER_COUNTERS.items():
+                yield CounterMetricFamily(
+                    name, help_text, value=sum(c.get(statistic, 0) for c in counts)
+                )

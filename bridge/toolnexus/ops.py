@@ -78,8 +78,9 @@ class QueueStatus:
     """One queue. ``open_requests``: entries in its request stream (a resolved request's entry
     is deleted, so these are unresolved, or past their deadline with no responder running to
     expire them); ``oldest_waiting_s``: age of the oldest; ``dead_letters``: entries in its
-    dead-letter stream; ``quorums``: the open requests (of the oldest ``QUORUM_SCAN_MAX``)
-    that need a quorum, with their votes so far."""
+    dead-letter stream; ``durable_open``: durable requests still open (SPEC §14: they stay
+    open while no process waits for them; counted up to 10,000); ``quorums``: the open
+    requests (of the oldest ``QUORUM_SCAN_MAX``) that need a quorum, with their votes so far."""
 
     queue: str
     open_requests: int
@@ -87,6 +88,7 @@ class QueueStatus:
     dead_letters: int
     groups: list[GroupStatus] = field(default_factory=list)
     quorums: list[QuorumStatus] = field(default_factory=list)
+    durable_open: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +225,7 @@ async def _queue_status(broker: RedisBroker, now: float) -> QueueStatus:
         dead_letters=int(dead),
         groups=sorted(groups, key=lambda g: g.group),
         quorums=await _quorums(broker),
+        durable_open=await _bounded(broker, what, _durable_open(broker)),
     )
 
 
@@ -262,6 +265,18 @@ async def _quorums(broker: RedisBroker) -> list[QuorumStatus]:
             )
         )
     return found
+
+
+async def _durable_open(broker: RedisBroker) -> int:
+    """How many of the queue's durable requests are open (up to ``UNDELIVERED_COUNT_MAX``)."""
+    states = (await _scan(broker, broker.keys.durable_states_pattern()))[:UNDELIVERED_COUNT_MAX]
+    count = 0
+    for start in range(0, len(states), 1000):
+        async with broker.redis.pipeline(transaction=False) as pipe:
+            for state in states[start : start + 1000]:
+                pipe.hget(state, "s")
+            count += sum(1 for s in await pipe.execute() if s == b"open")
+    return count
 
 
 UNDELIVERED_COUNT_MAX = 10_000
@@ -335,10 +350,11 @@ def status_text(status: Status) -> str:
     if not status.queues:
         lines.append("no queues (nothing has been published in this namespace)")
     for queue in status.queues:
+        durable = f", {queue.durable_open} durable open" if queue.durable_open else ""
         lines.append(
             f"queue {queue.queue}: {queue.open_requests} open "
             f"(oldest {duration_text(queue.oldest_waiting_s)}), "
-            f"{queue.dead_letters} dead letters"
+            f"{queue.dead_letters} dead letters{durable}"
         )
         for q in queue.quorums:
             who = f": {', '.join(q.approvers)}" if q.approvers else ""
@@ -414,6 +430,8 @@ def audit_text(record: AuditRecord) -> str:
     """One line for ``record``: when, id, outcome, who answered and asked, verification."""
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.resolved_at))
     outcome = "accepted" if record.ok else (record.reason or record.status)
+    if record.defaulted:  # SPEC §14: nobody answered; the request's default applied
+        outcome = f"expired ({'accepted' if record.ok else 'declined'} by default)"
     by = " / ".join(n for n in (record.responder, record.person) if n) or "-"
     source = "/".join(n for n in (record.source.server, record.source.tool) if n)
     asked = record.requester or record.source.agent or "-"
@@ -425,6 +443,8 @@ def audit_text(record: AuditRecord) -> str:
     )
     refused = f", {len(record.refused)} refused" if record.refused else ""
     parts = [at, record.id, record.kind or "-", outcome, f"by {by}", f"asked by {asked}"]
+    if record.durable:
+        parts.append("durably")
     if source:
         parts.append(f"via {source}")
     if record.votes:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from .errors import InvalidRequest
-from .models import Request, Source, WaitFor, new_id
+from .models import OnExpiry, Request, Source, WaitFor, new_id
 from .schema import check_answer, check_schema
 
 QUESTION_TOOL: dict[str, Any] = {
@@ -128,6 +128,9 @@ async def question(
     timeout_s: float | None = None,
     agent: str | None = None,
     allow: Sequence[str] | None = None,
+    on_expiry: OnExpiry | None = None,
+    durable: bool = False,
+    request_id: str | None = None,
 ) -> QuestionResult:
     """Ask the person ``prompt`` through ``wait_for`` and return what they answered.
 
@@ -136,6 +139,12 @@ async def question(
     decline, a dismissal or no answer before ``timeout_s`` is a result with
     ``ok=False`` and its ``reason``, never an exception. ``allow`` lists who may answer
     (responder key names and persons, ``slack:*`` patterns).
+
+    SPEC §14: ``on_expiry`` is what the result is when nobody answers in time (its
+    ``reason`` is then ``"expired"``). ``durable`` asks with ``request_id`` (a fresh id if
+    None) a question that outlives this process (``wait_for`` a broker's, which waits
+    durably for a request marked durable); asking again with the same id after a restart
+    attaches to it (the answer given meanwhile comes back at once).
 
     Raises:
         InvalidRequest: an empty prompt, or options and schema that do not make a question
@@ -147,7 +156,7 @@ async def question(
     form = question_schema(options=options, multiple=multiple, schema=schema)
     created_at = time.time()
     request = Request(
-        id=new_id("qst"),
+        id=request_id or new_id("qst"),
         kind="input",
         prompt=prompt,
         data={"schema": form},
@@ -155,8 +164,10 @@ async def question(
         created_at=created_at,
         expires_at=None if timeout_s is None else created_at + timeout_s,
         allow=None if allow is None else list(allow),
+        on_expiry=on_expiry,
+        durable=durable,
     )
-    answer = await wait_for(request)
+    answer = await wait_for(request)  # a broker waits durably for a durable request
     if not answer.ok:
         return QuestionResult(ok=False, reason=answer.reason)
     data = check_answer(request, answer, None).data

@@ -261,18 +261,25 @@ def check_answer(request: Request, answer: Answer, responder: str | None) -> Ans
 
     Raises:
         InvalidAnswer: ``answer.id`` is not the request's, the reason is one only the
-            broker gives (``expired``, ``withdrawn``, ``unavailable``), or an accepted
+            broker gives (``expired``, ``withdrawn``, ``unavailable``), it claims to be a
+            default on expiry (``defaulted``), or an accepted
             form's data fails the request's schema (the message names the field and rule).
     """
     if answer.id != request.id:
         raise InvalidAnswer(
             f"answer id {quote(answer.id)} does not match request id {request.id!r}", rule="id"
         )
-    if not answer.ok and answer.reason in BROKER_REASONS:
+    if answer.reason in BROKER_REASONS:  # accepted or not: "expired" is never a person's
         raise InvalidAnswer(
             f"reason {answer.reason!r} is the broker's to give: a responder may decline, "
             "dismiss, or give a reason of its own",
             rule="reason",
+        )
+    if answer.defaulted:
+        raise InvalidAnswer(
+            "defaulted=True marks the broker's default on expiry: a responder's answer "
+            "is never a default",
+            rule="defaulted",
         )
     changes: dict[str, Any] = {}
     schema = request.schema

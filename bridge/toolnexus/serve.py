@@ -43,7 +43,8 @@ from .errors import (
     NotResolved,
     ToolnexusError,
 )
-from .models import Answer, Event, EventType
+from .models import Answer, Event, EventType, Request
+from .outcomes import expired_answer
 from .tracing import responder_span
 
 log = logging.getLogger("toolnexus.serve")
@@ -311,8 +312,7 @@ class Service:
         loop = asyncio.get_running_loop()
         if request.expires_at is not None:
             delay_s = max(0.0, request.expires_at - time.time())
-            expired = Event(event="expired", id=request.id)
-            shown.expiry = loop.call_later(delay_s, self._resolved, request.id, expired)
+            shown.expiry = loop.call_later(delay_s, self._expired, request)
         shown.task = task = loop.create_task(self._show(shown), name=f"show-{request.id}")
         self._tasks.add(task)
         task.add_done_callback(self._shown_done)
@@ -356,6 +356,12 @@ class Service:
         if remember:
             self._remember(shown.request.id)
         return True
+
+    def _expired(self, request: Request) -> None:
+        """``request`` reached its deadline while shown: gone with the outcome its waiter
+        gets (a default on expiry told as such, SPEC §14)."""
+        answer = expired_answer(request)
+        self._resolved(request.id, Event(event="expired", id=request.id, answer=answer))
 
     def _resolved(
         self, request_id: str, event: Event, *, by: asyncio.Task[object] | None = None

@@ -330,7 +330,8 @@ def _time(value: float | None) -> float | None:
 def request_digest(request: Request) -> bytes:
     """SHA-256 over the fields of ``request`` that must not change in flight: id, kind,
     prompt, data, url, source, expires_at, allow and reply_to (sorted msgpack), and the
-    quorum of a request that has one (SPEC §14; digests of other requests are unchanged).
+    §14 fields (quorum, escalate, on_expiry, durable) where they are set, so that a request
+    without them keeps the digest it always had.
 
     Raises:
         InvalidRequest: ``data`` holds something msgpack cannot encode.
@@ -349,6 +350,12 @@ def request_digest(request: Request) -> bytes:
     }
     if request.quorum is not None:
         fields["quorum"] = {"need": request.quorum.need, "decline": request.quorum.decline}
+    if request.escalate:
+        fields["escalate"] = [[float(hop.after_s), hop.queue] for hop in request.escalate]
+    if request.on_expiry is not None:
+        fields["on_expiry"] = {"ok": request.on_expiry.ok, "data": request.on_expiry.data}
+    if request.durable:
+        fields["durable"] = True
     return hashlib.sha256(_REQUEST_DIGEST + _canonical(fields, "request")).digest()
 
 

@@ -26,7 +26,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from toolnexus import Broker, Event, Pending, Request
+from toolnexus import Answer, Broker, Event, Pending, Request
 from toolnexus.errors import (
     AlreadyVoted,
     BrokerUnavailable,
@@ -39,7 +39,7 @@ from toolnexus.errors import (
 from toolnexus.keys import Keys
 from toolnexus.serve import Service, Worker, approvals_line
 
-from .web.board import gone_note
+from .web.board import gone_note, standing_notes
 from .web.forms import Field, form_fields
 from .web.links import KNOWN_DOMAINS, Link, check_link
 
@@ -139,6 +139,7 @@ def header(request: Request, now_s: float | None = None) -> list[str]:
     if request.prompt:
         lines.append(request.prompt)
     lines.append(time_left(request, now_s))
+    lines.extend(standing_notes(request))
     return lines
 
 
@@ -389,7 +390,11 @@ class ChatBot(Worker):
             record = records[-1]
             who = record.person or record.responder
             if record.status in ("expired", "withdrawn"):
-                note = gone_note(Event(event=record.status, id=request_id))  # type: ignore[arg-type]
+                outcome = Answer(
+                    id=request_id, ok=bool(record.ok), reason=record.reason,
+                    defaulted=record.defaulted,
+                )  # fmt: skip
+                note = gone_note(Event(event=record.status, id=request_id, answer=outcome))  # type: ignore[arg-type]
             else:
                 note = f"Answered elsewhere{f' by {who}' if who else ''}."
             await self.finish(request_id, note)

@@ -152,8 +152,9 @@ class RedisBroker(Broker):
         *,
         timeout_s: float | None = None,
         allow: Sequence[str] | None = None,
+        durable: bool = False,
     ) -> Answer:
-        return await self.waiter.wait_for(request, timeout_s, allow)
+        return await self.waiter.wait_for(request, timeout_s, allow, durable)
 
     def responder(
         self,
@@ -229,7 +230,7 @@ class RedisBroker(Broker):
     async def _close(self) -> None:
         for responder in list(self._responders):
             await responder.aclose()  # held requests go back to their groups
-        await self.waiter.aclose()  # open waits are withdrawn
+        await self.waiter.aclose()  # open waits are withdrawn (durable ones stay open)
         await self.core.aclose()
 
     def statistics(self) -> dict[str, int]:
@@ -238,6 +239,7 @@ class RedisBroker(Broker):
         (forgeries among them)."""
         return {
             "waiting": len(self.waiter.waits),
+            "waiting_durably": sum(1 for w in self.waiter.waits.values() if w.replies.durable),
             "responders": len(self._responders),
             "unreadable_answers": self.waiter.unreadable,
             "refused_answers": self.waiter.refused,

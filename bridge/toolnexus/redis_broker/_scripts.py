@@ -43,18 +43,28 @@ OUTCOMES: Final = frozenset(Outcome.__args__)  # type: ignore[attr-defined]
 OPEN = BatchScript(
     "open",
     """
--- On a waiter's slot. Shared: KEYS reply stream, liveness mark; ARGV liveness_ms.
--- Item: KEYS state; ARGV deadline_ms, request, ttl_ms.
+-- On a waiter's slot. Shared: KEYS reply stream, liveness mark; ARGV liveness_ms (0 for
+-- the durable waiter, which has no liveness mark).
+-- Item: KEYS state; ARGV deadline_ms, request, ttl_ms, durable ('1' or '0').
 -- Marks the waiter alive and opens each request's state unless it exists: a publish
--- retried after an answer must not reopen the request.
-redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
+-- retried after an answer must not reopen the request. A durable state ('d') counts
+-- as alive whatever the mark says. Each reply: 1 opened; 0 it existed; for a durable
+-- item that existed, {status, deadline_ms, request, answer} as stored (an attach).
+if ARGV[1] ~= '0' then
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
+end
 local opened = {}
 for i = 3, #KEYS do
-  local a = 1 + (i - 3) * 3
+  local a = 1 + (i - 3) * 4
   if redis.call('EXISTS', KEYS[i]) == 0 then
     redis.call('HSET', KEYS[i], 's', 'open', 'x', ARGV[a + 1], 'req', ARGV[a + 2])
+    if ARGV[a + 4] == '1' then
+      redis.call('HSET', KEYS[i], 'd', '1')
+    end
     redis.call('PEXPIRE', KEYS[i], ARGV[a + 3])
     opened[i - 2] = 1
+  elseif ARGV[a + 4] == '1' then
+    opened[i - 2] = redis.call('HMGET', KEYS[i], 's', 'x', 'req', 'a')
   else
     opened[i - 2] = 0
   end
@@ -62,36 +72,45 @@ end
 return opened
 """,
     keys_per_item=1,
-    args_per_item=3,
+    args_per_item=4,
 )
 
 PUBLISH = BatchScript(
     "publish",
     """
 -- On a queue's slot. Shared: KEYS request stream; ARGV min_id, waiter.
--- Item: KEYS route; ARGV request, ttl_ms. Adds each request to the stream (trimmed
--- by age, never by length) and records which waiter it belongs to.
+-- Item: KEYS route; ARGV request, ttl_ms, once ('1' or '0'). Adds each request to the
+-- stream (trimmed by age, never by length) and records which waiter it belongs to. A
+-- request published ``once`` (a durable one) whose route exists is published already:
+-- it is not added again (reply false), so that processes attaching to it at the same
+-- time publish it once between them.
 local ids = {}
 for i = 2, #KEYS do
-  local a = 2 + (i - 2) * 2
-  ids[i - 1] = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'r', ARGV[a + 1])
-  redis.call('SET', KEYS[i], ARGV[2], 'PX', ARGV[a + 2])
+  local a = 2 + (i - 2) * 3
+  if ARGV[a + 3] == '1' and redis.call('EXISTS', KEYS[i]) == 1 then
+    ids[i - 1] = false
+  else
+    ids[i - 1] = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'r', ARGV[a + 1])
+    redis.call('SET', KEYS[i], ARGV[2], 'PX', ARGV[a + 2])
+  end
 end
 return ids
 """,
     keys_per_item=1,
-    args_per_item=2,
+    args_per_item=3,
 )
 
 STATUS = BatchScript(
     "status",
     """
 -- On a waiter's slot. Shared: KEYS reply stream, liveness mark.
--- Item: KEYS state. Each reply: {status or false, 1 if the waiter is alive else 0}.
+-- Item: KEYS state. Each reply: {status or false, 1 if the waiter is alive else 0};
+-- a durable request's waiter always counts as alive.
 local alive = redis.call('EXISTS', KEYS[2])
 local statuses = {}
 for i = 3, #KEYS do
-  statuses[i - 2] = {redis.call('HGET', KEYS[i], 's'), alive}
+  local st = redis.call('HMGET', KEYS[i], 's', 'd')
+  statuses[i - 2] = {st[1], st[2] and 1 or alive}
 end
 return statuses
 """,
@@ -105,7 +124,8 @@ RESOLVE = BatchScript(
 -- On a waiter's slot. Shared: KEYS reply stream, liveness mark; ARGV retention_ms.
 -- Item: KEYS state; ARGV status, answer, request id.
 -- The first resolution of a request wins: it is recorded and sent to the waiter.
--- An answer needs the request open, before its deadline, and its waiter alive. An
+-- An answer needs the request open, before its deadline, and its waiter alive (a
+-- durable request's waiter always counts as alive: it outlives its process). An
 -- answer to a request already resolved sends the stored answer to the waiter again.
 -- Each reply: {'ok'} | {'unknown'} | {'late'} | {'gone'} | {status, stored answer}.
 local replies = {}
@@ -114,7 +134,7 @@ local alive = nil
 for i = 3, #KEYS do
   local a = 1 + (i - 3) * 3
   local status, answer, id = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local st = redis.call('HMGET', KEYS[i], 's', 'x')
+  local st = redis.call('HMGET', KEYS[i], 's', 'x', 'd')
   if not st[1] then
     replies[i - 2] = {'unknown'}
   elseif st[1] ~= 'open' then
@@ -133,7 +153,7 @@ for i = 3, #KEYS do
     end
     if status == 'answered' and now >= tonumber(st[2]) then
       replies[i - 2] = {'late'}
-    elseif status == 'answered' and alive == 0 then
+    elseif status == 'answered' and alive == 0 and not st[3] then
       replies[i - 2] = {'gone'}
     else
       redis.call('HSET', KEYS[i], 's', status, 'a', answer)
@@ -235,7 +255,8 @@ VOTE = BatchScript(
 -- Item: KEYS state; ARGV answer, request id, voter, '1' accepts or '0' declines, need,
 -- decline mode ('veto' or 'count'). A quorum vote (SPEC §14): stored once per voter (the
 -- claimed identity) as field 'y:<voter>' or 'n:<voter>'; a voter's second vote is not
--- counted. Needs the request open, before its deadline, and its waiter alive, as RESOLVE.
+-- counted. Needs the request open, before its deadline, and its waiter alive (or the
+-- request durable), as RESOLVE.
 -- The vote that decides (the need-th accept; a decline that vetoes, or the need-th
 -- decline) resolves the request and is sent to the waiter, which reads every vote from
 -- the state and checks each before it takes the outcome.
@@ -249,7 +270,7 @@ for i = 3, #KEYS do
   local a = 1 + (i - 3) * 6
   local answer, id, voter = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local yes, need, mode = ARGV[a + 4] == '1', tonumber(ARGV[a + 5]), ARGV[a + 6]
-  local st = redis.call('HMGET', KEYS[i], 's', 'x')
+  local st = redis.call('HMGET', KEYS[i], 's', 'x', 'd')
   if not now then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -265,7 +286,7 @@ for i = 3, #KEYS do
     end
   elseif now >= tonumber(st[2]) then
     replies[i - 2] = {'late'}
-  elseif alive == 0 then
+  elseif alive == 0 and not st[3] then
     replies[i - 2] = {'gone'}
   else
     local mine = redis.call('HGET', KEYS[i], 'y:' .. voter)

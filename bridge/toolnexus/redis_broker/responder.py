@@ -36,6 +36,7 @@ from ..errors import (
 )
 from ..keys import WAITER_ID, check_request_id
 from ..models import EXPIRED, WITHDRAWN, Answer, Event, Heartbeat, Request
+from ..outcomes import expired_answer
 from ..schema import check_answer
 from ..signing import allowed
 from ._connections import Client
@@ -107,9 +108,15 @@ async def resolve_answer(
 async def _finish(
     core: Core, request: Request, status: Literal["expired", "withdrawn"], entry: str | None = None
 ) -> None:
-    """Resolve as expired or withdrawn a request whose waiter cannot (it died, or the
-    deadline passed with nobody to record it), tell responders, and delete its ``entry``."""
-    answer = core.signatures.sign_answer(Answer(id=request.id, ok=False, reason=status), request)
+    """Resolve as expired (with the request's default on expiry, if it has one) or
+    withdrawn a request whose waiter cannot (it died, or the deadline passed with nobody
+    to record it), tell responders, and delete its ``entry``."""
+    ending = (
+        expired_answer(request)
+        if status == EXPIRED
+        else Answer(id=request.id, ok=False, reason=status)
+    )
+    answer = core.signatures.sign_answer(ending, request)
     payload = core.codec.encode(answer)
     outcome, _ = await core.resolve(_waiter_of(request), request.id, status, payload)
     if outcome == "ok":

@@ -8,6 +8,9 @@ mark; one timer serves every deadline. The reply stream belongs to this waiter a
 and is read from its start, so an answer that arrives before the reader looks is never
 missed. Every entry of it may be garbage: such an entry is dead-lettered, the reader
 moves on, and the wait it names takes its outcome from the request's state.
+
+Durable waits (SPEC §14) live under the queue's durable waiter, read by a second reader
+of this code from the first durable wait on (:mod:`.durable`).
 """
 
 from __future__ import annotations
@@ -31,10 +34,13 @@ from ..broker import deadline_of
 from ..errors import BrokerClosed, DecodeError, InvalidRequest, SignatureError
 from ..keys import check_request_id
 from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request
+from ..outcomes import check_on_expiry, expired_answer
 from ..schema import BROKER_REASONS
 from ..signing import verify_answer
+from . import durable
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import OPEN, PUBLISH, REOPEN
+from .durable import ReplyStream
 from .quorum import reopen as reopen_quorum
 from .quorum import take_quorum
 
@@ -55,6 +61,7 @@ class _Wait:
     deadline_ms: int  # Unix time
     answer: asyncio.Future[Answer | None]
     checked: bool  # answers are checked (signatures in use, or an allow-list)
+    replies: ReplyStream  # where its state and answers live
     published: bool = False
     entry_id: bytes | None = None  # in the request stream, once published
     verified: bool | None = None  # whether the answer taken verified (None: not checked)
@@ -117,16 +124,24 @@ class Waiter:
         self.waits: dict[str, _Wait] = {}
         self.unreadable = 0  # reply-stream entries dead-lettered
         self.refused = 0  # answers refused by signature or allow-list checks
-        self._last_id = "0-0"  # the reader's position in the reply stream
+        self._own = ReplyStream(self.id, self.answers_key, self.alive_key, durable=False)
+        shared = core.keys.durable_waiter()
+        self._durable = ReplyStream(
+            shared, core.keys.answers(shared), core.keys.alive(shared), durable=True
+        )
+        self._durable_start = asyncio.Lock()
         self._deadlines = _Deadlines()
         self._unpublished: set[_Wait] = set()
         self._republisher: asyncio.Task[None] | None = None
-        self._reader: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self.closing = False
 
     async def wait_for(
-        self, request: Request, timeout_s: float | None, allow: Sequence[str] | None
+        self,
+        request: Request,
+        timeout_s: float | None,
+        allow: Sequence[str] | None,
+        durable_wait: bool = False,
     ) -> Answer:
         core = self.core
         if core.closed or self.closing:
@@ -136,29 +151,40 @@ class Waiter:
             raise InvalidRequest(f"request id {request.id[:100]!r}: {problem}")
         if request.id in self.waits:
             raise InvalidRequest(f"request {request.id!r} is already being waited for")
+        check_on_expiry(request)
+        if durable_wait and not request.durable:
+            request = msgspec.structs.replace(request, durable=True)
+        replies = self._durable if request.durable else self._own
         now = time.time()
         deadline = min(
             deadline_of(request, timeout_s, core.settings.default_timeout_s),
             now + core.settings.stream_retention_s,
         )
-        payload, checked = self._encode(request, deadline, allow)
+        payload, checked = self._encode(request, deadline, allow, replies.waiter)
         if len(payload) > core.codec.max_bytes:
             raise InvalidRequest(
                 f"request {request.id!r} is {len(payload)} bytes encoded, over the limit of "
                 f"{core.codec.max_bytes} bytes"
             )
         loop = asyncio.get_running_loop()
-        wait = _Wait(request.id, payload, ms(deadline), loop.create_future(), checked)
+        wait = _Wait(request.id, payload, ms(deadline), loop.create_future(), checked, replies)
         wait.quorum = request.quorum is not None
         self.waits[request.id] = wait  # registered before it is published
-        if self._reader is None or self._reader.done():
-            self._reader = loop.create_task(self._read_answers(), name="toolnexus-answers")
-        self._deadlines.add(wait, loop.time() + deadline - now, len(self.waits))
-        self._publish(wait)
         try:
+            if replies.durable:
+                if not await self._attach(wait, request):
+                    return Answer(id=request.id, ok=False, reason=UNAVAILABLE)
+            elif replies.reader is None or replies.reader.done():
+                reader = self._read_replies(replies)
+                replies.reader = loop.create_task(reader, name="toolnexus-answers")
+            delay_s = wait.deadline_ms / 1000 - time.time()
+            self._deadlines.add(wait, loop.time() + delay_s, len(self.waits))
+            if not wait.answer.done():
+                self._publish(wait)
             answer = await wait.answer
         except asyncio.CancelledError:
-            self._spawn(self._resolve_by_waiter(wait, WITHDRAWN))
+            if not replies.durable:  # a durable request outlives its waits
+                self._spawn(self._resolve_by_waiter(wait, WITHDRAWN))
             raise
         finally:
             del self.waits[request.id]
@@ -189,40 +215,87 @@ class Waiter:
     # -- publishing ---------------------------------------------------------------
 
     def _encode(
-        self, request: Request, deadline: float, allow: Sequence[str] | None
+        self, request: Request, deadline: float, allow: Sequence[str] | None, reply_to: str
     ) -> tuple[bytes, bool]:
         """``request`` as published (deadline, reply_to, allow-list; signed if this process
         has a key), encoded, and whether its answers are checked. A method of its own so that
         the copies it makes do not live on in every waiting coroutine's frame."""
-        changes: dict[str, Any] = {"expires_at": deadline, "reply_to": self.id}
+        changes: dict[str, Any] = {"expires_at": deadline, "reply_to": reply_to}
         if allow is not None:
             changes["allow"] = list(allow)
         published = msgspec.structs.replace(request, **changes)
-        signatures = self.core.signatures
-        checked = signatures.required or bool(len(signatures.keyring)) or bool(published.allow)
-        return self.core.codec.encode(signatures.sign_request(published)), checked
+        encoded = self.core.codec.encode(self.core.signatures.sign_request(published))
+        return encoded, self._checks(published)
 
-    def _publish(self, wait: _Wait) -> None:
+    def _checks(self, published: Request) -> bool:
+        """Whether answers to ``published`` are checked (signatures in use, an allow-list)."""
+        signatures = self.core.signatures
+        return signatures.required or bool(len(signatures.keyring)) or bool(published.allow)
+
+    async def _attach(self, wait: _Wait, asked: Request) -> bool:
+        """Open the durable request of ``wait``, or attach to the one stored (SPEC §14):
+        take over its published request and deadline, and a stored outcome as the wait's
+        answer. False if Redis stayed away.
+
+        Raises:
+            InvalidRequest: the stored request with this id asks something else.
+        """
+        core, replies = self.core, wait.replies
+        try:  # its reader first, so that no answer is missed from the attach on
+            await durable.start_reader(core, replies, self._durable_start, self._read_replies)
+            stored = await durable.attach(
+                core, replies.waiter, wait.request_id, wait.payload, wait.deadline_ms
+            )
+        except (*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError) as exc:
+            log.error("attaching to %s failed: %s", wait.request_id, exc)  # e.g. NOPERM
+            return False
+        if stored is None:
+            return True
+        request = durable.stored_request(core, stored, asked)
+        wait.payload, wait.deadline_ms = stored.payload, stored.deadline_ms
+        wait.checked = self._checks(request)
+        wait.quorum = request.quorum is not None
+        outcome = durable.broker_outcome(request, stored.status)
+        if outcome is not None:
+            wait.answer.set_result(outcome)
+        elif stored.status != "open" and stored.answer is not None:
+            try:
+                answer = core.codec.decode_as(stored.answer, Answer)
+            except DecodeError as exc:  # the wait goes on to its deadline
+                log.error("the stored answer to %s is unreadable: %s", wait.request_id, exc)
+                return True
+            try:  # a quorum's votes are read and checked too
+                taken = await self._taken(wait, answer, stored.answer)
+            except (*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError) as exc:
+                log.error("the votes on %s cannot be read: %s", wait.request_id, exc)
+                return True  # the wait goes on: its deadline takes the outcome from the state
+            if taken is not None:
+                wait.answer.set_result(taken)
+        return True
+
+    def _publish(self, wait: _Wait, again: bool = False) -> None:
         """Open the request's state and add it to the request stream, with everything else
-        sent this turn. If Redis is away, :meth:`_republish` tries again."""
+        sent this turn. If Redis is away, :meth:`_republish` tries again. A durable request
+        is added only if it never was, unless published ``again`` (reopened)."""
         core = self.core
         settings, keys, call = core.settings, core.keys, core.pipeliner
+        replies = wait.replies
         now_ms = ms(time.time())
         ttl_ms = max(1, wait.deadline_ms - now_ms) + settings.retention_ms
         opened = call.batch(
             OPEN,
-            (self.answers_key, self.alive_key),
-            (settings.liveness_ms,),
-            (keys.state(self.id, wait.request_id),),
-            (wait.deadline_ms, wait.payload, ttl_ms),
+            (replies.key, replies.alive_key),
+            (0 if replies.durable else settings.liveness_ms,),
+            (keys.state(replies.waiter, wait.request_id),),
+            (wait.deadline_ms, wait.payload, ttl_ms, int(replies.durable)),
         )
         added = call.batch(
             PUBLISH,
             (keys.requests,),
             # trimmed by age, to the second so that one turn's publishes share a batch
-            (max(0, now_ms - settings.stream_retention_ms) // 1000 * 1000, self.id),
+            (max(0, now_ms - settings.stream_retention_ms) // 1000 * 1000, replies.waiter),
             (keys.route(wait.request_id),),
-            (wait.payload, ttl_ms),
+            (wait.payload, ttl_ms, int(replies.durable and not again)),
         )
         added.add_done_callback(functools.partial(self._on_published, wait, opened))
 
@@ -271,13 +344,18 @@ class Waiter:
         here: the resolve script refuses any answer after the deadline anyway.
         """
         core = self.core
-        answer = Answer(id=wait.request_id, ok=False, reason=status)
+        if status == EXPIRED:
+            answer = expired_answer(core.codec.decode_as(wait.payload, Request))
+        else:
+            answer = Answer(id=wait.request_id, ok=False, reason=status)
         payload = core.codec.encode(answer)
         backoff = Backoff(cap_s=0.5)
         give_up = time.monotonic() + RESOLVE_PATIENCE_S
         while True:
             try:
-                outcome, stored = await core.resolve(self.id, answer.id, status, payload)
+                outcome, stored = await core.resolve(
+                    wait.replies.waiter, answer.id, status, payload
+                )
                 break
             except BrokerClosed:
                 return answer
@@ -351,11 +429,12 @@ class Waiter:
         core = self.core
         request = core.codec.decode_as(wait.payload, Request)
         admit = functools.partial(self._accept, wait, reopen=False)
-        taken, wait.votes = await take_quorum(core, self.id, request, raw, admit)
+        waiter = wait.replies.waiter
+        taken, wait.votes = await take_quorum(core, waiter, request, raw, admit)
         if (
             taken is None
             and reopen
-            and await reopen_quorum(core, self.id, wait.request_id, raw, wait.votes)
+            and await reopen_quorum(core, waiter, wait.request_id, raw, wait.votes)
         ):
             log.warning("request %s opened again: its quorum is short", wait.request_id)
             if not wait.answer.done():
@@ -367,16 +446,17 @@ class Waiter:
         again (responders acknowledged its entry when they answered)."""
         core = self.core
         with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError):
+            replies = wait.replies
             reopened = await core.pipeliner.batch(
                 REOPEN,
-                (self.answers_key, self.alive_key),
+                (replies.key, replies.alive_key),
                 (),
-                (core.keys.state(self.id, wait.request_id),),
+                (core.keys.state(replies.waiter, wait.request_id),),
                 (refused,),
             )
             if reopened and not wait.answer.done():
                 log.warning("request %s opened again after a refused answer", wait.request_id)
-                self._publish(wait)
+                self._publish(wait, again=True)
 
     def _audit(self, wait: _Wait, status: str, answer: Answer) -> None:
         """The audit record of a wait that ended with ``answer``."""
@@ -398,10 +478,10 @@ class Waiter:
 
     # -- reading answers ----------------------------------------------------------
 
-    async def _read_answers(self) -> None:
-        """The one blocking reader of this process's reply stream. It never stops before
-        the broker closes: any failure is logged and retried with backoff, from the
-        position it had reached."""
+    async def _read_replies(self, replies: ReplyStream) -> None:
+        """The one blocking reader of this process's reply stream (it renews the liveness
+        mark), or of its queue's durable one. It never stops before the broker closes: any
+        failure is logged and retried with backoff, from the position it had reached."""
         core = self.core
         settings = core.settings
         client = None
@@ -416,9 +496,9 @@ class Waiter:
                     if client is None:
                         client = core.blocking_client()
                     if reconnected:
-                        await self._reconcile()
+                        await self._reconcile(replies)
                         reconnected = False
-                    if loop.time() >= renew_at:
+                    if not replies.durable and loop.time() >= renew_at:
                         renew_at = loop.time() + settings.liveness_ms / 3000
                         core.pipeliner.fire(
                             core.pipeliner.call(
@@ -427,7 +507,7 @@ class Waiter:
                         )
                     async with asyncio.timeout(core.read_timeout_s(settings.block_ms)):
                         reply: Any = await client.xread(
-                            {self.answers_key: self._last_id}, count=1000, block=settings.block_ms
+                            {replies.key: replies.last_id}, count=1000, block=settings.block_ms
                         )
                     backoff.reset()
                 except BrokerClosed:
@@ -445,19 +525,20 @@ class Waiter:
                     continue
                 for _stream, entries in reply or ():
                     for entry_id, fields in entries:
-                        self._last_id = text(entry_id)  # Redis entry ids are ASCII
-                        self._take(self._last_id, fields)
+                        replies.last_id = text(entry_id)  # Redis entry ids are ASCII
+                        self._take(replies, replies.last_id, fields)
                     read_since_trim += len(entries)
-                if read_since_trim >= 1000:
+                if read_since_trim >= 1000:  # others read a durable stream: trimmed by age
                     read_since_trim = 0
+                    bound = durable.min_id() if replies.durable else replies.last_id
                     core.pipeliner.fire(
-                        core.pipeliner.call("XTRIM", self.answers_key, "MINID", "~", self._last_id)
+                        core.pipeliner.call("XTRIM", replies.key, "MINID", "~", bound)
                     )
         finally:
             if client is not None:
                 await client.aclose()
 
-    def _take(self, entry_id: str, fields: dict[bytes, bytes]) -> None:
+    def _take(self, replies: ReplyStream, entry_id: str, fields: dict[bytes, bytes]) -> None:
         """Hand the answer of one reply-stream entry to its wait; dead-letter garbage."""
         request_id: str | None = None
         try:
@@ -478,15 +559,16 @@ class Waiter:
                 )
         except DecodeError as exc:
             self.unreadable += 1
-            self.core.copy_to_dead_letters(self.answers_key, entry_id, fields, str(exc))
+            self.core.copy_to_dead_letters(replies.key, entry_id, fields, str(exc))
             wait = self.waits.get(request_id) if request_id is not None else None
-            if wait is not None:
+            if wait is not None and wait.replies is replies:
                 self._spawn(self._take_from_state(wait))
             return
         wait = self.waits.get(request_id)
-        if wait is not None and wait.quorum and not wait.answer.done():
-            self._spawn(self._take_votes(wait, answer, payload))
-        elif wait is not None and not wait.answer.done():
+        if wait is not None and wait.replies is replies and wait.quorum:
+            if not wait.answer.done():
+                self._spawn(self._take_votes(wait, answer, payload))
+        elif wait is not None and wait.replies is replies and not wait.answer.done():
             taken = self._accept(wait, answer, payload)
             if taken is not None:
                 wait.answer.set_result(taken)
@@ -502,7 +584,7 @@ class Waiter:
     async def _take_from_state(self, wait: _Wait) -> None:
         """The answer of ``wait`` from its state, after its reply-stream entry was unreadable.
         If the stored answer is unreadable too, the wait goes on to its deadline."""
-        state = self.core.keys.state(self.id, wait.request_id)
+        state = self.core.keys.state(wait.replies.waiter, wait.request_id)
         with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed):
             status, stored = await self.core.command("HMGET", state, "s", "a")
             if stored is not None and status != b"open":
@@ -516,13 +598,11 @@ class Waiter:
                     if taken is not None:
                         wait.answer.set_result(taken)
 
-    async def _reconcile(self) -> None:
+    async def _reconcile(self, replies: ReplyStream) -> None:
         """After a reconnect: take answers from state, republish requests Redis lost."""
-        waits = [w for w in self.waits.values() if w.published]
-        state = self.core.keys.state
-        states = await asyncio.gather(
-            *(self.core.command("HMGET", state(self.id, w.request_id), "s", "a") for w in waits)
-        )
+        waits = [w for w in self.waits.values() if w.published and w.replies is replies]
+        keys = [self.core.keys.state(replies.waiter, w.request_id) for w in waits]
+        states = await asyncio.gather(*(self.core.command("HMGET", k, "s", "a") for k in keys))
         for wait, (status, stored) in zip(waits, states, strict=True):
             if status is None:
                 log.warning("request %s was lost by Redis; publishing it again", wait.request_id)
@@ -545,21 +625,24 @@ class Waiter:
         task.add_done_callback(self._background.discard)
 
     async def aclose(self) -> None:
-        """Withdraw the waits still open (they end with ``BrokerClosed``), then stop."""
+        """Withdraw the waits still open (they end with ``BrokerClosed``), then stop. Durable
+        waits end too, but their requests stay open for the next wait (a deploy)."""
         self.closing = True
         open_waits = [w for w in self.waits.values() if not w.answer.done()]
         for wait in open_waits:
             wait.answer.set_exception(BrokerClosed("the broker was closed during the wait"))
-            self._spawn(self._resolve_by_waiter(wait, WITHDRAWN))
+            if not wait.replies.durable:
+                self._spawn(self._resolve_by_waiter(wait, WITHDRAWN))
         if self._background:
             await asyncio.wait(self._background, timeout=RESOLVE_PATIENCE_S + 1)
-        if self._reader is not None:
+        if self._own.reader is not None:
             with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed):
                 self.core.pipeliner.fire(self.core.pipeliner.call("DEL", self.alive_key))
-        if self._reader is not None and not self._reader.done():
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+        for reader in (self._own.reader, self._durable.reader):
+            if reader is not None and not reader.done():
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
         if self._republisher is not None:
             self._republisher.cancel()
         self._deadlines.close()

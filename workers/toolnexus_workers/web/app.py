@@ -19,7 +19,7 @@ import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from toolnexus.errors import (
 )
 
 from .access import Access, is_loopback
-from .board import Board, Change
+from .board import Board, Change, standing_notes
 from .forms import Field, Submitted, field_errors, form_data, form_fields, message_for_field
 from .links import KNOWN_DOMAINS, Link, check_link
 
@@ -106,6 +106,7 @@ class Card:
     problem: str | None
     link: Link | None
     error: str | None
+    notes: list[str] = field(default_factory=list)  # default on expiry, durable (SPEC §14)
     approvals: str | None = None  # a quorum's progress (SPEC §14): "1 of 2 approvals: ..."
 
 
@@ -442,6 +443,7 @@ class WebPage:
             error=error,
             approvals=self.board.approvals(request.id)
             or (f"0 of {request.quorum.need} approvals" if request.quorum else None),
+            notes=standing_notes(request),
         )
 
 
