@@ -468,3 +468,36 @@ async def test_a_durable_quorum_counts_votes_while_no_process_waits(
     async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as again:
         answer = await again.wait_for(request, timeout_s=60)  # attaches: the stored outcome
     assert answer.ok and persons(answer) == ["ops:alice", "ops:bob"]
+
+
+@pytest.mark.redis
+async def test_a_durable_quorum_short_of_a_forged_vote_is_published_again(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    keys = Keys(tmp_path)
+    async with keys.agent_broker(redis_url, namespace) as agent:
+        request = Request(
+            id=new_id(), kind="approval", prompt="Durable?", quorum=Quorum(2), durable=True
+        )
+        wait = asyncio.create_task(agent.wait_for(request, timeout_s=30))
+        try:
+            state = agent.keys.state(agent.keys.durable_waiter(), request.id)
+            async with asyncio.timeout(10):
+                while not await agent.redis.exists(state):
+                    await asyncio.sleep(0.01)
+            forged = Answer(id=request.id, ok=True, responder="web", person="web:mallory")
+            await agent.redis.hset(state, "y:web / web:mallory", agent.codec.encode(forged))
+            votes = [("web:alice", "accept")]
+            async with voter(redis_url, namespace, votes, keys.env("web")) as web:
+                assert (await web.next())["result"] == "resolved"  # with mallory's, in Redis
+                again = await web.next()  # refused by the waiter: opened and shown again
+                assert again["result"] == "already voted by web / web:alice", again
+                code, _, err = await answer_command(
+                    redis_url, namespace, request.id, "ops:bob", **keys.env("cli")
+                )
+                assert (code, err) == (0, ""), err
+                answer = await asyncio.wait_for(wait, 20)
+        finally:
+            wait.cancel()
+            await asyncio.gather(wait, return_exceptions=True)
+    assert answer.ok and persons(answer) == ["web:alice", "ops:bob"]

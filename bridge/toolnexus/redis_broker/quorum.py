@@ -18,6 +18,7 @@ short, they are removed and the request is opened again.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -29,6 +30,8 @@ from ..errors import DecodeError
 from ..models import Answer, Approval, Event, Quorum, Request
 from ._core import Core, text
 from ._scripts import OUTCOMES, UNVOTE, VOTE
+
+log = logging.getLogger("toolnexus.redis")
 
 VOTE_OUTCOMES: Final = OUTCOMES | {"counted", "voted"}
 """What :func:`cast_vote` says: a resolve outcome, ``counted`` (the vote counted, the
@@ -177,3 +180,28 @@ async def reopen(
     for reply in replies:
         reopened = bool(await reply) or reopened
     return reopened
+
+
+async def outcome(
+    core: Core,
+    waiter: str,
+    request: Request,
+    deciding: bytes,
+    admit: Admit,
+    done: Callable[[], bool],
+    republish: Callable[[], None] | None,
+) -> tuple[Answer | None, list[bytes]]:
+    """The waiter's step on a quorum ``request`` resolved by the vote ``deciding``: the
+    outcome and the votes admitted (see :func:`take_quorum`). If refused votes leave it
+    short, then with ``republish`` they are removed, the request opened again and
+    ``republish()`` called, unless the wait is ``done()``."""
+    taken, kept = await take_quorum(core, waiter, request, deciding, admit)
+    if (
+        taken is None
+        and republish is not None
+        and await reopen(core, waiter, request.id, deciding, kept)
+    ):
+        log.warning("request %s opened again: its quorum is short", request.id)
+        if not done():
+            republish()
+    return taken, kept

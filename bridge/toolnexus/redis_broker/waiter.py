@@ -37,12 +37,10 @@ from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request
 from ..outcomes import check_on_expiry, expired_answer
 from ..schema import BROKER_REASONS
 from ..signing import verify_answer
-from . import durable
+from . import durable, quorum
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import OPEN, PUBLISH, REOPEN
 from .durable import ReplyStream
-from .quorum import reopen as reopen_quorum
-from .quorum import take_quorum
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -421,24 +419,16 @@ class Waiter:
     async def _taken(
         self, wait: _Wait, answer: Answer, raw: bytes, reopen: bool = True
     ) -> Answer | None:
-        """As :meth:`_accept`; for a quorum (``raw`` its deciding vote), the outcome of
-        its votes, each checked (see :mod:`.quorum`). A quorum left short by refused votes
-        loses them, and with ``reopen`` is opened and published again."""
+        """As :meth:`_accept`; for a quorum (``raw`` its deciding vote), the outcome of its
+        votes, each checked (:func:`.quorum.outcome`; with ``reopen``, reopened if short)."""
         if not wait.quorum:
             return self._accept(wait, answer, raw, reopen)
-        core = self.core
-        request = core.codec.decode_as(wait.payload, Request)
+        request = self.core.codec.decode_as(wait.payload, Request)
         admit = functools.partial(self._accept, wait, reopen=False)
-        waiter = wait.replies.waiter
-        taken, wait.votes = await take_quorum(core, waiter, request, raw, admit)
-        if (
-            taken is None
-            and reopen
-            and await reopen_quorum(core, waiter, wait.request_id, raw, wait.votes)
-        ):
-            log.warning("request %s opened again: its quorum is short", wait.request_id)
-            if not wait.answer.done():
-                self._publish(wait)
+        republish = functools.partial(self._publish, wait, again=True) if reopen else None
+        taken, wait.votes = await quorum.outcome(
+            self.core, wait.replies.waiter, request, raw, admit, wait.answer.done, republish
+        )
         return taken
 
     async def _reopen(self, wait: _Wait, refused: bytes) -> None:
