@@ -42,12 +42,19 @@ def free_port() -> int:
 
 
 class ResponderProcess:
-    """``tests/servers/responder.py`` running; ``seen`` lists the requests it printed."""
+    """``tests/servers/responder.py`` running on ``queue``; ``seen`` lists the requests it
+    printed, ``events`` the events of its queue (``{"event", "id", "queue"}``)."""
 
-    def __init__(self, url: str, namespace: str, rules: dict[str, Any]) -> None:
-        command = [sys.executable, str(SERVERS / "responder.py"), url, namespace, json.dumps(rules)]
+    def __init__(
+        self, url: str, namespace: str, rules: dict[str, Any], queue: str = "default"
+    ) -> None:
+        command = [
+            *(sys.executable, str(SERVERS / "responder.py"), url, namespace),
+            *(json.dumps(rules), queue),
+        ]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         self.seen: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
         self._ready = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -61,6 +68,8 @@ class ResponderProcess:
             item = json.loads(line)
             if item == "ready":
                 self._ready.set()
+            elif "event" in item:
+                self.events.append(item)
             else:
                 self.seen.append(item)
 
@@ -81,9 +90,9 @@ class ResponderProcess:
 
 @contextmanager
 def responder_process(
-    url: str, namespace: str, rules: dict[str, Any] | None = None
+    url: str, namespace: str, rules: dict[str, Any] | None = None, queue: str = "default"
 ) -> Iterator[ResponderProcess]:
-    responder = ResponderProcess(url, namespace, RULES if rules is None else rules)
+    responder = ResponderProcess(url, namespace, RULES if rules is None else rules, queue)
     try:
         yield responder
     finally:

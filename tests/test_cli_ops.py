@@ -21,6 +21,7 @@ import toolnexus
 from toolnexus import Answer, Broker, Request, new_id
 from toolnexus.cli import duration_s
 from toolnexus.keys import Keys
+from toolnexus.models import Hop
 from toolnexus.ops import ConsumerStatus, GroupStatus, QueueStatus, QuorumStatus
 from toolnexus.redis_broker import RedisBroker
 
@@ -168,6 +169,25 @@ async def test_ask_allow_list_reaches_the_request(redis_url: str, namespace: str
     assert done.returncode == 0, done.stderr
     assert request.allow == ["cli-*", "test:*"]
     assert done.stdout == "null\n"
+
+
+async def test_ask_escalates_to_the_queues_given(redis_url: str, namespace: str) -> None:
+    oncall = toolnexus.connect(redis_url, namespace=namespace, queue="oncall", **FAST)
+    async with oncall, oncall.responder("pager") as pager:
+        asking = asyncio.create_task(
+            run(
+                "ask", "Page someone?", "--escalate", "0.3s=oncall", "--queue", "desk",
+                *broker_args(redis_url, namespace),
+            )
+        )  # fmt: skip
+        pending = await anext(pager)
+        assert pending.request.escalate == [Hop(0.3, "oncall")]
+        await pending.accept(person="pager:ada")
+        done = await asking
+    assert done.returncode == 0, done.stderr
+    assert "(queue desk, then oncall after 0.3 s)" in done.stderr
+    bad = await run("ask", "Page?", "--escalate", "5m", *broker_args(redis_url, namespace))
+    assert bad.returncode == 2 and "'5m' is not DURATION=QUEUE" in bad.stderr
 
 
 async def test_ask_with_no_broker_exits_3() -> None:

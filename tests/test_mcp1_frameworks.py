@@ -1,7 +1,8 @@
 """mcp 1.x (issue 17): toolnexus's callback as the elicitation backend of the 1.x SDK's own
-``ClientSession`` and of langchain-mcp-adapters 0.3's ``MultiServerMCPClient`` (which pins
-mcp<2), against a real server on 1.x's FastMCP asking with ``ctx.elicit``/``ctx.elicit_url``,
-answered by a responder in another process through Redis.
+``ClientSession``, of langchain-mcp-adapters 0.3's ``MultiServerMCPClient`` (which pins
+mcp<2) and of strands-agents' ``MCPClient`` (mcp<2.2), against a real server on 1.x's
+FastMCP asking with ``ctx.elicit``/``ctx.elicit_url``, answered by a responder in another
+process through Redis. No model: strands' tools are called the way its agent calls them.
 
 Runs in .venv-mcp1 only (``./run test`` makes it; conftest leaves this file out on mcp 2.x).
 """
@@ -9,9 +10,11 @@ Runs in .venv-mcp1 only (``./run test`` makes it; conftest leaves this file out 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +24,7 @@ from langchain_mcp_adapters.callbacks import CallbackContext, Callbacks
 from langchain_mcp_adapters.client import MultiServerMCPClient
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from strands.tools.mcp import MCPClient
 
 import toolnexus
 from mcp_processes import BOOKING, DELETE, MCP1, SEATS, responder_process
@@ -61,8 +65,10 @@ async def asked(responder: Any, prompt: str) -> dict[str, Any]:
 
 
 def payload(result: Any) -> dict[str, Any]:
-    """The JSON a tool of mcp1_server.py returned: from the SDK's ``CallToolResult``, or from
-    langchain's list of content blocks."""
+    """The JSON a tool of mcp1_server.py returned: from the SDK's ``CallToolResult``, from
+    langchain's list of content blocks, or from strands' ``MCPToolResult`` (a dict)."""
+    if isinstance(result, dict):
+        result = result["content"]
     text = result[0]["text"] if isinstance(result, list) else result.content[0].text
     return json.loads(text)  # type: ignore[no-any-return]
 
@@ -151,6 +157,49 @@ async def test_langchain_mcp_adapters_multi_server_client(
     assert payload(declined) == {"action": "decline"}
     form = responder.by_prompt(BOOKING)
     assert (form["server"], form["tool"], form["agent"]) == ("bookings", "book", "lc-agent")
+
+
+@pytest.mark.redis
+async def test_strands_agents_mcp_client(rbroker: Broker, redis_url: str, namespace: str) -> None:
+    # strands runs the MCP session on a thread and event loop of its own; loop= runs each
+    # wait on the loop that owns the broker.
+    ask = toolnexus.elicitation_callback(
+        rbroker.wait_for, agent="strands-agent", server="bookings", loop=asyncio.get_running_loop()
+    )
+    client = MCPClient(lambda: stdio_client(SERVER), elicitation_callback=ask)
+    cancel = threading.Event()  # what a strands Agent sets when its invocation is cancelled
+    with responder_process(redis_url, namespace, RULES) as responder:
+        async with rbroker.events() as events:
+            await asyncio.to_thread(client.start)
+            try:
+                booked = await client.call_tool_async("use-1", "book")
+                declined = await client.call_tool_async("use-2", "confirm", {"what": "delete"})
+                signed_in = await client.call_tool_async("use-3", "sign_in")
+                call = asyncio.create_task(
+                    client.call_tool_async("use-4", "count", cancel_signal=cancel)
+                )
+                held = await asked(responder, SEATS)
+                cancel.set()
+                cancelled = await call
+            finally:
+                # strands tells the 1.x server, which cancels nothing on the client: the
+                # question stays open (and the session's reader waits on it) until the client
+                # stops. Stopping withdraws it; mcp 1.x's stdio reader, holding the server's
+                # reply to the cancelled call, then fails and strands' stop() re-raises that.
+                with contextlib.suppress(RuntimeError):
+                    await asyncio.to_thread(client.stop, None, None, None)
+            await withdrawn(events, held["id"])
+    assert payload(booked) == {
+        "action": "accept",
+        "data": {"name": "Ada", "guests": 2, "vip": False},
+    }
+    assert payload(declined) == {"action": "decline"}
+    assert payload(signed_in) == {"action": "accept"}
+    assert (booked["status"], booked["toolUseId"]) == ("success", "use-1")
+    assert cancelled["status"] == "error" and cancelled.get("cancelled") is True
+    form, url = responder.by_prompt(BOOKING), responder.by_prompt(SIGN_IN)
+    assert (form["kind"], form["server"], form["agent"]) == ("input", "bookings", "strands-agent")
+    assert url["kind"] == "authorization" and url["meta"] == {"elicitation_id": "el-cal-1"}
 
 
 def test_importing_toolnexus_loads_no_mcp_sdk_on_1x() -> None:

@@ -1,6 +1,7 @@
 """The public adapters (issue 17): toolnexus as the elicitation backend of the MCP SDK's own
-client and of fastmcp's ``Client``, against a real eliciting server, answered by a responder
-in another process through Redis."""
+client, of fastmcp's ``Client`` and of a pydantic-ai agent through it (a scripted model, no
+LLM), against a real eliciting server, answered by a responder in another process through
+Redis."""
 
 from __future__ import annotations
 
@@ -15,6 +16,17 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ElicitRequestFormParams, ElicitResult, ErrorData
+from pydantic_ai import Agent
+from pydantic_ai.mcp import MCPToolset
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import toolnexus
 from mcp_helpers import FAST
@@ -103,6 +115,50 @@ async def test_fastmcps_client_with_the_elicitation_handler(
     assert {(s["server"], s["agent"]) for s in responder.seen} == {("bookings", "fm-agent")}
 
 
+def scripted(*calls: tuple[str, dict[str, Any]]) -> FunctionModel:
+    """A model without a model: it calls ``calls`` in turn, then answers with what the tools
+    returned, as a JSON list."""
+
+    def respond(messages: list[ModelMessage], _info: AgentInfo) -> ModelResponse:
+        returned = [
+            part.content
+            for message in messages
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, ToolReturnPart)
+        ]
+        if len(returned) < len(calls):
+            name, arguments = calls[len(returned)]
+            return ModelResponse(parts=[ToolCallPart(name, arguments)])
+        return ModelResponse(parts=[TextPart(json.dumps(returned))])
+
+    return FunctionModel(respond)
+
+
+@pytest.mark.redis
+async def test_pydantic_ai_agent_through_fastmcps_client(
+    rbroker: Broker, redis_url: str, namespace: str
+) -> None:
+    handler = toolnexus.fastmcp_elicitation_handler(rbroker.wait_for, agent="pai-agent")
+    with responder_process(redis_url, namespace, HOLD_SEATS) as responder, fastmcp_http() as url:
+        client = fastmcp.Client(url, elicitation_handler=handler, mode="legacy")
+        toolset = MCPToolset(client)
+        booking = Agent(scripted(("book", {}), ("confirm", {"what": "delete"})), toolsets=[toolset])
+        counting = Agent(scripted(("count", {})), toolsets=[toolset])
+        async with rbroker.events() as events:
+            booked, declined = json.loads((await booking.run("Book a table")).output)
+            call = asyncio.create_task(counting.run("Count the seats"))
+            held = await asked(responder, SEATS)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            await withdrawn(events, held["id"])
+    assert json.loads(booked)["data"] == {"name": "Ada", "guests": 2, "vip": False}
+    assert json.loads(declined)["action"] == "decline"
+    form = responder.by_prompt(BOOKING)
+    assert (form["server"], form["agent"]) == ("fastmcp-elicit", "pai-agent")
+
+
 # -- local: the callback's own rules ---------------------------------------------------
 
 
@@ -152,6 +208,63 @@ async def test_params_that_cannot_be_asked_are_an_error_reply() -> None:
     handler = toolnexus.fastmcp_elicitation_handler(Script())
     with pytest.raises(toolnexus.InvalidRequest, match="requestedSchema"):
         await handler("no schema", None, {"message": "no schema"}, None)
+
+
+class Recorded:
+    """``broker.wait_for``, recording each request and the loop it ran on."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.requests: list[Request] = []
+        self.loops: list[asyncio.AbstractEventLoop] = []
+
+    async def __call__(self, request: Request) -> Answer:
+        self.requests.append(request)
+        self.loops.append(asyncio.get_running_loop())
+        return await self.broker.wait_for(request)
+
+
+async def test_an_expired_question_is_cancel_and_not_asked_again(namespace: str) -> None:
+    async with toolnexus.connect("memory://", namespace=namespace) as broker:
+        wait_for = Recorded(broker)
+        result = await toolnexus.elicitation_callback(wait_for, timeout_s=0.2)(None, PARAMS)
+    assert result == ElicitResult(action="cancel")
+    assert len(wait_for.requests) == 1
+
+
+async def test_loop_runs_each_wait_on_the_brokers_loop_from_another_thread(
+    namespace: str,
+) -> None:
+    # strands-agents' MCPClient calls the callback on a thread and event loop of its own.
+    async with toolnexus.connect("memory://", namespace=namespace) as broker:
+        main_loop = asyncio.get_running_loop()
+        wait_for = Recorded(broker)
+        ask = toolnexus.elicitation_callback(wait_for, loop=main_loop)
+
+        async def on_another_loop(cancel_after_s: float | None) -> Any:
+            call = asyncio.ensure_future(ask(None, PARAMS))
+            if cancel_after_s is not None:
+                await asyncio.sleep(cancel_after_s)
+                call.cancel()
+            return (await asyncio.gather(call, return_exceptions=True))[0]
+
+        async with broker.events() as events:
+            answered = asyncio.create_task(asyncio.to_thread(asyncio.run, on_another_loop(None)))
+            async with asyncio.timeout(5):
+                while not wait_for.requests:
+                    await asyncio.sleep(0.01)
+            await broker.answer(Answer(id=wait_for.requests[0].id, ok=True, data={"n": 3}))
+            result = await answered
+            cancelled = await asyncio.to_thread(asyncio.run, on_another_loop(0.3))
+            async with asyncio.timeout(5):
+                seen = [await anext(events) for _ in range(2)]
+    assert result == ElicitResult(action="accept", content={"n": 3, "note": "-"})
+    assert isinstance(cancelled, asyncio.CancelledError)
+    assert [(e.event, e.id) for e in seen] == [
+        ("answered", wait_for.requests[0].id),
+        ("withdrawn", wait_for.requests[1].id),
+    ]
+    assert wait_for.loops == [main_loop, main_loop]
 
 
 def test_bad_options_are_refused() -> None:

@@ -28,6 +28,7 @@ from chat_fakes import (
 from conformance import TOOLNEXUS, clean_env
 from conftest import FAST
 from toolnexus import Answer, Broker, Quorum, Request, Source, new_id
+from toolnexus.models import Hop
 from toolnexus_workers.slack.server import SlackServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(90)]
@@ -386,3 +387,22 @@ def test_the_command_names_what_is_missing(namespace: str) -> None:
     assert "no Slack channel" in run("--bot-token", "x", "--signing-secret", "s").stderr
     done = run("--bot-token", "x", "--signing-secret", "s", "--channel", "C1")
     assert done.returncode == 2 and "--allow-user" in done.stderr
+
+
+async def test_an_escalated_request_says_so_and_stays_answerable(
+    broker: Broker, slack: FakeSlack, namespace: str
+) -> None:
+    request = ask("Restart the primary?", escalate=[Hop(0.3, "oncall")])
+    async with bot(broker, slack, namespace) as server, waiting(broker, request) as wait:
+        await shown(slack, request)
+        note = "Escalated to oncall: still open here too."
+        await eventually(
+            lambda: note in (slack.message_about(request.prompt) or {}).get("text", ""),
+            "the message marked escalated",
+        )
+        message = slack.message_about(request.prompt)
+        assert message is not None and actions(message)  # still open here
+        await post_interaction(
+            server.url, block_actions(ALLOWED, message, "tnx.accept", request.id)
+        )
+        assert (await wait).ok

@@ -18,6 +18,7 @@ from chat_fakes import FORM, TELEGRAM_TOKEN, FakeTelegram, TelegramMessage, butt
 from conformance import TOOLNEXUS, clean_env
 from conftest import FAST
 from toolnexus import Answer, Broker, Quorum, Request, Source, new_id
+from toolnexus.models import Hop
 from toolnexus_workers.telegram.server import TelegramServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(90)]
@@ -345,3 +346,22 @@ def test_the_command_names_what_is_missing(namespace: str) -> None:
     assert "is a number" in run("--bot-token", TELEGRAM_TOKEN, "--chat", "ops").stderr
     done = run("--bot-token", TELEGRAM_TOKEN, "--chat", "-100")
     assert done.returncode == 2 and "--allow-user" in done.stderr
+
+
+async def test_an_escalated_request_says_so_and_stays_answerable(
+    broker: Broker, telegram: FakeTelegram, namespace: str
+) -> None:
+    request = ask("Restart the replica?", escalate=[Hop(0.3, "oncall")])
+    async with bot(broker, telegram, namespace), waiting(broker, request) as wait:
+        await shown(telegram, request)
+        note = "Escalated to oncall: still open here too."
+
+        def marked() -> bool:
+            message = telegram.message_about(request.prompt)
+            return message is not None and note in message.text and bool(buttons(message.markup))
+
+        await eventually(marked, "the message marked escalated, its buttons kept")
+        message = telegram.message_about(request.prompt)
+        assert message is not None
+        telegram.click(ALLOWED, message, "a")
+        assert (await wait).ok

@@ -13,6 +13,7 @@ from conformance import TerminalAdapter, eventually
 from conftest import FAST
 from toolnexus import Request, Source, new_id
 from toolnexus.demo import BOOKING_FORM
+from toolnexus.models import Hop
 
 pytestmark = pytest.mark.redis
 
@@ -98,4 +99,31 @@ async def test_a_form_with_mistakes_corrected_then_ctrl_c_twice(
             for task in waits:
                 task.cancel()
             await asyncio.gather(*waits, return_exceptions=True)
+            await terminal.close()
+
+
+async def test_an_escalated_request_says_so_and_is_gone_once_answered_on_the_next_queue(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    terminal = TerminalAdapter(tmp_path)
+    async with (
+        toolnexus.connect(redis_url, namespace=namespace, queue="tty", **FAST) as broker,
+        toolnexus.connect(redis_url, namespace=namespace, queue="oncall", **FAST) as oncall,
+        oncall.responder("pager") as pager,
+    ):
+        try:
+            await terminal.start(redis_url, namespace, "tty")
+            request = Request(
+                id=new_id(),
+                kind="approval",
+                prompt="Drain the node?",
+                escalate=[Hop(0.3, "oncall")],
+            )
+            wait = asyncio.create_task(broker.wait_for(request, timeout_s=60))
+            at = await terminal.wait_for("Accept? [y/n]: ")
+            at = await terminal.wait_for("⏫ escalated to oncall: Drain the node? (still open", at)
+            await (await anext(pager)).accept(person="pager:ada")
+            assert (await asyncio.wait_for(wait, 20)).person == "pager:ada"
+            await terminal.wait_for("✗ gone: Drain the node?", at)
+        finally:
             await terminal.close()

@@ -23,6 +23,7 @@ from agents import AgentFactory
 from conformance import CHROMIUM, CHROMIUM_ARGS
 from conftest import FAST
 from toolnexus import Answer, Broker, ConfigurationError, Quorum, Request, Source, new_id
+from toolnexus.models import Hop
 from toolnexus_workers.web.access import Access, hash_password, load_users, verify_password
 from toolnexus_workers.web.app import CONTENT_SECURITY_POLICY
 from toolnexus_workers.web.board import FOLLOWER_BACKLOG, Board
@@ -313,6 +314,34 @@ async def test_a_quorum_card_counts_votes_live_and_stays_for_other_persons(
         await expect(shown).to_have_count(0, timeout=WAIT_MS)
         answer = await agent.answer()
         assert [a.person for a in answer.approvals or ()] == ["web:token", "slack:U42"]
+
+
+async def test_an_escalated_request_is_marked_and_stays_until_answered_on_the_next_queue(
+    broker: Broker, browser: Browser, redis_url: str, namespace: str
+) -> None:
+    request = ask("Fail over the database?", kind="approval", escalate=[Hop(0.5, "oncall")])
+    async with (
+        serving(broker) as web,
+        toolnexus.connect(redis_url, namespace=namespace, queue="oncall", **FAST) as oncall,
+        oncall.responder("pager") as pager,
+    ):
+        page = await signed_in_page(browser, web)
+        waiting = asyncio.create_task(broker.wait_for(request, timeout_s=60))
+        shown = card(page, request)
+        await expect(shown).to_be_visible(timeout=WAIT_MS)
+        pending = await anext(pager)  # it reached oncall: still shown here, marked so
+        await expect(shown.locator("p.escalated")).to_have_text(
+            "Escalated to oncall: still open here too."
+        )
+        await expect(shown).to_have_class(re.compile("is-escalated"))
+        await page.reload()  # the mark is part of the card, not only of the live change
+        await expect(card(page, request).locator("p.escalated")).to_be_visible()
+        await pending.accept(person="pager:ada")
+        await expect(card(page, request)).to_have_count(0, timeout=WAIT_MS)
+        await expect(page.locator(".note", has_text=request.prompt)).to_contain_text(
+            "Answered elsewhere by pager:ada."
+        )
+        assert (await waiting).person == "pager:ada"
 
 
 # -- authorization -------------------------------------------------------------------

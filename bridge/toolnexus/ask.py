@@ -18,7 +18,7 @@ import msgspec
 
 from .broker import connect
 from .errors import BrokerUnavailable, ConfigurationError, InvalidAnswer, NotResolved
-from .models import DECLINED, DISMISSED, UNAVAILABLE, Answer, OnExpiry, Request, Source, new_id
+from .models import DECLINED, DISMISSED, UNAVAILABLE, Answer, Hop, OnExpiry, Request, Source, new_id
 from .ops import scrubbed
 from .question import question_schema
 from .serve import approvals_line
@@ -57,10 +57,12 @@ def build_request(
     request_id: str | None = None,
     on_expiry: OnExpiry | None = None,
     durable: bool = False,
+    escalate: Sequence[Hop] | None = None,
 ) -> Request:
     """The request ``ask`` publishes: an ``approval`` for a bare prompt, an ``input`` form for
     a schema or for choices (a one-field form named ``answer``); with ``request_id`` (a
-    fresh one if None), ``on_expiry`` and ``durable`` as given (SPEC §14).
+    fresh one if None), ``on_expiry``, ``durable`` and ``escalate`` (its hops) as given
+    (SPEC §14).
 
     Raises:
         InvalidRequest: the schema is not a flat MCP form schema, or choices are empty.
@@ -71,6 +73,7 @@ def build_request(
         "source": Source(agent=agent),
         "on_expiry": on_expiry,
         "durable": durable,
+        "escalate": list(escalate) if escalate else None,
     }
     if schema is None and not choices:
         return Request(kind="approval", **common)
@@ -99,11 +102,13 @@ async def ask(
     options: dict[str, Any],
     request: Request,
     *,
-    timeout_s: float,
+    timeout_s: float | None,
     allow: Sequence[str] | None,
     as_json: bool,
 ) -> int:
-    """Publish ``request``, wait up to ``timeout_s`` and print the outcome; the exit status.
+    """Publish ``request``, wait up to ``timeout_s`` (None: the broker's default, or for a
+    request that escalates the last hop's time plus that) and print the outcome; the exit
+    status.
 
     Accepted: the answer's data as JSON on stdout (the whole answer with ``as_json``).
     Otherwise one line on stderr says why (and ``as_json`` prints the answer too).
@@ -111,9 +116,13 @@ async def ask(
     try:
         async with connect(url, **options) as broker:
             durably = "durably " if request.durable else ""
+            hops = "".join(
+                f", then {h.queue} after {h.after_s:g} s" for h in request.escalate or ()
+            )
+            up_to = "" if timeout_s is None else f", up to {timeout_s:g} s"
             print(
                 f"toolnexus ask: waiting {durably}for an answer to {request.id} "
-                f"(queue {options.get('queue', 'default')}, up to {timeout_s:g} s)",
+                f"(queue {options.get('queue', 'default')}{hops}{up_to})",
                 file=sys.stderr,
                 flush=True,
             )

@@ -20,7 +20,7 @@ import msgspec
 
 from .codec import JSON, MSGPACK, Codec, Format
 from .errors import DecodeError, SignatureError
-from .models import Answer, Request, Source
+from .models import Answer, Hop, Request, Source
 from .signing import Keyring, verify_answer, verify_request
 
 AUDIT_VERSION: Final = 1
@@ -56,7 +56,9 @@ class AuditRecord(msgspec.Struct, tag="audit", tag_field="type", omit_defaults=T
     that needed a quorum (SPEC §14), ``answer`` is the deciding vote and ``votes`` holds
     every vote counted, each signed by its responder, as encoded. ``defaulted``:
     the outcome was the request's default on expiry (``status`` ``expired``), no
-    person's answer; ``durable``: the request was waited for durably (SPEC §14).
+    person's answer; ``durable``: the request was waited for durably; ``escalated`` lists
+    the hops the request took, each with the seconds after ``created_at`` at which it was
+    published to its queue (SPEC §14).
     """
 
     id: str
@@ -73,6 +75,7 @@ class AuditRecord(msgspec.Struct, tag="audit", tag_field="type", omit_defaults=T
     resolved_at: float = msgspec.field(default_factory=time.time)
     verified: bool | None = None
     refused: list[Refusal] = msgspec.field(default_factory=list)
+    escalated: list[Hop] = msgspec.field(default_factory=list)
     format: Format = "msgpack"
     request: bytes | None = None
     answer: bytes | None = None
@@ -90,6 +93,7 @@ def audit_record(
     requester: str | None = None,
     refused: list[Refusal] | None = None,
     votes: list[bytes] | None = None,
+    escalated: list[Hop] | None = None,
     codec: Codec = MSGPACK,
     encoded_request: bytes | None = None,
 ) -> AuditRecord:
@@ -114,6 +118,7 @@ def audit_record(
         answered_at=None if answer is None else answer.answered_at,
         verified=verified,
         refused=list(refused or ()),
+        escalated=list(escalated or ()),
         format=codec.format,
         request=codec.encode(request) if encoded_request is None else encoded_request,
         answer=None if answer is None else codec.encode(answer),

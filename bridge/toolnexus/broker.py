@@ -68,12 +68,19 @@ def default_consumer_name() -> str:
 
 
 def deadline_of(request: Request, timeout_s: float | None, default_timeout_s: float) -> float:
-    """The Unix time a wait ends: the earlier of the request's own expiry and ``timeout_s``."""
+    """The Unix time a wait ends: the earlier of the request's own expiry and ``timeout_s``.
+    With neither, ``default_timeout_s`` from now; for a request that escalates, the end of
+    its last hop: that hop's ``after_s`` plus ``default_timeout_s`` from its ``created_at``
+    (SPEC §14)."""
     now = time.time()
     candidates = [request.expires_at] if request.expires_at is not None else []
     if timeout_s is not None:
         candidates.append(now + timeout_s)
-    return min(candidates) if candidates else now + default_timeout_s
+    if candidates:
+        return min(candidates)
+    if request.escalate:
+        return request.created_at + request.escalate[-1].after_s + default_timeout_s
+    return now + default_timeout_s
 
 
 SAME_QUESTION = ("kind", "prompt", "data", "url", "on_expiry", "quorum", "escalate")

@@ -16,13 +16,14 @@ import asyncio
 import importlib.metadata
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .errors import BrokerUnavailable, ToolnexusError
+from .hops import parse_duration
+from .models import Hop
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 """Where ``ask``, ``answer``, ``status``, ``check`` and ``audit`` look for Redis when neither
@@ -31,18 +32,23 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 EXIT_ERROR, EXIT_UNREACHABLE = 2, 3
 """A bad option or file (argparse's status for bad usage); the broker cannot be reached."""
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
 
 def duration_s(text: str) -> float:
     """``"90"``, ``"30s"``, ``"10m"``, ``"1.5h"``, ``"2d"``, ``"500ms"`` in seconds (positive)."""
-    match = _DURATION.fullmatch(text.strip())
-    if match is None or float(match[1]) <= 0:
+    seconds = parse_duration(text)
+    if seconds is None:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a positive duration: use e.g. 90, 30s, 10m, 1h or 2d"
         )
-    return float(match[1]) * _UNIT_S[match[2]]
+    return seconds
+
+
+def _hop(text: str) -> Hop:
+    """``"15m=oncall"``: after 15 minutes, queue ``oncall`` too."""
+    after, _, queue = text.partition("=")
+    if not queue:
+        raise argparse.ArgumentTypeError(f"{text!r} is not DURATION=QUEUE (e.g. 15m=oncall)")
+    return Hop(after_s=duration_s(after), queue=queue)
 
 
 def _json_value(text: str) -> Any:
@@ -156,9 +162,16 @@ def _ops_parsers(commands: Any) -> None:
     ask.add_argument(
         "--timeout",
         type=duration_s,
-        default=600.0,
+        default=None,
         metavar="DURATION",
-        help="how long to wait: 90, 30s, 10m, 1h (default 10m)",
+        help="how long to wait: 90, 30s, 10m, 1h (default 10m, after the last --escalate hop)",
+    )
+    ask.add_argument(
+        "--escalate",
+        action="append",
+        type=_hop,
+        metavar="DURATION=QUEUE",
+        help="unanswered after DURATION, publish it to QUEUE too (repeat: 15m=oncall 1h=managers)",
     )
     ask.add_argument(
         "--allow",
@@ -365,13 +378,16 @@ def _ask(args: argparse.Namespace) -> int:
         request_id=args.id,
         on_expiry=on_expiry,
         durable=args.durable,
+        escalate=args.escalate,
     )
+    # without --timeout: 10 minutes, or for an escalation the broker's default after its last hop
+    timeout_s = args.timeout if args.timeout is not None or args.escalate else 600.0
     return asyncio.run(
         ask(
             args.url,
             _options(args),
             request,
-            timeout_s=args.timeout,
+            timeout_s=timeout_s,
             allow=args.allow,
             as_json=args.json,
         )

@@ -43,11 +43,17 @@ def check_request_id(request_id: str) -> str | None:
     return None
 
 
-def _check_name(what: str, value: str) -> str:
+def name_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a namespace or queue name (part of key names), or None."""
     if not value or any(c in value for c in "{}: \n"):
-        raise ConfigurationError(
-            f"{what} {value!r} must be non-empty without braces, colons or whitespace"
-        )
+        return "must be non-empty without braces, colons or whitespace"
+    return None
+
+
+def _check_name(what: str, value: str) -> str:
+    problem = name_problem(value)
+    if problem is not None:
+        raise ConfigurationError(f"{what} {value!r} {problem}")
     return value
 
 

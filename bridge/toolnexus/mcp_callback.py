@@ -13,13 +13,16 @@ defaults filled in, and an answer that breaks it is asked again (as a fresh requ
 says what was wrong, up to :data:`MAX_INVALID_ANSWERS` times, within the first request's
 deadline); cancelling the callback (the framework cancelled the call, or the server
 cancelled its request) cancels ``wait_for``, which withdraws the request. ``load_mcp``
-asks through this same class, adding the tool's name and the call's deadline.
+asks through this same class, adding the tool's name and the call's deadline. A framework
+that calls the callback on a thread and loop of its own (strands-agents' ``MCPClient``)
+gets ``loop=``: the loop that owns ``wait_for``'s broker, where each wait then runs.
 
 Only this module's names come from ``mcp.types``, which mcp 1.x and 2.x both have.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeAlias
@@ -27,9 +30,9 @@ from typing import Any, TypeAlias
 import msgspec
 from mcp.types import INVALID_PARAMS, ElicitResult, ErrorData
 
-from .errors import ConfigurationError, InvalidAnswer, InvalidRequest
+from .errors import BrokerClosed, ConfigurationError, InvalidAnswer, InvalidRequest
 from .mcp_source import answer_to_elicit_result, elicitation_to_request
-from .models import Request, Source, WaitFor, new_id
+from .models import Answer, Request, Source, WaitFor, new_id
 from .schema import check_answer
 
 log = logging.getLogger(__name__)
@@ -54,9 +57,10 @@ class ElicitationCallback:
         server: str | None = None,
         timeout_s: float | None = None,
         allow: Sequence[str] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         check_options(timeout_s, allow)
-        self.wait_for = wait_for
+        self.wait_for = wait_for if loop is None else _on_loop(wait_for, loop)
         self.agent = agent
         self.server = server
         self.timeout_s = timeout_s
@@ -92,6 +96,8 @@ class ElicitationCallback:
         url_mode = request.kind == "authorization"
         for _ in range(MAX_INVALID_ANSWERS):
             answer = await wait(request)
+            if not answer.ok:  # a decline, or the broker's own end (expired, withdrawn, ...)
+                return answer_to_elicit_result(answer, url_mode=url_mode)
             try:
                 return answer_to_elicit_result(
                     check_answer(request, answer, None), url_mode=url_mode
@@ -125,6 +131,27 @@ def _again(request: Request, problem: str) -> Request:
     return msgspec.structs.replace(request, id=new_id("elc"), meta=meta, reply_to=None)
 
 
+def _on_loop(wait_for: WaitFor, loop: asyncio.AbstractEventLoop) -> WaitFor:
+    """``wait_for`` run on ``loop`` whichever loop awaits it; cancelling the awaiting task
+    cancels the wait there (which withdraws the request).
+
+    Raises:
+        BrokerClosed: ``loop`` is closed (its broker with it).
+    """
+
+    async def there(request: Request) -> Answer:
+        return await wait_for(request)
+
+    async def wait(request: Request) -> Answer:
+        if asyncio.get_running_loop() is loop:
+            return await wait_for(request)
+        if loop.is_closed():
+            raise BrokerClosed("the event loop of the broker behind this callback is closed")
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(there(request), loop))
+
+    return wait
+
+
 def _server_name(context: Any) -> str | None:
     """The name the server gave at the handshake, from the SDK's request context."""
     info = getattr(getattr(context, "session", None), "server_info", None)
@@ -139,6 +166,7 @@ def elicitation_callback(
     server: str | None = None,
     timeout_s: float | None = None,
     allow: Sequence[str] | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> ElicitationCallback:
     """An ``elicitation_callback`` for the MCP SDK's ``Client``/``ClientSession`` (and the
     frameworks that take one) that asks every elicitation through ``wait_for``.
@@ -146,14 +174,16 @@ def elicitation_callback(
     ``agent`` and ``server`` name who asks in each request (``server`` defaults to the
     server's own name on mcp 2.x; a 1.x session keeps none, so pass it there);
     ``timeout_s`` is how long a person has (the broker's default when None); ``allow``
-    lists the responders that may answer (``Request.allow``).
+    lists the responders that may answer (``Request.allow``). ``loop`` is the event loop
+    that owns ``wait_for``'s broker, for a framework that calls the callback on a loop of
+    its own (strands-agents): each wait runs there, and cancelling the callback cancels it.
 
     Raises:
         ConfigurationError: a ``timeout_s`` that is not positive, or an ``allow`` that is
             not a list of names.
     """
     return ElicitationCallback(
-        wait_for, agent=agent, server=server, timeout_s=timeout_s, allow=allow
+        wait_for, agent=agent, server=server, timeout_s=timeout_s, allow=allow, loop=loop
     )
 
 
@@ -164,6 +194,7 @@ def fastmcp_elicitation_handler(
     server: str | None = None,
     timeout_s: float | None = None,
     allow: Sequence[str] | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> FastmcpHandler:
     """An ``elicitation_handler`` for fastmcp's ``Client`` (and pydantic-ai through it):
     the same as :func:`elicitation_callback`, in fastmcp's handler contract.
@@ -172,7 +203,7 @@ def fastmcp_elicitation_handler(
         ConfigurationError: as :func:`elicitation_callback`.
     """
     callback = ElicitationCallback(
-        wait_for, agent=agent, server=server, timeout_s=timeout_s, allow=allow
+        wait_for, agent=agent, server=server, timeout_s=timeout_s, allow=allow, loop=loop
     )
 
     async def handler(message: str, response_type: Any, params: Any, context: Any) -> ElicitResult:

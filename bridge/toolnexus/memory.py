@@ -2,7 +2,9 @@
 
 For demos, tests and single-process agents. Nothing survives the process: a durable wait
 (SPEC §14) outlives its wait, and waiting again with its id attaches to it, but only
-within this process.
+within this process. It has one queue, which every responder group reads: an escalating
+request's hops (SPEC §14) are kept to the same rules and recorded (an ``escalated`` event
+each, and the audit record), and the request stays where every group sees it.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from .broker import (
 )
 from .codec import MSGPACK
 from .errors import AlreadyResolved, AlreadyVoted, InvalidRequest, NotAllowed, UnknownRequest
+from .hops import check_hops
 from .keys import check_request_id
-from .models import Answer, Approval, Event, EventType, Heartbeat, Request
+from .models import Answer, Approval, Event, EventType, Heartbeat, Hop, Request
 from .outcomes import check_on_expiry, expired_answer
 from .schema import check_answer
 from .signing import allowed
@@ -47,6 +50,7 @@ class _State:
     answer: Answer | None = None
     votes: dict[str, Answer] = field(default_factory=dict)  # a quorum's, by voter
     waiting: bool = True  # a wait is in progress (a durable request may have none)
+    escalated: list[Hop] = field(default_factory=list)  # the hops taken
 
 
 @dataclass(eq=False)
@@ -116,6 +120,7 @@ class MemoryBroker(Broker):
             state.waiting = True
         else:
             deadline = deadline_of(request, timeout_s, self.default_timeout_s)
+            check_hops(request, deadline, None)
             changes: dict[str, Any] = {"expires_at": deadline}
             if allow is not None:
                 changes["allow"] = list(allow)
@@ -125,6 +130,18 @@ class MemoryBroker(Broker):
             for group in self._groups.values():
                 group.queue.put_nowait(request.id)
         deadline = state.request.expires_at or time.time()
+        loop = asyncio.get_running_loop()
+        taken = {hop.queue for hop in state.escalated}
+        hops = [
+            loop.call_later(
+                max(0.0, state.request.created_at + hop.after_s - time.time()),
+                self._hop,
+                state,
+                hop,
+            )
+            for hop in state.request.escalate or ()
+            if hop.queue not in taken
+        ]
         try:
             async with asyncio.timeout(max(0.0, deadline - time.time())):
                 return await asyncio.shield(state.waiter)
@@ -136,6 +153,15 @@ class MemoryBroker(Broker):
             raise
         finally:
             state.waiting = False
+            for handle in hops:
+                handle.cancel()
+
+    def _hop(self, state: _State, hop: Hop) -> None:
+        """An escalation hop is due: record it if the request is still open."""
+        if state.status == "open":
+            taken = Hop(round(time.time() - state.request.created_at, 3), hop.queue)
+            state.escalated.append(taken)
+            self._publish_event("escalated", state.request.id, None, queue=hop.queue)
 
     def _resolve_by_waiter(self, state: _State, reason: Literal["expired", "withdrawn"]) -> Answer:
         if state.answer is None:
@@ -157,7 +183,9 @@ class MemoryBroker(Broker):
         self._resolved[answer.id] = time.monotonic()
         self._publish_event(status, answer.id, answer)
         votes = [MSGPACK.encode(vote) for vote in state.votes.values()]
-        record = audit_record(state.request, status, answer, verified=None, votes=votes)
+        record = audit_record(
+            state.request, status, answer, verified=None, escalated=state.escalated, votes=votes
+        )
         self._audit.append(record)
 
     def _vote(self, state: _State, vote: Answer) -> Event | None:
@@ -247,10 +275,12 @@ class MemoryBroker(Broker):
 
     # -- events -------------------------------------------------------------------
 
-    def _publish_event(self, kind: EventType, request_id: str, answer: Answer | None) -> None:
-        event = Event(event=kind, id=request_id, answer=answer)
-        for queue in self._subscribers:
-            queue.put_nowait(event)
+    def _publish_event(
+        self, kind: EventType, request_id: str, answer: Answer | None, queue: str | None = None
+    ) -> None:
+        event = Event(event=kind, id=request_id, answer=answer, queue=queue)
+        for subscriber in self._subscribers:
+            subscriber.put_nowait(event)
 
     def events(self) -> MemoryEvents:
         return MemoryEvents(self)

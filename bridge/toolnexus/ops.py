@@ -27,6 +27,7 @@ from .errors import BrokerUnavailable, ConfigurationError, DecodeError
 from .keys import WAITER_ID, Keys
 from .models import Answer, Heartbeat, Request
 from .redis_broker import RedisBroker
+from .redis_broker.escalation import parse_queues_field
 
 T = TypeVar("T")
 
@@ -74,13 +75,24 @@ class QuorumStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class EscalationStatus:
+    """An open request that escalated (SPEC §14): ``queues`` it was published to, the one
+    it was asked on first."""
+
+    id: str
+    queues: list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStatus:
     """One queue. ``open_requests``: entries in its request stream (a resolved request's entry
     is deleted, so these are unresolved, or past their deadline with no responder running to
     expire them); ``oldest_waiting_s``: age of the oldest; ``dead_letters``: entries in its
     dead-letter stream; ``durable_open``: durable requests still open (SPEC §14: they stay
-    open while no process waits for them; counted up to 10,000); ``quorums``: the open
-    requests (of the oldest ``QUORUM_SCAN_MAX``) that need a quorum, with their votes so far."""
+    open while no process waits for them; counted up to 10,000). ``escalated``: open
+    requests here that escalated, onward from here or to here (among the first
+    :data:`ESCALATIONS_LOOKED_AT` entries), ``escalations`` each. ``quorums``: the open
+    requests (of the oldest ``QUORUM_SCAN_MAX``) that need a quorum, with their votes."""
 
     queue: str
     open_requests: int
@@ -89,6 +101,8 @@ class QueueStatus:
     groups: list[GroupStatus] = field(default_factory=list)
     quorums: list[QuorumStatus] = field(default_factory=list)
     durable_open: int = 0
+    escalated: int = 0
+    escalations: list[EscalationStatus] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +232,7 @@ async def _queue_status(broker: RedisBroker, now: float) -> QueueStatus:
         )
     for group, rest in sorted(beats.items()):  # workers whose group is not created yet
         groups.append(GroupStatus(group, 0, None, None, _consumers([], rest, now)))
+    escalations = await _bounded(broker, what, _escalations(broker))
     return QueueStatus(
         queue=keys.queue,
         open_requests=int(length),
@@ -226,6 +241,8 @@ async def _queue_status(broker: RedisBroker, now: float) -> QueueStatus:
         groups=sorted(groups, key=lambda g: g.group),
         quorums=await _quorums(broker),
         durable_open=await _bounded(broker, what, _durable_open(broker)),
+        escalated=len(escalations),
+        escalations=escalations,
     )
 
 
@@ -277,6 +294,38 @@ async def _durable_open(broker: RedisBroker) -> int:
                 pipe.hget(state, "s")
             count += sum(1 for s in await pipe.execute() if s == b"open")
     return count
+
+
+ESCALATIONS_LOOKED_AT = 1000
+"""Entries of a request stream that ``status`` reads to find escalated requests."""
+
+
+async def _escalations(broker: RedisBroker) -> list[EscalationStatus]:
+    """The open requests of the queue that escalated: those of its first entries whose
+    request has hops and whose state records another queue reached."""
+    keys = broker.keys
+    entries: Any = await broker.redis.xrange(keys.requests, "-", "+", count=ESCALATIONS_LOOKED_AT)
+    escalating: list[Request] = []
+    for _entry_id, fields in entries or ():
+        try:
+            request = broker.codec.decode_as(fields.get(b"r", b""), Request)
+        except DecodeError:
+            continue  # a responder dead-letters it
+        if request.escalate and request.reply_to and WAITER_ID.fullmatch(request.reply_to):
+            escalating.append(request)
+    if not escalating:
+        return []
+    async with broker.redis.pipeline(transaction=False) as pipe:
+        for request in escalating:
+            assert request.reply_to is not None
+            pipe.hget(keys.state(request.reply_to, request.id), "q")
+        reached = await pipe.execute()
+    found = []
+    for request, value in zip(escalating, reached, strict=True):
+        queues = [queue for queue, _entry in parse_queues_field(value)]
+        if len(queues) > 1:
+            found.append(EscalationStatus(id=request.id, queues=queues))
+    return found
 
 
 UNDELIVERED_COUNT_MAX = 10_000
@@ -351,9 +400,10 @@ def status_text(status: Status) -> str:
         lines.append("no queues (nothing has been published in this namespace)")
     for queue in status.queues:
         durable = f", {queue.durable_open} durable open" if queue.durable_open else ""
+        escalated = f", {queue.escalated} escalated" if queue.escalated else ""
         lines.append(
             f"queue {queue.queue}: {queue.open_requests} open "
-            f"(oldest {duration_text(queue.oldest_waiting_s)}), "
+            f"(oldest {duration_text(queue.oldest_waiting_s)}){escalated}, "
             f"{queue.dead_letters} dead letters{durable}"
         )
         for q in queue.quorums:

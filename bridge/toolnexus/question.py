@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from .errors import InvalidRequest
+from .hops import HopSpec, hops
 from .models import OnExpiry, Request, Source, WaitFor, new_id
 from .schema import check_answer, check_schema
 
@@ -131,6 +132,7 @@ async def question(
     on_expiry: OnExpiry | None = None,
     durable: bool = False,
     request_id: str | None = None,
+    escalate: Sequence[HopSpec] | None = None,
 ) -> QuestionResult:
     """Ask the person ``prompt`` through ``wait_for`` and return what they answered.
 
@@ -138,7 +140,10 @@ async def question(
     ``multiple``), or for a ``schema`` the form's fields with defaults filled in. A
     decline, a dismissal or no answer before ``timeout_s`` is a result with
     ``ok=False`` and its ``reason``, never an exception. ``allow`` lists who may answer
-    (responder key names and persons, ``slack:*`` patterns).
+    (responder key names and persons, ``slack:*`` patterns). ``escalate`` moves an
+    unanswered question on to further queues (SPEC §14): ``[("15m", "oncall"), ("1h",
+    "managers")]``, each hop's time counted from when it was asked; without
+    ``timeout_s`` the wait lasts until the last hop plus the broker's default timeout.
 
     SPEC §14: ``on_expiry`` is what the result is when nobody answers in time (its
     ``reason`` is then ``"expired"``). ``durable`` asks with ``request_id`` (a fresh id if
@@ -147,8 +152,9 @@ async def question(
     attaches to it (the answer given meanwhile comes back at once).
 
     Raises:
-        InvalidRequest: an empty prompt, or options and schema that do not make a question
-            (see :func:`question_schema`).
+        InvalidRequest: an empty prompt, options and schema that do not make a question
+            (see :func:`question_schema`), or an escalation that cannot be followed (see
+            :func:`~toolnexus.hops.check_hops`).
         InvalidAnswer: ``wait_for`` accepted data that breaks the form (a broker never does).
     """
     if not prompt or not prompt.strip():
@@ -166,6 +172,7 @@ async def question(
         allow=None if allow is None else list(allow),
         on_expiry=on_expiry,
         durable=durable,
+        escalate=hops(escalate) if escalate else None,
     )
     answer = await wait_for(request)  # a broker waits durably for a durable request
     if not answer.ok:
@@ -175,13 +182,23 @@ async def question(
 
 
 def question_tool(
-    wait_for: WaitFor, *, timeout_s: float | None = None, agent: str | None = None
+    wait_for: WaitFor,
+    *,
+    timeout_s: float | None = None,
+    agent: str | None = None,
+    escalate: Sequence[HopSpec] | None = None,
 ) -> QuestionTool:
-    """The ``question`` tool as an async callable taking :data:`QUESTION_TOOL`'s arguments.
+    """The ``question`` tool as an async callable taking :data:`QUESTION_TOOL`'s arguments;
+    each question it asks escalates as ``escalate`` says (see :func:`question`).
+
+    Raises:
+        InvalidRequest: ``escalate`` holds a hop that is not ``(after, queue)``.
 
     It returns :meth:`QuestionResult.to_dict`; arguments that do not make a question
     give ``{"ok": False, "error": ...}`` so the model can correct itself.
     """
+
+    planned = hops(escalate) if escalate else None
 
     async def run(
         prompt: str,
@@ -198,6 +215,7 @@ def question_tool(
                 schema=schema,
                 timeout_s=timeout_s,
                 agent=agent,
+                escalate=planned,
             )
         except InvalidRequest as exc:
             return {"ok": False, "error": str(exc)}

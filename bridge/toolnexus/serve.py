@@ -17,7 +17,8 @@ Each delivered request's ``show()`` runs in a task of its own, at most
 answers later through the same ``pending`` (when the person clicks). The service
 follows :meth:`Broker.events`: when a shown request is answered by someone else,
 expires or is withdrawn, its still-running ``show()`` is cancelled and ``gone()`` is
-called, once per shown request.
+called, once per shown request. When a shown request escalates to another queue (SPEC
+§14), ``escalated()`` is called and the request stays shown.
 """
 
 from __future__ import annotations
@@ -102,6 +103,10 @@ class Worker(abc.ABC):
         and the ``approvers`` so far. The request stays shown for other persons to vote
         on. The default does nothing.
         """
+
+    async def escalated(self, pending: Pending, event: Event) -> None:  # noqa: B027 (optional)
+        """``pending``, still shown here and still open, escalated to queue ``event.queue``
+        (SPEC §14): a UI marks it so. Called once per hop; the default does nothing."""
 
 
 class _FunctionWorker(Worker):
@@ -393,6 +398,20 @@ class Service:
             self._counters.errors += 1
             log.exception("%s: gone() failed", shown.request.id)
 
+    def _escalated(self, shown: _Shown, event: Event) -> None:
+        """Tell the worker that ``shown`` escalated, in a task of its own."""
+
+        async def tell() -> None:
+            try:
+                await self.worker.escalated(shown, event)
+            except Exception:
+                self._counters.errors += 1
+                log.exception("%s: escalated() failed", shown.request.id)
+
+        task = asyncio.get_running_loop().create_task(tell())
+        self._endings.add(task)
+        task.add_done_callback(self._endings.discard)
+
     def _release_quietly(self, inner: Pending) -> None:
         """Let the broker forget a request resolved elsewhere (acknowledge it) in the background."""
 
@@ -416,6 +435,8 @@ class Service:
                         self._resolved(event.id, event)
                     elif event.event == "approved":
                         self._progress(event)
+                    elif event.event == "escalated" and event.id in self._shown:
+                        self._escalated(self._shown[event.id], event)
                 return
             except Exception:
                 log.exception("%s/%s: following events failed", self.group, self.consumer)

@@ -1,11 +1,12 @@
 """A responder in its own process: answers toolnexus requests on Redis by prompt.
 
-    python responder.py URL NAMESPACE RULES_JSON
+    python responder.py URL NAMESPACE RULES_JSON [QUEUE]
 
 ``RULES_JSON`` maps a prompt to what to do: ``{"accept": data}``, ``"decline"``,
 ``"dismiss"``, or ``"hold"`` (answer nothing: the asker withdraws or it expires).
-Unknown prompts are declined. Each request seen is printed as one JSON line
-(id, prompt, source, seconds until it expires, meta), then ``ready`` once reading.
+Unknown prompts are declined. It reads queue ``QUEUE`` (``default``). Each request seen
+is printed as one JSON line (id, prompt, source, seconds until it expires, meta), and
+each event of the queue as one (``{"event", "id", "queue"}``), after ``ready``.
 """
 
 from __future__ import annotations
@@ -18,11 +19,20 @@ from typing import Any
 import toolnexus
 
 
-async def main(url: str, namespace: str, rules: dict[str, Any]) -> None:
+async def follow(events: toolnexus.EventStream) -> None:
+    async for event in events:
+        print(json.dumps({"event": event.event, "id": event.id, "queue": event.queue}), flush=True)
+
+
+async def main(url: str, namespace: str, rules: dict[str, Any], queue: str) -> None:
     async with (
-        toolnexus.connect(url, namespace=namespace, block_ms=100, lease_ms=600) as broker,
+        toolnexus.connect(
+            url, namespace=namespace, queue=queue, block_ms=100, lease_ms=600
+        ) as broker,
         broker.responder("process-responder") as requests,
+        broker.events() as events,
     ):
+        following = asyncio.create_task(follow(events))
         print(json.dumps("ready"), flush=True)
         async for pending in requests:
             request = pending.request
@@ -48,7 +58,9 @@ async def main(url: str, namespace: str, rules: dict[str, Any]) -> None:
                 await pending.accept(rule["accept"], person="tester")
             else:
                 await pending.decline(person="tester")
+        following.cancel()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2], json.loads(sys.argv[3])))
+    queue = sys.argv[4] if len(sys.argv) > 4 else "default"
+    asyncio.run(main(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), queue))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -39,7 +40,7 @@ from toolnexus.errors import (
 from toolnexus.keys import Keys
 from toolnexus.serve import Service, Worker, approvals_line
 
-from .web.board import gone_note, standing_notes
+from .web.board import escalated_note, gone_note, standing_notes
 from .web.forms import Field, form_fields
 from .web.links import KNOWN_DOMAINS, Link, check_link
 
@@ -306,6 +307,15 @@ class ChatBot(Worker):
         self.shown: dict[str, Pending] = {}
         self.refs: dict[str, Ref] = {}
         self.posting: dict[str, asyncio.Future[None]] = {}
+        self.escalations: dict[str, list[str]] = {}  # request id -> queues it escalated to
+
+    def view(self, request: Request) -> View:
+        """How ``request`` is shown here: :func:`view_of`, and where it escalated to."""
+        view = view_of(request, self.known_domains)
+        queues = self.escalations.get(request.id)
+        if not queues:
+            return view
+        return dataclasses.replace(view, lines=(*view.lines, f"⏫ {escalated_note(queues)}"))
 
     @abc.abstractmethod
     async def post(self, view: View, earlier: Ref | None) -> Ref:
@@ -326,13 +336,24 @@ class ChatBot(Worker):
     async def _post(self, request: Request) -> None:
         try:
             earlier = self.refs.get(request.id) or await self.messages.get(request.id)
-            ref = await self.post(view_of(request, self.known_domains), earlier)
+            ref = await self.post(self.view(request), earlier)
             ref["created_at"] = request.created_at
             ref["summary"] = "\n".join(header(request)[:-1])  # without the time left
             self.refs[request.id] = ref
             await self.messages.put(request.id, ref)
         finally:
             self.posting.pop(request.id, None)
+
+    async def escalated(self, pending: Pending, event: Event) -> None:
+        """Edit the request's message to say where it escalated (SPEC §14); it stays open."""
+        request = pending.request
+        queues = self.escalations.setdefault(request.id, [])
+        queues.append(event.queue or "another queue")
+        posting = self.posting.get(request.id)
+        if posting is not None:
+            await asyncio.gather(posting, return_exceptions=True)
+        if request.id in self.shown and request.id in self.refs:
+            await self._post(request)
 
     async def gone(self, pending: Pending, event: Event) -> None:
         request_id = pending.request.id
@@ -360,6 +381,7 @@ class ChatBot(Worker):
     async def finish(self, request_id: str, note: str) -> None:
         """Close request ``request_id``'s message (who asked, what) with ``note`` and
         forget it."""
+        self.escalations.pop(request_id, None)
         ref = self.refs.pop(request_id, None) or await self.messages.get(request_id)
         if ref is not None:
             summary = str(ref.get("summary") or "")

@@ -71,6 +71,10 @@ class TerminalWorker(Worker):
             prompt = pending.request.prompt or pending.request.id
             self.terminal.say(f"  🗳️ {prompt}: {approvals_line(event)}")
 
+    async def escalated(self, pending: Pending, event: Event) -> None:
+        what = pending.request.prompt or pending.request.id
+        self.terminal.say(f"  ⏫ escalated to {event.queue}: {what} (still open here)")
+
     def interrupt(self) -> bool:
         """Ctrl-C: dismiss the request being asked (True), or ask to quit (False)."""
         now = time.monotonic()

@@ -268,17 +268,20 @@ class Core:
         delete: bytes | str | None = None,
         *,
         lazy: bool = True,
+        keys: Keys | None = None,
     ) -> asyncio.Future[Any]:
         """In the background, publish ``event``, acknowledge ``ack=(group, entry_id)`` and
-        delete entry ``delete`` of the request stream.
+        delete entry ``delete`` of the request stream: this broker's queue's, or that of
+        ``keys`` (another queue an escalating request reached).
 
         Events are advisory, and an entry left behind is dropped by whoever reads it
         next, since its request is resolved: so nobody needs to wait for this.
         """
         min_event_ms = max(0, ms(time.time()) - self.settings.retention_ms) // 1000 * 1000
+        keys = keys or self.keys
         future = self.pipeliner.batch(
             SETTLE,
-            (self.keys.events, self.keys.requests),
+            (keys.events, keys.requests),
             (min_event_ms, self.settings.retention_ms),
             (),
             (self.codec.encode(event) if event else "", *(ack or ("", "")), delete or ""),

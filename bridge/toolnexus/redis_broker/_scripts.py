@@ -49,7 +49,8 @@ OPEN = BatchScript(
 -- Marks the waiter alive and opens each request's state unless it exists: a publish
 -- retried after an answer must not reopen the request. A durable state ('d') counts
 -- as alive whatever the mark says. Each reply: 1 opened; 0 it existed; for a durable
--- item that existed, {status, deadline_ms, request, answer} as stored (an attach).
+-- item that existed, {status, deadline_ms, request, answer, queues reached} as stored
+-- (an attach).
 if ARGV[1] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
 end
@@ -64,7 +65,7 @@ for i = 3, #KEYS do
     redis.call('PEXPIRE', KEYS[i], ARGV[a + 3])
     opened[i - 2] = 1
   elseif ARGV[a + 4] == '1' then
-    opened[i - 2] = redis.call('HMGET', KEYS[i], 's', 'x', 'req', 'a')
+    opened[i - 2] = redis.call('HMGET', KEYS[i], 's', 'x', 'req', 'a', 'q')
   else
     opened[i - 2] = 0
   end
@@ -353,4 +354,26 @@ return reopened
     args_per_item=3,
 )
 
-SCRIPTS = (OPEN, PUBLISH, STATUS, RESOLVE, SETTLE, DEAD_LETTER, REOPEN, VOTE, UNVOTE)
+REACHED = BatchScript(
+    "reached",
+    """
+-- On a waiter's slot. Shared: KEYS reply stream, liveness mark.
+-- Item: KEYS state; ARGV queues reached. Records, in field 'q' of a state that still
+-- exists, the queues a request was published to and its entries there (an escalating
+-- or a durable request, SPEC §14): 1 if recorded.
+local recorded = {}
+for i = 3, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    redis.call('HSET', KEYS[i], 'q', ARGV[i - 2])
+    recorded[i - 2] = 1
+  else
+    recorded[i - 2] = 0
+  end
+end
+return recorded
+""",
+    keys_per_item=1,
+    args_per_item=1,
+)
+
+SCRIPTS = (OPEN, PUBLISH, STATUS, RESOLVE, SETTLE, DEAD_LETTER, REOPEN, REACHED, VOTE, UNVOTE)

@@ -59,12 +59,14 @@ class ReplyStream:
 @dataclass(frozen=True, slots=True)
 class Stored:
     """A durable request that existed when a wait attached to it: its status (``open``,
-    or how it was resolved), deadline, request as published, and stored answer."""
+    or how it was resolved), deadline, request as published, stored answer, and where it
+    was published (the state's field ``q``, see :mod:`.escalation`)."""
 
     status: str
     deadline_ms: int
     payload: bytes
     answer: bytes | None
+    queues: bytes | None  # the queues it was published to, and its entries there
 
 
 def min_id() -> str:
@@ -119,8 +121,8 @@ async def attach(
     reply = await patiently(core, f"attaching to {request_id}", run)
     if not isinstance(reply, list):
         return None
-    status, deadline, stored, answer = reply
-    return Stored(text(status), int(deadline), stored, answer)
+    status, deadline, stored, answer, queues = reply
+    return Stored(text(status), int(deadline), stored, answer, queues)
 
 
 async def start_reader(

@@ -42,6 +42,7 @@ from ..signing import allowed
 from ._connections import Client
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, run_to_completion, text
 from ._scripts import STATUS
+from .escalation import settle_reached
 from .quorum import cast_vote, voter_of
 
 log = logging.getLogger("toolnexus.redis")
@@ -120,7 +121,8 @@ async def _finish(
     payload = core.codec.encode(answer)
     outcome, _ = await core.resolve(_waiter_of(request), request.id, status, payload)
     if outcome == "ok":
-        core.settle(Event(event=status, id=request.id, answer=answer), delete=entry)
+        event = Event(event=status, id=request.id, answer=answer)
+        await settle_reached(core, request, event, entry)
         core.write_audit(audit_record(request, status, answer, verified=None, codec=core.codec))
 
 

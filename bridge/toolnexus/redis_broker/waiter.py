@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import heapq
 import logging
 import time
 import uuid
@@ -32,6 +31,7 @@ import redis.exceptions
 from ..audit import Refusal, audit_record
 from ..broker import deadline_of
 from ..errors import BrokerClosed, DecodeError, InvalidRequest, SignatureError
+from ..hops import check_hops
 from ..keys import check_request_id
 from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request
 from ..outcomes import check_on_expiry, expired_answer
@@ -40,7 +40,9 @@ from ..signing import verify_answer
 from . import durable, quorum
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import OPEN, PUBLISH, REOPEN
+from ._timers import Timers
 from .durable import ReplyStream
+from .escalation import Escalation, Escalator, parse_queues_field, record_reached
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -66,49 +68,17 @@ class _Wait:
     refusals: list[Refusal] | None = None  # answers refused, for the audit trail
     quorum: bool = False  # answers are votes, counted by quorum.py (SPEC §14)
     votes: list[bytes] | None = None  # a quorum's votes taken, for the audit trail
+    escalation: Escalation | None = None  # its hops (SPEC §14), if it escalates
+    reached: list[tuple[str, str | None]] | None = None  # durable: queues an earlier wait reached
 
 
-class _Deadlines:
-    """One timer for every wait of a process: a heap of deadlines, and a single
-    ``call_at`` for the earliest. A wait past its deadline gets ``None`` as its answer.
+def _expire(wait: _Wait) -> None:
+    """A wait past its deadline gets ``None`` as its answer."""
+    wait.answer.set_result(None)
 
-    Entries of waits that ended early stay in the heap until it is rebuilt, which
-    happens when they outnumber the live ones.
-    """
 
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, _Wait]] = []
-        self._count = 0
-        self._timer: asyncio.TimerHandle | None = None
-
-    def add(self, wait: _Wait, when: float, live: int) -> None:
-        loop = asyncio.get_running_loop()
-        self._count += 1
-        if len(self._heap) > 2 * live + 1024:  # drop the entries of waits that ended
-            self._heap = [e for e in self._heap if not e[2].answer.done()]
-            heapq.heapify(self._heap)
-        heapq.heappush(self._heap, (when, self._count, wait))
-        if self._timer is None or when < self._timer.when():
-            self._arm(loop)
-
-    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = loop.call_at(self._heap[0][0], self._fire, loop) if self._heap else None
-
-    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
-        now = loop.time()
-        while self._heap and self._heap[0][0] <= now:
-            wait = heapq.heappop(self._heap)[2]
-            if not wait.answer.done():
-                wait.answer.set_result(None)
-        self._timer = None
-        self._arm(loop)
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._heap.clear()
+def _ended(wait: _Wait) -> bool:
+    return wait.answer.done()
 
 
 class Waiter:
@@ -128,7 +98,8 @@ class Waiter:
             shared, core.keys.answers(shared), core.keys.alive(shared), durable=True
         )
         self._durable_start = asyncio.Lock()
-        self._deadlines = _Deadlines()
+        self._deadlines: Timers[_Wait] = Timers(_expire, _ended)  # one timer for every deadline
+        self._escalator = Escalator(core)
         self._unpublished: set[_Wait] = set()
         self._republisher: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -158,6 +129,7 @@ class Waiter:
             deadline_of(request, timeout_s, core.settings.default_timeout_s),
             now + core.settings.stream_retention_s,
         )
+        check_hops(request, deadline, core.keys.queue)
         payload, checked = self._encode(request, deadline, allow, replies.waiter)
         if len(payload) > core.codec.max_bytes:
             raise InvalidRequest(
@@ -176,9 +148,14 @@ class Waiter:
                 reader = self._read_replies(replies)
                 replies.reader = loop.create_task(reader, name="toolnexus-answers")
             delay_s = wait.deadline_ms / 1000 - time.time()
-            self._deadlines.add(wait, loop.time() + delay_s, len(self.waits))
+            self._deadlines.add(loop.time() + delay_s, wait)
             if not wait.answer.done():
                 self._publish(wait)
+                if request.escalate:  # as stored: an attached wait goes on with its hops
+                    published = core.codec.decode_as(wait.payload, Request)
+                    wait.escalation = self._escalator.plan(
+                        published, wait, replies, wait.reached or ()
+                    )
             answer = await wait.answer
         except asyncio.CancelledError:
             if not replies.durable:  # a durable request outlives its waits
@@ -196,8 +173,14 @@ class Waiter:
                 # The waiter tells responders: it is the one party sure to learn the answer
                 # (a responder may die between resolving and saying so). Groups that have
                 # not read the entry yet never will.
-                event = Event(event="answered", id=request.id, answer=answer)
-                core.settle(event, delete=wait.entry_id)
+                self._settle(wait, Event(event="answered", id=request.id, answer=answer))
+            elif wait.escalation is not None:  # a responder recorded it, on one queue
+                ended = Event(
+                    event="expired" if answer.reason == EXPIRED else "withdrawn",
+                    id=request.id,
+                    answer=answer,
+                )
+                self._settle(wait, ended)
             if answer.reason == WITHDRAWN:  # not by us: Redis took us for dead
                 return Answer(id=request.id, ok=False, reason=UNAVAILABLE, meta=answer.meta)
             return answer
@@ -251,6 +234,10 @@ class Waiter:
             return True
         request = durable.stored_request(core, stored, asked)
         wait.payload, wait.deadline_ms = stored.payload, stored.deadline_ms
+        wait.reached = parse_queues_field(stored.queues)
+        wait.entry_id = next(
+            (e.encode() for q, e in wait.reached if q == core.keys.queue and e), None
+        )
         wait.checked = self._checks(request)
         wait.quorum = request.quorum is not None
         outcome = durable.broker_outcome(request, stored.status)
@@ -304,7 +291,12 @@ class Waiter:
         errors = [e for e in errors if e is not None]
         if not errors:
             wait.published = True
-            wait.entry_id = added.result()
+            entry = added.result()
+            if entry:  # (a durable request published by an earlier wait gives none)
+                wait.entry_id = entry
+                if wait.replies.durable:  # where it is, for the next wait that attaches
+                    reached = wait.escalation.reached if wait.escalation is not None else ()
+                    record_reached(self.core, wait.replies.waiter, wait, reached)
         elif any(isinstance(e, BrokerClosed) for e in errors):
             return
         elif all(isinstance(e, CONNECTION_ERRORS) for e in errors):
@@ -365,7 +357,7 @@ class Waiter:
                 log.error("resolving %s as %s failed: %s", answer.id, status, exc)
                 return answer
         if outcome == "ok":
-            core.settle(Event(event=status, id=answer.id, answer=answer), delete=wait.entry_id)
+            self._settle(wait, Event(event=status, id=answer.id, answer=answer))
             return answer
         if stored is not None:
             try:
@@ -376,8 +368,18 @@ class Waiter:
                 log.error("the votes on %s cannot be read: %s", answer.id, exc)  # a quorum's
             else:
                 if taken is not None:
+                    escalated = wait.escalation is not None
+                    if escalated and outcome in ("answered", "expired", "withdrawn"):
+                        self._settle(wait, Event(event=outcome, id=answer.id, answer=taken))
                     return taken
         return answer  # what the state holds is unreadable or refused: the deadline's
+
+    def _settle(self, wait: _Wait, event: Event) -> None:
+        """Publish the outcome ``event`` and delete the request's entry, on its queue and
+        on every queue it escalated to."""
+        self.core.settle(event, delete=wait.entry_id)
+        if wait.escalation is not None:
+            self._escalator.settle(wait.escalation, event)
 
     # -- checking answers ---------------------------------------------------------
 
@@ -461,6 +463,7 @@ class Waiter:
             requester=requester,
             refused=wait.refusals,
             votes=wait.votes,
+            escalated=wait.escalation.taken if wait.escalation is not None else None,
             codec=core.codec,
             encoded_request=wait.payload,
         )
@@ -636,3 +639,4 @@ class Waiter:
         if self._republisher is not None:
             self._republisher.cancel()
         self._deadlines.close()
+        self._escalator.close()

@@ -31,7 +31,6 @@ from ..chat import (
     accepting,
     declining,
     field_line,
-    view_of,
 )
 from ..web.forms import Field, field_errors, form_data, message_for_field
 from ..web.links import KNOWN_DOMAINS
@@ -322,7 +321,7 @@ class SlackBot(ChatBot):
             await self._tell({"channel": {"id": meta.get("channel")}}, user, told)
 
     def _view(self, pending: Pending) -> View:
-        return view_of(pending.request, self.known_domains)
+        return self.view(pending.request)
 
 
 __all__ = ["SlackBot", "message_blocks", "modal", "submitted"]

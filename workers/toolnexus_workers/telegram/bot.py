@@ -242,7 +242,7 @@ class TelegramBot(ChatBot):
             return await self.resolve(request_id, user_id, declining, accepted=False)
         pending = self.pending_for(request_id)
         if pending is not None and user_id in self.allowed:
-            view = view_of(pending.request, self.known_domains)
+            view = self.view(pending.request)
             if action.startswith("t"):
                 ticked = self.ticked.get(request_id, frozenset()) ^ {int(action[1:])}
                 self.ticked[request_id] = ticked

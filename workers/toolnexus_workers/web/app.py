@@ -44,7 +44,7 @@ from toolnexus.errors import (
 )
 
 from .access import Access, is_loopback
-from .board import Board, Change, standing_notes
+from .board import Board, Change, escalated_note, standing_notes
 from .forms import Field, Submitted, field_errors, form_data, form_fields, message_for_field
 from .links import KNOWN_DOMAINS, Link, check_link
 
@@ -108,6 +108,7 @@ class Card:
     error: str | None
     notes: list[str] = field(default_factory=list)  # default on expiry, durable (SPEC §14)
     approvals: str | None = None  # a quorum's progress (SPEC §14): "1 of 2 approvals: ..."
+    escalated: str = ""  # where it escalated to while shown here (SPEC §14), as a note
 
 
 class SecurityHeaders:
@@ -300,6 +301,8 @@ class WebPage:
             payload = {"key": key, "created": request.created_at, "html": html}
         elif change.kind == "progress":
             payload = {"key": key, "approvals": change.note}
+        elif change.kind == "escalated":
+            payload = {"key": key, "note": change.note}
         else:
             payload = {"key": key, "note": note_text(request, change.note)}
         return ServerSentEvent(json.dumps(payload), event=change.kind)
@@ -430,6 +433,7 @@ class WebPage:
         if request.kind == "authorization" and request.url:
             link = check_link(request.url, self.known_domains)
         asked = datetime.fromtimestamp(request.created_at, UTC)
+        escalated = self.board.escalations(request.id)
         return Card(
             request=request,
             key=key,
@@ -444,6 +448,7 @@ class WebPage:
             approvals=self.board.approvals(request.id)
             or (f"0 of {request.quorum.need} approvals" if request.quorum else None),
             notes=standing_notes(request),
+            escalated=escalated_note(escalated) if escalated else "",
         )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,9 +23,10 @@ FOLLOWER_BACKLOG = 1000
 @dataclass(frozen=True)
 class Change:
     """A request put on the board (``shown``), taken off it (``gone``, with a note why), or
+    escalated to another queue while it stays (``escalated``, with a note saying where), or
     a quorum's progress on it (``progress``, the note ``1 of 2 approvals: ...``)."""
 
-    kind: Literal["shown", "gone", "progress"]
+    kind: Literal["shown", "gone", "escalated", "progress"]
     pending: Pending
     note: str = ""
 
@@ -62,6 +63,7 @@ class Board:
     def __init__(self) -> None:
         self._shown: dict[str, Pending] = {}
         self._approvals: dict[str, str] = {}  # a quorum's progress, by request id
+        self._escalated: dict[str, list[str]] = {}  # request id -> queues it escalated to
         self._followers: set[Follower] = set()
         self.closed = False
 
@@ -74,6 +76,7 @@ class Board:
         """Take request ``request_id`` off the board, telling pages ``note``; False if absent."""
         pending = self._shown.pop(request_id, None)
         self._approvals.pop(request_id, None)
+        self._escalated.pop(request_id, None)
         if pending is None:
             return False
         self._publish(Change("gone", pending, note))
@@ -90,6 +93,21 @@ class Board:
     def approvals(self, request_id: str) -> str | None:
         """The quorum's progress on ``request_id`` as shown (``1 of 2 approvals: ...``)."""
         return self._approvals.get(request_id)
+
+    def escalate(self, request_id: str, queue: str) -> bool:
+        """Mark request ``request_id`` escalated to ``queue`` (SPEC §14); False if absent."""
+        pending = self._shown.get(request_id)
+        if pending is None:
+            return False
+        queues = self._escalated.setdefault(request_id, [])
+        if queue not in queues:
+            queues.append(queue)
+        self._publish(Change("escalated", pending, escalated_note(queues)))
+        return True
+
+    def escalations(self, request_id: str) -> list[str]:
+        """The queues request ``request_id`` escalated to while on the board."""
+        return list(self._escalated.get(request_id, ()))
 
     def get(self, request_id: str) -> Pending | None:
         """The shown pending for ``request_id``, if it is still on the board."""
@@ -145,6 +163,9 @@ class WebWorker(Worker):
     async def progress(self, pending: Pending, event: Event) -> None:
         self.board.progress(event)
 
+    async def escalated(self, pending: Pending, event: Event) -> None:
+        self.board.escalate(pending.request.id, event.queue or "another queue")
+
 
 def standing_notes(request: Request) -> list[str]:
     """What to know of a request beyond its question (SPEC §14): what happens if nobody
@@ -172,3 +193,8 @@ def gone_note(event: Event) -> str:
     if event.event == "withdrawn":
         return "Withdrawn: the agent stopped waiting."
     return f"Closed ({event.event})."
+
+
+def escalated_note(queues: Sequence[str]) -> str:
+    """What a request still open here says once it escalated to ``queues`` (SPEC §14)."""
+    return f"Escalated to {', '.join(queues)}: still open here too."

@@ -74,6 +74,15 @@
     refresh();
   }
 
+  function escalated(key, text) {
+    const card = document.getElementById(key);
+    const element = card && card.querySelector("p.escalated");
+    if (!element) return;
+    element.textContent = text;
+    element.hidden = false;
+    card.classList.add("is-escalated");
+  }
+
   function reset(html) {
     const fresh = cards(fragment(html));
     const keys = new Set(fresh.map((card) => card.id));
@@ -158,6 +167,10 @@
       const change = JSON.parse(event.data); // a quorum's count: the card stays
       const shown = document.querySelector(`[id="${change.key}"] .approvals`);
       if (shown) shown.textContent = change.approvals;
+    });
+    source.addEventListener("escalated", (event) => {
+      const change = JSON.parse(event.data);
+      escalated(change.key, change.note);
     });
   }
 
