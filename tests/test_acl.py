@@ -18,9 +18,10 @@ import redis.exceptions
 
 import toolnexus
 from conftest import FAST, RedisServer
-from toolnexus import Answer, Broker, Request, new_id
+from toolnexus import Answer, Broker, Quorum, Request, new_id
 from toolnexus.keys import Keys
 from toolnexus.models import OnExpiry
+from toolnexus.ops import read_status
 
 DEPLOY = Path(__file__).parents[1] / "deploy" / "redis"
 PASSWORDS = {"agent": "agent-secret", "responder": "responder-secret", "ops": "ops-secret"}
@@ -205,6 +206,24 @@ async def test_agent_and_responder_do_their_whole_job_with_nothing_denied(
         await events.aclose()
         responding.cancel()
     assert seen[:4] == ["How many?", "Decline?", "By id?", "Ignored"]
+    assert await denials(admin) == []
+
+
+async def test_a_quorum_is_voted_checked_and_shown_to_ops_with_nothing_denied(
+    acl_server: RedisServer, admin: aioredis.Redis
+) -> None:
+    async with connect(acl_server, "agent") as agent, connect(acl_server, "responder") as bot:
+        request = Request(id=new_id(), kind="approval", prompt="Two of us?", quorum=Quorum(2))
+        waiting = asyncio.create_task(agent.wait_for(request, timeout_s=20))
+        async with bot.responder("ops") as requests:
+            pending = await anext(requests)
+            assert await pending.accept(person="web:alice") is not None
+            status = await read_status(url(acl_server, "ops"), "toolnexus", [QUEUE])
+            [quorum] = status.queues[0].quorums
+            assert quorum.accepts == 1 and quorum.approvers[0].endswith(" / web:alice")
+            assert await pending.accept(person="web:bob") is None
+        answer = await asyncio.wait_for(waiting, 20)
+    assert [a.person for a in answer.approvals or ()] == ["web:alice", "web:bob"]
     assert await denials(admin) == []
 
 

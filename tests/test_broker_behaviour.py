@@ -11,7 +11,16 @@ from typing import Any
 import pytest
 
 import toolnexus
-from toolnexus import AlreadyResolved, Answer, Broker, InvalidAnswer, InvalidRequest, Request
+from toolnexus import (
+    AlreadyResolved,
+    AlreadyVoted,
+    Answer,
+    Broker,
+    InvalidAnswer,
+    InvalidRequest,
+    Quorum,
+    Request,
+)
 from toolnexus.broker import Pending, Responder
 from toolnexus.models import new_id
 
@@ -58,6 +67,27 @@ async def test_an_answer_reaches_its_waiter(broker: Broker) -> None:
     assert answer.data == {"name": "Ada", "guests": 2}
     assert answer.responder == pending.responder_name
     assert answer.responder.startswith("web/")
+
+
+async def test_a_quorum_counts_distinct_persons_across_groups(broker: Broker) -> None:
+    request = Request(id=new_id(), kind="approval", prompt="Two of you?", quorum=Quorum(2))
+    async with (
+        broker.responder("web") as web,
+        broker.responder("slack") as slack,
+        waiting(broker, request) as wait,
+    ):
+        on_web, on_slack = await next_pending(web), await next_pending(slack)
+        progress = await on_web.accept(person="alice")
+        assert progress is not None and (progress.count, progress.need) == (1, 2)
+        with pytest.raises(AlreadyVoted):
+            await on_web.accept(person="alice")
+        assert not wait.done()
+        assert await on_slack.accept(person="bob") is None
+        answer = await wait
+    assert [(a.responder, a.person) for a in answer.approvals or ()] == [
+        (on_web.responder_name, "alice"),
+        (on_slack.responder_name, "bob"),
+    ]
 
 
 async def test_every_group_sees_every_request_and_the_first_answer_wins(broker: Broker) -> None:

@@ -22,7 +22,7 @@ from toolnexus import Answer, Broker, Request, new_id
 from toolnexus.cli import duration_s
 from toolnexus.keys import Keys
 from toolnexus.models import Hop
-from toolnexus.ops import ConsumerStatus, GroupStatus, QueueStatus
+from toolnexus.ops import ConsumerStatus, GroupStatus, QueueStatus, QuorumStatus
 from toolnexus.redis_broker import RedisBroker
 
 pytestmark = pytest.mark.redis
@@ -461,8 +461,10 @@ def test_the_readme_documents_every_status_field() -> None:
         ("queues[].", QueueStatus),
         ("queues[].groups[].", GroupStatus),
         ("queues[].groups[].consumers[].", ConsumerStatus),
+        ("queues[].quorums[].", QuorumStatus),
     ]:
-        expected |= {prefix + f.name for f in fields(kind) if f.name not in ("groups", "consumers")}
+        nested = ("groups", "consumers", "quorums")
+        expected |= {prefix + f.name for f in fields(kind) if f.name not in nested}
     assert documented == expected
 
 

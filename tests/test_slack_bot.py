@@ -27,7 +27,7 @@ from chat_fakes import (
 )
 from conformance import TOOLNEXUS, clean_env
 from conftest import FAST
-from toolnexus import Answer, Broker, Request, Source, new_id
+from toolnexus import Answer, Broker, Quorum, Request, Source, new_id
 from toolnexus.models import Hop
 from toolnexus_workers.slack.server import SlackServer
 
@@ -126,6 +126,30 @@ async def test_a_request_from_an_agent_is_posted_and_an_allowed_click_answers_it
         assert (answer.ok, answer.data, answer.person) == (True, None, f"slack:{ALLOWED}")
         assert answer.responder is not None and answer.responder.startswith("slack/")
         await closed(slack, request, f"Answered by slack:{ALLOWED}")
+
+
+async def test_a_quorum_message_shows_the_count_and_keeps_its_buttons(
+    broker: Broker, slack: FakeSlack, namespace: str, agents: AgentFactory
+) -> None:
+    request = ask("Ship release 7?", quorum=Quorum(2))
+    async with bot(broker, slack, namespace) as server:
+        agent = await agents(request)
+        message = await shown(slack, request)
+        assert "0 of 2 approvals" in message["text"]
+        await post_interaction(
+            server.url, block_actions(ALLOWED, message, "tnx.accept", request.id)
+        )
+
+        def counted() -> bool:
+            text = (slack.message_about(request.prompt) or {}).get("text", "")
+            return "1 of 2 approvals: slack/" in text and f" / slack:{ALLOWED}" in text
+
+        await eventually(counted, "the count shown")
+        assert actions(slack.message_about(request.prompt))  # others can still vote
+        await broker.answer(Answer(id=request.id, ok=True, person="web:bob"))
+        answer = await agent.answer()
+        assert [a.person for a in answer.approvals or ()] == [f"slack:{ALLOWED}", "web:bob"]
+        await closed(slack, request, "Answered elsewhere by web:bob")
 
 
 async def test_a_single_choice_is_one_button_per_option(

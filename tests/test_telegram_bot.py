@@ -17,7 +17,7 @@ from agents import AgentFactory
 from chat_fakes import FORM, TELEGRAM_TOKEN, FakeTelegram, TelegramMessage, buttons, eventually
 from conformance import TOOLNEXUS, clean_env
 from conftest import FAST
-from toolnexus import Answer, Broker, Request, Source, new_id
+from toolnexus import Answer, Broker, Quorum, Request, Source, new_id
 from toolnexus.models import Hop
 from toolnexus_workers.telegram.server import TelegramServer
 
@@ -116,6 +116,31 @@ async def test_a_request_from_an_agent_is_sent_and_an_allowed_click_answers_it(
         assert answer.responder is not None and answer.responder.startswith("telegram/")
         assert (await told(telegram, query)).get("show_alert") in (None, False, "false")
         await closed(telegram, request, f"Answered by telegram:{ALLOWED}")
+
+
+async def test_a_quorum_message_shows_the_count_and_a_second_vote_is_refused(
+    broker: Broker, telegram: FakeTelegram, namespace: str, agents: AgentFactory
+) -> None:
+    request = ask("Ship release 8?", quorum=Quorum(2))
+    async with bot(broker, telegram, namespace):
+        agent = await agents(request)
+        message = await shown(telegram, request)
+        assert "0 of 2 approvals" in message.text
+        query = telegram.click(ALLOWED, message, "a")
+        assert "Your vote is counted: 1 of 2 approvals" in (await told(telegram, query))["text"]
+
+        def counted() -> bool:
+            shown_now = telegram.message_about(request.prompt)
+            return shown_now is not None and f" / telegram:{ALLOWED}" in shown_now.text
+
+        await eventually(counted, "the count shown")
+        message = await shown(telegram, request)  # its buttons stay, for others to vote
+        again = telegram.click(ALLOWED, message, "a")
+        assert "a second vote is not counted" in (await told(telegram, again))["text"]
+        await broker.answer(Answer(id=request.id, ok=True, person="web:bob"))
+        answer = await agent.answer()
+        assert [a.person for a in answer.approvals or ()] == [f"telegram:{ALLOWED}", "web:bob"]
+        await closed(telegram, request, "Answered elsewhere by web:bob")
 
 
 async def test_a_single_choice_is_a_button_per_option(

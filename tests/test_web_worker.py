@@ -22,7 +22,7 @@ import toolnexus
 from agents import AgentFactory
 from conformance import CHROMIUM, CHROMIUM_ARGS
 from conftest import FAST
-from toolnexus import Answer, Broker, ConfigurationError, Request, Source, new_id
+from toolnexus import Answer, Broker, ConfigurationError, Quorum, Request, Source, new_id
 from toolnexus.models import Hop
 from toolnexus_workers.web.access import Access, hash_password, load_users, verify_password
 from toolnexus_workers.web.app import CONTENT_SECURITY_POLICY
@@ -295,6 +295,25 @@ async def test_a_request_resolved_elsewhere_vanishes_with_a_note(
         await expect(page.locator(".note", has_text=prompt)).to_contain_text(note)
         answer = await agent.answer()
         assert answer.reason == {"answered": None}.get(ending, ending)
+
+
+async def test_a_quorum_card_counts_votes_live_and_stays_for_other_persons(
+    broker: Broker, browser: Browser, agents: AgentFactory
+) -> None:
+    async with serving(broker) as web:
+        page = await signed_in_page(browser, web)
+        agent = await agents(ask("Ship the release?", kind="approval", quorum=Quorum(2)))
+        shown = card(page, agent.request)
+        await expect(shown.locator(".approvals")).to_have_text("0 of 2 approvals")
+        await shown.get_by_role("button", name="Accept").click()
+        approvals = re.compile(r"^1 of 2 approvals: web/\S+ / web:token$")
+        await expect(shown.locator(".approvals")).to_have_text(approvals)
+        await shown.get_by_role("button", name="Accept").click()  # the same person again
+        await expect(shown.locator(".form-error")).to_contain_text("Not counted: already voted")
+        await broker.answer(Answer(id=agent.request.id, ok=True, person="slack:U42"))
+        await expect(shown).to_have_count(0, timeout=WAIT_MS)
+        answer = await agent.answer()
+        assert [a.person for a in answer.approvals or ()] == ["web:token", "slack:U42"]
 
 
 async def test_an_escalated_request_is_marked_and_stays_until_answered_on_the_next_queue(

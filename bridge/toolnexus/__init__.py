@@ -11,6 +11,7 @@ from .broker import Broker, EventStream, Pending, Responder, connect
 from .codec import JSON, MSGPACK, Codec
 from .errors import (
     AlreadyResolved,
+    AlreadyVoted,
     BrokerClosed,
     BrokerUnavailable,
     ConfigurationError,
@@ -91,6 +92,7 @@ __all__ = [
     "MSGPACK",
     "QUESTION_TOOL",
     "AlreadyResolved",
+    "AlreadyVoted",
     "Answer",
     "Approval",
     "AuditRecord",

@@ -21,6 +21,7 @@ from .errors import BrokerUnavailable, ConfigurationError, InvalidAnswer, NotRes
 from .models import DECLINED, DISMISSED, UNAVAILABLE, Answer, Hop, OnExpiry, Request, Source, new_id
 from .ops import scrubbed
 from .question import question_schema
+from .serve import approvals_line
 
 EXIT_ACCEPTED, EXIT_DECLINED, EXIT_NOT_ANSWERED, EXIT_UNREACHABLE = 0, 1, 2, 3
 """``ask``: accepted (also by default on expiry); declined (also by default on expiry);
@@ -157,7 +158,7 @@ async def answer(url: str, options: dict[str, Any], given: Answer) -> int:
     :data:`EXIT_ANSWERED`)."""
     try:
         async with connect(url, **options) as broker:
-            await broker.answer(given)
+            progress = await broker.answer(given)
     except BrokerUnavailable as exc:
         print(f"toolnexus answer: {scrubbed(exc, url)}", file=sys.stderr)
         return EXIT_UNREACHABLE
@@ -167,6 +168,8 @@ async def answer(url: str, options: dict[str, Any], given: Answer) -> int:
     except InvalidAnswer as exc:
         print(f"toolnexus answer: {given.id}: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    outcome = "accepted" if given.ok else given.reason
+    outcome = "accepted" if given.ok else str(given.reason)
+    if progress is not None:  # a quorum's vote (SPEC §14) that did not decide it
+        outcome += f", counted: {approvals_line(progress)}"
     print(f"{given.id}: {outcome}")
     return EXIT_ANSWERED

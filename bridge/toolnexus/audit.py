@@ -52,7 +52,9 @@ class AuditRecord(msgspec.Struct, tag="audit", tag_field="type", omit_defaults=T
     that signed the request; ``responder`` the verified key that signed the answer.
     ``verified``: ``True`` the answer's signature verified, ``False`` it did not (or
     there was none) with signatures checked, ``None`` signatures were not in use.
-    ``request`` and ``answer`` are the messages as encoded in ``format``. ``defaulted``:
+    ``request`` and ``answer`` are the messages as encoded in ``format``. For a request
+    that needed a quorum (SPEC §14), ``answer`` is the deciding vote and ``votes`` holds
+    every vote counted, each signed by its responder, as encoded. ``defaulted``:
     the outcome was the request's default on expiry (``status`` ``expired``), no
     person's answer; ``durable``: the request was waited for durably; ``escalated`` lists
     the hops the request took, each with the seconds after ``created_at`` at which it was
@@ -77,6 +79,7 @@ class AuditRecord(msgspec.Struct, tag="audit", tag_field="type", omit_defaults=T
     format: Format = "msgpack"
     request: bytes | None = None
     answer: bytes | None = None
+    votes: list[bytes] = msgspec.field(default_factory=list)
     defaulted: bool = False
     durable: bool = False
 
@@ -89,6 +92,7 @@ def audit_record(
     verified: bool | None,
     requester: str | None = None,
     refused: list[Refusal] | None = None,
+    votes: list[bytes] | None = None,
     escalated: list[Hop] | None = None,
     codec: Codec = MSGPACK,
     encoded_request: bytes | None = None,
@@ -97,7 +101,8 @@ def audit_record(
     waiter got: signed by its responder, or the broker's own for an expiry).
 
     ``requester`` is the key name :func:`~toolnexus.signing.verify_request` returned;
-    ``encoded_request`` is ``request`` as ``codec`` encoded it, if the caller has it.
+    ``encoded_request`` is ``request`` as ``codec`` encoded it, if the caller has it;
+    ``votes`` the votes of a quorum, as ``codec`` encoded them.
     """
     return AuditRecord(
         id=request.id,
@@ -117,6 +122,7 @@ def audit_record(
         format=codec.format,
         request=codec.encode(request) if encoded_request is None else encoded_request,
         answer=None if answer is None else codec.encode(answer),
+        votes=list(votes or ()),
         defaulted=answer is not None and answer.defaulted,
         durable=request.durable,
     )
@@ -150,7 +156,8 @@ def decode_record(data: bytes | bytearray | memoryview) -> AuditRecord:
 def check_record(record: AuditRecord, keyring: Keyring) -> str:
     """The verified responder of ``record``: its signed answer verifies against its
     request under ``keyring``, and the record says what that answer says. A record
-    naming a ``requester`` needs that key to have signed the request too.
+    naming a ``requester`` needs that key to have signed the request too, and every vote
+    of a quorum must verify as well.
 
     Raises:
         SignatureError: ``reason`` says what failed (``"no signed answer"``, ``"bad
@@ -174,6 +181,11 @@ def check_record(record: AuditRecord, keyring: Keyring) -> str:
     signed = (answer.ok, answer.reason, responder, answer.person, answer.answered_at)
     if said != signed:
         raise SignatureError(what, "record does not match its signed answer")
+    for vote in record.votes:
+        try:
+            verify_answer(codec.decode_as(vote, Answer), request, keyring)
+        except (DecodeError, SignatureError) as exc:
+            raise SignatureError(what, f"a vote does not verify: {exc}") from exc
     return responder
 
 

@@ -99,10 +99,16 @@ class Pending(abc.ABC):
     responder_name: str
 
     @abc.abstractmethod
-    async def answer(self, answer: Answer) -> None:
+    async def answer(self, answer: Answer) -> Event | None:
         """Resolve the request with ``answer`` (the first valid answer wins).
 
+        For a request that needs a quorum (SPEC §14) the answer is a vote: one that counted
+        without deciding returns the ``approved`` event (``count`` of ``need``,
+        ``approvers``), and the request stays held here for other persons to vote on;
+        otherwise None.
+
         Raises:
+            AlreadyVoted: this person voted on this quorum request before; it stays open.
             InvalidAnswer: the data fails the request's schema; the request stays open.
             AlreadyResolved: another answer, the deadline or a withdrawal came first.
             UnknownRequest: the broker no longer knows the request.
@@ -115,20 +121,22 @@ class Pending(abc.ABC):
     async def skip(self) -> None:
         """Let this responder group pass on the request without answering it."""
 
-    async def accept(self, data: Any = None, *, person: str | None = None) -> None:
-        """Answer yes, with ``data`` for a form (see :meth:`answer` for errors).
+    async def accept(self, data: Any = None, *, person: str | None = None) -> Event | None:
+        """Answer yes, with ``data`` for a form (see :meth:`answer` for the result and errors).
 
         ``person`` names who answered behind this responder (a web login, ``slack:U123``).
         """
-        await self.answer(Answer(id=self.request.id, ok=True, data=data, person=person))
+        return await self.answer(Answer(id=self.request.id, ok=True, data=data, person=person))
 
-    async def decline(self, *, person: str | None = None) -> None:
-        """Answer an explicit no (see :meth:`answer` for errors)."""
-        await self.answer(Answer(id=self.request.id, ok=False, reason=DECLINED, person=person))
+    async def decline(self, *, person: str | None = None) -> Event | None:
+        """Answer an explicit no (see :meth:`answer` for the result and errors)."""
+        answer = Answer(id=self.request.id, ok=False, reason=DECLINED, person=person)
+        return await self.answer(answer)
 
-    async def dismiss(self, *, person: str | None = None) -> None:
-        """Close the request without a choice (see :meth:`answer` for errors)."""
-        await self.answer(Answer(id=self.request.id, ok=False, reason=DISMISSED, person=person))
+    async def dismiss(self, *, person: str | None = None) -> Event | None:
+        """Close the request without a choice (see :meth:`answer` for the result and errors)."""
+        answer = Answer(id=self.request.id, ok=False, reason=DISMISSED, person=person)
+        return await self.answer(answer)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.request.id} kind={self.request.kind!r}>"
@@ -236,10 +244,12 @@ class Broker(_Closing):
         """
 
     @abc.abstractmethod
-    async def answer(self, answer: Answer) -> None:
-        """Resolve the request ``answer.id`` from anywhere.
+    async def answer(self, answer: Answer) -> Event | None:
+        """Resolve the request ``answer.id`` from anywhere; for a quorum, vote on it (see
+        :meth:`Pending.answer`: the ``approved`` event of a vote that did not decide).
 
         Raises:
+            AlreadyVoted: this person voted on this quorum request before.
             InvalidAnswer: the data fails the request's schema; the request stays open.
             AlreadyResolved: the request was already answered, expired or withdrawn.
             UnknownRequest: no such request.

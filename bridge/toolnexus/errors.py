@@ -7,7 +7,8 @@
     ├── NotResolved            an answer that lost: the request was already resolved or is unknown
     │   ├── AlreadyResolved    answered, expired or withdrawn before this answer arrived
     │   ├── UnknownRequest     no such request (never published, or its state has expired)
-    │   └── NotAllowed         the request's allow-list does not name this responder or person
+    │   ├── NotAllowed         the request's allow-list does not name this responder or person
+    │   └── AlreadyVoted       a quorum request this person voted on already; it stays open
     ├── SignatureError         a signature that is missing, wrong, untrusted or for another request
     ├── BrokerUnavailable      the broker cannot be reached (Redis down, refused, timed out)
     ├── BrokerClosed           this broker was closed by its owner (not an outage)
@@ -78,6 +79,16 @@ class NotAllowed(NotResolved):
 
     def __init__(self, request_id: str) -> None:
         super().__init__(request_id, "not allowed")
+
+
+class AlreadyVoted(NotResolved):
+    """A second vote by the same person (``voter``: the key name and person, as
+    :attr:`Answer.answered_by <toolnexus.Answer.answered_by>`) on a request that needs a
+    quorum (SPEC §14). It was not counted; the request stays open for other voters."""
+
+    def __init__(self, request_id: str, voter: str) -> None:
+        super().__init__(request_id, f"already voted by {voter}")
+        self.voter = voter
 
 
 class SignatureError(ToolnexusError):

@@ -33,10 +33,10 @@ from .broker import (
     question_changes,
 )
 from .codec import MSGPACK
-from .errors import AlreadyResolved, InvalidRequest, NotAllowed, UnknownRequest
+from .errors import AlreadyResolved, AlreadyVoted, InvalidRequest, NotAllowed, UnknownRequest
 from .hops import check_hops
 from .keys import check_request_id
-from .models import Answer, Event, EventType, Heartbeat, Hop, Request
+from .models import Answer, Approval, Event, EventType, Heartbeat, Hop, Request
 from .outcomes import check_on_expiry, expired_answer
 from .schema import check_answer
 from .signing import allowed
@@ -48,6 +48,7 @@ class _State:
     waiter: asyncio.Future[Answer]
     status: Resolution | Literal["open"] = "open"
     answer: Answer | None = None
+    votes: dict[str, Answer] = field(default_factory=dict)  # a quorum's, by voter
     waiting: bool = True  # a wait is in progress (a durable request may have none)
     escalated: list[Hop] = field(default_factory=list)  # the hops taken
 
@@ -181,11 +182,40 @@ class MemoryBroker(Broker):
             state.waiter.set_result(answer)
         self._resolved[answer.id] = time.monotonic()
         self._publish_event(status, answer.id, answer)
-        self._audit.append(
-            audit_record(state.request, status, answer, verified=None, escalated=state.escalated)
+        votes = [MSGPACK.encode(vote) for vote in state.votes.values()]
+        record = audit_record(
+            state.request, status, answer, verified=None, escalated=state.escalated, votes=votes
         )
+        self._audit.append(record)
 
-    def _resolve(self, answer: Answer, responder: str | None) -> None:
+    def _vote(self, state: _State, vote: Answer) -> Event | None:
+        """Count ``vote`` towards the request's quorum (SPEC §14; as the Redis broker's
+        :mod:`~toolnexus.redis_broker.quorum`): resolve it with the vote that decides, or
+        publish and return the ``approved`` event."""
+        quorum = state.request.quorum
+        assert quorum is not None
+        voter = vote.answered_by or ""
+        if voter in state.votes:
+            raise AlreadyVoted(vote.id, voter)
+        state.votes[voter] = vote
+        accepts = [v for v in state.votes.values() if v.ok]
+        declines = len(state.votes) - len(accepts)
+        if (vote.ok and len(accepts) >= quorum.need) or (
+            not vote.ok and (quorum.decline == "veto" or declines >= quorum.need)
+        ):
+            approvals = [Approval(v.responder, v.person, v.answered_at) for v in accepts]
+            approvals.sort(key=lambda approval: approval.at)
+            self._settle(state, "answered", msgspec.structs.replace(vote, approvals=approvals))
+            return None
+        approvers = [v.answered_by or "" for v in accepts]
+        event = Event(
+            event="approved", id=vote.id, count=len(accepts), need=quorum.need, approvers=approvers
+        )
+        for queue in self._subscribers:
+            queue.put_nowait(event)
+        return event
+
+    def _resolve(self, answer: Answer, responder: str | None) -> Event | None:
         state = self._states.get(answer.id)
         if state is None:
             raise UnknownRequest(answer.id)
@@ -197,7 +227,10 @@ class MemoryBroker(Broker):
         MSGPACK.encode_answer(checked)  # the size limit the Redis broker has
         if not allowed(state.request.allow, checked.responder, checked.person):
             raise NotAllowed(answer.id)
+        if state.request.quorum is not None:
+            return self._vote(state, checked)
         self._settle(state, "answered", checked)
+        return None
 
     def _forget_old(self) -> None:
         horizon = time.monotonic() - self.retention_s
@@ -208,8 +241,8 @@ class MemoryBroker(Broker):
             del self._resolved[request_id]
             self._states.pop(request_id, None)
 
-    async def answer(self, answer: Answer) -> None:
-        self._resolve(answer, None)
+    async def answer(self, answer: Answer) -> Event | None:
+        return self._resolve(answer, None)
 
     async def audit(
         self, *, since: float | None = None, request_id: str | None = None, limit: int = 10_000
@@ -288,13 +321,15 @@ class MemoryPending(Pending):
         self.responder_name = f"{responder.group}/{responder.consumer}"
         self._responder = responder
 
-    async def answer(self, answer: Answer) -> None:
+    async def answer(self, answer: Answer) -> Event | None:
         try:
-            self._responder.broker._resolve(answer, self.responder_name)
+            progress = self._responder.broker._resolve(answer, self.responder_name)
         except (AlreadyResolved, UnknownRequest):
             self._responder.release(self)
-            raise  # (NotAllowed leaves it held: another person may answer it here)
-        self._responder.release(self)
+            raise  # (NotAllowed and AlreadyVoted leave it held: another person may answer)
+        if progress is None:  # a quorum's vote that did not decide leaves it held too
+            self._responder.release(self)
+        return progress
 
     async def skip(self) -> None:
         self._responder.release(self)

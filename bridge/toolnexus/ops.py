@@ -22,9 +22,10 @@ import redis.exceptions
 
 from .audit import AuditRecord
 from .broker import connect, redacted
+from .codec import JSON, MSGPACK
 from .errors import BrokerUnavailable, ConfigurationError, DecodeError
 from .keys import WAITER_ID, Keys
-from .models import Heartbeat, Request
+from .models import Answer, Heartbeat, Request
 from .redis_broker import RedisBroker
 from .redis_broker.escalation import parse_queues_field
 
@@ -59,6 +60,21 @@ class GroupStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class QuorumStatus:
+    """An open request that needs a quorum (SPEC §14): ``need`` votes, ``decline``
+    ``veto`` or ``count``; the ``accepts`` and ``declines`` counted so far (as Redis counts
+    them, by claimed identity: the waiter verifies each), and the ``approvers``."""
+
+    id: str
+    prompt: str
+    need: int
+    decline: str
+    accepts: int
+    declines: int
+    approvers: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
 class EscalationStatus:
     """An open request that escalated (SPEC §14): ``queues`` it was published to, the one
     it was asked on first."""
@@ -75,13 +91,15 @@ class QueueStatus:
     dead-letter stream; ``durable_open``: durable requests still open (SPEC §14: they stay
     open while no process waits for them; counted up to 10,000). ``escalated``: open
     requests here that escalated, onward from here or to here (among the first
-    :data:`ESCALATIONS_LOOKED_AT` entries), ``escalations`` each."""
+    :data:`ESCALATIONS_LOOKED_AT` entries), ``escalations`` each. ``quorums``: the open
+    requests (of the oldest ``QUORUM_SCAN_MAX``) that need a quorum, with their votes."""
 
     queue: str
     open_requests: int
     oldest_waiting_s: float | None
     dead_letters: int
     groups: list[GroupStatus] = field(default_factory=list)
+    quorums: list[QuorumStatus] = field(default_factory=list)
     durable_open: int = 0
     escalated: int = 0
     escalations: list[EscalationStatus] = field(default_factory=list)
@@ -221,10 +239,49 @@ async def _queue_status(broker: RedisBroker, now: float) -> QueueStatus:
         oldest_waiting_s=_age_s(first[0][0] if first else None, now),
         dead_letters=int(dead),
         groups=sorted(groups, key=lambda g: g.group),
+        quorums=await _quorums(broker),
         durable_open=await _bounded(broker, what, _durable_open(broker)),
         escalated=len(escalations),
         escalations=escalations,
     )
+
+
+QUORUM_SCAN_MAX = 1000
+"""How many of the oldest open requests ``status`` looks at for a quorum's votes."""
+
+
+async def _quorums(broker: RedisBroker) -> list[QuorumStatus]:
+    """The open requests among the oldest ``QUORUM_SCAN_MAX`` that need a quorum."""
+    keys, redis_ = broker.keys, broker.redis
+    what = f"reading the quorums of queue {keys.queue!r}"
+    entries = await _bounded(broker, what, redis_.xrange(keys.requests, count=QUORUM_SCAN_MAX))
+    found = []
+    for _entry_id, fields in entries or ():
+        try:
+            request = broker.codec.decode_as((fields or {}).get(b"r", b""), Request)
+        except DecodeError:
+            continue  # garbage: the responders dead-letter it
+        waiter = request.reply_to or ""
+        if request.quorum is None or not WAITER_ID.fullmatch(waiter):
+            continue
+        state = keys.state(waiter, request.id)
+        status = await _bounded(broker, what, redis_.hget(state, "s"))
+        if status != b"open":
+            continue
+        names = [_name(n) for n in await _bounded(broker, what, redis_.hkeys(state))]
+        approvers = [n[2:] for n in names if n.startswith("y:")]
+        found.append(
+            QuorumStatus(
+                id=request.id,
+                prompt=request.prompt,
+                need=request.quorum.need,
+                decline=request.quorum.decline,
+                accepts=len(approvers),
+                declines=sum(n.startswith("n:") for n in names),
+                approvers=approvers,
+            )
+        )
+    return found
 
 
 async def _durable_open(broker: RedisBroker) -> int:
@@ -349,6 +406,13 @@ def status_text(status: Status) -> str:
             f"(oldest {duration_text(queue.oldest_waiting_s)}){escalated}, "
             f"{queue.dead_letters} dead letters{durable}"
         )
+        for q in queue.quorums:
+            who = f": {', '.join(q.approvers)}" if q.approvers else ""
+            declines = f", {q.declines} declined ({q.decline})" if q.declines else ""
+            lines.append(
+                f"  quorum {q.id} {q.prompt[:60]!r}: {q.accepts} of {q.need} approvals"
+                f"{who}{declines}"
+            )
         if not queue.groups:
             lines.append("  no consumer groups: no responder has read this queue")
         for group in queue.groups:
@@ -433,4 +497,21 @@ def audit_text(record: AuditRecord) -> str:
         parts.append("durably")
     if source:
         parts.append(f"via {source}")
+    if record.votes:
+        parts.append(f"votes {', '.join(_voters(record))}")
     return " ".join(parts) + f" ({verified}{took}{refused})"
+
+
+def _voters(record: AuditRecord) -> list[str]:
+    """Who voted on a quorum's request (SPEC §14), as each signed vote says: ``+`` an
+    accept, ``-`` a decline."""
+    codec = MSGPACK if record.format == "msgpack" else JSON
+    voters = []
+    for raw in record.votes:
+        try:
+            vote = codec.decode_as(raw, Answer)
+        except DecodeError:
+            voters.append("(unreadable)")
+            continue
+        voters.append(f"{'+' if vote.ok else '-'}{vote.answered_by or '?'}")
+    return voters

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from .broker import Broker, EventStream, Pending, Responder
 from .errors import (
+    AlreadyVoted,
     BrokerUnavailable,
     ConfigurationError,
     InvalidAnswer,
@@ -59,6 +60,13 @@ _REASON_EVENTS: dict[str, EventType] = {
     "withdrawn": "withdrawn",
 }
 _RECENT = 10_000  # how many resolved ids are remembered, for deliveries that lag their event
+
+
+def approvals_line(event: Event) -> str:
+    """A quorum's progress (an ``approved`` event) as people read it: ``1 of 2 approvals:
+    ops / web:alice`` (SPEC §14)."""
+    approvers = ", ".join(event.approvers or ())
+    return f"{event.count} of {event.need} approvals" + (f": {approvers}" if approvers else "")
 
 
 class Worker(abc.ABC):
@@ -87,6 +95,13 @@ class Worker(abc.ABC):
         Called once per shown request that ends so (never for requests this worker
         answered or skipped itself), after its ``show()``, if still running, was cancelled.
         ``event.event`` says how. The default does nothing.
+        """
+
+    async def progress(self, pending: Pending, event: Event) -> None:  # noqa: B027 (optional hook)
+        """A vote on ``pending``, which needs a quorum (SPEC §14), was counted here or
+        elsewhere without deciding it: ``event`` (``approved``) has ``count`` of ``need``
+        and the ``approvers`` so far. The request stays shown for other persons to vote
+        on. The default does nothing.
         """
 
     async def escalated(self, pending: Pending, event: Event) -> None:  # noqa: B027 (optional)
@@ -125,11 +140,11 @@ class _Shown(Pending):
         self.task: asyncio.Task[None] | None = None
         self.expiry: asyncio.TimerHandle | None = None
 
-    async def answer(self, answer: Answer) -> None:
+    async def answer(self, answer: Answer) -> Event | None:
         counters = self.service._counters
         try:
-            await self.inner.answer(answer)
-        except InvalidAnswer:
+            progress = await self.inner.answer(answer)
+        except (InvalidAnswer, AlreadyVoted):  # the request stays open
             counters.refused += 1
             raise
         except NotResolved as exc:
@@ -139,7 +154,9 @@ class _Shown(Pending):
             self.service._resolved(self.request.id, ended, by=asyncio.current_task())
             raise
         counters.answered += 1
-        self.service._release(self)
+        if progress is None:  # else a quorum's vote: shown until the quorum decides
+            self.service._release(self)
+        return progress
 
     async def skip(self) -> None:
         await self.inner.skip()
@@ -416,6 +433,8 @@ class Service:
                 async for event in events:
                     if event.event in _RESOLUTIONS and not self._own(event):
                         self._resolved(event.id, event)
+                    elif event.event == "approved":
+                        self._progress(event)
                     elif event.event == "escalated" and event.id in self._shown:
                         self._escalated(self._shown[event.id], event)
                 return
@@ -425,6 +444,22 @@ class Service:
                 await _quietly(events.aclose(), "closing the event stream")
             await asyncio.sleep(1.0)
             events = self.broker.events()
+
+    def _progress(self, event: Event) -> None:
+        """Tell the worker of a quorum's progress on a request it shows."""
+        shown = self._shown.get(event.id)
+        if shown is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._tell(shown, event))
+        self._endings.add(task)
+        task.add_done_callback(self._endings.discard)
+
+    async def _tell(self, shown: _Shown, event: Event) -> None:
+        try:
+            await self.worker.progress(shown, event)
+        except Exception:
+            self._counters.errors += 1
+            log.exception("%s: progress() failed", shown.request.id)
 
     def _own(self, event: Event) -> bool:
         """Whether ``event`` is the answer this worker gave (its answer() call releases it)."""

@@ -19,9 +19,10 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from .broker import Pending
-from .errors import InvalidAnswer, NotResolved
+from .errors import AlreadyVoted, InvalidAnswer, NotResolved
 from .models import DECLINED, DISMISSED, Answer, Request
 from .schema import options, validate_form
+from .serve import approvals_line
 
 _BOLD, _DIM, _URL_HOST, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[1;4;33m", "\x1b[0m"
 _YES, _NO = frozenset({"y", "yes"}), frozenset({"n", "no"})
@@ -55,14 +56,20 @@ class Terminal:
         while True:
             answer = await self.ask(pending.request)
             try:
-                await pending.answer(answer)
+                progress = await pending.answer(answer)
             except InvalidAnswer as exc:
                 self._say(f"  ✗ {exc}: please answer again.")
                 continue
+            except AlreadyVoted as exc:  # a quorum's (SPEC §14): it stays open for others
+                self._say(f"  ✗ not counted: {exc.reason}")
+                return None
             except NotResolved as exc:
                 self._say(f"  (this request is no longer open: {exc.reason})")
                 return None
-            self._say("  ✓ answer sent" if answer.ok else f"  ✓ {answer.reason}")
+            if progress is not None:
+                self._say(f"  ✓ vote counted: {approvals_line(progress)}")
+            else:
+                self._say("  ✓ answer sent" if answer.ok else f"  ✓ {answer.reason}")
             return answer
 
     def interrupt(self) -> None:

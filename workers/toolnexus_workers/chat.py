@@ -29,6 +29,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from toolnexus import Answer, Broker, Event, Pending, Request
 from toolnexus.errors import (
+    AlreadyVoted,
     BrokerUnavailable,
     ConfigurationError,
     InvalidAnswer,
@@ -37,7 +38,7 @@ from toolnexus.errors import (
     ToolnexusError,
 )
 from toolnexus.keys import Keys
-from toolnexus.serve import Service, Worker
+from toolnexus.serve import Service, Worker, approvals_line
 
 from .web.board import escalated_note, gone_note, standing_notes
 from .web.forms import Field, form_fields
@@ -86,10 +87,14 @@ class View:
         return "\n".join(self.lines)
 
 
-def view_of(request: Request, known_domains: tuple[str, ...] = KNOWN_DOMAINS) -> View:
-    """How ``request`` is shown: its header lines (who asks, the prompt, the time left),
-    and its layout (see :class:`View`)."""
+def view_of(
+    request: Request, known_domains: tuple[str, ...] = KNOWN_DOMAINS, approvals: str | None = None
+) -> View:
+    """How ``request`` is shown: its header lines (who asks, the prompt, the time left; a
+    quorum's ``approvals`` so far, SPEC §14), and its layout (see :class:`View`)."""
     lines = [*header(request)]
+    if request.quorum is not None:
+        lines.append(f"🗳️ {approvals or f'0 of {request.quorum.need} approvals'}")
     if request.kind == "authorization":
         link = check_link(request.url or "", known_domains)
         lines.append(f"Address: {request.url or '(none given)'}")
@@ -179,20 +184,21 @@ def answered_note(person: str, *, accepted: bool) -> str:
     return f"✅ Answered by {person}." if accepted else f"❌ Declined by {person}."
 
 
-Answering = Callable[[Pending, str], Awaitable[None]]
-"""How a click answers: ``async (pending, person) -> None``."""
+Answering = Callable[[Pending, str], Awaitable[Event | None]]
+"""How a click answers: ``async (pending, person) -> progress`` (a quorum's, if the vote
+did not decide: see :meth:`toolnexus.Pending.answer`)."""
 
 
-async def declining(pending: Pending, person: str) -> None:
+async def declining(pending: Pending, person: str) -> Event | None:
     """Answer ``pending`` no, for ``person``."""
-    await pending.decline(person=person)
+    return await pending.decline(person=person)
 
 
 def accepting(data: Any) -> Answering:
     """Answer yes with ``data``, for the person."""
 
-    async def accept(pending: Pending, person: str) -> None:
-        await pending.accept(data, person=person)
+    async def accept(pending: Pending, person: str) -> Event | None:
+        return await pending.accept(data, person=person)
 
     return accept
 
@@ -357,6 +363,21 @@ class ChatBot(Worker):
             await asyncio.gather(posting, return_exceptions=True)
         await self.finish(request_id, gone_note(event))
 
+    async def progress(self, pending: Pending, event: Event) -> None:
+        """A quorum's vote was counted (SPEC §14): the message is edited to show how many
+        approved and who; its controls stay, for others to vote."""
+        request = pending.request
+        posting = self.posting.get(request.id)
+        if posting is not None:
+            await asyncio.gather(posting, return_exceptions=True)
+        ref = self.refs.get(request.id)
+        if ref is None or request.id not in self.shown:
+            return
+        view = view_of(request, self.known_domains, approvals_line(event))
+        edited = {**ref, **await self.post(view, ref)}
+        self.refs[request.id] = edited
+        await self.messages.put(request.id, edited)
+
     async def finish(self, request_id: str, note: str) -> None:
         """Close request ``request_id``'s message (who asked, what) with ``note`` and
         forget it."""
@@ -416,7 +437,8 @@ class ChatBot(Worker):
     ) -> str | None:
         """Answer ``request_id`` for ``user_id`` with ``answer(pending, person)``; close
         its message on success. Returns what the person should be told privately (a
-        refusal, a late click, an invalid answer), or None when it was answered.
+        refusal, a late click, an invalid answer, a quorum's vote counted: the message
+        then shows the count), or None when it was answered.
 
         Raises:
             InvalidAnswer: the data fails the schema (the request stays open).
@@ -431,7 +453,9 @@ class ChatBot(Worker):
             return TOO_LATE
         person = self.allowed.person(user_id)
         try:
-            await answer(pending, person)
+            progress = await answer(pending, person)
+        except AlreadyVoted:
+            return "You voted on this request already: a second vote is not counted."
         except NotResolved as exc:
             self.shown.pop(request_id, None)
             return f"Too late: this request was {exc.reason} before your answer. Thank you anyway."
@@ -440,6 +464,9 @@ class ChatBot(Worker):
         except ToolnexusError as exc:
             log.warning("%s: answering failed: %s", request_id, exc)
             return f"Your answer did not get through ({exc}); please try again."
+        if progress is not None:  # a quorum's vote: the message shows the count for all
+            await self.progress(pending, progress)
+            return f"Your vote is counted: {approvals_line(progress)}."
         self.shown.pop(request_id, None)
         await self.finish(request_id, answered_note(person, accepted=accepted))
         return None

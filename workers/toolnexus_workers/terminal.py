@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from toolnexus import Broker, Event, Pending, Service, Worker
+from toolnexus.serve import approvals_line
 from toolnexus.terminal import Terminal
 
 from .options import EXIT_OK, configure_logging, run_main, service, worker_parser
@@ -63,6 +64,12 @@ class TerminalWorker(Worker):
         self.terminal.say(f"  ✗ gone: {pending.request.prompt or pending.request.id} ({why})")
         self.terminal.discard_typed_ahead()
         self.waiting()
+
+    async def progress(self, pending: Pending, event: Event) -> None:
+        """A quorum's vote counted, here or elsewhere (SPEC §14): say how many approved."""
+        if self.asking is None:
+            prompt = pending.request.prompt or pending.request.id
+            self.terminal.say(f"  🗳️ {prompt}: {approvals_line(event)}")
 
     async def escalated(self, pending: Pending, event: Event) -> None:
         what = pending.request.prompt or pending.request.id

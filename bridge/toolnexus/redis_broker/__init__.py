@@ -4,7 +4,8 @@ Three modules tell the architecture: :mod:`.waiter` (publish a request, wait for
 answer), :mod:`.responder` (consumer groups, answering, heartbeats; :mod:`.events`
 follows what happens) and
 :mod:`toolnexus.keys` (every key name). They meet only in :mod:`._core` (settings,
-connections, the pipeliner, the shared steps) and :mod:`._scripts` (the Lua scripts).
+connections, the pipeliner, the shared steps), :mod:`._scripts` (the Lua scripts) and
+:mod:`.quorum` (a quorum's votes, SPEC §14: cast by responders, checked by the waiter).
 
 Resolution (an answer, the deadline, a withdrawal) is one Lua script on the request's
 slot: the first wins, the rest are told why they lost.
@@ -175,8 +176,8 @@ class RedisBroker(Broker):
         self._responders.add(responder)
         return responder
 
-    async def answer(self, answer: Answer) -> None:
-        await answer_by_id(self.core, answer)
+    async def answer(self, answer: Answer) -> Event | None:
+        return await answer_by_id(self.core, answer)
 
     async def complete(self, request_id: str) -> None:
         if self.core.closed:

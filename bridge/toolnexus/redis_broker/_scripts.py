@@ -249,6 +249,111 @@ return reopened
     args_per_item=1,
 )
 
+VOTE = BatchScript(
+    "vote",
+    """
+-- On a waiter's slot. Shared: KEYS reply stream, liveness mark; ARGV retention_ms.
+-- Item: KEYS state; ARGV answer, request id, voter, '1' accepts or '0' declines, need,
+-- decline mode ('veto' or 'count'). A quorum vote (SPEC §14): stored once per voter (the
+-- claimed identity) as field 'y:<voter>' or 'n:<voter>'; a voter's second vote is not
+-- counted. Needs the request open, before its deadline, and its waiter alive (or the
+-- request durable), as RESOLVE.
+-- The vote that decides (the need-th accept; a decline that vetoes, or the need-th
+-- decline) resolves the request and is sent to the waiter, which reads every vote from
+-- the state and checks each before it takes the outcome.
+-- Each reply: {'ok'} | {'unknown'} | {'late'} | {'gone'} | {status, stored answer} |
+-- {'counted' or 'voted', accepts, declines, the voter's stored vote ('' if counted now),
+-- accepting voter...}.
+local replies = {}
+local now = nil
+local alive = nil
+for i = 3, #KEYS do
+  local a = 1 + (i - 3) * 6
+  local answer, id, voter = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local yes, need, mode = ARGV[a + 4] == '1', tonumber(ARGV[a + 5]), ARGV[a + 6]
+  local st = redis.call('HMGET', KEYS[i], 's', 'x', 'd')
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    alive = redis.call('EXISTS', KEYS[2])
+  end
+  if not st[1] then
+    replies[i - 2] = {'unknown'}
+  elseif st[1] ~= 'open' then
+    local stored = redis.call('HGET', KEYS[i], 'a')
+    replies[i - 2] = {st[1], stored}
+    if st[1] == 'answered' and stored then
+      redis.call('XADD', KEYS[1], '*', 'id', id, 'a', stored)
+    end
+  elseif now >= tonumber(st[2]) then
+    replies[i - 2] = {'late'}
+  elseif alive == 0 and not st[3] then
+    replies[i - 2] = {'gone'}
+  else
+    local mine = redis.call('HGET', KEYS[i], 'y:' .. voter)
+      or redis.call('HGET', KEYS[i], 'n:' .. voter)
+    if not mine then
+      redis.call('HSET', KEYS[i], (yes and 'y:' or 'n:') .. voter, answer)
+    end
+    local accepts, declines, approvers = 0, 0, {}
+    for _, name in ipairs(redis.call('HKEYS', KEYS[i])) do
+      local prefix = string.sub(name, 1, 2)
+      if prefix == 'y:' then
+        accepts = accepts + 1
+        approvers[#approvers + 1] = string.sub(name, 3)
+      elseif prefix == 'n:' then
+        declines = declines + 1
+      end
+    end
+    if mine then
+      replies[i - 2] = {'voted', accepts, declines, mine, unpack(approvers)}
+    elseif (yes and accepts >= need) or (not yes and (mode == 'veto' or declines >= need)) then
+      redis.call('HSET', KEYS[i], 's', 'answered', 'a', answer)
+      redis.call('PEXPIRE', KEYS[i], ARGV[1])
+      redis.call('XADD', KEYS[1], '*', 'id', id, 'a', answer)
+      replies[i - 2] = {'ok'}
+    else
+      replies[i - 2] = {'counted', accepts, declines, '', unpack(approvers)}
+    end
+  end
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return replies
+""",
+    keys_per_item=1,
+    args_per_item=6,
+)
+
+UNVOTE = BatchScript(
+    "unvote",
+    """
+-- On a waiter's slot. Shared: KEYS reply stream, liveness mark.
+-- Item: KEYS state; ARGV vote field ('' for none), refused vote, deciding answer.
+-- The waiter refused a quorum's outcome (SPEC §14): each refused vote is removed if the
+-- state still holds exactly it, and the request is opened again if it is still resolved
+-- by the deciding answer the waiter refused: 1 if reopened, else 0.
+local reopened = {}
+for i = 3, #KEYS do
+  local a = (i - 3) * 3
+  local field, refused, decided = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  if field ~= '' and redis.call('HGET', KEYS[i], field) == refused then
+    redis.call('HDEL', KEYS[i], field)
+  end
+  if redis.call('HGET', KEYS[i], 's') == 'answered'
+      and redis.call('HGET', KEYS[i], 'a') == decided then
+    redis.call('HSET', KEYS[i], 's', 'open')
+    redis.call('HDEL', KEYS[i], 'a')
+    reopened[i - 2] = 1
+  else
+    reopened[i - 2] = 0
+  end
+end
+return reopened
+""",
+    keys_per_item=1,
+    args_per_item=3,
+)
+
 REACHED = BatchScript(
     "reached",
     """
@@ -307,4 +412,6 @@ SCRIPTS = (
     REOPEN,
     REACHED,
     SETTLE_RESOLVED,
+    VOTE,
+    UNVOTE,
 )

@@ -26,6 +26,7 @@ from ..audit import audit_record
 from ..broker import NOT_RESOLVED_REASONS, Pending, Responder
 from ..errors import (
     AlreadyResolved,
+    AlreadyVoted,
     BrokerClosed,
     BrokerUnavailable,
     DecodeError,
@@ -43,6 +44,7 @@ from ._connections import Client
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, run_to_completion, text
 from ._scripts import STATUS
 from .escalation import settle_reached
+from .quorum import cast_vote, voter_of
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -62,12 +64,15 @@ async def resolve_answer(
     payload: bytes,
     entry: str | None = None,
     behind: Callable[[], object] | None = None,
-) -> None:
+) -> Event | None:
     """Resolve ``request`` (stream entry ``entry``, if known) with the checked ``answer``
     (encoded as ``payload``), retrying while Redis is away for up to ``answer_patience_s``.
     ``behind`` is called as each attempt is queued (see :meth:`Core.resolve`).
+    For a request that needs a quorum the answer is a vote (SPEC §14, :mod:`.quorum`):
+    a vote counted that does not decide returns the ``approved`` event to publish.
 
     Raises:
+        AlreadyVoted: a quorum's voter voted before; the request stays open.
         AlreadyResolved: answered, expired or withdrawn first (a dead waiter's request
             is withdrawn here and then refused as such).
         UnknownRequest: the broker no longer knows the request.
@@ -76,9 +81,16 @@ async def resolve_answer(
     waiter = _waiter_of(request)
     backoff = Backoff(cap_s=0.5)
     give_up = time.monotonic() + core.settings.answer_patience_s
+    progress: Event | None = None
     while True:
         try:
-            outcome, _stored = await core.resolve(waiter, request.id, "answered", payload, behind)
+            outcome: str
+            if request.quorum is None:
+                outcome, _stored = await core.resolve(
+                    waiter, request.id, "answered", payload, behind
+                )
+            else:
+                outcome, progress, _stored = await cast_vote(core, request, answer, payload)
             break
         except CONNECTION_ERRORS as exc:
             if core.closed or time.monotonic() > give_up:
@@ -87,7 +99,11 @@ async def resolve_answer(
                 ) from exc
             await backoff.wait(f"answering {request.id}", exc)
     if outcome == "ok":
-        return
+        return None
+    if outcome == "counted":
+        return progress
+    if outcome == "voted":
+        raise AlreadyVoted(request.id, voter_of(answer))
     if outcome == "unknown":
         raise UnknownRequest(request.id)
     if outcome == "late":
@@ -119,7 +135,7 @@ async def _finish(
         core.write_audit(audit_record(request, status, answer, verified=None, codec=core.codec))
 
 
-async def answer_by_id(core: Core, answer: Answer) -> None:
+async def answer_by_id(core: Core, answer: Answer) -> Event | None:
     """:meth:`RedisBroker.answer`: find the request by its route, check, resolve."""
     if check_request_id(answer.id) is not None:
         raise UnknownRequest(answer.id[:100])
@@ -137,7 +153,10 @@ async def answer_by_id(core: Core, answer: Answer) -> None:
         request = core.codec.decode_as(raw_request, Request)
         core.signatures.admit_request(request)  # with signatures required, only a signed one
         checked = _checked(core, request, answer, None)
-        await resolve_answer(core, request, checked, core.codec.encode_answer(checked))
+        progress = await resolve_answer(core, request, checked, core.codec.encode_answer(checked))
+        if progress is not None:
+            core.settle(progress)
+        return progress
 
 
 def _checked(core: Core, request: Request, answer: Answer, responder: str | None) -> Answer:
@@ -213,8 +232,8 @@ class RedisPending(Pending):
         self.responder_name = f"{responder.group}/{responder.consumer}"
         self._responder = responder
 
-    async def answer(self, answer: Answer) -> None:
-        await self._responder.answer(self, answer)
+    async def answer(self, answer: Answer) -> Event | None:
+        return await self._responder.answer(self, answer)
 
     async def skip(self) -> None:
         self._responder.release(self)
@@ -410,39 +429,48 @@ class RedisResponder(Responder):
 
     # -- answering ----------------------------------------------------------------
 
-    async def answer(self, pending: RedisPending, answer: Answer) -> None:
+    async def answer(self, pending: RedisPending, answer: Answer) -> Event | None:
         """:meth:`RedisPending.answer`. An answer that cannot get through because Redis is
-        away hands the request back: it is shown again once Redis returns."""
+        away hands the request back: it is shown again once Redis returns. A quorum's vote
+        that counted but did not decide keeps the request held, for other persons here."""
         core, request, entry = self.core, pending.request, pending.entry_id
         checked = _checked(core, request, answer, pending.responder_name)
         payload = core.codec.encode_answer(checked)
         # On one server, the entry is settled in the resolve's own pipeline, if it won:
-        # one round trip per answer instead of two (see settle_resolved).
+        # one round trip per answer instead of two (see settle_resolved). A quorum's votes
+        # are settled after.
         behind: list[asyncio.Future[Any]] = []
         settle = functools.partial(
             core.settle_resolved, _waiter_of(request), request.id, self.group, entry
         )
+        together = core.one_server and request.quorum is None
         try:
             with boundary(f"answering {request.id}"):
-                await resolve_answer(
+                progress = await resolve_answer(
                     core, request, checked, payload, entry,
-                    (lambda: behind.append(settle())) if core.one_server else None,
+                    (lambda: behind.append(settle())) if together else None,
                 )  # fmt: skip
         except BrokerUnavailable:
             self._hand_back(pending)
             raise
+        except AlreadyVoted:
+            raise  # still open: others may vote through this pending
         except ToolnexusError:
             self.release(pending)
             raise
+        if progress is not None:
+            core.settle(progress)
+            return progress
         self._forget(pending)
         # Returns once the entry is gone too, so that no group reads it from now on; the
         # answer has won already, so a failure here is only logged (by settle).
         with contextlib.suppress(Exception):
             if behind and await asyncio.shield(behind[-1]) == 1:
-                return
+                return None
         settled = core.settle(None, (self.group, entry), entry, lazy=False)
         with contextlib.suppress(Exception):  # the waiter publishes the answered event
             await asyncio.shield(settled)
+        return None
 
     def _forget(self, pending: RedisPending) -> None:
         if self._held.get(pending.request.id) is pending:

@@ -37,7 +37,7 @@ from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request
 from ..outcomes import check_on_expiry, expired_answer
 from ..schema import BROKER_REASONS
 from ..signing import verify_answer
-from . import durable
+from . import durable, quorum
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import OPEN, PUBLISH, REOPEN
 from ._timers import Timers
@@ -66,6 +66,8 @@ class _Wait:
     entry_id: bytes | None = None  # in the request stream, once published
     verified: bool | None = None  # whether the answer taken verified (None: not checked)
     refusals: list[Refusal] | None = None  # answers refused, for the audit trail
+    quorum: bool = False  # answers are votes, counted by quorum.py (SPEC §14)
+    votes: list[bytes] | None = None  # a quorum's votes taken, for the audit trail
     escalation: Escalation | None = None  # its hops (SPEC §14), if it escalates
     reached: list[tuple[str, str | None]] | None = None  # durable: queues an earlier wait reached
 
@@ -136,6 +138,7 @@ class Waiter:
             )
         loop = asyncio.get_running_loop()
         wait = _Wait(request.id, payload, ms(deadline), loop.create_future(), checked, replies)
+        wait.quorum = request.quorum is not None
         self.waits[request.id] = wait  # registered before it is published
         try:
             if replies.durable:
@@ -236,6 +239,7 @@ class Waiter:
             (e.encode() for q, e in wait.reached if q == core.keys.queue and e), None
         )
         wait.checked = self._checks(request)
+        wait.quorum = request.quorum is not None
         outcome = durable.broker_outcome(request, stored.status)
         if outcome is not None:
             wait.answer.set_result(outcome)
@@ -245,7 +249,11 @@ class Waiter:
             except DecodeError as exc:  # the wait goes on to its deadline
                 log.error("the stored answer to %s is unreadable: %s", wait.request_id, exc)
                 return True
-            taken = self._accept(wait, answer, stored.answer)
+            try:  # a quorum's votes are read and checked too
+                taken = await self._taken(wait, answer, stored.answer)
+            except (*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError) as exc:
+                log.error("the votes on %s cannot be read: %s", wait.request_id, exc)
+                return True  # the wait goes on: its deadline takes the outcome from the state
             if taken is not None:
                 wait.answer.set_result(taken)
         return True
@@ -353,9 +361,11 @@ class Waiter:
             return answer
         if stored is not None:
             try:
-                taken = self._accept(wait, core.codec.decode_as(stored, Answer), stored, False)
+                taken = await self._taken(wait, core.codec.decode_as(stored, Answer), stored, False)
             except DecodeError as exc:
                 log.error("the stored answer to %s is unreadable: %s", answer.id, exc)
+            except (*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError) as exc:
+                log.error("the votes on %s cannot be read: %s", answer.id, exc)  # a quorum's
             else:
                 if taken is not None:
                     escalated = wait.escalation is not None
@@ -408,6 +418,21 @@ class Waiter:
             return msgspec.structs.replace(answer, responder=name)
         return answer
 
+    async def _taken(
+        self, wait: _Wait, answer: Answer, raw: bytes, reopen: bool = True
+    ) -> Answer | None:
+        """As :meth:`_accept`; for a quorum (``raw`` its deciding vote), the outcome of its
+        votes, each checked (:func:`.quorum.outcome`; with ``reopen``, reopened if short)."""
+        if not wait.quorum:
+            return self._accept(wait, answer, raw, reopen)
+        request = self.core.codec.decode_as(wait.payload, Request)
+        admit = functools.partial(self._accept, wait, reopen=False)
+        republish = functools.partial(self._publish, wait, again=True) if reopen else None
+        taken, wait.votes = await quorum.outcome(
+            self.core, wait.replies.waiter, request, raw, admit, wait.answer.done, republish
+        )
+        return taken
+
     async def _reopen(self, wait: _Wait, refused: bytes) -> None:
         """Open the request again if its state holds the refused answer, and publish it
         again (responders acknowledged its entry when they answered)."""
@@ -437,6 +462,7 @@ class Waiter:
             verified=wait.verified,
             requester=requester,
             refused=wait.refusals,
+            votes=wait.votes,
             escalated=wait.escalation.taken if wait.escalation is not None else None,
             codec=core.codec,
             encoded_request=wait.payload,
@@ -532,9 +558,20 @@ class Waiter:
                 self._spawn(self._take_from_state(wait))
             return
         wait = self.waits.get(request_id)
-        if wait is not None and wait.replies is replies and not wait.answer.done():
+        if wait is not None and wait.replies is replies and wait.quorum:
+            if not wait.answer.done():
+                self._spawn(self._take_votes(wait, answer, payload))
+        elif wait is not None and wait.replies is replies and not wait.answer.done():
             taken = self._accept(wait, answer, payload)
             if taken is not None:
+                wait.answer.set_result(taken)
+
+    async def _take_votes(self, wait: _Wait, answer: Answer, raw: bytes) -> None:
+        """Hand a quorum's outcome to its wait, once the votes are checked; if Redis is
+        away, the wait takes it from the state later (reconnect or deadline)."""
+        with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError):
+            taken = await self._taken(wait, answer, raw)
+            if taken is not None and not wait.answer.done():
                 wait.answer.set_result(taken)
 
     async def _take_from_state(self, wait: _Wait) -> None:
@@ -550,7 +587,7 @@ class Waiter:
                     log.error("the stored answer to %s is unreadable: %s", wait.request_id, exc)
                     return
                 if not wait.answer.done():
-                    taken = self._accept(wait, answer, stored)
+                    taken = await self._taken(wait, answer, stored)
                     if taken is not None:
                         wait.answer.set_result(taken)
 
@@ -569,8 +606,8 @@ class Waiter:
                 except DecodeError as exc:
                     log.error("the stored answer to %s is unreadable: %s", wait.request_id, exc)
                     continue
-                taken = self._accept(wait, answer, stored)
-                if taken is not None:
+                taken = await self._taken(wait, answer, stored)
+                if taken is not None and not wait.answer.done():
                     wait.answer.set_result(taken)
 
     # -- lifecycle ----------------------------------------------------------------

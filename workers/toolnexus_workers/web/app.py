@@ -35,7 +35,13 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolnexus import Request
-from toolnexus.errors import BrokerUnavailable, InvalidAnswer, InvalidRequest, NotResolved
+from toolnexus.errors import (
+    AlreadyVoted,
+    BrokerUnavailable,
+    InvalidAnswer,
+    InvalidRequest,
+    NotResolved,
+)
 
 from .access import Access, is_loopback
 from .board import Board, Change, escalated_note, standing_notes
@@ -101,6 +107,7 @@ class Card:
     link: Link | None
     error: str | None
     notes: list[str] = field(default_factory=list)  # default on expiry, durable (SPEC §14)
+    approvals: str | None = None  # a quorum's progress (SPEC §14): "1 of 2 approvals: ..."
     escalated: str = ""  # where it escalated to while shown here (SPEC §14), as a note
 
 
@@ -292,6 +299,8 @@ class WebPage:
         if change.kind == "shown":
             html = self.render_cards([self.card(request)], who)
             payload = {"key": key, "created": request.created_at, "html": html}
+        elif change.kind == "progress":
+            payload = {"key": key, "approvals": change.note}
         elif change.kind == "escalated":
             payload = {"key": key, "note": change.note}
         else:
@@ -338,11 +347,14 @@ class WebPage:
                 return self.outcome(fetch, who, "invalid", "", self.card(req, form, errors))
         try:
             if action == "accept":
-                await pending.accept(data, person=who.person)
+                progress = await pending.accept(data, person=who.person)
             elif action == "decline":
-                await pending.decline(person=who.person)
+                progress = await pending.decline(person=who.person)
             else:
-                await pending.dismiss(person=who.person)
+                progress = await pending.dismiss(person=who.person)
+        except AlreadyVoted as exc:  # the card stays, for others to vote on
+            card = self.card(req, error=f"Not counted: {exc.reason}.")
+            return self.outcome(fetch, who, "invalid", "", card, status_code=409)
         except InvalidAnswer as exc:
             errors = {exc.field: message_for_field(exc, exc.field)} if exc.field else {}
             card = self.card(req, form, errors, error=None if exc.field else str(exc))
@@ -355,6 +367,10 @@ class WebPage:
             card = self.card(req, form, error="The broker cannot be reached: try again.")
             return self.outcome(fetch, who, "invalid", "", card, status_code=503)
         done = {"accept": "Accepted", "decline": "Declined", "dismiss": "Dismissed"}[action]
+        if progress is not None:  # a quorum's vote, counted: the card stays for others
+            self.board.progress(progress)
+            note = f"{done}: your vote is counted ({self.board.approvals(request_id)})."
+            return self.outcome(fetch, who, "voted", note, self.card(req))
         self.board.remove(request_id, f"{done} here{f' by {who.person}' if who.person else ''}.")
         return self.outcome(fetch, who, "sent", note_text(req, f"{done}: the agent is told."))
 
@@ -429,6 +445,8 @@ class WebPage:
             problem=problem,
             link=link,
             error=error,
+            approvals=self.board.approvals(request.id)
+            or (f"0 of {request.quorum.need} approvals" if request.quorum else None),
             notes=standing_notes(request),
             escalated=escalated_note(escalated) if escalated else "",
         )

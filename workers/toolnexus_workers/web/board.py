@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from toolnexus import Event, Pending, Request
-from toolnexus.serve import Worker
+from toolnexus.serve import Worker, approvals_line
 
 FOLLOWER_BACKLOG = 1000
 """Changes a page may fall behind by; past it, its stream ends and it reloads the list."""
@@ -23,9 +23,10 @@ FOLLOWER_BACKLOG = 1000
 @dataclass(frozen=True)
 class Change:
     """A request put on the board (``shown``), taken off it (``gone``, with a note why), or
-    escalated to another queue while it stays (``escalated``, with a note saying where)."""
+    escalated to another queue while it stays (``escalated``, with a note saying where), or
+    a quorum's progress on it (``progress``, the note ``1 of 2 approvals: ...``)."""
 
-    kind: Literal["shown", "gone", "escalated"]
+    kind: Literal["shown", "gone", "escalated", "progress"]
     pending: Pending
     note: str = ""
 
@@ -61,6 +62,7 @@ class Board:
 
     def __init__(self) -> None:
         self._shown: dict[str, Pending] = {}
+        self._approvals: dict[str, str] = {}  # a quorum's progress, by request id
         self._escalated: dict[str, list[str]] = {}  # request id -> queues it escalated to
         self._followers: set[Follower] = set()
         self.closed = False
@@ -73,11 +75,24 @@ class Board:
     def remove(self, request_id: str, note: str) -> bool:
         """Take request ``request_id`` off the board, telling pages ``note``; False if absent."""
         pending = self._shown.pop(request_id, None)
+        self._approvals.pop(request_id, None)
         self._escalated.pop(request_id, None)
         if pending is None:
             return False
         self._publish(Change("gone", pending, note))
         return True
+
+    def progress(self, event: Event) -> None:
+        """A vote on a quorum request was counted (SPEC §14): pages show ``event``'s count
+        and approvers on its card, which stays for other persons to vote on."""
+        pending = self._shown.get(event.id)
+        if pending is not None and event.count is not None:
+            self._approvals[event.id] = approvals_line(event)
+            self._publish(Change("progress", pending, self._approvals[event.id]))
+
+    def approvals(self, request_id: str) -> str | None:
+        """The quorum's progress on ``request_id`` as shown (``1 of 2 approvals: ...``)."""
+        return self._approvals.get(request_id)
 
     def escalate(self, request_id: str, queue: str) -> bool:
         """Mark request ``request_id`` escalated to ``queue`` (SPEC §14); False if absent."""
@@ -144,6 +159,9 @@ class WebWorker(Worker):
 
     async def gone(self, pending: Pending, event: Event) -> None:
         self.board.remove(pending.request.id, gone_note(event))
+
+    async def progress(self, pending: Pending, event: Event) -> None:
+        self.board.progress(event)
 
     async def escalated(self, pending: Pending, event: Event) -> None:
         self.board.escalate(pending.request.id, event.queue or "another queue")

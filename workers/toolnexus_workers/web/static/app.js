@@ -163,6 +163,11 @@
       const change = JSON.parse(event.data);
       gone(change.key, change.note);
     });
+    source.addEventListener("progress", (event) => {
+      const change = JSON.parse(event.data); // a quorum's count: the card stays
+      const shown = document.querySelector(`[id="${change.key}"] .approvals`);
+      if (shown) shown.textContent = change.approvals;
+    });
     source.addEventListener("escalated", (event) => {
       const change = JSON.parse(event.data);
       escalated(change.key, change.note);
