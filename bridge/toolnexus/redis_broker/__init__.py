@@ -28,14 +28,10 @@ from ..models import Answer, Event, Heartbeat, Request
 from ..signing import Keyring, Signatures, SigningKey
 from ._connections import Client
 from ._core import REDIS_OPTIONS, Core, Settings, boundary, ms, run_to_completion
+from .answering import answer_by_id
 from .events import RedisEvents
-from .responder import (
-    RedisPending,
-    RedisResponder,
-    answer_by_id,
-    heartbeat,
-    heartbeats,
-)
+from .heartbeats import heartbeat, heartbeats
+from .responder import RedisPending, RedisResponder
 from .waiter import Waiter
 
 __all__ = ["RedisBroker", "RedisEvents", "RedisPending", "RedisResponder"]

@@ -17,212 +17,32 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import redis.exceptions
 
-from ..audit import audit_record
-from ..broker import NOT_RESOLVED_REASONS, Pending, Responder
+from ..broker import Pending, Responder
 from ..errors import (
-    AlreadyResolved,
     AlreadyVoted,
     BrokerClosed,
     BrokerUnavailable,
     DecodeError,
-    NotAllowed,
     SignatureError,
     ToolnexusError,
-    UnknownRequest,
 )
 from ..keys import WAITER_ID, check_request_id
-from ..models import EXPIRED, WITHDRAWN, Answer, Event, Heartbeat, Request
-from ..outcomes import expired_answer
-from ..schema import check_answer
+from ..models import EXPIRED, WITHDRAWN, Answer, Event, Request
 from ..signing import allowed
 from ._connections import Client
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, run_to_completion, text
 from ._scripts import STATUS
-from .escalation import settle_reached
-from .quorum import cast_vote, voter_of
+from .answering import checked_answer, finish, resolve_answer, waiter_of
 
 log = logging.getLogger("toolnexus.redis")
 
 RENEW_CHUNK = 1000
 """Entries renewed by one ``XCLAIM``."""
-
-
-def _waiter_of(request: Request) -> str:
-    assert request.reply_to is not None  # checked when the request was read
-    return request.reply_to
-
-
-async def resolve_answer(
-    core: Core,
-    request: Request,
-    answer: Answer,
-    payload: bytes,
-    entry: str | None = None,
-    behind: Callable[[], object] | None = None,
-) -> Event | None:
-    """Resolve ``request`` (stream entry ``entry``, if known) with the checked ``answer``
-    (encoded as ``payload``), retrying while Redis is away for up to ``answer_patience_s``.
-    ``behind`` is called as each attempt is queued (see :meth:`Core.resolve`).
-    For a request that needs a quorum the answer is a vote (SPEC §14, :mod:`.quorum`):
-    a vote counted that does not decide returns the ``approved`` event to publish.
-
-    Raises:
-        AlreadyVoted: a quorum's voter voted before; the request stays open.
-        AlreadyResolved: answered, expired or withdrawn first (a dead waiter's request
-            is withdrawn here and then refused as such).
-        UnknownRequest: the broker no longer knows the request.
-        BrokerUnavailable: Redis stayed unreachable; the answer did not get through.
-    """
-    waiter = _waiter_of(request)
-    backoff = Backoff(cap_s=0.5)
-    give_up = time.monotonic() + core.settings.answer_patience_s
-    progress: Event | None = None
-    while True:
-        try:
-            outcome: str
-            if request.quorum is None:
-                outcome, _stored = await core.resolve(
-                    waiter, request.id, "answered", payload, behind
-                )
-            else:
-                outcome, progress, _stored = await cast_vote(core, request, answer, payload)
-            break
-        except CONNECTION_ERRORS as exc:
-            if core.closed or time.monotonic() > give_up:
-                raise BrokerUnavailable(
-                    f"answering {request.id}: Redis unreachable: {type(exc).__name__}: {exc}"
-                ) from exc
-            await backoff.wait(f"answering {request.id}", exc)
-    if outcome == "ok":
-        return None
-    if outcome == "counted":
-        return progress
-    if outcome == "voted":
-        raise AlreadyVoted(request.id, voter_of(answer))
-    if outcome == "unknown":
-        raise UnknownRequest(request.id)
-    if outcome == "late":
-        await _finish(core, request, EXPIRED, entry)
-        raise AlreadyResolved(request.id, "expired")
-    if outcome == "gone":
-        await _finish(core, request, WITHDRAWN, entry)
-        raise AlreadyResolved(request.id, "withdrawn")
-    raise AlreadyResolved(request.id, NOT_RESOLVED_REASONS[outcome])
-
-
-async def _finish(
-    core: Core, request: Request, status: Literal["expired", "withdrawn"], entry: str | None = None
-) -> None:
-    """Resolve as expired (with the request's default on expiry, if it has one) or
-    withdrawn a request whose waiter cannot (it died, or the deadline passed with nobody
-    to record it), tell responders, and delete its ``entry``."""
-    ending = (
-        expired_answer(request)
-        if status == EXPIRED
-        else Answer(id=request.id, ok=False, reason=status)
-    )
-    answer = core.signatures.sign_answer(ending, request)
-    payload = core.codec.encode(answer)
-    outcome, _ = await core.resolve(_waiter_of(request), request.id, status, payload)
-    if outcome == "ok":
-        event = Event(event=status, id=request.id, answer=answer)
-        await settle_reached(core, request, event, entry)
-        core.write_audit(audit_record(request, status, answer, verified=None, codec=core.codec))
-
-
-async def answer_by_id(core: Core, answer: Answer) -> Event | None:
-    """:meth:`RedisBroker.answer`: find the request by its route, check, resolve."""
-    if check_request_id(answer.id) is not None:
-        raise UnknownRequest(answer.id[:100])
-    with boundary(f"answering {answer.id}"):
-        raw_waiter = await core.command("GET", core.keys.route(answer.id))
-        try:
-            waiter = text(raw_waiter) if raw_waiter is not None else ""
-        except UnicodeDecodeError:
-            waiter = ""
-        if not WAITER_ID.fullmatch(waiter):
-            raise UnknownRequest(answer.id)
-        raw_request = await core.command("HGET", core.keys.state(waiter, answer.id), "req")
-        if raw_request is None:
-            raise UnknownRequest(answer.id)
-        request = core.codec.decode_as(raw_request, Request)
-        core.signatures.admit_request(request)  # with signatures required, only a signed one
-        checked = _checked(core, request, answer, None)
-        progress = await resolve_answer(core, request, checked, core.codec.encode_answer(checked))
-        if progress is not None:
-            core.settle(progress)
-        return progress
-
-
-def _checked(core: Core, request: Request, answer: Answer, responder: str | None) -> Answer:
-    """``answer`` checked (see :func:`~toolnexus.schema.check_answer`), allowed by the
-    request's allow-list, and signed with this process's key if it has one.
-
-    Raises:
-        InvalidAnswer: as ``check_answer``.
-        NotAllowed: the allow-list names neither this responder nor ``answer.person``.
-    """
-    signatures = core.signatures
-    checked = check_answer(request, answer, responder)
-    me = signatures.key.name if signatures.key is not None else checked.responder
-    if not allowed(request.allow, me, checked.person):
-        raise NotAllowed(request.id)
-    return signatures.sign_answer(checked, request)
-
-
-async def heartbeat(
-    core: Core,
-    group: str,
-    consumer: str,
-    ttl_s: float,
-    info: Mapping[str, str | int | float] | None,
-) -> None:
-    """:meth:`RedisBroker.heartbeat`: one hash per queue (:meth:`Keys.heartbeats`), field
-    ``group/consumer``, value an encoded :class:`Heartbeat`. The key's TTL is kept at the
-    longest heartbeat's, so a fleet that died leaves nothing behind."""
-    key, field = core.keys.heartbeats(), f"{group}/{consumer}"
-    with boundary(f"recording the heartbeat of {field}"):
-        if ttl_s <= 0:
-            await core.bounded(core.redis.hdel(key, field))
-            return
-        now = time.time()
-        beat = Heartbeat(group, consumer, now, now + ttl_s, dict(info or {}))
-        ttl_ms = max(1, int(ttl_s * 1000))
-        async with core.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, field, core.codec.encode(beat))
-            pipe.pexpire(key, ttl_ms, nx=True)  # a new key gets this heartbeat's TTL
-            pipe.pexpire(key, ttl_ms, gt=True)  # an existing one is only ever extended
-            await core.bounded(pipe.execute())
-
-
-async def heartbeats(core: Core) -> list[Heartbeat]:
-    """:meth:`RedisBroker.heartbeats`: the live ones; stale or unreadable fields are
-    deleted on the way."""
-    key = core.keys.heartbeats()
-    with boundary("reading heartbeats"):
-        fields: dict[bytes | str, bytes | str] = await core.bounded(core.redis.hgetall(key))
-    now = time.time()
-    live: list[Heartbeat] = []
-    stale: list[bytes | str] = []
-    for field, raw in fields.items():
-        try:
-            beat = core.codec.decode_as(raw, Heartbeat)
-        except DecodeError:
-            stale.append(field)  # not a heartbeat: nobody can read it either
-            continue
-        if beat.expires_at > now:
-            live.append(beat)
-        else:
-            stale.append(field)
-    if stale:
-        with contextlib.suppress(Exception):
-            await core.bounded(core.redis.hdel(key, *stale))
-    return live
 
 
 class RedisPending(Pending):
@@ -391,7 +211,7 @@ class RedisResponder(Responder):
                     done.append(entry_id)
                 elif not alive or now >= (request.expires_at or float("inf")):
                     outcome: Literal["expired", "withdrawn"] = WITHDRAWN if not alive else EXPIRED
-                    await _finish(self.core, request, outcome, entry_id)
+                    await finish(self.core, request, outcome, entry_id)
                     done.append(entry_id)
                 else:
                     admitted.append((entry_id, request))
@@ -422,7 +242,7 @@ class RedisResponder(Responder):
             *(
                 batch(STATUS, (keys.answers(w), keys.alive(w)), (), (keys.state(w, r.id),), ())
                 for r in requests
-                for w in (_waiter_of(r),)
+                for w in (waiter_of(r),)
             )
         )
         return [(reply[0] or None, bool(reply[1])) for reply in replies]
@@ -434,14 +254,14 @@ class RedisResponder(Responder):
         away hands the request back: it is shown again once Redis returns. A quorum's vote
         that counted but did not decide keeps the request held, for other persons here."""
         core, request, entry = self.core, pending.request, pending.entry_id
-        checked = _checked(core, request, answer, pending.responder_name)
+        checked = checked_answer(core, request, answer, pending.responder_name)
         payload = core.codec.encode_answer(checked)
         # On one server, the entry is settled in the resolve's own pipeline, if it won:
         # one round trip per answer instead of two (see settle_resolved). A quorum's votes
         # are settled after.
         behind: list[asyncio.Future[Any]] = []
         settle = functools.partial(
-            core.settle_resolved, _waiter_of(request), request.id, self.group, entry
+            core.settle_resolved, waiter_of(request), request.id, self.group, entry
         )
         together = core.one_server and request.quorum is None
         try:
@@ -539,7 +359,7 @@ class RedisResponder(Responder):
                 self.release(pending)
             elif not alive or now >= (pending.request.expires_at or float("inf")):
                 outcome: Literal["expired", "withdrawn"] = WITHDRAWN if not alive else EXPIRED
-                await _finish(self.core, pending.request, outcome, pending.entry_id)
+                await finish(self.core, pending.request, outcome, pending.entry_id)
                 self.release(pending)
 
     async def _reclaim(self) -> None:

@@ -22,13 +22,12 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import msgspec
 import redis.exceptions
 
-from ..audit import Refusal, audit_record
+from ..audit import Refusal
 from ..broker import deadline_of
 from ..errors import BrokerClosed, DecodeError, InvalidRequest, SignatureError
 from ..hops import check_hops
@@ -41,8 +40,9 @@ from . import durable, quorum
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import OPEN, PUBLISH, REOPEN
 from ._timers import Timers
+from ._wait import Wait, audit_wait, ended, expire
 from .durable import ReplyStream
-from .escalation import Escalation, Escalator, parse_queues_field, record_reached
+from .escalation import Escalator, parse_queues_field, record_reached
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -50,35 +50,6 @@ T = TypeVar("T")
 
 RESOLVE_PATIENCE_S = 2.0
 """How long a waiter retries recording its own expiry or withdrawal while Redis is away."""
-
-
-@dataclass(eq=False, slots=True)
-class _Wait:
-    """One wait in progress: its answer arrives decoded, or as ``None`` at its deadline."""
-
-    request_id: str
-    payload: bytes  # the encoded request, kept to publish it again if Redis loses it
-    deadline_ms: int  # Unix time
-    answer: asyncio.Future[Answer | None]
-    checked: bool  # answers are checked (signatures in use, or an allow-list)
-    replies: ReplyStream  # where its state and answers live
-    published: bool = False
-    entry_id: bytes | None = None  # in the request stream, once published
-    verified: bool | None = None  # whether the answer taken verified (None: not checked)
-    refusals: list[Refusal] | None = None  # answers refused, for the audit trail
-    quorum: bool = False  # answers are votes, counted by quorum.py (SPEC §14)
-    votes: list[bytes] | None = None  # a quorum's votes taken, for the audit trail
-    escalation: Escalation | None = None  # its hops (SPEC §14), if it escalates
-    reached: list[tuple[str, str | None]] | None = None  # durable: queues an earlier wait reached
-
-
-def _expire(wait: _Wait) -> None:
-    """A wait past its deadline gets ``None`` as its answer."""
-    wait.answer.set_result(None)
-
-
-def _ended(wait: _Wait) -> bool:
-    return wait.answer.done()
 
 
 class Waiter:
@@ -89,7 +60,7 @@ class Waiter:
         self.id = uuid.uuid4().hex[:16]
         self.answers_key = core.keys.answers(self.id)
         self.alive_key = core.keys.alive(self.id)
-        self.waits: dict[str, _Wait] = {}
+        self.waits: dict[str, Wait] = {}
         self.unreadable = 0  # reply-stream entries dead-lettered
         self.refused = 0  # answers refused by signature or allow-list checks
         self._own = ReplyStream(self.id, self.answers_key, self.alive_key, durable=False)
@@ -98,9 +69,9 @@ class Waiter:
             shared, core.keys.answers(shared), core.keys.alive(shared), durable=True
         )
         self._durable_start = asyncio.Lock()
-        self._deadlines: Timers[_Wait] = Timers(_expire, _ended)  # one timer for every deadline
+        self._deadlines: Timers[Wait] = Timers(expire, ended)  # one timer for every deadline
         self._escalator = Escalator(core)
-        self._unpublished: set[_Wait] = set()
+        self._unpublished: set[Wait] = set()
         self._republisher: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self.closing = False
@@ -137,7 +108,7 @@ class Waiter:
                 f"{core.codec.max_bytes} bytes"
             )
         loop = asyncio.get_running_loop()
-        wait = _Wait(request.id, payload, ms(deadline), loop.create_future(), checked, replies)
+        wait = Wait(request.id, payload, ms(deadline), loop.create_future(), checked, replies)
         wait.quorum = request.quorum is not None
         self.waits[request.id] = wait  # registered before it is published
         try:
@@ -164,7 +135,8 @@ class Waiter:
         finally:
             del self.waits[request.id]
         if answer is not None:
-            self._audit(
+            audit_wait(
+                self.core,
                 wait,
                 "answered" if answer.reason not in (EXPIRED, WITHDRAWN) else answer.reason,
                 answer,
@@ -187,10 +159,10 @@ class Waiter:
         if not wait.published:  # it may still land: make sure nobody answers it
             self._spawn(self._resolve_by_waiter(wait, "expired"))
             unavailable = Answer(id=request.id, ok=False, reason=UNAVAILABLE)
-            self._audit(wait, "expired", unavailable)
+            audit_wait(self.core, wait, "expired", unavailable)
             return unavailable
         outcome = await self._resolve_by_waiter(wait, "expired")
-        self._audit(wait, "expired" if outcome.reason == EXPIRED else "answered", outcome)
+        audit_wait(self.core, wait, "expired" if outcome.reason == EXPIRED else "answered", outcome)
         return outcome
 
     # -- publishing ---------------------------------------------------------------
@@ -213,7 +185,7 @@ class Waiter:
         signatures = self.core.signatures
         return signatures.required or bool(len(signatures.keyring)) or bool(published.allow)
 
-    async def _attach(self, wait: _Wait, asked: Request) -> bool:
+    async def _attach(self, wait: Wait, asked: Request) -> bool:
         """Open the durable request of ``wait``, or attach to the one stored (SPEC §14):
         take over its published request and deadline, and a stored outcome as the wait's
         answer. False if Redis stayed away.
@@ -258,7 +230,7 @@ class Waiter:
                 wait.answer.set_result(taken)
         return True
 
-    def _publish(self, wait: _Wait, again: bool = False) -> None:
+    def _publish(self, wait: Wait, again: bool = False) -> None:
         """Open the request's state and add it to the request stream, with everything else
         sent this turn. If Redis is away, :meth:`_republish` tries again. A durable request
         is added only if it never was, unless published ``again`` (reopened)."""
@@ -285,7 +257,7 @@ class Waiter:
         added.add_done_callback(functools.partial(self._on_published, wait, opened))
 
     def _on_published(
-        self, wait: _Wait, opened: asyncio.Future[Any], added: asyncio.Future[Any]
+        self, wait: Wait, opened: asyncio.Future[Any], added: asyncio.Future[Any]
     ) -> None:
         errors = [f.exception() for f in (opened, added) if f.done() and not f.cancelled()]
         errors = [e for e in errors if e is not None]
@@ -326,7 +298,7 @@ class Waiter:
     # -- resolving our own requests -----------------------------------------------
 
     async def _resolve_by_waiter(
-        self, wait: _Wait, status: Literal["expired", "withdrawn"]
+        self, wait: Wait, status: Literal["expired", "withdrawn"]
     ) -> Answer:
         """Resolve our own request as expired or withdrawn; the answer that won either way.
 
@@ -374,7 +346,7 @@ class Waiter:
                     return taken
         return answer  # what the state holds is unreadable or refused: the deadline's
 
-    def _settle(self, wait: _Wait, event: Event) -> None:
+    def _settle(self, wait: Wait, event: Event) -> None:
         """Publish the outcome ``event`` and delete the request's entry, on its queue and
         on every queue it escalated to."""
         self.core.settle(event, delete=wait.entry_id)
@@ -383,9 +355,7 @@ class Waiter:
 
     # -- checking answers ---------------------------------------------------------
 
-    def _accept(
-        self, wait: _Wait, answer: Answer, raw: bytes, reopen: bool = True
-    ) -> Answer | None:
+    def _accept(self, wait: Wait, answer: Answer, raw: bytes, reopen: bool = True) -> Answer | None:
         """``answer`` as the wait may take it (``responder`` the verified key name), or None
         if it is refused: a forgery, an answer to another request, an answer by a key not
         trusted or a responder the allow-list excludes. A refused answer is recorded, and
@@ -419,7 +389,7 @@ class Waiter:
         return answer
 
     async def _taken(
-        self, wait: _Wait, answer: Answer, raw: bytes, reopen: bool = True
+        self, wait: Wait, answer: Answer, raw: bytes, reopen: bool = True
     ) -> Answer | None:
         """As :meth:`_accept`; for a quorum (``raw`` its deciding vote), the outcome of its
         votes, each checked (:func:`.quorum.outcome`; with ``reopen``, reopened if short)."""
@@ -433,7 +403,7 @@ class Waiter:
         )
         return taken
 
-    async def _reopen(self, wait: _Wait, refused: bytes) -> None:
+    async def _reopen(self, wait: Wait, refused: bytes) -> None:
         """Open the request again if its state holds the refused answer, and publish it
         again (responders acknowledged its entry when they answered)."""
         core = self.core
@@ -449,25 +419,6 @@ class Waiter:
             if reopened and not wait.answer.done():
                 log.warning("request %s opened again after a refused answer", wait.request_id)
                 self._publish(wait, again=True)
-
-    def _audit(self, wait: _Wait, status: str, answer: Answer) -> None:
-        """The audit record of a wait that ended with ``answer``."""
-        core = self.core
-        request = core.codec.decode_as(wait.payload, Request)
-        requester = request.signature.key if request.signature is not None else None
-        record = audit_record(
-            request,
-            status,
-            answer,
-            verified=wait.verified,
-            requester=requester,
-            refused=wait.refusals,
-            votes=wait.votes,
-            escalated=wait.escalation.taken if wait.escalation is not None else None,
-            codec=core.codec,
-            encoded_request=wait.payload,
-        )
-        core.write_audit(record)
 
     # -- reading answers ----------------------------------------------------------
 
@@ -566,7 +517,7 @@ class Waiter:
             if taken is not None:
                 wait.answer.set_result(taken)
 
-    async def _take_votes(self, wait: _Wait, answer: Answer, raw: bytes) -> None:
+    async def _take_votes(self, wait: Wait, answer: Answer, raw: bytes) -> None:
         """Hand a quorum's outcome to its wait, once the votes are checked; if Redis is
         away, the wait takes it from the state later (reconnect or deadline)."""
         with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError):
@@ -574,7 +525,7 @@ class Waiter:
             if taken is not None and not wait.answer.done():
                 wait.answer.set_result(taken)
 
-    async def _take_from_state(self, wait: _Wait) -> None:
+    async def _take_from_state(self, wait: Wait) -> None:
         """The answer of ``wait`` from its state, after its reply-stream entry was unreadable.
         If the stored answer is unreadable too, the wait goes on to its deadline."""
         state = self.core.keys.state(wait.replies.waiter, wait.request_id)

@@ -1,0 +1,60 @@
+"""One wait in progress on the Redis broker's waiter side, and its audit record."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from ..audit import Refusal, audit_record
+from ..models import Answer, Request
+from ._core import Core
+from .durable import ReplyStream
+from .escalation import Escalation
+
+
+@dataclass(eq=False, slots=True)
+class Wait:
+    """One wait in progress: its answer arrives decoded, or as ``None`` at its deadline."""
+
+    request_id: str
+    payload: bytes  # the encoded request, kept to publish it again if Redis loses it
+    deadline_ms: int  # Unix time
+    answer: asyncio.Future[Answer | None]
+    checked: bool  # answers are checked (signatures in use, or an allow-list)
+    replies: ReplyStream  # where its state and answers live
+    published: bool = False
+    entry_id: bytes | None = None  # in the request stream, once published
+    verified: bool | None = None  # whether the answer taken verified (None: not checked)
+    refusals: list[Refusal] | None = None  # answers refused, for the audit trail
+    quorum: bool = False  # answers are votes, counted by quorum.py (SPEC §14)
+    votes: list[bytes] | None = None  # a quorum's votes taken, for the audit trail
+    escalation: Escalation | None = None  # its hops (SPEC §14), if it escalates
+    reached: list[tuple[str, str | None]] | None = None  # durable: queues an earlier wait reached
+
+
+def expire(wait: Wait) -> None:
+    """A wait past its deadline gets ``None`` as its answer."""
+    wait.answer.set_result(None)
+
+
+def ended(wait: Wait) -> bool:
+    return wait.answer.done()
+
+
+def audit_wait(core: Core, wait: Wait, status: str, answer: Answer) -> None:
+    """Write the audit record of ``wait``, which ended as ``status`` with ``answer``."""
+    request = core.codec.decode_as(wait.payload, Request)
+    requester = request.signature.key if request.signature is not None else None
+    record = audit_record(
+        request,
+        status,
+        answer,
+        verified=wait.verified,
+        requester=requester,
+        refused=wait.refusals,
+        votes=wait.votes,
+        escalated=wait.escalation.taken if wait.escalation is not None else None,
+        codec=core.codec,
+        encoded_request=wait.payload,
+    )
+    core.write_audit(record)
