@@ -11,6 +11,7 @@ were resolved while it was away (it reads their outcome in the audit trail).
 from __future__ import annotations
 
 import abc
+import argparse
 import asyncio
 import dataclasses
 import json
@@ -481,6 +482,22 @@ class ChatBot(Worker):
 def split_ids(text: str | None) -> list[str]:
     """Ids from a comma-separated environment variable (``"U1, U2"``); none for None."""
     return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def server_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What every chat server takes from the worker flags they share: the known domains
+    (``--known-domain`` added), where it reads (namespace, queue, group, consumer) and how
+    it serves (concurrency, drain, heartbeat)."""
+    return {
+        "known_domains": KNOWN_DOMAINS + tuple(d.lower() for d in args.known_domain),
+        "namespace": args.namespace,
+        "queue": args.queue,
+        "group": args.group,
+        "consumer": args.consumer,
+        "concurrency": args.concurrency,
+        "drain_s": args.drain_s,
+        "heartbeat_ttl_s": args.heartbeat_ttl_s,
+    }
 
 
 def require_extra(extra: str, modules: Sequence[str]) -> None:

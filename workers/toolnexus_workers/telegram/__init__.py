@@ -19,9 +19,8 @@ from collections.abc import Sequence
 from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
 
-from ..chat import require_extra, split_ids
+from ..chat import require_extra, server_options, split_ids
 from ..options import run_checked, worker_parser
-from ..web.links import KNOWN_DOMAINS
 
 API_URL = "https://api.telegram.org"
 
@@ -107,14 +106,7 @@ async def _serve(broker: Broker, args: argparse.Namespace) -> int:
         allowed=args.allow_user,
         api_url=args.api_url,
         polling_timeout_s=args.polling_timeout_s,
-        known_domains=KNOWN_DOMAINS + tuple(d.lower() for d in args.known_domain),
-        namespace=args.namespace,
-        queue=args.queue,
-        group=args.group,
-        consumer=args.consumer,
-        concurrency=args.concurrency,
-        drain_s=args.drain_s,
-        heartbeat_ttl_s=args.heartbeat_ttl_s,
+        **server_options(args),
     )
     await server.run()
     return 0
