@@ -19,7 +19,7 @@ from typing import Any, Literal, Self
 from urllib.parse import urlsplit, urlunsplit
 
 from .audit import AuditRecord
-from .errors import ConfigurationError
+from .errors import ConfigurationError, InvalidRequest
 from .models import DECLINED, DISMISSED, Answer, Event, Heartbeat, Request
 
 REDIS_SCHEMES = frozenset(
@@ -87,9 +87,19 @@ SAME_QUESTION = ("kind", "prompt", "data", "url", "on_expiry", "quorum", "escala
 """What a wait attaching to a stored durable request must share with it: what is asked."""
 
 
-def question_changes(stored: Request, asked: Request) -> list[str]:
-    """The fields of :data:`SAME_QUESTION` in which ``asked`` differs from ``stored``."""
-    return [name for name in SAME_QUESTION if getattr(stored, name) != getattr(asked, name)]
+def check_same_question(stored: Request, asked: Request) -> None:
+    """Refuse to attach ``asked`` to the durable request ``stored`` if it asks something
+    else (see :data:`SAME_QUESTION`): a durable request's id names one question.
+
+    Raises:
+        InvalidRequest: naming the fields that differ.
+    """
+    changed = [name for name in SAME_QUESTION if getattr(stored, name) != getattr(asked, name)]
+    if changed:
+        raise InvalidRequest(
+            f"durable request {asked.id!r} exists and asks something else "
+            f"({', '.join(changed)} differ): a durable request's id names one question"
+        )
 
 
 class Pending(abc.ABC):

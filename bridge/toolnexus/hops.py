@@ -74,6 +74,8 @@ def check_hops(request: Request, deadline: float, queue: str | None) -> None:
     Raises:
         InvalidRequest: the message names the hop and what is wrong with it.
     """
+    if not request.escalate:
+        return
     reached = {queue} if queue is not None else set()
     previous = 0.0
     for i, hop in enumerate(request.escalate or (), 1):

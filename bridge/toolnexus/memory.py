@@ -28,9 +28,9 @@ from .broker import (
     Pending,
     Resolution,
     Responder,
+    check_same_question,
     deadline_of,
     default_consumer_name,
-    question_changes,
 )
 from .codec import MSGPACK
 from .errors import AlreadyResolved, AlreadyVoted, InvalidRequest, NotAllowed, UnknownRequest
@@ -109,12 +109,7 @@ class MemoryBroker(Broker):
         if state is not None and state.status == "open" and (state.waiting or not attachable):
             raise InvalidRequest(f"request {request.id!r} is already being waited for")
         if state is not None and attachable:
-            changed = question_changes(state.request, request)
-            if changed:
-                raise InvalidRequest(
-                    f"durable request {request.id!r} exists and asks something else "
-                    f"({', '.join(changed)} differ): a durable request's id names one question"
-                )
+            check_same_question(state.request, request)
             if state.answer is not None:
                 return state.answer
             state.waiting = True

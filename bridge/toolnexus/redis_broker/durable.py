@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..broker import question_changes
+from ..broker import check_same_question
 from ..errors import DecodeError, InvalidRequest
 from ..models import EXPIRED, WITHDRAWN, Answer, Request
 from ..outcomes import expired_answer
@@ -157,12 +157,7 @@ def stored_request(core: Core, stored: Stored, asked: Request) -> Request:
         request = core.codec.decode_as(stored.payload, Request)
     except DecodeError as exc:
         raise InvalidRequest(f"durable request {asked.id!r} is unreadable: {exc}") from exc
-    changed = question_changes(request, asked)
-    if changed:
-        raise InvalidRequest(
-            f"durable request {asked.id!r} exists and asks something else "
-            f"({', '.join(changed)} differ): a durable request's id names one question"
-        )
+    check_same_question(request, asked)
     return request
 
 
