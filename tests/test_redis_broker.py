@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import redis.exceptions
 from redis.crc import key_slot
 
 import toolnexus
@@ -167,6 +169,48 @@ async def test_requests_redis_lost_in_a_restart_are_published_again(tmp_path: Pa
                 await asyncio.wait_for(answer_all(responder, 20), 30)
             answers = await asyncio.wait_for(asyncio.gather(*waits), 30)
         assert [a.data for a in answers] == [{"echo": f"q{i}"} for i in range(20)]
+    finally:
+        server.kill()
+
+
+@pytest.mark.parametrize("signed", [False, True])
+async def test_a_request_published_again_is_the_same_bytes(tmp_path: Path, signed: bool) -> None:
+    """A plain wait does not keep its encoded request once published: after Redis lost it,
+    it is encoded again from the caller's request, and that must give the very bytes
+    published first (deadline and all); a signing wait keeps its encoding."""
+    options: dict[str, object] = {}
+    if signed:
+        toolnexus.SigningKey.generate("agent-1").save(tmp_path)
+        options["signing_key"] = str(tmp_path / "agent-1.key")
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        async with toolnexus.connect(server.url, namespace="again", **FAST, **options) as broker:
+            assert isinstance(broker, RedisBroker)
+            request = ask("same?")
+            allow = ["ops"] if signed else None  # (an allow-list too makes a wait keep it)
+            wait = asyncio.create_task(broker.wait_for(request, timeout_s=60, allow=allow))
+
+            async def entries() -> list[bytes]:
+                async with asyncio.timeout(30):
+                    while True:
+                        with contextlib.suppress(redis.exceptions.ConnectionError):
+                            found = await broker.redis.xrange(broker.keys.requests)
+                            if found:
+                                return [fields[b"r"] for _, fields in found]
+                        await asyncio.sleep(0.05)
+
+            [first] = await entries()
+            server.kill()
+            server.start()  # forgets everything: the waiter publishes the request again
+            [again] = await entries()
+            assert again == first
+            decoded = broker.codec.decode_as(again, Request)
+            assert decoded.allow == allow and decoded.prompt == "same?"
+            assert (decoded.signature is not None) == signed
+            wait.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await wait
     finally:
         server.kill()
 

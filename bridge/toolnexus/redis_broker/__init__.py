@@ -17,7 +17,7 @@ import asyncio
 import logging
 import os
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from ..audit import AuditRecord, decode_record
@@ -142,15 +142,16 @@ class RedisBroker(Broker):
             ) from exc
         return self
 
-    async def wait_for(
+    def wait_for(
         self,
         request: Request,
         *,
         timeout_s: float | None = None,
         allow: Sequence[str] | None = None,
         durable: bool = False,
-    ) -> Answer:
-        return await self.waiter.wait_for(request, timeout_s, allow, durable)
+    ) -> Coroutine[Any, Any, Answer]:
+        # The waiter's coroutine itself: no frame of this method lives on in every wait.
+        return self.waiter.wait_for(request, timeout_s, allow, durable)
 
     def responder(
         self,
@@ -204,6 +205,7 @@ class RedisBroker(Broker):
         of one request if ``request_id`` is given; unreadable records are skipped."""
         start = "-" if since is None else f"{ms(since)}-0"
         with boundary("reading the audit trail"):
+            await self.core.bounded(self.core.pipeliner.drain())  # this process's records too
             entries: Any = await self.core.bounded(
                 self.core.redis.xrange(self.keys.audit, start, "+", count=limit)
             )

@@ -320,11 +320,19 @@ class Core:
         return future
 
     def write_audit(self, record: AuditRecord) -> None:
-        """Add ``record`` to the audit stream (trimmed by age), with the next commands."""
+        """Add ``record`` to the audit stream (trimmed by age), with the lazy items."""
         min_ms = max(0, ms(time.time() - self.settings.audit_retention_s)) // 1000 * 1000
         self.pipeliner.fire(
             self.pipeliner.call(
-                "XADD", self.keys.audit, "MINID", "~", min_ms, "*", "r", encode_record(record)
+                "XADD",
+                self.keys.audit,
+                "MINID",
+                "~",
+                min_ms,
+                "*",
+                "r",
+                encode_record(record),
+                lazy=True,
             )
         )
 

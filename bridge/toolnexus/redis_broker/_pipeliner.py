@@ -4,6 +4,10 @@ batch scripts (:mod:`toolnexus.redis_broker._scripts`) for the same slot become 
 
 A thousand concurrent waits publishing, or a responder answering a batch, cost one
 round trip and a few commands instead of thousands, with no task or timer per item.
+
+*Lazy* items (events, acknowledgements, audit records: what nobody waits for) do not start
+a pipeline: they travel behind the urgent items of the next one, or go out after
+``LAZY_DELAY_S``.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ MAX_BATCH_ITEMS = 128
 """Items in one batch ``EVAL``."""
 
 LAZY_DELAY_S = 0.02
-"""How long a lazy item (events, acknowledgements) waits for other commands to travel with."""
+"""How long lazy items (events, acknowledgements, audit records) wait, at most, for urgent
+ones to travel with."""
 
 MAX_PIPELINE_ITEMS = 512
 """Items (commands or batch items) in one pipeline; a larger queue goes out in several,
@@ -79,8 +84,10 @@ class Pipeliner:
         self.timeout_s = timeout_s
         self._scripts = {script.sha: script for script in scripts}
         self._load_scripts = True
-        self._queue: list[_Item | _Batch] = []
+        self._queue: list[_Item | _Batch] = []  # urgent
         self._batches: dict[tuple[Any, ...], _Batch] = {}
+        self._lazy: list[_Item | _Batch] = []
+        self._lazy_batches: dict[tuple[Any, ...], _Batch] = {}
         self._task: asyncio.Task[None] | None = None
         self._lazy_timer: asyncio.TimerHandle | None = None
         self.round_trips = 0
@@ -94,11 +101,21 @@ class Pipeliner:
                 self._run(), name="toolnexus-pipeliner"
             )
 
-    def call(self, *args: Any) -> asyncio.Future[Any]:
-        """Send command ``args`` with the others of this turn; its future gets the reply."""
+    def _schedule_lazy(self) -> None:
+        if self._lazy_timer is None and self._task is None:
+            loop = asyncio.get_running_loop()
+            self._lazy_timer = loop.call_later(LAZY_DELAY_S, self._schedule)
+
+    def call(self, *args: Any, lazy: bool = False) -> asyncio.Future[Any]:
+        """Send command ``args`` with the others of this turn; its future gets the reply.
+        A ``lazy`` one goes with the lazy items (see the module's docstring)."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append((args, future))
-        self._schedule()
+        if lazy:
+            self._lazy.append((args, future))
+            self._schedule_lazy()
+        else:
+            self._queue.append((args, future))
+            self._schedule()
         return future
 
     def batch(
@@ -121,17 +138,16 @@ class Pipeliner:
         """
         assert len(item_keys) == script.keys_per_item and len(item_args) == script.args_per_item
         group = (script.name, shared_keys, shared_args)
-        pending = self._batches.get(group)
+        batches = self._lazy_batches if lazy else self._batches
+        pending = batches.get(group)
         if pending is not None and len(pending.futures) >= MAX_BATCH_ITEMS:
-            self._batches = {}  # only batches behind this one may take items now: see _run
+            batches.clear()  # only batches behind this one may take items now: see _run
             pending = None
         if pending is None:
-            pending = self._batches[group] = _Batch(script, shared_keys, shared_args)
-            self._queue.append(pending)
+            pending = batches[group] = _Batch(script, shared_keys, shared_args)
+            (self._lazy if lazy else self._queue).append(pending)
         if lazy:
-            if self._lazy_timer is None and self._task is None:
-                loop = asyncio.get_running_loop()
-                self._lazy_timer = loop.call_later(LAZY_DELAY_S, self._schedule)
+            self._schedule_lazy()
         else:
             self._schedule()
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -146,21 +162,18 @@ class Pipeliner:
 
     async def _run(self) -> None:
         try:
-            while self._queue:
-                size, items = 0, 0
-                for entry in self._queue:
-                    items += len(entry.futures) if isinstance(entry, _Batch) else 1
-                    size += 1
-                    if items >= MAX_PIPELINE_ITEMS:
-                        break
-                queue = self._queue[:size]
-                del self._queue[:size]
+            while self._queue or self._lazy:
+                queue = _take(self._queue, MAX_PIPELINE_ITEMS)
+                queue += _take(self._lazy, MAX_PIPELINE_ITEMS)
                 # Items issued from now on go to new batches at the end of the queue, so that
                 # what one caller issues in order runs in that order (a request's state is
                 # opened before it is published). Joining a batch still queued could put an
-                # item ahead of one its caller issued before.
-                self._batches = {}
-                await self._send(queue)
+                # item ahead of one its caller issued before. (Lazy items go after the
+                # urgent ones they travel with: nothing depends on them.)
+                self._batches.clear()
+                self._lazy_batches.clear()
+                if queue:
+                    await self._send(queue)
         finally:
             self._task = None
 
@@ -233,7 +246,7 @@ class Pipeliner:
 
     async def drain(self) -> None:
         """Wait until everything issued so far has been sent."""
-        if self._queue:
+        if self._queue or self._lazy:
             self._schedule()
         while self._task is not None:
             await asyncio.shield(self._task)
@@ -244,9 +257,24 @@ class Pipeliner:
             self._lazy_timer.cancel()
         if self._task is not None:
             self._task.cancel()
-        _fail(self._queue, BrokerClosed("the broker was closed"))
-        self._queue.clear()
-        self._batches = {}
+        for queue in (self._queue, self._lazy):
+            _fail(queue, BrokerClosed("the broker was closed"))
+            queue.clear()
+        self._batches.clear()
+        self._lazy_batches.clear()
+
+
+def _take(queue: list[_Item | _Batch], most: int) -> list[_Item | _Batch]:
+    """The first entries of ``queue``, removed from it, up to ``most`` items in all."""
+    size, items = 0, 0
+    for entry in queue:
+        items += len(entry.futures) if isinstance(entry, _Batch) else 1
+        size += 1
+        if items >= most:
+            break
+    taken = queue[:size]
+    del queue[:size]
+    return taken
 
 
 def _fail(queue: list[_Item | _Batch], exc: BaseException) -> None:

@@ -101,6 +101,44 @@ return ids
     args_per_item=3,
 )
 
+OPEN_PUBLISH = BatchScript(
+    "open_publish",
+    """
+-- One server only (it writes keys of a waiter's slot and of a queue's): OPEN and PUBLISH
+-- of the same requests in one script, as they would run one after the other.
+-- Shared: KEYS reply stream, liveness mark, request stream; ARGV liveness_ms (0 for the
+-- durable waiter), min_id, waiter. Item: KEYS state, route; ARGV deadline_ms, request,
+-- ttl_ms, durable ('1' or '0'), once ('1' or '0'). Each reply: the request's entry id, or
+-- false for a request published ``once`` whose route exists (see PUBLISH).
+if ARGV[1] ~= '0' then
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
+end
+local ids = {}
+for j = 1, (#KEYS - 3) / 2 do
+  local state, route = KEYS[2 + 2 * j], KEYS[3 + 2 * j]
+  local a = 3 + (j - 1) * 5
+  local request, ttl_ms = ARGV[a + 2], ARGV[a + 3]
+  if redis.call('EXISTS', state) == 0 then
+    if ARGV[a + 4] == '1' then
+      redis.call('HSET', state, 's', 'open', 'x', ARGV[a + 1], 'req', request, 'd', '1')
+    else
+      redis.call('HSET', state, 's', 'open', 'x', ARGV[a + 1], 'req', request)
+    end
+    redis.call('PEXPIRE', state, ttl_ms)
+  end
+  if ARGV[a + 5] == '1' and redis.call('EXISTS', route) == 1 then
+    ids[j] = false
+  else
+    ids[j] = redis.call('XADD', KEYS[3], 'MINID', '~', ARGV[2], '*', 'r', request)
+    redis.call('SET', route, ARGV[3], 'PX', ttl_ms)
+  end
+end
+return ids
+""",
+    keys_per_item=2,
+    args_per_item=5,
+)
+
 STATUS = BatchScript(
     "status",
     """
@@ -405,6 +443,7 @@ return settled
 SCRIPTS = (
     OPEN,
     PUBLISH,
+    OPEN_PUBLISH,
     STATUS,
     RESOLVE,
     SETTLE,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..audit import Refusal, audit_record
@@ -14,14 +15,25 @@ from .escalation import Escalation
 
 @dataclass(eq=False, slots=True)
 class Wait:
-    """One wait in progress: its answer arrives decoded, or as ``None`` at its deadline."""
+    """One wait in progress: its answer arrives decoded, or as ``None`` at its deadline.
+
+    The request as published is ``asked`` with ``expires_at``, ``allow`` and the reply
+    stream's waiter id (see :meth:`Waiter.published
+    <toolnexus.redis_broker.waiter.Waiter.published>`). Its encoding, ``payload``, is kept
+    only until it is first published, unless the wait ``keeps`` it (signed, checked or
+    durable): a plain wait encodes it again in the rare case it is published again, which
+    gives the same bytes, instead of holding them for as long as it waits."""
 
     request_id: str
-    payload: bytes  # the encoded request, kept to publish it again if Redis loses it
+    asked: Request  # the caller's request (the caller holds it anyway)
+    expires_at: float  # the deadline as published, Unix time
+    allow: Sequence[str] | None  # the allow-list as published, if any
     deadline_ms: int  # Unix time
     answer: asyncio.Future[Answer | None]
     checked: bool  # answers are checked (signatures in use, or an allow-list)
     replies: ReplyStream  # where its state and answers live
+    payload: bytes | None  # the request as published, encoded (see above)
+    keeps: bool  # the payload is kept for the whole wait
     published: bool = False
     entry_id: bytes | None = None  # in the request stream, once published
     verified: bool | None = None  # whether the answer taken verified (None: not checked)
@@ -41,12 +53,12 @@ def ended(wait: Wait) -> bool:
     return wait.answer.done()
 
 
-def audit_wait(core: Core, wait: Wait, status: str, answer: Answer) -> None:
-    """Write the audit record of ``wait``, which ended as ``status`` with ``answer``."""
-    request = core.codec.decode_as(wait.payload, Request)
-    requester = request.signature.key if request.signature is not None else None
+def audit_wait(core: Core, wait: Wait, published: Request, status: str, answer: Answer) -> None:
+    """Write the audit record of ``wait`` (its request ``published``), which ended as
+    ``status`` with ``answer``."""
+    requester = published.signature.key if published.signature is not None else None
     record = audit_record(
-        request,
+        published,
         status,
         answer,
         verified=wait.verified,

@@ -52,7 +52,6 @@ class Waiting(Protocol):
     """What escalation reads of a wait (the waiter's own record of it)."""
 
     request_id: str
-    payload: bytes
     deadline_ms: int
     answer: asyncio.Future[Any]
     entry_id: bytes | None
@@ -69,6 +68,7 @@ class Escalation:
     created_at: float
     waiter: str  # the waiter id its state and route are under
     once: bool  # durable: a hop whose route exists was published by an earlier wait
+    payload: bytes  # the request as published, as each hop publishes it
     taken: list[Hop] = field(default_factory=list)
     reached: list[tuple[Keys, bytes | str]] = field(default_factory=list)
     final: Event | None = None
@@ -122,15 +122,22 @@ class Escalator:
         request: Request,
         wait: Waiting,
         replies: Replies,
+        payload: bytes,
         reached: Sequence[tuple[str, str | None]] = (),
     ) -> Escalation | None:
-        """Schedule the hops of ``request`` (checked already; as published), waited for as
-        ``wait`` on ``replies``: its waiter id, and whether it is durable. Hops to queues
+        """Schedule the hops of ``request`` (checked already; as published, encoded as
+        ``payload``), waited for as ``wait`` on ``replies``: its waiter id, and whether it
+        is durable. Hops to queues
         ``reached`` already (by an earlier wait of a durable request) are not taken again."""
         if not request.escalate:
             return None
         escalation = Escalation(
-            wait, list(request.escalate), request.created_at, replies.waiter, replies.durable
+            wait,
+            list(request.escalate),
+            request.created_at,
+            replies.waiter,
+            replies.durable,
+            payload,
         )
         before = dict(reached)
         loop = asyncio.get_running_loop()
@@ -167,7 +174,7 @@ class Escalator:
             (max(0, now_ms - settings.stream_retention_ms) // 1000 * 1000, escalation.waiter),
             (keys.route(wait.request_id),),
             (
-                wait.payload,
+                escalation.payload,
                 max(1, wait.deadline_ms - now_ms) + settings.retention_ms,
                 int(escalation.once),
             ),

@@ -38,11 +38,12 @@ from ..schema import BROKER_REASONS
 from ..signing import verify_answer
 from . import durable, quorum
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
-from ._scripts import OPEN, PUBLISH, REOPEN
+from ._scripts import REOPEN
 from ._timers import Timers
 from ._wait import Wait, audit_wait, ended, expire
 from .durable import ReplyStream
-from .escalation import Escalator, parse_queues_field, record_reached
+from .escalation import Escalator, parse_queues_field
+from .publishing import Publisher
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -71,8 +72,7 @@ class Waiter:
         self._durable_start = asyncio.Lock()
         self._deadlines: Timers[Wait] = Timers(expire, ended)  # one timer for every deadline
         self._escalator = Escalator(core)
-        self._unpublished: set[Wait] = set()
-        self._republisher: asyncio.Task[None] | None = None
+        self.publisher = Publisher(core)
         self._background: set[asyncio.Task[Any]] = set()
         self.closing = False
 
@@ -83,6 +83,31 @@ class Waiter:
         allow: Sequence[str] | None,
         durable_wait: bool = False,
     ) -> Answer:
+        wait = self._open(request, timeout_s, allow, durable_wait)
+        try:
+            if wait.replies.durable and not await self._attach(wait):
+                return Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE)
+            self._start(wait)
+            answer = await wait.answer
+        except asyncio.CancelledError:
+            if not wait.replies.durable:  # a durable request outlives its waits
+                self._spawn(self._resolve_by_waiter(wait, WITHDRAWN))
+            raise
+        finally:
+            del self.waits[wait.request_id]
+        if answer is not None:
+            return self._answered(wait, answer)
+        return await self._expired(wait)
+
+    def _open(
+        self,
+        request: Request,
+        timeout_s: float | None,
+        allow: Sequence[str] | None,
+        durable_wait: bool,
+    ) -> Wait:
+        """The checked, encoded and registered wait for ``request`` (a method of its own,
+        so that what it computes does not live on in every waiting coroutine's frame)."""
         core = self.core
         if core.closed or self.closing:
             raise BrokerClosed("the broker is closed")
@@ -95,97 +120,95 @@ class Waiter:
         if durable_wait and not request.durable:
             request = msgspec.structs.replace(request, durable=True)
         replies = self._durable if request.durable else self._own
-        now = time.time()
         deadline = min(
             deadline_of(request, timeout_s, core.settings.default_timeout_s),
-            now + core.settings.stream_retention_s,
+            time.time() + core.settings.stream_retention_s,
         )
         check_hops(request, deadline, core.keys.queue)
-        payload, checked = self._encode(request, deadline, allow, replies.waiter)
+        published = self.publisher.as_published(request, deadline, allow, replies.waiter)
+        signatures = core.signatures
+        payload = core.codec.encode(signatures.sign_request(published))
         if len(payload) > core.codec.max_bytes:
             raise InvalidRequest(
                 f"request {request.id!r} is {len(payload)} bytes encoded, over the limit of "
                 f"{core.codec.max_bytes} bytes"
             )
-        loop = asyncio.get_running_loop()
-        wait = Wait(request.id, payload, ms(deadline), loop.create_future(), checked, replies)
+        checked = self._checks(published)
+        keeps = checked or replies.durable or signatures.key is not None
+        wait = Wait(
+            request.id,
+            request,
+            deadline,
+            allow,
+            ms(deadline),
+            asyncio.get_running_loop().create_future(),
+            checked,
+            replies,
+            payload,
+            keeps,
+        )
         wait.quorum = request.quorum is not None
         self.waits[request.id] = wait  # registered before it is published
-        try:
-            if replies.durable:
-                if not await self._attach(wait, request):
-                    return Answer(id=request.id, ok=False, reason=UNAVAILABLE)
-            elif replies.reader is None or replies.reader.done():
-                reader = self._read_replies(replies)
-                replies.reader = loop.create_task(reader, name="toolnexus-answers")
-            delay_s = wait.deadline_ms / 1000 - time.time()
-            self._deadlines.add(loop.time() + delay_s, wait)
-            if not wait.answer.done():
-                self._publish(wait)
-                if request.escalate:  # as stored: an attached wait goes on with its hops
-                    published = core.codec.decode_as(wait.payload, Request)
-                    wait.escalation = self._escalator.plan(
-                        published, wait, replies, wait.reached or ()
-                    )
-            answer = await wait.answer
-        except asyncio.CancelledError:
-            if not replies.durable:  # a durable request outlives its waits
-                self._spawn(self._resolve_by_waiter(wait, WITHDRAWN))
-            raise
-        finally:
-            del self.waits[request.id]
-        if answer is not None:
-            audit_wait(
-                self.core,
-                wait,
-                "answered" if answer.reason not in (EXPIRED, WITHDRAWN) else answer.reason,
-                answer,
+        return wait
+
+    def _start(self, wait: Wait) -> None:
+        """Read answers, set the deadline, publish (unless an attach found an outcome) and
+        plan the hops of ``wait``."""
+        replies, loop = wait.replies, asyncio.get_running_loop()
+        if not replies.durable and (replies.reader is None or replies.reader.done()):
+            replies.reader = loop.create_task(self._read_replies(replies), name="toolnexus-answers")
+        self._deadlines.add(loop.time() + wait.deadline_ms / 1000 - time.time(), wait)
+        if wait.answer.done():
+            return
+        payload = self.publisher.payload(wait)
+        self.publisher.publish(wait, payload)
+        if wait.asked.escalate:  # as stored: an attached wait goes on with its hops
+            published = self.core.codec.decode_as(payload, Request)
+            wait.escalation = self._escalator.plan(
+                published, wait, replies, payload, wait.reached or ()
             )
-            if answer.reason not in (EXPIRED, WITHDRAWN):
-                # The waiter tells responders: it is the one party sure to learn the answer
-                # (a responder may die between resolving and saying so). Groups that have
-                # not read the entry yet never will.
-                self._settle(wait, Event(event="answered", id=request.id, answer=answer))
-            elif wait.escalation is not None:  # a responder recorded it, on one queue
-                ended = Event(
-                    event="expired" if answer.reason == EXPIRED else "withdrawn",
-                    id=request.id,
-                    answer=answer,
-                )
-                self._settle(wait, ended)
-            if answer.reason == WITHDRAWN:  # not by us: Redis took us for dead
-                return Answer(id=request.id, ok=False, reason=UNAVAILABLE, meta=answer.meta)
-            return answer
+
+    def _answered(self, wait: Wait, answer: Answer) -> Answer:
+        """What the waiter of ``wait`` gets for ``answer``, which the state recorded; its
+        audit record and outcome event go out with the next commands."""
+        status = "answered" if answer.reason not in (EXPIRED, WITHDRAWN) else answer.reason
+        audit_wait(self.core, wait, self.publisher.published(wait), status, answer)
+        if answer.reason not in (EXPIRED, WITHDRAWN):
+            # The waiter tells responders: it is the one party sure to learn the answer
+            # (a responder may die between resolving and saying so). Groups that have
+            # not read the entry yet never will.
+            self._settle(wait, Event(event="answered", id=wait.request_id, answer=answer))
+        elif wait.escalation is not None:  # a responder recorded it, on one queue
+            ending: Literal["expired", "withdrawn"] = (
+                "expired" if answer.reason == EXPIRED else "withdrawn"
+            )
+            self._settle(wait, Event(event=ending, id=wait.request_id, answer=answer))
+        if answer.reason == WITHDRAWN:  # not by us: Redis took us for dead
+            return Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE, meta=answer.meta)
+        return answer
+
+    async def _expired(self, wait: Wait) -> Answer:
+        """The outcome of ``wait`` at its deadline: recorded as expired, unless an answer
+        won the race."""
+        core = self.core
         if not wait.published:  # it may still land: make sure nobody answers it
             self._spawn(self._resolve_by_waiter(wait, "expired"))
-            unavailable = Answer(id=request.id, ok=False, reason=UNAVAILABLE)
-            audit_wait(self.core, wait, "expired", unavailable)
+            unavailable = Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE)
+            audit_wait(core, wait, self.publisher.published(wait), "expired", unavailable)
             return unavailable
         outcome = await self._resolve_by_waiter(wait, "expired")
-        audit_wait(self.core, wait, "expired" if outcome.reason == EXPIRED else "answered", outcome)
+        status = "expired" if outcome.reason == EXPIRED else "answered"
+        audit_wait(core, wait, self.publisher.published(wait), status, outcome)
         return outcome
 
     # -- publishing ---------------------------------------------------------------
-
-    def _encode(
-        self, request: Request, deadline: float, allow: Sequence[str] | None, reply_to: str
-    ) -> tuple[bytes, bool]:
-        """``request`` as published (deadline, reply_to, allow-list; signed if this process
-        has a key), encoded, and whether its answers are checked. A method of its own so that
-        the copies it makes do not live on in every waiting coroutine's frame."""
-        changes: dict[str, Any] = {"expires_at": deadline, "reply_to": reply_to}
-        if allow is not None:
-            changes["allow"] = list(allow)
-        published = msgspec.structs.replace(request, **changes)
-        encoded = self.core.codec.encode(self.core.signatures.sign_request(published))
-        return encoded, self._checks(published)
 
     def _checks(self, published: Request) -> bool:
         """Whether answers to ``published`` are checked (signatures in use, an allow-list)."""
         signatures = self.core.signatures
         return signatures.required or bool(len(signatures.keyring)) or bool(published.allow)
 
-    async def _attach(self, wait: Wait, asked: Request) -> bool:
+    async def _attach(self, wait: Wait) -> bool:
         """Open the durable request of ``wait``, or attach to the one stored (SPEC §14):
         take over its published request and deadline, and a stored outcome as the wait's
         answer. False if Redis stayed away.
@@ -197,14 +220,18 @@ class Waiter:
         try:  # its reader first, so that no answer is missed from the attach on
             await durable.start_reader(core, replies, self._durable_start, self._read_replies)
             stored = await durable.attach(
-                core, replies.waiter, wait.request_id, wait.payload, wait.deadline_ms
+                core,
+                replies.waiter,
+                wait.request_id,
+                self.publisher.payload(wait),
+                wait.deadline_ms,
             )
         except (*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError) as exc:
             log.error("attaching to %s failed: %s", wait.request_id, exc)  # e.g. NOPERM
             return False
         if stored is None:
             return True
-        request = durable.stored_request(core, stored, asked)
+        request = durable.stored_request(core, stored, wait.asked)
         wait.payload, wait.deadline_ms = stored.payload, stored.deadline_ms
         wait.reached = parse_queues_field(stored.queues)
         wait.entry_id = next(
@@ -230,71 +257,6 @@ class Waiter:
                 wait.answer.set_result(taken)
         return True
 
-    def _publish(self, wait: Wait, again: bool = False) -> None:
-        """Open the request's state and add it to the request stream, with everything else
-        sent this turn. If Redis is away, :meth:`_republish` tries again. A durable request
-        is added only if it never was, unless published ``again`` (reopened)."""
-        core = self.core
-        settings, keys, call = core.settings, core.keys, core.pipeliner
-        replies = wait.replies
-        now_ms = ms(time.time())
-        ttl_ms = max(1, wait.deadline_ms - now_ms) + settings.retention_ms
-        opened = call.batch(
-            OPEN,
-            (replies.key, replies.alive_key),
-            (0 if replies.durable else settings.liveness_ms,),
-            (keys.state(replies.waiter, wait.request_id),),
-            (wait.deadline_ms, wait.payload, ttl_ms, int(replies.durable)),
-        )
-        added = call.batch(
-            PUBLISH,
-            (keys.requests,),
-            # trimmed by age, to the second so that one turn's publishes share a batch
-            (max(0, now_ms - settings.stream_retention_ms) // 1000 * 1000, replies.waiter),
-            (keys.route(wait.request_id),),
-            (wait.payload, ttl_ms, int(replies.durable and not again)),
-        )
-        added.add_done_callback(functools.partial(self._on_published, wait, opened))
-
-    def _on_published(
-        self, wait: Wait, opened: asyncio.Future[Any], added: asyncio.Future[Any]
-    ) -> None:
-        errors = [f.exception() for f in (opened, added) if f.done() and not f.cancelled()]
-        errors = [e for e in errors if e is not None]
-        if not errors:
-            wait.published = True
-            entry = added.result()
-            if entry:  # (a durable request published by an earlier wait gives none)
-                wait.entry_id = entry
-                if wait.replies.durable:  # where it is, for the next wait that attaches
-                    reached = wait.escalation.reached if wait.escalation is not None else ()
-                    record_reached(self.core, wait.replies.waiter, wait, reached)
-        elif any(isinstance(e, BrokerClosed) for e in errors):
-            return
-        elif all(isinstance(e, CONNECTION_ERRORS) for e in errors):
-            if not wait.answer.done() and not self.core.closed:
-                self._unpublished.add(wait)
-                if self._republisher is None:
-                    self._republisher = asyncio.get_running_loop().create_task(self._republish())
-        elif not wait.answer.done():  # Redis refuses: this wait cannot be served
-            log.error("publishing %s failed: %s", wait.request_id, errors[0])
-            wait.answer.set_result(Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE))
-
-    async def _republish(self) -> None:
-        """The one task that publishes again what Redis could not take, with backoff."""
-        backoff = Backoff()
-        try:
-            while self._unpublished and not self.core.closed:
-                await backoff.wait("publishing requests", ConnectionError("Redis is away"))
-                waits, self._unpublished = self._unpublished, set()
-                for wait in waits:
-                    if not wait.answer.done():
-                        self._publish(wait)
-                with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed):
-                    await self.core.pipeliner.drain()
-        finally:
-            self._republisher = None
-
     # -- resolving our own requests -----------------------------------------------
 
     async def _resolve_by_waiter(
@@ -307,7 +269,7 @@ class Waiter:
         """
         core = self.core
         if status == EXPIRED:
-            answer = expired_answer(core.codec.decode_as(wait.payload, Request))
+            answer = expired_answer(self.publisher.published(wait))
         else:
             answer = Answer(id=wait.request_id, ok=False, reason=status)
         payload = core.codec.encode(answer)
@@ -363,7 +325,7 @@ class Waiter:
         if not wait.checked:
             return answer
         signatures = self.core.signatures
-        request = self.core.codec.decode_as(wait.payload, Request)
+        request = self.publisher.published(wait)
         try:
             if answer.reason in BROKER_REASONS:  # the broker's own outcomes name no person
                 name = (
@@ -395,9 +357,9 @@ class Waiter:
         votes, each checked (:func:`.quorum.outcome`; with ``reopen``, reopened if short)."""
         if not wait.quorum:
             return self._accept(wait, answer, raw, reopen)
-        request = self.core.codec.decode_as(wait.payload, Request)
+        request = self.publisher.published(wait)
         admit = functools.partial(self._accept, wait, reopen=False)
-        republish = functools.partial(self._publish, wait, again=True) if reopen else None
+        republish = functools.partial(self.publisher.publish_again, wait) if reopen else None
         taken, wait.votes = await quorum.outcome(
             self.core, wait.replies.waiter, request, raw, admit, wait.answer.done, republish
         )
@@ -418,7 +380,7 @@ class Waiter:
             )
             if reopened and not wait.answer.done():
                 log.warning("request %s opened again after a refused answer", wait.request_id)
-                self._publish(wait, again=True)
+                self.publisher.publish_again(wait)
 
     # -- reading answers ----------------------------------------------------------
 
@@ -446,7 +408,7 @@ class Waiter:
                         renew_at = loop.time() + settings.liveness_ms / 3000
                         core.pipeliner.fire(
                             core.pipeliner.call(
-                                "SET", self.alive_key, "1", "PX", settings.liveness_ms
+                                "SET", self.alive_key, "1", "PX", settings.liveness_ms, lazy=True
                             )
                         )
                     async with asyncio.timeout(core.read_timeout_s(settings.block_ms)):
@@ -476,8 +438,13 @@ class Waiter:
                     read_since_trim = 0
                     bound = durable.min_id() if replies.durable else replies.last_id
                     core.pipeliner.fire(
-                        core.pipeliner.call("XTRIM", replies.key, "MINID", "~", bound)
+                        core.pipeliner.call("XTRIM", replies.key, "MINID", "~", bound, lazy=True)
                     )
+                if reply:
+                    # One turn for the waits just woken to run, one for the pipeline they
+                    # started to go out: their next requests do not wait behind this read.
+                    await asyncio.sleep(0)
+                    await asyncio.sleep(0)
         finally:
             if client is not None:
                 await client.aclose()
@@ -550,7 +517,7 @@ class Waiter:
         for wait, (status, stored) in zip(waits, states, strict=True):
             if status is None:
                 log.warning("request %s was lost by Redis; publishing it again", wait.request_id)
-                self._publish(wait)
+                self.publisher.publish(wait, self.publisher.payload(wait))
             elif stored is not None and not wait.answer.done():
                 try:
                     answer = self.core.codec.decode_as(stored, Answer)
@@ -587,7 +554,6 @@ class Waiter:
                 reader.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await reader
-        if self._republisher is not None:
-            self._republisher.cancel()
+        self.publisher.close()
         self._deadlines.close()
         self._escalator.close()

@@ -1,0 +1,152 @@
+"""Publishing a wait's request on the Redis broker: its state opened and its entry added
+to the queue's request stream (one script on one server, one per slot on a Cluster), and
+published again, with backoff, while Redis is away.
+
+A plain wait does not hold its encoded request once it is published: it is encoded again
+from the caller's request in the rare case it must be published again (Redis lost it, or
+it was reopened), which gives the same bytes. A wait that signs, checks its answers or is
+durable keeps the encoding (see :class:`~toolnexus.redis_broker._wait.Wait`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from ..errors import BrokerClosed
+from ..models import UNAVAILABLE, Answer, Request
+from ._core import CONNECTION_ERRORS, Backoff, Core, ms
+from ._scripts import OPEN, OPEN_PUBLISH, PUBLISH
+from ._wait import Wait
+from .escalation import record_reached
+
+log = logging.getLogger("toolnexus.redis")
+
+
+class Publisher:
+    """Publishes the requests of one waiter's waits."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self._unpublished: set[Wait] = set()
+        self._republisher: asyncio.Task[None] | None = None
+
+    def as_published(
+        self, request: Request, deadline: float, allow: Sequence[str] | None, reply_to: str
+    ) -> Request:
+        """``request`` as published: with its deadline, reply stream and allow-list."""
+        changes: dict[str, Any] = {"expires_at": deadline, "reply_to": reply_to}
+        if allow is not None:
+            changes["allow"] = list(allow)
+        return msgspec.structs.replace(request, **changes)
+
+    def published(self, wait: Wait) -> Request:
+        """The request of ``wait`` as published (signed if this process signs)."""
+        if wait.payload is not None:
+            return self.core.codec.decode_as(wait.payload, Request)
+        # not kept: this process does not sign, so the request as published is this
+        return self.as_published(wait.asked, wait.expires_at, wait.allow, wait.replies.waiter)
+
+    def payload(self, wait: Wait) -> bytes:
+        """The request of ``wait`` as published, encoded: as kept, or encoded again."""
+        if wait.payload is not None:
+            return wait.payload
+        return self.core.codec.encode(self.published(wait))
+
+    def publish(self, wait: Wait, payload: bytes, again: bool = False) -> None:
+        """Open the request's state and add it (encoded as ``payload``) to the request
+        stream, with everything else sent this turn: in one script on one server, else
+        one per slot. If Redis is away, :meth:`_republish` tries again. A durable request
+        is added only if it never was, unless published ``again`` (reopened)."""
+        core = self.core
+        settings, keys, call = core.settings, core.keys, core.pipeliner
+        replies = wait.replies
+        now_ms = ms(time.time())
+        ttl_ms = max(1, wait.deadline_ms - now_ms) + settings.retention_ms
+        liveness_ms = 0 if replies.durable else settings.liveness_ms
+        # trimmed by age, to the second so that one turn's publishes share a batch
+        min_id = max(0, now_ms - settings.stream_retention_ms) // 1000 * 1000
+        once = int(replies.durable and not again)
+        state = keys.state(replies.waiter, wait.request_id)
+        if core.one_server:
+            added = call.batch(
+                OPEN_PUBLISH,
+                (replies.key, replies.alive_key, keys.requests),
+                (liveness_ms, min_id, replies.waiter),
+                (state, keys.route(wait.request_id)),
+                (wait.deadline_ms, payload, ttl_ms, int(replies.durable), once),
+            )
+            added.add_done_callback(functools.partial(self._on_published, wait, None))
+            return
+        opened = call.batch(
+            OPEN,
+            (replies.key, replies.alive_key),
+            (liveness_ms,),
+            (state,),
+            (wait.deadline_ms, payload, ttl_ms, int(replies.durable)),
+        )
+        added = call.batch(
+            PUBLISH,
+            (keys.requests,),
+            (min_id, replies.waiter),
+            (keys.route(wait.request_id),),
+            (payload, ttl_ms, once),
+        )
+        added.add_done_callback(functools.partial(self._on_published, wait, opened))
+
+    def publish_again(self, wait: Wait) -> None:
+        """Publish ``wait``'s request again after it was reopened (see :meth:`publish`)."""
+        self.publish(wait, self.payload(wait), again=True)
+
+    def _on_published(
+        self, wait: Wait, opened: asyncio.Future[Any] | None, added: asyncio.Future[Any]
+    ) -> None:
+        futures = (added,) if opened is None else (opened, added)
+        errors = [f.exception() for f in futures if f.done() and not f.cancelled()]
+        errors = [e for e in errors if e is not None]
+        if not errors:
+            wait.published = True
+            if not wait.keeps:
+                wait.payload = None  # encoded again if it must be published again
+            entry = added.result()
+            if entry:  # (a durable request published by an earlier wait gives none)
+                wait.entry_id = entry
+                if wait.replies.durable:  # where it is, for the next wait that attaches
+                    reached = wait.escalation.reached if wait.escalation is not None else ()
+                    record_reached(self.core, wait.replies.waiter, wait, reached)
+        elif any(isinstance(e, BrokerClosed) for e in errors):
+            return
+        elif all(isinstance(e, CONNECTION_ERRORS) for e in errors):
+            if not wait.answer.done() and not self.core.closed:
+                self._unpublished.add(wait)
+                if self._republisher is None:
+                    self._republisher = asyncio.get_running_loop().create_task(self._republish())
+        elif not wait.answer.done():  # Redis refuses: this wait cannot be served
+            log.error("publishing %s failed: %s", wait.request_id, errors[0])
+            wait.answer.set_result(Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE))
+
+    async def _republish(self) -> None:
+        """The one task that publishes again what Redis could not take, with backoff."""
+        backoff = Backoff()
+        try:
+            while self._unpublished and not self.core.closed:
+                await backoff.wait("publishing requests", ConnectionError("Redis is away"))
+                waits, self._unpublished = self._unpublished, set()
+                for wait in waits:
+                    if not wait.answer.done():
+                        self.publish(wait, self.payload(wait))
+                with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed):
+                    await self.core.pipeliner.drain()
+        finally:
+            self._republisher = None
+
+    def close(self) -> None:
+        if self._republisher is not None:
+            self._republisher.cancel()
