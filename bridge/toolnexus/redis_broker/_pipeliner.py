@@ -16,6 +16,7 @@ import asyncio
 import logging
 from typing import Any
 
+import redis.asyncio as aioredis
 import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
 
@@ -212,6 +213,8 @@ class Pipeliner:
                 await self._redis.script_load(script.source)
             self._load_scripts = False
         self.round_trips += 1
+        if not isinstance(self._redis, RedisCluster):
+            return await self._execute_on_one_server(self._redis, commands)
         if len(commands) == 1 and self._wait is None:  # no pipeline needed for one command
             try:
                 return [await self._redis.execute_command(*commands[0])]
@@ -225,13 +228,36 @@ class Pipeliner:
             replies: list[Any] = await pipe.execute(raise_on_error=False)
             return replies[: len(commands)]  # without the replies of WAIT
 
+    async def _execute_on_one_server(
+        self, client: aioredis.Redis, commands: list[tuple[Any, ...]]
+    ) -> list[Any]:
+        """The commands written at once on one pooled connection, then every reply read:
+        what a redis-py pipeline does, without building one (which cost about 50 µs of CPU
+        per round trip, as much as the rest of a publish). Replies are as Redis sent them
+        (no response callbacks); an error reply is the exception, in its place. A
+        connection failing or cancelled mid-reply is closed, never reused."""
+        sent = commands if self._wait is None else [*commands, ("WAIT", *self._wait)]
+        pool = client.connection_pool
+        connection = await pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py
+        try:
+            await connection.send_packed_command(connection.pack_commands(sent))
+            replies: list[Any] = []
+            for _ in sent:
+                try:
+                    replies.append(await connection.read_response())
+                except redis.exceptions.ResponseError as exc:
+                    replies.append(exc)
+        except BaseException:
+            await connection.disconnect(nowait=True)
+            raise
+        finally:
+            await pool.release(connection)
+        return replies[: len(commands)]  # without the reply of WAIT
+
     def _add_waits(self, pipe: Any, commands: list[tuple[Any, ...]]) -> None:
-        """A ``WAIT`` after the writes, on each node they went to (WAIT counts the
-        replicas that acknowledged everything this connection wrote before it)."""
-        assert self._wait is not None
-        if not isinstance(self._redis, RedisCluster):
-            pipe.execute_command("WAIT", *self._wait)
-            return
+        """A ``WAIT`` after the writes, on each Cluster node they went to (WAIT counts
+        the replicas that acknowledged everything this connection wrote before it)."""
+        assert self._wait is not None and isinstance(self._redis, RedisCluster)
         nodes = {}
         for command in commands:
             if command[0] == "EVALSHA":

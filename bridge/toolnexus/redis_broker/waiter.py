@@ -240,6 +240,8 @@ class Waiter:
         wait.checked = self._checks(request)
         wait.quorum = request.quorum is not None
         outcome = durable.broker_outcome(request, stored.status)
+        if wait.answer.done():  # the reader took the answer meanwhile
+            return True
         if outcome is not None:
             wait.answer.set_result(outcome)
         elif stored.status != "open" and stored.answer is not None:
@@ -253,7 +255,7 @@ class Waiter:
             except (*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError) as exc:
                 log.error("the votes on %s cannot be read: %s", wait.request_id, exc)
                 return True  # the wait goes on: its deadline takes the outcome from the state
-            if taken is not None:
+            if taken is not None and not wait.answer.done():
                 wait.answer.set_result(taken)
         return True
 
