@@ -7,9 +7,8 @@ that this key answered this request as published: not a copy of another answer,
 not an answer to a spoofed prompt. ``Answer.responder`` becomes the verified key name;
 the person behind a worker (a web login, ``slack:U123``) is a separate signed field.
 
-Signing and verifying run on libsodium (PyNaCl), twice as fast as OpenSSL's Ed25519;
-key files are read and written with ``cryptography``. Ed25519 signatures are
-deterministic (RFC 8032): either library makes the same bytes for a key and a message.
+Signatures are made and checked by libsodium (PyNaCl, twice as fast as OpenSSL), key files
+read and written by ``cryptography``: Ed25519 (RFC 8032) signs the same bytes in either.
 
 Keys are files made by ``toolnexus keygen NAME``: ``NAME.key`` (private, mode 0600)
 and ``NAME.pub`` (one ``NAME <base64 key>`` line). A trusted-keys file is such lines
@@ -59,7 +58,6 @@ _ANSWER_SIGNATURE: Final = b"toolnexus answer signature v1\n"
 _CANONICAL = msgspec.msgpack.Encoder(order="sorted")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]*")
 _RAW_KEY_BYTES = 32
-_SIGNATURE_BYTES = 64
 
 
 def check_key_name(name: str) -> str:
@@ -98,11 +96,8 @@ class SigningKey:
         self.name = check_key_name(name)
         self._private = private_key
         self.public_key = private_key.public_key()
-        seed = private_key.private_bytes(
-            serialization.Encoding.Raw,
-            serialization.PrivateFormat.Raw,
-            serialization.NoEncryption(),
-        )
+        raw = serialization.Encoding.Raw, serialization.PrivateFormat.Raw
+        seed = private_key.private_bytes(*raw, serialization.NoEncryption())
         self._secret = nacl.bindings.crypto_sign_seed_keypair(seed)[1]  # libsodium's form
 
     @classmethod
@@ -160,7 +155,7 @@ class SigningKey:
 
     def sign(self, message: bytes) -> bytes:
         """The Ed25519 signature of ``message``."""
-        return nacl.bindings.crypto_sign(message, self._secret)[:_SIGNATURE_BYTES]
+        return nacl.bindings.crypto_sign(message, self._secret)[: nacl.bindings.crypto_sign_BYTES]
 
     def public_line(self) -> str:
         """``NAME <base64 public key>``: the line a trusted-keys file holds for this key."""
@@ -399,7 +394,7 @@ def sign_request(request: Request, key: SigningKey) -> Request:
 
 
 def _check(public: bytes, sig: bytes, message: bytes, what: str) -> None:
-    if len(sig) != _SIGNATURE_BYTES:
+    if len(sig) != nacl.bindings.crypto_sign_BYTES:
         raise SignatureError(what, "bad signature")
     try:
         nacl.bindings.crypto_sign_open(sig + message, public)
