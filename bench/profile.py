@@ -3,12 +3,14 @@
 For the floor and for toolnexus, sequentially and with many concurrent waits,
 it reports per round trip: wall time, CPU time of the waiting process, of the
 responder process and of redis-server, and the Redis commands sent (from
-``INFO commandstats``). With ``--profiler cprofile`` (pstats dumps plus a text
-summary) or ``--profiler pyinstrument`` (text) it also profiles the toolnexus
-waiter and responder processes into ``--out``. cProfile counts CPU time
-(``time.process_time``): on a machine with fewer cores than busy processes, a
-``send()`` that wakes Redis can be preempted for the whole of Redis's turn, and
-wall-clock profiles then blame the socket for other processes' work.
+``INFO commandstats``). With ``--signed``, the toolnexus runs require Ed25519
+signatures on both sides (the latency case's ``signed`` variant). With
+``--profiler cprofile`` (pstats dumps plus a text summary) or ``--profiler
+pyinstrument`` (text) it also profiles the toolnexus waiter and responder
+processes into ``--out``. cProfile counts CPU time (``time.process_time``): on a
+machine with fewer cores than busy processes, a ``send()`` that wakes Redis can
+be preempted for the whole of Redis's turn, and wall-clock profiles then blame
+the socket for other processes' work.
 """
 
 from __future__ import annotations
@@ -140,7 +142,13 @@ def summarize_pstats(path: Path, top: int = 45) -> str:
 
 
 def run(
-    url: str, n: int, concurrency: int, out: Path, profiler_kind: str, responder: str = "loop"
+    url: str,
+    n: int,
+    concurrency: int,
+    out: Path,
+    profiler_kind: str,
+    responder: str = "loop",
+    signed: bool = False,
 ) -> None:
     results: dict[str, dict[str, Any]] = {}
     flusher = redis.Redis.from_url(url)
@@ -172,15 +180,21 @@ def run(
     # --- toolnexus
     import toolnexus
 
+    keys = tempfile.TemporaryDirectory(prefix="toolnexus-profile-keys-")
+    agent_options, responder_options = tnx.signing_options(keys.name) if signed else ({}, {})
     for mode in ("sequential", f"x{concurrency}"):
         flusher.flushall()
         suffix = {"cprofile": ".prof", "pyinstrument": ".txt"}.get(profiler_kind)
         profile_to = str(out / f"responder-{mode}{suffix}") if suffix else None
-        with tnx.Responder(url, profile_to=profile_to, mode=responder) as tr:
+        with tnx.Responder(
+            url, profile_to=profile_to, mode=responder, signing=responder_options
+        ) as tr:
             probe = Probe(url, tr.proc.pid or 0)
 
             async def tnx_run(mode: str = mode, probe: Probe = probe) -> None:
-                async with toolnexus.connect(url, namespace=tnx.NAMESPACE) as broker:
+                async with toolnexus.connect(
+                    url, namespace=tnx.NAMESPACE, **agent_options
+                ) as broker:
                     round_trip = tnx.round_trip_fn(broker)
                     await _sequential(round_trip, 200)
                     profiler = WaiterProfiler(profiler_kind, out, mode)
@@ -196,6 +210,7 @@ def run(
                     profiler.stop()
 
             asyncio.run(tnx_run())
+    keys.cleanup()
     flusher.close()
     for title, m in results.items():
         _print(title, m)
@@ -219,11 +234,16 @@ def main() -> int:
         default="loop",
         help="how the toolnexus responder answers (see bench.tnx.RESPONDERS)",
     )
+    parser.add_argument(
+        "--signed",
+        action="store_true",
+        help="require Ed25519 signatures on both toolnexus sides (bench.tnx.signing_options)",
+    )
     args = parser.parse_args()
     out: Path = args.out or Path(tempfile.mkdtemp(prefix="toolnexus-profile-"))
     out.mkdir(parents=True, exist_ok=True)
     with RedisServer(Path(tempfile.mkdtemp(prefix="toolnexus-profile-redis-"))) as server:
-        run(server.url, args.n, args.concurrency, out, args.profiler, args.responder)
+        run(server.url, args.n, args.concurrency, out, args.profiler, args.responder, args.signed)
     return 0
 
 

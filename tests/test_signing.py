@@ -28,6 +28,7 @@ from toolnexus import (
     OnExpiry,
     Quorum,
     Request,
+    Signature,
     SignatureError,
     Signatures,
     SigningKey,
@@ -327,6 +328,81 @@ def test_claims_that_the_signature_does_not_back_are_refused() -> None:
 def test_an_answer_is_signed_only_for_its_own_request() -> None:
     with pytest.raises(InvalidAnswer, match="answer id 'req-2' does not match request id 'req-1'"):
         sign_answer(Answer(id="req-2", ok=True), published(), BOT)
+
+
+def test_a_signature_of_the_wrong_length_is_bad() -> None:
+    request = published()
+    assert request.signature is not None
+    for sig in (request.signature.sig[:63], request.signature.sig + b"\0", b""):
+        cut = msgspec.structs.replace(request, signature=Signature(key="agent-7", sig=sig))
+        refused(lambda cut=cut: verify_request(cut, AGENTS), "bad signature")
+
+
+# -- the wire format ---------------------------------------------------------------------
+
+RFC_8032 = [  # RFC 8032 section 7.1, tests 1 and 2: secret key, public key, message, signature
+    (
+        "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
+        "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+        "",
+        "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e06522490155"
+        "5fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b",
+    ),
+    (
+        "4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb",
+        "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c",
+        "72",
+        "92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da"
+        "085ac1e43e15996e458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00",
+    ),
+]
+
+
+@pytest.mark.parametrize(("secret", "public", "message", "signature"), RFC_8032)
+def test_keys_sign_as_rfc_8032_says(secret: str, public: str, message: str, signature: str) -> None:
+    key = SigningKey("rfc", Ed25519PrivateKey.from_private_bytes(bytes.fromhex(secret)))
+    assert raw_public(key).hex() == public
+    assert key.sign(bytes.fromhex(message)).hex() == signature
+
+
+@given(message=st.binary(max_size=300))
+def test_a_key_signs_exactly_as_openssl_does(message: bytes) -> None:
+    private = Ed25519PrivateKey.generate()
+    assert SigningKey("k", private).sign(message) == private.sign(message)
+
+
+def test_requests_and_answers_signed_with_openssl_verify() -> None:
+    """The documented messages, signed by ``cryptography`` (OpenSSL), as before."""
+    agent, bot = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    keys = Keyring({"agent-7": agent.public_key(), "ops-bot": bot.public_key()})
+    request = Request(id="req-1", kind="input", prompt="Deploy?", expires_at=1.9e9, reply_to="w-1")
+    digest = request_digest(request)
+    sig = agent.sign(b"toolnexus request signature v1\n" + digest)
+    request = msgspec.structs.replace(request, signature=Signature(key="agent-7", sig=sig))
+    assert verify_request(request, keys) == "agent-7"
+    fields = {
+        "id": "req-1",
+        "ok": True,
+        "data": {"n": 1},
+        "reason": None,
+        "person": "slack:U1",
+        "answered_at": 1.9e9 + 1,
+        "request": digest,
+        "key": "ops-bot",
+    }
+    message = b"toolnexus answer signature v1\n" + msgspec.msgpack.Encoder(order="sorted").encode(
+        fields
+    )
+    answer = Answer(
+        id="req-1",
+        ok=True,
+        data={"n": 1},
+        person="slack:U1",
+        answered_at=1.9e9 + 1,
+        signature=Signature(key="ops-bot", sig=bot.sign(message), digest=digest),
+    )
+    assert verify_answer(answer, request, keys) == "ops-bot"
+    assert sign_answer(answer, request, SigningKey("ops-bot", bot)).signature == answer.signature
 
 
 json_values = st.recursive(
