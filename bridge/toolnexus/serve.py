@@ -44,9 +44,10 @@ from .errors import (
     NotResolved,
     ToolnexusError,
 )
-from .models import Answer, Event, EventType, Request
+from .models import Answer, Event, EventType
 from .outcomes import expired_answer
-from .tracing import responder_span
+from .timers import Timers
+from .tracing import responder_span, wants_span
 
 log = logging.getLogger("toolnexus.serve")
 
@@ -138,7 +139,6 @@ class _Shown(Pending):
         self.inner = inner
         self.service = service
         self.task: asyncio.Task[None] | None = None
-        self.expiry: asyncio.TimerHandle | None = None
 
     async def answer(self, answer: Answer) -> Event | None:
         counters = self.service._counters
@@ -200,6 +200,7 @@ class Service:
         self.drain_s = drain_s
         self._counters = _Counters()
         self._shown: dict[str, _Shown] = {}
+        self._deadlines: Timers[_Shown] = Timers(self._expired, self._ended)
         self._recent: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()  # show() calls running
         self._endings: set[asyncio.Task[None]] = set()  # gone() calls running
@@ -316,8 +317,7 @@ class Service:
         self._counters.shown += 1
         loop = asyncio.get_running_loop()
         if request.expires_at is not None:
-            delay_s = max(0.0, request.expires_at - time.time())
-            shown.expiry = loop.call_later(delay_s, self._expired, request)
+            self._deadlines.add(loop.time() + max(0.0, request.expires_at - time.time()), shown)
         shown.task = task = loop.create_task(self._show(shown), name=f"show-{request.id}")
         self._tasks.add(task)
         task.add_done_callback(self._shown_done)
@@ -328,8 +328,12 @@ class Service:
 
     async def _show(self, shown: _Shown) -> None:
         try:
-            with responder_span(shown.request):
-                await self.worker.show(shown)
+            showing = self.worker.show(shown)
+            if wants_span(shown.request):
+                with responder_span(shown.request):
+                    await showing
+            else:
+                await showing
         except asyncio.CancelledError:
             raise
         except (InvalidAnswer, NotResolved) as exc:  # counted as refused when it was raised
@@ -356,15 +360,18 @@ class Service:
         if self._shown.get(shown.request.id) is not shown:
             return False
         del self._shown[shown.request.id]
-        if shown.expiry is not None:
-            shown.expiry.cancel()
         if remember:
             self._remember(shown.request.id)
         return True
 
-    def _expired(self, request: Request) -> None:
-        """``request`` reached its deadline while shown: gone with the outcome its waiter
+    def _ended(self, shown: _Shown) -> bool:
+        """Whether ``shown`` is no longer shown (its deadline no longer matters)."""
+        return self._shown.get(shown.request.id) is not shown
+
+    def _expired(self, shown: _Shown) -> None:
+        """``shown`` reached its deadline while shown: gone with the outcome its waiter
         gets (a default on expiry told as such, SPEC §14)."""
+        request = shown.request
         answer = expired_answer(request)
         self._resolved(request.id, Event(event="expired", id=request.id, answer=answer))
 
@@ -379,8 +386,6 @@ class Service:
         shown = self._shown.pop(request_id, None)
         if shown is None:
             return
-        if shown.expiry is not None:
-            shown.expiry.cancel()
         task = asyncio.get_running_loop().create_task(self._end(shown, event, by))
         self._endings.add(task)
         task.add_done_callback(self._endings.discard)
@@ -511,9 +516,7 @@ class Service:
             await asyncio.wait(set(self._endings), timeout=self.drain_s + 1)
             for task in list(self._endings):
                 task.cancel()
-        for shown in self._shown.values():
-            if shown.expiry is not None:
-                shown.expiry.cancel()
+        self._deadlines.close()
         self._shown.clear()  # unanswered: closing the responder hands them back to the group
         await _quietly(responder.aclose(), "closing the responder")
         if self.consumer is not None:
