@@ -49,8 +49,9 @@ class RedisPending(Pending):
     def __init__(self, responder: RedisResponder, request: Request, entry_id: str) -> None:
         self.request = request
         self.entry_id = entry_id
-        self.responder_name = f"{responder.group}/{responder.consumer}"
+        self.responder_name = responder.name
         self._responder = responder
+        self._queued = True  # in the responder's ready queue, not yet delivered
 
     async def answer(self, answer: Answer) -> Event | None:
         return await self._responder.answer(self, answer)
@@ -71,6 +72,7 @@ class RedisResponder(Responder):
     ) -> None:
         self.core, self.group, self.consumer, self.count = core, group, consumer, count
         self.until_idle = until_idle
+        self.name = f"{group}/{consumer}"
         self.dead_lettered = 0
         self._stream = core.keys.requests
         self._held: dict[str, RedisPending] = {}
@@ -87,7 +89,9 @@ class RedisResponder(Responder):
         backoff = Backoff()
         while not self._closed and not self.core.closed:
             if self._ready:
-                return self._ready.popleft()
+                pending = self._ready.popleft()
+                pending._queued = False
+                return pending
             if self._idle and self.until_idle:
                 break
             try:
@@ -230,7 +234,7 @@ class RedisResponder(Responder):
         if not request.allow:
             return True
         key = self.core.signatures.key
-        me = key.name if key is not None else f"{self.group}/{self.consumer}"
+        me = key.name if key is not None else self.name
         return any(":" in entry for entry in request.allow) or allowed(request.allow, me, None)
 
     async def _states(self, requests: list[Request]) -> list[tuple[bytes | None, bool]]:
@@ -295,8 +299,10 @@ class RedisResponder(Responder):
     def _forget(self, pending: RedisPending) -> None:
         if self._held.get(pending.request.id) is pending:
             del self._held[pending.request.id]
-        with contextlib.suppress(ValueError):
-            self._ready.remove(pending)
+        if pending._queued:  # rare: most are delivered before they are let go
+            pending._queued = False
+            with contextlib.suppress(ValueError):  # cleared by aclose()
+                self._ready.remove(pending)
 
     def release(self, pending: RedisPending) -> None:
         """Stop holding ``pending`` (resolved or skipped) and acknowledge its entry."""
