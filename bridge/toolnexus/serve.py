@@ -204,7 +204,8 @@ class Service:
         self._recent: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()  # show() calls running
         self._endings: set[asyncio.Task[None]] = set()  # gone() calls running
-        self._slots = asyncio.Semaphore(concurrency)
+        self._free = concurrency  # how many more show() calls may start now
+        self._freed: asyncio.Future[None] | None = None  # the reader waits for a free one
         self._stopping = asyncio.Event()
         self._stops = 0
         self._running = False
@@ -292,23 +293,21 @@ class Service:
                 await reading
 
     async def _read(self, responder: Responder) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            await self._slots.acquire()
+            while not self._free:  # ``concurrency`` show() calls run: wait for one to end
+                self._freed = loop.create_future()
+                await self._freed
             try:
                 pending = await anext(responder)
             except StopAsyncIteration:
-                self._slots.release()
                 return
-            except BaseException:
-                self._slots.release()
-                raise
             self._admit(pending)
 
     def _admit(self, inner: Pending) -> None:
         request = inner.request
         if request.id in self._recent or request.id in self._shown:
             # resolved before it reached us, or delivered again while shown
-            self._slots.release()
             if request.id in self._recent:
                 self._release_quietly(inner)
             return
@@ -319,12 +318,16 @@ class Service:
         if request.expires_at is not None:
             self._deadlines.add(loop.time() + max(0.0, request.expires_at - time.time()), shown)
         shown.task = task = loop.create_task(self._show(shown), name=f"show-{request.id}")
+        self._free -= 1
         self._tasks.add(task)
         task.add_done_callback(self._shown_done)
 
     def _shown_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._slots.release()
+        self._free += 1
+        freed, self._freed = self._freed, None
+        if freed is not None and not freed.done():
+            freed.set_result(None)
 
     async def _show(self, shown: _Shown) -> None:
         try:

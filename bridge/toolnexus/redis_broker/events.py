@@ -39,6 +39,12 @@ class RedisEvents(EventStream):
         self._closed = False
 
     async def __anext__(self) -> Event:
+        if not self._buffer:
+            await self._fill()
+        return self._buffer.popleft()
+
+    async def _fill(self) -> None:
+        """Read until there are events to return; StopAsyncIteration once closed."""
         core = self._core
         backoff = Backoff()
         while not self._buffer:
@@ -66,15 +72,16 @@ class RedisEvents(EventStream):
             for _stream, entries in reply or ():
                 self._busy = 0 < len(entries) < READ_COUNT
                 for entry_id, fields in entries:
-                    self._last_id = text(entry_id)
                     try:
                         payload = fields.get(b"e")
                         if payload is None:
                             raise DecodeError("the entry has no 'e' field holding an event")
                         self._buffer.append(core.codec.decode_as(payload, Event))
                     except DecodeError as exc:
-                        core.move_to_dead_letters(core.keys.events, self._last_id, fields, str(exc))
-        return self._buffer.popleft()
+                        dead = text(entry_id)
+                        core.move_to_dead_letters(core.keys.events, dead, fields, str(exc))
+                if entries:
+                    self._last_id = text(entries[-1][0])
 
     async def aclose(self) -> None:
         self._closed = True

@@ -86,7 +86,7 @@ class RedisResponder(Responder):
     # -- delivering ---------------------------------------------------------------
 
     async def __anext__(self) -> RedisPending:
-        backoff = Backoff()
+        backoff: Backoff | None = None
         while not self._closed and not self.core.closed:
             if self._ready:
                 pending = self._ready.popleft()
@@ -102,7 +102,7 @@ class RedisResponder(Responder):
                     loop = asyncio.get_running_loop()
                     self._tasks = [loop.create_task(self._renew()), loop.create_task(self._sweep())]
                 await self._read()
-                backoff.reset()
+                backoff = None  # it worked: a failure from now on starts the backoff again
             except BrokerClosed:
                 break
             except redis.exceptions.ResponseError as exc:
@@ -110,12 +110,14 @@ class RedisResponder(Responder):
                     await self._drop_client()
                     continue
                 log.error("responder %s/%s: %s; retrying", self.group, self.consumer, exc)
+                backoff = backoff or Backoff()
                 await backoff.wait(f"responder {self.group}/{self.consumer}", exc)
             except Exception as exc:  # a lost connection, a timeout, anything: never die
                 if not isinstance(exc, CONNECTION_ERRORS):
                     log.exception("responder %s/%s failed; retrying", self.group, self.consumer)
                 self._backlog_from = "0"
                 await self._drop_client()
+                backoff = backoff or Backoff()
                 await backoff.wait(f"responder {self.group}/{self.consumer}", exc)
         raise StopAsyncIteration
 
