@@ -293,15 +293,18 @@ class Service:
                 await reading
 
     async def _read(self, responder: Responder) -> None:
+        """Admit what ``responder`` delivers, one whenever fewer than ``concurrency``
+        show() calls run. The next delivery is taken before a slot is free, so that
+        reading the next batch overlaps the answers of this one."""
         loop = asyncio.get_running_loop()
         while True:
-            while not self._free:  # ``concurrency`` show() calls run: wait for one to end
-                self._freed = loop.create_future()
-                await self._freed
             try:
                 pending = await anext(responder)
             except StopAsyncIteration:
                 return
+            while not self._free:  # ``concurrency`` show() calls run: wait for one to end
+                self._freed = loop.create_future()
+                await self._freed
             self._admit(pending)
 
     def _admit(self, inner: Pending) -> None:
