@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections import deque
@@ -266,16 +265,16 @@ class RedisResponder(Responder):
         # one round trip per answer instead of two (see settle_resolved). A quorum's votes
         # are settled after.
         behind: list[asyncio.Future[Any]] = []
-        settle = functools.partial(
-            core.settle_resolved, waiter_of(request), request.id, self.group, entry
-        )
+
+        def settle() -> None:
+            behind.append(core.settle_resolved(waiter_of(request), request.id, self.group, entry))
+
         together = core.one_server and request.quorum is None
         try:
             with boundary(f"answering {request.id}"):
                 progress = await resolve_answer(
-                    core, request, checked, payload, entry,
-                    (lambda: behind.append(settle())) if together else None,
-                )  # fmt: skip
+                    core, request, checked, payload, entry, settle if together else None
+                )
         except BrokerUnavailable:
             self._hand_back(pending)
             raise
