@@ -44,7 +44,7 @@ from .errors import (
     NotResolved,
     ToolnexusError,
 )
-from .models import Answer, Event, EventType
+from .models import Answer, Event, EventType, Request
 from .outcomes import expired_answer
 from .timers import Timers
 from .tracing import responder_span, wants_span
@@ -61,6 +61,10 @@ _REASON_EVENTS: dict[str, EventType] = {
     "withdrawn": "withdrawn",
 }
 _RECENT = 10_000  # how many resolved ids are remembered, for deliveries that lag their event
+_PROVIDER_CHECK_S = 0.01
+"""How long an answer to "is a tracer provider set?" is kept: OpenTelemetry's costs ~1 µs
+(it looks at ``os.environ`` every time), asked for every request. A provider set while
+serving applies to the show() calls started from at most this much later."""
 
 
 def approvals_line(event: Event) -> str:
@@ -206,6 +210,8 @@ class Service:
         self._endings: set[asyncio.Task[None]] = set()  # gone() calls running
         self._free = concurrency  # how many more show() calls may start now
         self._freed: asyncio.Future[None] | None = None  # the reader waits for a free one
+        self._provider_set = False  # a tracer provider is set: see _traced
+        self._provider_checked = -_PROVIDER_CHECK_S  # when, on the loop's clock
         self._stopping = asyncio.Event()
         self._stops = 0
         self._running = False
@@ -332,10 +338,22 @@ class Service:
         if freed is not None and not freed.done():
             freed.set_result(None)
 
+    def _traced(self, request: Request) -> bool:
+        """Whether ``request``'s show() runs in a span (:func:`~toolnexus.tracing.wants_span`),
+        asking whether a tracer provider is set at most every ``_PROVIDER_CHECK_S``; once
+        set it stays set (OpenTelemetry sets it once)."""
+        if request.trace is not None or self._provider_set:
+            return wants_span(request)
+        now = asyncio.get_running_loop().time()
+        if now - self._provider_checked >= _PROVIDER_CHECK_S:
+            self._provider_checked = now
+            self._provider_set = wants_span(request)
+        return self._provider_set
+
     async def _show(self, shown: _Shown) -> None:
         try:
             showing = self.worker.show(shown)
-            if wants_span(shown.request):
+            if self._traced(shown.request):
                 with responder_span(shown.request):
                     await showing
             else:
