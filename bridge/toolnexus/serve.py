@@ -61,10 +61,7 @@ _REASON_EVENTS: dict[str, EventType] = {
     "withdrawn": "withdrawn",
 }
 _RECENT = 10_000  # how many resolved ids are remembered, for deliveries that lag their event
-_PROVIDER_CHECK_S = 0.01
-"""How long an answer to "is a tracer provider set?" is kept: OpenTelemetry's costs ~1 µs
-(it looks at ``os.environ`` every time), asked for every request. A provider set while
-serving applies to the show() calls started from at most this much later."""
+_PROVIDER_CHECK_S = 0.01  # "is a tracer provider set?" is asked this often, not per request
 
 
 def approvals_line(event: Event) -> str:
@@ -299,9 +296,8 @@ class Service:
                 await reading
 
     async def _read(self, responder: Responder) -> None:
-        """Admit what ``responder`` delivers, one whenever fewer than ``concurrency``
-        show() calls run. The next delivery is taken before a slot is free, so that
-        reading the next batch overlaps the answers of this one."""
+        """Admit each delivery once fewer than ``concurrency`` show() calls run; taken
+        before a slot is free, so that reading the next batch overlaps these answers."""
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -339,9 +335,10 @@ class Service:
             freed.set_result(None)
 
     def _traced(self, request: Request) -> bool:
-        """Whether ``request``'s show() runs in a span (:func:`~toolnexus.tracing.wants_span`),
-        asking whether a tracer provider is set at most every ``_PROVIDER_CHECK_S``; once
-        set it stays set (OpenTelemetry sets it once)."""
+        """Whether ``request``'s show() runs in a span (:func:`~toolnexus.tracing.wants_span`).
+        OpenTelemetry's "is a provider set?" reads ``os.environ`` (~1 µs), so it is asked at
+        most every ``_PROVIDER_CHECK_S``: a provider set while serving applies to the show()
+        calls started from 10 ms later. Once set it stays set (OpenTelemetry sets it once)."""
         if request.trace is not None or self._provider_set:
             return wants_span(request)
         now = asyncio.get_running_loop().time()
