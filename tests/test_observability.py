@@ -203,6 +203,42 @@ def test_without_a_provider_or_a_trace_a_show_opens_no_span() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+def test_a_provider_set_while_serving_traces_the_shows_after_it() -> None:
+    # In a process of its own: the first show runs with no provider set in the process.
+    code = """
+import asyncio
+import toolnexus
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from toolnexus.models import Request, new_id
+
+spans = []
+
+async def show(pending):
+    spans.append(trace.get_current_span().get_span_context().is_valid)
+    await pending.accept()
+
+async def main():
+    async with toolnexus.connect("memory://") as broker:
+        service = toolnexus.Service(broker, show)
+        running = asyncio.create_task(service.run())
+        await broker.wait_for(Request(id=new_id(), kind="approval"), timeout_s=20)
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+        trace.set_tracer_provider(provider)
+        await asyncio.sleep(0.05)
+        await broker.wait_for(Request(id=new_id(), kind="approval"), timeout_s=20)
+        service.stop()
+        await running
+    assert spans == [False, True], spans
+
+asyncio.run(main())
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 def test_without_a_span_the_request_is_unchanged() -> None:
     request = Request(id=new_id(), kind="approval")
     assert inject(request) is request

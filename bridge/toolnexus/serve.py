@@ -46,7 +46,8 @@ from .errors import (
 )
 from .models import Answer, Event, EventType, Request
 from .outcomes import expired_answer
-from .tracing import responder_span
+from .timers import Timers
+from .tracing import responder_span, wants_span
 
 log = logging.getLogger("toolnexus.serve")
 
@@ -60,6 +61,7 @@ _REASON_EVENTS: dict[str, EventType] = {
     "withdrawn": "withdrawn",
 }
 _RECENT = 10_000  # how many resolved ids are remembered, for deliveries that lag their event
+_PROVIDER_CHECK_S = 0.01  # "is a tracer provider set?" is asked this often, not per request
 
 
 def approvals_line(event: Event) -> str:
@@ -138,7 +140,6 @@ class _Shown(Pending):
         self.inner = inner
         self.service = service
         self.task: asyncio.Task[None] | None = None
-        self.expiry: asyncio.TimerHandle | None = None
 
     async def answer(self, answer: Answer) -> Event | None:
         counters = self.service._counters
@@ -200,10 +201,14 @@ class Service:
         self.drain_s = drain_s
         self._counters = _Counters()
         self._shown: dict[str, _Shown] = {}
+        self._deadlines: Timers[_Shown] = Timers(self._expired, self._ended)
         self._recent: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()  # show() calls running
         self._endings: set[asyncio.Task[None]] = set()  # gone() calls running
-        self._slots = asyncio.Semaphore(concurrency)
+        self._free = concurrency  # how many more show() calls may start now
+        self._freed: asyncio.Future[None] | None = None  # the reader waits for a free one
+        self._provider_set = False  # a tracer provider is set: see _traced
+        self._provider_checked = -_PROVIDER_CHECK_S  # when, on the loop's clock
         self._stopping = asyncio.Event()
         self._stops = 0
         self._running = False
@@ -291,23 +296,23 @@ class Service:
                 await reading
 
     async def _read(self, responder: Responder) -> None:
+        """Admit each delivery once fewer than ``concurrency`` show() calls run; taken
+        before a slot is free, so that reading the next batch overlaps these answers."""
+        loop = asyncio.get_running_loop()
         while True:
-            await self._slots.acquire()
             try:
                 pending = await anext(responder)
             except StopAsyncIteration:
-                self._slots.release()
                 return
-            except BaseException:
-                self._slots.release()
-                raise
+            while not self._free:  # ``concurrency`` show() calls run: wait for one to end
+                self._freed = loop.create_future()
+                await self._freed
             self._admit(pending)
 
     def _admit(self, inner: Pending) -> None:
         request = inner.request
         if request.id in self._recent or request.id in self._shown:
             # resolved before it reached us, or delivered again while shown
-            self._slots.release()
             if request.id in self._recent:
                 self._release_quietly(inner)
             return
@@ -316,20 +321,40 @@ class Service:
         self._counters.shown += 1
         loop = asyncio.get_running_loop()
         if request.expires_at is not None:
-            delay_s = max(0.0, request.expires_at - time.time())
-            shown.expiry = loop.call_later(delay_s, self._expired, request)
+            self._deadlines.add(loop.time() + max(0.0, request.expires_at - time.time()), shown)
         shown.task = task = loop.create_task(self._show(shown), name=f"show-{request.id}")
+        self._free -= 1
         self._tasks.add(task)
         task.add_done_callback(self._shown_done)
 
     def _shown_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._slots.release()
+        self._free += 1
+        freed, self._freed = self._freed, None
+        if freed is not None and not freed.done():
+            freed.set_result(None)
+
+    def _traced(self, request: Request) -> bool:
+        """Whether ``request``'s show() runs in a span (:func:`~toolnexus.tracing.wants_span`).
+        OpenTelemetry's "is a provider set?" reads ``os.environ`` (~1 µs), so it is asked at
+        most every ``_PROVIDER_CHECK_S``: a provider set while serving applies to the show()
+        calls started from 10 ms later. Once set it stays set (OpenTelemetry sets it once)."""
+        if request.trace is not None or self._provider_set:
+            return wants_span(request)
+        now = asyncio.get_running_loop().time()
+        if now - self._provider_checked >= _PROVIDER_CHECK_S:
+            self._provider_checked = now
+            self._provider_set = wants_span(request)
+        return self._provider_set
 
     async def _show(self, shown: _Shown) -> None:
         try:
-            with responder_span(shown.request):
-                await self.worker.show(shown)
+            showing = self.worker.show(shown)
+            if self._traced(shown.request):
+                with responder_span(shown.request):
+                    await showing
+            else:
+                await showing
         except asyncio.CancelledError:
             raise
         except (InvalidAnswer, NotResolved) as exc:  # counted as refused when it was raised
@@ -356,15 +381,18 @@ class Service:
         if self._shown.get(shown.request.id) is not shown:
             return False
         del self._shown[shown.request.id]
-        if shown.expiry is not None:
-            shown.expiry.cancel()
         if remember:
             self._remember(shown.request.id)
         return True
 
-    def _expired(self, request: Request) -> None:
-        """``request`` reached its deadline while shown: gone with the outcome its waiter
+    def _ended(self, shown: _Shown) -> bool:
+        """Whether ``shown`` is no longer shown (its deadline no longer matters)."""
+        return self._shown.get(shown.request.id) is not shown
+
+    def _expired(self, shown: _Shown) -> None:
+        """``shown`` reached its deadline while shown: gone with the outcome its waiter
         gets (a default on expiry told as such, SPEC §14)."""
+        request = shown.request
         answer = expired_answer(request)
         self._resolved(request.id, Event(event="expired", id=request.id, answer=answer))
 
@@ -379,8 +407,6 @@ class Service:
         shown = self._shown.pop(request_id, None)
         if shown is None:
             return
-        if shown.expiry is not None:
-            shown.expiry.cancel()
         task = asyncio.get_running_loop().create_task(self._end(shown, event, by))
         self._endings.add(task)
         task.add_done_callback(self._endings.discard)
@@ -511,9 +537,7 @@ class Service:
             await asyncio.wait(set(self._endings), timeout=self.drain_s + 1)
             for task in list(self._endings):
                 task.cancel()
-        for shown in self._shown.values():
-            if shown.expiry is not None:
-                shown.expiry.cancel()
+        self._deadlines.close()
         self._shown.clear()  # unanswered: closing the responder hands them back to the group
         await _quietly(responder.aclose(), "closing the responder")
         if self.consumer is not None:

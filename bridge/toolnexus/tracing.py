@@ -57,16 +57,28 @@ def traced(wait_for: WaitFor, *, name: str = "toolnexus.wait_for") -> WaitFor:
     return wait
 
 
+def wants_span(request: Request) -> bool:
+    """Whether :func:`responder_span` opens a span for ``request``: tracing is installed,
+    and ``request`` carries a trace or a tracer provider is set.
+
+    A responder asks it of every request before it enters ``responder_span``, a
+    generator that costs more than this check. Whether a provider is set is asked of
+    OpenTelemetry each time (one may be set at any moment; it offers no cheaper public
+    way to know)."""
+    return ENABLED and (
+        request.trace is not None
+        or not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    )
+
+
 @contextlib.contextmanager
 def responder_span(request: Request, name: str = "toolnexus.show") -> Iterator[Any]:
     """A span ``name`` whose parent is the span context ``request.trace`` carries.
 
     Nothing at all (``None``) for a request that carries no trace while no tracer
-    provider is set: there is no span to record and no context to pass on, and the
-    no-op span cost ~60 µs of every ``show()``."""
-    if not ENABLED or (
-        request.trace is None and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-    ):
+    provider is set (see :func:`wants_span`): there is no span to record and no context
+    to pass on, and the no-op span cost ~60 µs of every ``show()``."""
+    if not wants_span(request):
         yield None
         return
     parent = propagate.extract(request.trace or {})

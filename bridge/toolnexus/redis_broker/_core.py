@@ -1,7 +1,7 @@
 """What the waiter side and the responder side of the Redis broker share: settings,
 connections, the pipeliner, and the steps both take (resolve, settle, dead-letter).
 
-Errors of redis-py and the OS stay inside: :func:`boundary` turns them into
+Errors of redis-py and the OS stay inside: :class:`boundary` turns them into
 :class:`~toolnexus.BrokerUnavailable` where a public call returns.
 """
 
@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -148,15 +148,26 @@ def text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-@contextlib.contextmanager
-def boundary(what: str) -> Iterator[None]:
-    """Where a public call returns: redis-py and OS errors become ``BrokerUnavailable``."""
-    try:
-        yield
-    except ToolnexusError:
-        raise
-    except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
-        raise BrokerUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
+_REDIS_FAULTS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError)
+
+
+class boundary:  # a class, not a generator: it is entered for every answer
+    """``with boundary(what):`` where a public call returns: redis-py and OS errors
+    become ``BrokerUnavailable``."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if isinstance(exc, _REDIS_FAULTS) and not isinstance(exc, ToolnexusError):
+            raise BrokerUnavailable(f"{self.what}: {type(exc).__name__}: {exc}") from exc
 
 
 async def run_to_completion(coro: Coroutine[Any, Any, None]) -> None:

@@ -50,7 +50,7 @@ async def resolve_answer(
         BrokerUnavailable: Redis stayed unreachable; the answer did not get through.
     """
     waiter = waiter_of(request)
-    backoff = Backoff(cap_s=0.5)
+    backoff: Backoff | None = None  # made on the first failure: most answers have none
     give_up = time.monotonic() + core.settings.answer_patience_s
     progress: Event | None = None
     while True:
@@ -68,6 +68,7 @@ async def resolve_answer(
                 raise BrokerUnavailable(
                     f"answering {request.id}: Redis unreachable: {type(exc).__name__}: {exc}"
                 ) from exc
+            backoff = backoff or Backoff(cap_s=0.5)
             await backoff.wait(f"answering {request.id}", exc)
     if outcome == "ok":
         return None

@@ -28,9 +28,9 @@ import redis.exceptions
 from ..errors import BrokerClosed
 from ..keys import Keys, name_problem
 from ..models import Event, Hop, Request
+from ..timers import Timers
 from ._core import CONNECTION_ERRORS, Core, ms, text
 from ._scripts import PUBLISH, REACHED
-from ._timers import Timers
 
 log = logging.getLogger("toolnexus.redis")
 

@@ -15,6 +15,14 @@ from ..models import Event
 from ._connections import Client
 from ._core import Backoff, Core, ms, run_to_completion, text
 
+READ_COUNT = 1000
+"""Events read at most by one ``XREAD``."""
+
+GATHER_S = 0.01
+"""After a read that found events but fewer than ``READ_COUNT``, how long the next read
+waits for more to arrive: a busy stream (one event per answer) is read in batches, not
+a few events per ``XREAD``. The first event after a quiet spell is read at once."""
+
 
 class RedisEvents(EventStream):
     """Follows the events stream from the moment it was created; unreadable events are
@@ -27,21 +35,32 @@ class RedisEvents(EventStream):
         self._last_id = f"{ms(time.time()) - 1}-18446744073709551615"
         self._client: Client | None = None
         self._buffer: deque[Event] = deque()
+        self._busy = False  # the last read found events: the next one gathers first
         self._closed = False
 
     async def __anext__(self) -> Event:
+        if not self._buffer:
+            await self._fill()
+        return self._buffer.popleft()
+
+    async def _fill(self) -> None:
+        """Read until there are events to return; StopAsyncIteration once closed."""
         core = self._core
         backoff = Backoff()
         while not self._buffer:
             if self._closed or core.closed:
                 raise StopAsyncIteration
+            if self._busy:
+                self._busy = False
+                await asyncio.sleep(GATHER_S)
+                continue
             if self._client is None:
                 self._client = core.blocking_client()
             block_ms = core.settings.block_ms
             try:
                 async with asyncio.timeout(core.read_timeout_s(block_ms)):
                     reply: Any = await self._client.xread(
-                        {core.keys.events: self._last_id}, count=100, block=block_ms
+                        {core.keys.events: self._last_id}, count=READ_COUNT, block=block_ms
                     )
                 backoff.reset()
             except Exception as exc:  # a lost connection, a timeout, WRONGTYPE: never die
@@ -51,16 +70,18 @@ class RedisEvents(EventStream):
                 await backoff.wait("reading events", exc)
                 continue
             for _stream, entries in reply or ():
+                self._busy = 0 < len(entries) < READ_COUNT
                 for entry_id, fields in entries:
-                    self._last_id = text(entry_id)
                     try:
                         payload = fields.get(b"e")
                         if payload is None:
                             raise DecodeError("the entry has no 'e' field holding an event")
                         self._buffer.append(core.codec.decode_as(payload, Event))
                     except DecodeError as exc:
-                        core.move_to_dead_letters(core.keys.events, self._last_id, fields, str(exc))
-        return self._buffer.popleft()
+                        dead = text(entry_id)
+                        core.move_to_dead_letters(core.keys.events, dead, fields, str(exc))
+                if entries:
+                    self._last_id = text(entries[-1][0])
 
     async def aclose(self) -> None:
         self._closed = True

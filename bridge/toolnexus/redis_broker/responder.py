@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections import deque
@@ -49,8 +48,9 @@ class RedisPending(Pending):
     def __init__(self, responder: RedisResponder, request: Request, entry_id: str) -> None:
         self.request = request
         self.entry_id = entry_id
-        self.responder_name = f"{responder.group}/{responder.consumer}"
+        self.responder_name = responder.name
         self._responder = responder
+        self._queued = True  # in the responder's ready queue, not yet delivered
 
     async def answer(self, answer: Answer) -> Event | None:
         return await self._responder.answer(self, answer)
@@ -71,6 +71,7 @@ class RedisResponder(Responder):
     ) -> None:
         self.core, self.group, self.consumer, self.count = core, group, consumer, count
         self.until_idle = until_idle
+        self.name = f"{group}/{consumer}"
         self.dead_lettered = 0
         self._stream = core.keys.requests
         self._held: dict[str, RedisPending] = {}
@@ -84,10 +85,12 @@ class RedisResponder(Responder):
     # -- delivering ---------------------------------------------------------------
 
     async def __anext__(self) -> RedisPending:
-        backoff = Backoff()
+        backoff: Backoff | None = None
         while not self._closed and not self.core.closed:
             if self._ready:
-                return self._ready.popleft()
+                pending = self._ready.popleft()
+                pending._queued = False
+                return pending
             if self._idle and self.until_idle:
                 break
             try:
@@ -98,7 +101,7 @@ class RedisResponder(Responder):
                     loop = asyncio.get_running_loop()
                     self._tasks = [loop.create_task(self._renew()), loop.create_task(self._sweep())]
                 await self._read()
-                backoff.reset()
+                backoff = None  # it worked: a failure from now on starts the backoff again
             except BrokerClosed:
                 break
             except redis.exceptions.ResponseError as exc:
@@ -106,12 +109,14 @@ class RedisResponder(Responder):
                     await self._drop_client()
                     continue
                 log.error("responder %s/%s: %s; retrying", self.group, self.consumer, exc)
+                backoff = backoff or Backoff()
                 await backoff.wait(f"responder {self.group}/{self.consumer}", exc)
             except Exception as exc:  # a lost connection, a timeout, anything: never die
                 if not isinstance(exc, CONNECTION_ERRORS):
                     log.exception("responder %s/%s failed; retrying", self.group, self.consumer)
                 self._backlog_from = "0"
                 await self._drop_client()
+                backoff = backoff or Backoff()
                 await backoff.wait(f"responder {self.group}/{self.consumer}", exc)
         raise StopAsyncIteration
 
@@ -230,7 +235,7 @@ class RedisResponder(Responder):
         if not request.allow:
             return True
         key = self.core.signatures.key
-        me = key.name if key is not None else f"{self.group}/{self.consumer}"
+        me = key.name if key is not None else self.name
         return any(":" in entry for entry in request.allow) or allowed(request.allow, me, None)
 
     async def _states(self, requests: list[Request]) -> list[tuple[bytes | None, bool]]:
@@ -260,16 +265,16 @@ class RedisResponder(Responder):
         # one round trip per answer instead of two (see settle_resolved). A quorum's votes
         # are settled after.
         behind: list[asyncio.Future[Any]] = []
-        settle = functools.partial(
-            core.settle_resolved, waiter_of(request), request.id, self.group, entry
-        )
+
+        def settle() -> None:
+            behind.append(core.settle_resolved(waiter_of(request), request.id, self.group, entry))
+
         together = core.one_server and request.quorum is None
         try:
             with boundary(f"answering {request.id}"):
                 progress = await resolve_answer(
-                    core, request, checked, payload, entry,
-                    (lambda: behind.append(settle())) if together else None,
-                )  # fmt: skip
+                    core, request, checked, payload, entry, settle if together else None
+                )
         except BrokerUnavailable:
             self._hand_back(pending)
             raise
@@ -295,8 +300,10 @@ class RedisResponder(Responder):
     def _forget(self, pending: RedisPending) -> None:
         if self._held.get(pending.request.id) is pending:
             del self._held[pending.request.id]
-        with contextlib.suppress(ValueError):
-            self._ready.remove(pending)
+        if pending._queued:  # rare: most are delivered before they are let go
+            pending._queued = False
+            with contextlib.suppress(ValueError):  # cleared by aclose()
+                self._ready.remove(pending)
 
     def release(self, pending: RedisPending) -> None:
         """Stop holding ``pending`` (resolved or skipped) and acknowledge its entry."""

@@ -36,10 +36,10 @@ from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request
 from ..outcomes import check_on_expiry, expired_answer
 from ..schema import BROKER_REASONS
 from ..signing import verify_answer
+from ..timers import Timers
 from . import durable, quorum
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import REOPEN
-from ._timers import Timers
 from ._wait import Wait, audit_wait, ended, expire
 from .durable import ReplyStream
 from .escalation import Escalator, parse_queues_field

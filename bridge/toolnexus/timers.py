@@ -1,6 +1,7 @@
 """One timer for many: the deadlines of every wait of a process, the hops of every
-escalation (SPEC §14). A heap of times and a single ``call_at`` for the earliest, so a
-thousand waits cost one timer handle, not a thousand."""
+escalation (SPEC §14), the deadlines of the requests a responder shows
+(:mod:`toolnexus.serve`). A heap of times and a single ``call_at`` for the earliest, so
+a thousand waits cost one timer handle, not a thousand."""
 
 from __future__ import annotations
 
