@@ -90,6 +90,7 @@ class Pipeliner:
         self._lazy: list[_Item | _Batch] = []
         self._lazy_batches: dict[tuple[Any, ...], _Batch] = {}
         self._task: asyncio.Task[None] | None = None
+        self._connection: Any = None  # on one server, the one it sends on
         self._lazy_timer: asyncio.TimerHandle | None = None
         self.round_trips = 0
 
@@ -231,14 +232,21 @@ class Pipeliner:
     async def _execute_on_one_server(
         self, client: aioredis.Redis, commands: list[tuple[Any, ...]]
     ) -> list[Any]:
-        """The commands written at once on one pooled connection, then every reply read:
-        what a redis-py pipeline does, without building one (which cost about 50 µs of CPU
-        per round trip, as much as the rest of a publish). Replies are as Redis sent them
-        (no response callbacks); an error reply is the exception, in its place. A
-        connection failing or cancelled mid-reply is closed, never reused."""
+        """The commands written at once, then every reply read: what a redis-py pipeline
+        does, without building one (which cost about 50 µs of CPU per round trip, as much
+        as the rest of a publish), on the one connection this pipeliner keeps (it sends
+        one pipeline at a time; checking a connection out of redis-py's pool, which
+        checks it each time, cost as much again). Replies are as Redis sent them (no
+        response callbacks); an error reply is the exception, in its place. A connection
+        failing or cancelled mid-reply is closed (and connected again for the next
+        pipeline), never read again."""
         sent = commands if self._wait is None else [*commands, ("WAIT", *self._wait)]
-        pool = client.connection_pool
-        connection = await pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py
+        connection = self._connection
+        if connection is None:  # taken once; the client's pool closes it with the client
+            pool = client.connection_pool
+            connection = self._connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        elif not connection.is_connected:
+            await connection.connect()
         try:
             await connection.send_packed_command(connection.pack_commands(sent))
             replies: list[Any] = []
@@ -250,8 +258,6 @@ class Pipeliner:
         except BaseException:
             await connection.disconnect(nowait=True)
             raise
-        finally:
-            await pool.release(connection)
         return replies[: len(commands)]  # without the reply of WAIT
 
     def _add_waits(self, pipe: Any, commands: list[tuple[Any, ...]]) -> None:
