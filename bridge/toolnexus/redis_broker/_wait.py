@@ -18,11 +18,11 @@ class Wait:
     """One wait in progress: its answer arrives decoded, or as ``None`` at its deadline.
 
     The request as published is ``asked`` with ``expires_at``, ``allow`` and the reply
-    stream's waiter id (see :meth:`Waiter.published
-    <toolnexus.redis_broker.waiter.Waiter.published>`). Its encoding, ``payload``, is kept
-    only until it is first published, unless the wait ``keeps`` it (signed, checked or
-    durable): a plain wait encodes it again in the rare case it is published again, which
-    gives the same bytes, instead of holding them for as long as it waits."""
+    stream's waiter id (see :meth:`Publisher.published
+    <toolnexus.redis_broker.publishing.Publisher.published>`). Its encoding, ``payload``,
+    is kept only until it is first published, unless the wait ``keeps`` it (signed,
+    checked or durable): a plain wait encodes it again in the rare case it is published
+    again, which gives the same bytes, instead of holding them for as long as it waits."""
 
     request_id: str
     asked: Request  # the caller's request (the caller holds it anyway)
