@@ -60,12 +60,13 @@ class Publisher:
             return wait.payload
         return self.core.codec.encode(self.published(wait))
 
-    def publish(self, wait: Wait, payload: bytes, again: bool = False) -> None:
-        """Open the request's state and add it (encoded as ``payload``) to the request
-        stream, with everything else sent this turn: in one script on one server, else
-        one per slot. If Redis is away, :meth:`_republish` tries again. A durable request
-        is added only if it never was, unless published ``again`` (reopened)."""
+    def publish(self, wait: Wait, again: bool = False) -> None:
+        """Open the request's state and add it to the request stream, with everything else
+        sent this turn: in one script on one server, else one per slot. If Redis is away,
+        :meth:`_republish` tries again. A durable request is added only if it never was,
+        unless published ``again`` (reopened)."""
         core = self.core
+        payload = self.payload(wait)
         settings, keys, call = core.settings, core.keys, core.pipeliner
         replies = wait.replies
         now_ms = ms(time.time())
@@ -100,10 +101,6 @@ class Publisher:
             (payload, ttl_ms, once),
         )
         added.add_done_callback(functools.partial(self._on_published, wait, opened))
-
-    def publish_again(self, wait: Wait) -> None:
-        """Publish ``wait``'s request again after it was reopened (see :meth:`publish`)."""
-        self.publish(wait, self.payload(wait), again=True)
 
     def _on_published(
         self, wait: Wait, opened: asyncio.Future[Any] | None, added: asyncio.Future[Any]
@@ -141,7 +138,7 @@ class Publisher:
                 waits, self._unpublished = self._unpublished, set()
                 for wait in waits:
                     if not wait.answer.done():
-                        self.publish(wait, self.payload(wait))
+                        self.publish(wait)
                 with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed):
                     await self.core.pipeliner.drain()
         finally:

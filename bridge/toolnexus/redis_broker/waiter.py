@@ -160,12 +160,15 @@ class Waiter:
         self._deadlines.add(loop.time() + wait.deadline_ms / 1000 - time.time(), wait)
         if wait.answer.done():
             return
-        payload = self.publisher.payload(wait)
-        self.publisher.publish(wait, payload)
+        self.publisher.publish(wait)
         if wait.asked.escalate:  # as stored: an attached wait goes on with its hops
-            published = self.core.codec.decode_as(payload, Request)
+            publisher = self.publisher
             wait.escalation = self._escalator.plan(
-                published, wait, replies, payload, wait.reached or ()
+                publisher.published(wait),
+                wait,
+                replies,
+                publisher.payload(wait),
+                wait.reached or (),
             )
 
     def _answered(self, wait: Wait, answer: Answer) -> Answer:
@@ -361,7 +364,7 @@ class Waiter:
             return self._accept(wait, answer, raw, reopen)
         request = self.publisher.published(wait)
         admit = functools.partial(self._accept, wait, reopen=False)
-        republish = functools.partial(self.publisher.publish_again, wait) if reopen else None
+        republish = functools.partial(self.publisher.publish, wait, again=True) if reopen else None
         taken, wait.votes = await quorum.outcome(
             self.core, wait.replies.waiter, request, raw, admit, wait.answer.done, republish
         )
@@ -382,7 +385,7 @@ class Waiter:
             )
             if reopened and not wait.answer.done():
                 log.warning("request %s opened again after a refused answer", wait.request_id)
-                self.publisher.publish_again(wait)
+                self.publisher.publish(wait, again=True)
 
     # -- reading answers ----------------------------------------------------------
 
@@ -519,7 +522,7 @@ class Waiter:
         for wait, (status, stored) in zip(waits, states, strict=True):
             if status is None:
                 log.warning("request %s was lost by Redis; publishing it again", wait.request_id)
-                self.publisher.publish(wait, self.publisher.payload(wait))
+                self.publisher.publish(wait)
             elif stored is not None and not wait.answer.done():
                 try:
                     answer = self.core.codec.decode_as(stored, Answer)
