@@ -13,7 +13,8 @@
 
 Command clients are pools shared by the whole broker. Every blocking reader gets a
 client of its own (for a Cluster, a connection to the node holding the stream it reads),
-with no socket timeout: the caller bounds each read with ``asyncio.timeout``.
+with no socket timeout: the caller bounds each read with ``asyncio.timeout``. On one
+server its reads go straight to that client's one connection (:class:`BlockingReader`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import SplitResult, unquote, urlsplit
 
 import redis.asyncio as aioredis
@@ -33,6 +34,10 @@ from ._packing import hiredis_packing
 
 Client = aioredis.Redis | RedisCluster
 """A command or blocking client: a server's (or a Sentinel master's) or a Cluster's."""
+
+Entries: TypeAlias = list[tuple[bytes, dict[bytes, bytes] | None]]
+"""The entries of one stream as a read returns them: id and fields (``None``: an entry
+pending for a group but deleted since)."""
 
 CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})
 SENTINEL_SCHEMES = frozenset({"redis+sentinel", "rediss+sentinel"})
@@ -221,3 +226,89 @@ def _fast(client: aioredis.Redis) -> aioredis.Redis:
     pool = client.connection_pool
     pool.connection_class = hiredis_packing(pool.connection_class)
     return client
+
+
+class BlockingReader:
+    """Blocking reads (``XREAD``, ``XREADGROUP``) of one stream on a client of their own.
+
+    On one server (or a Sentinel's master) each read is written to, and its reply read
+    from, one connection taken from the client once: redis-py's command path around that
+    (a pool checkout that checks the socket, response callbacks, redis-py 8's
+    streaming-lag observability) cost about 25 µs of CPU per read, a tenth of a
+    sequential round trip on either side. A read that fails or is cancelled mid-reply
+    closes the connection, which is never read again (the next read connects afresh).
+    A Cluster's reads go through redis-py, which finds the node holding the stream.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self._connection: Any = None
+
+    async def xread(self, stream: str, last_id: str, count: int, block: int) -> Entries:
+        """The entries of ``stream`` after ``last_id`` (at most ``count``; waiting up to
+        ``block`` ms for one)."""
+        if isinstance(self.client, RedisCluster):
+            reply: Any = await self.client.xread({stream: last_id}, count=count, block=block)
+            return _cluster_entries(reply)
+        return await self._read("XREAD", "COUNT", count, "BLOCK", block, "STREAMS", stream, last_id)
+
+    async def xreadgroup(
+        self, group: str, consumer: str, stream: str, from_id: str, count: int, block: int | None
+    ) -> Entries:
+        """Entries of ``stream`` for ``consumer`` of ``group``: new ones (``from_id`` ``>``,
+        waiting up to ``block`` ms unless it is None), or its own pending ones from
+        ``from_id``."""
+        if isinstance(self.client, RedisCluster):
+            reply: Any = await self.client.xreadgroup(
+                group, consumer, {stream: from_id}, count=count, block=block
+            )
+            return _cluster_entries(reply)
+        blocking = () if block is None else ("BLOCK", block)
+        return await self._read(
+            "XREADGROUP", "GROUP", group, consumer, "COUNT", count, *blocking,
+            "STREAMS", stream, from_id,
+        )  # fmt: skip
+
+    async def _read(self, *command: Any) -> Entries:
+        connection = self._connection
+        if connection is None:  # taken once; closed with the client
+            assert isinstance(self.client, aioredis.Redis)
+            pool = self.client.connection_pool
+            connection = self._connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        elif not connection.is_connected:
+            await connection.connect()
+        try:
+            await connection.send_command(*command)
+            reply: Any = await connection.read_response()
+        except BaseException:
+            await connection.disconnect(nowait=True)
+            raise
+        if not reply:  # nothing within the block
+            return []
+        streams = reply.values() if isinstance(reply, dict) else (s[1] for s in reply)  # RESP3
+        entries: Entries = []
+        for stream_entries in streams:
+            for entry_id, fields in stream_entries:
+                entries.append((entry_id, None if fields is None else _pairs(fields)))
+        return entries
+
+    async def aclose(self) -> None:
+        if self._connection is not None and isinstance(self.client, aioredis.Redis):
+            await self.client.connection_pool.release(self._connection)
+            self._connection = None
+        await self.client.aclose()
+
+
+def _pairs(fields: list[bytes] | dict[bytes, bytes]) -> dict[bytes, bytes]:
+    if isinstance(fields, dict):
+        return fields
+    it = iter(fields)
+    return dict(zip(it, it, strict=True))
+
+
+def _cluster_entries(reply: Any) -> Entries:
+    """The entries in redis-py's parsed ``XREAD``/``XREADGROUP`` reply (RESP2 or 3)."""
+    if not reply:
+        return []
+    streams = reply.values() if isinstance(reply, dict) else (s[1] for s in reply)
+    return [(entry_id, fields) for stream_entries in streams for entry_id, fields in stream_entries]

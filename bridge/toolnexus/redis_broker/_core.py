@@ -25,7 +25,7 @@ from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, Toolne
 from ..keys import Keys
 from ..models import Event
 from ..signing import Signatures
-from ._connections import SENTINEL_OPTIONS, Client, Connector
+from ._connections import SENTINEL_OPTIONS, BlockingReader, Client, Connector
 from ._pipeliner import Pipeliner
 from ._scripts import DEAD_LETTER, OUTCOMES, RESOLVE, SETTLE, SETTLE_RESOLVED, Outcome
 
@@ -232,9 +232,9 @@ class Core:
         )
         self.closed = False
 
-    def blocking_client(self) -> Client:
-        """A client of its own for blocking reads: one connection, no socket timeout."""
-        return self.connector.blocking_client()
+    def blocking_reader(self) -> BlockingReader:
+        """Blocking reads on a client of their own: one connection, no socket timeout."""
+        return BlockingReader(self.connector.blocking_client())
 
     def read_timeout_s(self, block_ms: int) -> float:
         """How long a blocking read of ``block_ms`` may take before it counts as a fault."""

@@ -7,12 +7,11 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from typing import Any
 
 from ..broker import EventStream
 from ..errors import DecodeError
 from ..models import Event
-from ._connections import Client
+from ._connections import BlockingReader
 from ._core import Backoff, Core, ms, run_to_completion, text
 
 READ_COUNT = 1000
@@ -33,7 +32,7 @@ class RedisEvents(EventStream):
         # XREAD returns entries after this id: the last possible one of the previous
         # millisecond, so that an event added within this millisecond is not missed.
         self._last_id = f"{ms(time.time()) - 1}-18446744073709551615"
-        self._client: Client | None = None
+        self._reader: BlockingReader | None = None
         self._buffer: deque[Event] = deque()
         self._busy = False  # the last read found events: the next one gathers first
         self._closed = False
@@ -54,37 +53,36 @@ class RedisEvents(EventStream):
                 self._busy = False
                 await asyncio.sleep(GATHER_S)
                 continue
-            if self._client is None:
-                self._client = core.blocking_client()
+            if self._reader is None:
+                self._reader = core.blocking_reader()
             block_ms = core.settings.block_ms
             try:
                 async with asyncio.timeout(core.read_timeout_s(block_ms)):
-                    reply: Any = await self._client.xread(
-                        {core.keys.events: self._last_id}, count=READ_COUNT, block=block_ms
+                    entries = await self._reader.xread(
+                        core.keys.events, self._last_id, READ_COUNT, block_ms
                     )
                 backoff.reset()
             except Exception as exc:  # a lost connection, a timeout, WRONGTYPE: never die
-                client, self._client = self._client, None
+                reader, self._reader = self._reader, None
                 with contextlib.suppress(Exception):
-                    await client.aclose()
+                    await reader.aclose()
                 await backoff.wait("reading events", exc)
                 continue
-            for _stream, entries in reply or ():
-                self._busy = 0 < len(entries) < READ_COUNT
-                for entry_id, fields in entries:
-                    try:
-                        payload = fields.get(b"e")
-                        if payload is None:
-                            raise DecodeError("the entry has no 'e' field holding an event")
-                        self._buffer.append(core.codec.decode_as(payload, Event))
-                    except DecodeError as exc:
-                        dead = text(entry_id)
-                        core.move_to_dead_letters(core.keys.events, dead, fields, str(exc))
-                if entries:
-                    self._last_id = text(entries[-1][0])
+            self._busy = 0 < len(entries) < READ_COUNT
+            for entry_id, fields in entries:
+                try:
+                    payload = fields.get(b"e") if fields else None
+                    if payload is None:
+                        raise DecodeError("the entry has no 'e' field holding an event")
+                    self._buffer.append(core.codec.decode_as(payload, Event))
+                except DecodeError as exc:
+                    dead = text(entry_id)
+                    core.move_to_dead_letters(core.keys.events, dead, fields or {}, str(exc))
+            if entries:
+                self._last_id = text(entries[-1][0])
 
     async def aclose(self) -> None:
         self._closed = True
-        if self._client is not None:
-            client, self._client = self._client, None
-            await run_to_completion(client.aclose())
+        if self._reader is not None:
+            reader, self._reader = self._reader, None
+            await run_to_completion(reader.aclose())

@@ -16,7 +16,6 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
 from typing import Any, Literal
 
 import redis.exceptions
@@ -33,7 +32,7 @@ from ..errors import (
 from ..keys import WAITER_ID, check_request_id
 from ..models import EXPIRED, WITHDRAWN, Answer, Event, Request
 from ..signing import allowed
-from ._connections import Client
+from ._connections import BlockingReader, Entries
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, run_to_completion, text
 from ._scripts import STATUS
 from .answering import checked_answer, finish, resolve_answer, waiter_of
@@ -76,7 +75,7 @@ class RedisResponder(Responder):
         self._stream = core.keys.requests
         self._held: dict[str, RedisPending] = {}
         self._ready: deque[RedisPending] = deque()
-        self._client: Client | None = None
+        self._reader: BlockingReader | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._backlog_from: str | None = "0"  # where to read our own pending entries from
         self._idle = False  # the last read of new entries found none
@@ -94,9 +93,9 @@ class RedisResponder(Responder):
             if self._idle and self.until_idle:
                 break
             try:
-                if self._client is None:
+                if self._reader is None:
                     await self._ensure_group()
-                    self._client = self.core.blocking_client()
+                    self._reader = self.core.blocking_reader()
                 if not self._tasks:
                     loop = asyncio.get_running_loop()
                     self._tasks = [loop.create_task(self._renew()), loop.create_task(self._sweep())]
@@ -106,7 +105,7 @@ class RedisResponder(Responder):
                 break
             except redis.exceptions.ResponseError as exc:
                 if "NOGROUP" in str(exc):  # Redis lost the group (restart without persistence)
-                    await self._drop_client()
+                    await self._drop_reader()
                     continue
                 log.error("responder %s/%s: %s; retrying", self.group, self.consumer, exc)
                 backoff = backoff or Backoff()
@@ -115,7 +114,7 @@ class RedisResponder(Responder):
                 if not isinstance(exc, CONNECTION_ERRORS):
                     log.exception("responder %s/%s failed; retrying", self.group, self.consumer)
                 self._backlog_from = "0"
-                await self._drop_client()
+                await self._drop_reader()
                 backoff = backoff or Backoff()
                 await backoff.wait(f"responder {self.group}/{self.consumer}", exc)
         raise StopAsyncIteration
@@ -129,32 +128,28 @@ class RedisResponder(Responder):
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def _drop_client(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
+    async def _drop_reader(self) -> None:
+        if self._reader is not None:
+            reader, self._reader = self._reader, None
             with contextlib.suppress(Exception):
-                await client.aclose()
+                await reader.aclose()
 
     async def _read(self) -> None:
-        assert self._client is not None
+        reader = self._reader
+        assert reader is not None
         block_ms = self.core.settings.block_ms
+        group, consumer, stream, count = self.group, self.consumer, self._stream, self.count
         async with asyncio.timeout(self.core.read_timeout_s(block_ms)):
             if self._backlog_from is not None:  # our own pending entries, oldest first
-                reply: Any = await self._client.xreadgroup(
-                    self.group, self.consumer, {self._stream: self._backlog_from}, count=self.count
+                entries = await reader.xreadgroup(
+                    group, consumer, stream, self._backlog_from, count, None
                 )
-                entries = reply[0][1] if reply else []
                 self._backlog_from = text(entries[-1][0]) if entries else None
                 await self._admit(entries, fresh=False)
                 return
-            reply = await self._client.xreadgroup(
-                self.group,
-                self.consumer,
-                {self._stream: ">"},
-                count=self.count,
-                block=None if self.until_idle else block_ms,
+            entries = await reader.xreadgroup(
+                group, consumer, stream, ">", count, None if self.until_idle else block_ms
             )
-        entries = reply[0][1] if reply else []
         self._idle = not entries
         await self._admit(entries, fresh=True)
 
@@ -177,9 +172,7 @@ class RedisResponder(Responder):
             return None
         return request
 
-    async def _admit(
-        self, entries: Iterable[tuple[bytes, dict[bytes, bytes]]], *, fresh: bool
-    ) -> None:
+    async def _admit(self, entries: Entries, *, fresh: bool) -> None:
         """Queue the open requests among ``entries``; acknowledge or dead-letter the rest.
 
         ``fresh`` entries were just delivered for the first time: a resolved request's
@@ -420,7 +413,7 @@ class RedisResponder(Responder):
                         idle=self.core.settings.lease_ms, justid=True,
                     )
                 )  # fmt: skip
-        await self._drop_client()
+        await self._drop_reader()
 
     def statistics(self) -> dict[str, int]:
         """Counters: requests held, ready to deliver, and dead-lettered by this consumer."""

@@ -395,7 +395,7 @@ class Waiter:
         failure is logged and retried with backoff, from the position it had reached."""
         core = self.core
         settings = core.settings
-        client = None
+        reader = None
         read_since_trim = 0
         backoff = Backoff()
         reconnected = False
@@ -404,8 +404,8 @@ class Waiter:
         try:
             while not core.closed:
                 try:
-                    if client is None:
-                        client = core.blocking_client()
+                    if reader is None:
+                        reader = core.blocking_reader()
                     if reconnected:
                         await self._reconcile(replies)
                         reconnected = False
@@ -417,42 +417,41 @@ class Waiter:
                             )
                         )
                     async with asyncio.timeout(core.read_timeout_s(settings.block_ms)):
-                        reply: Any = await client.xread(
-                            {replies.key: replies.last_id}, count=1000, block=settings.block_ms
+                        entries = await reader.xread(
+                            replies.key, replies.last_id, 1000, settings.block_ms
                         )
                     backoff.reset()
                 except BrokerClosed:
                     break
                 except CONNECTION_ERRORS as exc:
                     reconnected = True
-                    if client is not None:  # its connection may be mid-reply: start afresh
-                        await client.aclose()
-                        client = None
+                    if reader is not None:  # its connection may be mid-reply: start afresh
+                        await reader.aclose()
+                        reader = None
                     await backoff.wait("reading answers", exc)
                     continue
                 except Exception as exc:  # e.g. WRONGTYPE: the key was overwritten
                     log.exception("reading answers failed; retrying")
                     await backoff.wait("reading answers", exc)
                     continue
-                for _stream, entries in reply or ():
-                    for entry_id, fields in entries:
-                        replies.last_id = text(entry_id)  # Redis entry ids are ASCII
-                        self._take(replies, replies.last_id, fields)
-                    read_since_trim += len(entries)
+                for entry_id, fields in entries:
+                    replies.last_id = text(entry_id)  # Redis entry ids are ASCII
+                    self._take(replies, replies.last_id, fields or {})
+                read_since_trim += len(entries)
                 if read_since_trim >= 1000:  # others read a durable stream: trimmed by age
                     read_since_trim = 0
                     bound = durable.min_id() if replies.durable else replies.last_id
                     core.pipeliner.fire(
                         core.pipeliner.call("XTRIM", replies.key, "MINID", "~", bound, lazy=True)
                     )
-                if reply:
+                if entries:
                     # One turn for the waits just woken to run, one for the pipeline they
                     # started to go out: their next requests do not wait behind this read.
                     await asyncio.sleep(0)
                     await asyncio.sleep(0)
         finally:
-            if client is not None:
-                await client.aclose()
+            if reader is not None:
+                await reader.aclose()
 
     def _take(self, replies: ReplyStream, entry_id: str, fields: dict[bytes, bytes]) -> None:
         """Hand the answer of one reply-stream entry to its wait; dead-letter garbage."""
