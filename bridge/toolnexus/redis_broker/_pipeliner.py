@@ -7,13 +7,15 @@ round trip and a few commands instead of thousands, with no task or timer per it
 
 *Lazy* items (events, acknowledgements, audit records: what nobody waits for) do not start
 a pipeline: they travel behind the urgent items of the next one, or go out after
-``LAZY_DELAY_S``.
+``LAZY_DELAY_S``. Work that only issues lazy items can be put off until the next pipeline
+is written (:meth:`Pipeliner.after_send`): off the path of the commands issued meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -92,6 +94,8 @@ class Pipeliner:
         self._task: asyncio.Task[None] | None = None
         self._connection: Any = None  # on one server, the one it sends on
         self._lazy_timer: asyncio.TimerHandle | None = None
+        self._lazy_due = False  # lazy items go out now, urgent ones or not
+        self._later: list[Callable[[], object]] = []  # see after_send
         self.round_trips = 0
 
     def _schedule(self) -> None:
@@ -106,7 +110,29 @@ class Pipeliner:
     def _schedule_lazy(self) -> None:
         if self._lazy_timer is None and self._task is None:
             loop = asyncio.get_running_loop()
-            self._lazy_timer = loop.call_later(LAZY_DELAY_S, self._schedule)
+            self._lazy_timer = loop.call_later(LAZY_DELAY_S, self._lazy_delay_over)
+
+    def _lazy_delay_over(self) -> None:
+        self._lazy_timer = None
+        self._run_later()
+        if self._lazy or self._queue:
+            self._lazy_due = True
+            self._schedule()
+
+    def after_send(self, work: Callable[[], object]) -> None:
+        """Run ``work``, which issues only lazy items, once the next pipeline is written
+        (or after ``LAZY_DELAY_S``): put off until the commands issued meanwhile are on
+        their way. A failure of ``work`` is logged."""
+        self._later.append(work)
+        self._schedule_lazy()
+
+    def _run_later(self) -> None:
+        work, self._later = self._later, []
+        for deferred in work:
+            try:
+                deferred()
+            except Exception:
+                log.exception("work put off until after a pipeline failed")
 
     def call(self, *args: Any, lazy: bool = False) -> asyncio.Future[Any]:
         """Send command ``args`` with the others of this turn; its future gets the reply.
@@ -164,9 +190,10 @@ class Pipeliner:
 
     async def _run(self) -> None:
         try:
-            while self._queue or self._lazy:
+            while self._queue or (self._lazy and self._lazy_due):
                 queue = _take(self._queue, MAX_PIPELINE_ITEMS)
                 queue += _take(self._lazy, MAX_PIPELINE_ITEMS)
+                self._lazy_due = self._lazy_due and bool(self._lazy)
                 # Items issued from now on go to new batches at the end of the queue, so that
                 # what one caller issues in order runs in that order (a request's state is
                 # opened before it is published). Joining a batch still queued could put an
@@ -178,6 +205,8 @@ class Pipeliner:
                     await self._send(queue)
         finally:
             self._task = None
+            if self._lazy or self._later:  # issued while the last pipeline was out
+                self._schedule_lazy()
 
     async def _send(self, queue: list[_Item | _Batch]) -> None:
         commands = [entry.command() if isinstance(entry, _Batch) else entry[0] for entry in queue]
@@ -216,6 +245,7 @@ class Pipeliner:
         self.round_trips += 1
         if not isinstance(self._redis, RedisCluster):
             return await self._execute_on_one_server(self._redis, commands)
+        self._run_later()  # (redis-py's pipeline writes and reads in one call)
         if len(commands) == 1 and self._wait is None:  # no pipeline needed for one command
             try:
                 return [await self._redis.execute_command(*commands[0])]
@@ -249,6 +279,7 @@ class Pipeliner:
             await connection.connect()
         try:
             await connection.send_packed_command(connection.pack_commands(sent))
+            self._run_later()
             replies: list[Any] = []
             for _ in sent:
                 try:
@@ -277,8 +308,10 @@ class Pipeliner:
             pipe.execute_command("WAIT", *self._wait, target_nodes=node)
 
     async def drain(self) -> None:
-        """Wait until everything issued so far has been sent."""
+        """Wait until everything issued so far has been sent (work put off included)."""
+        self._run_later()
         if self._queue or self._lazy:
+            self._lazy_due = True
             self._schedule()
         while self._task is not None:
             await asyncio.shield(self._task)
@@ -292,6 +325,7 @@ class Pipeliner:
         for queue in (self._queue, self._lazy):
             _fail(queue, BrokerClosed("the broker was closed"))
             queue.clear()
+        self._later.clear()
         self._batches.clear()
         self._lazy_batches.clear()
 

@@ -172,8 +172,16 @@ class Waiter:
             )
 
     def _answered(self, wait: Wait, answer: Answer) -> Answer:
-        """What the waiter of ``wait`` gets for ``answer``, which the state recorded; its
-        audit record and outcome event go out with the next commands."""
+        """What the waiter of ``wait`` gets for ``answer``, which the state recorded. Its
+        audit record and outcome event are made once the next commands are written
+        (:meth:`_record`), and go out with the commands after."""
+        self.core.pipeliner.after_send(functools.partial(self._record, wait, answer))
+        if answer.reason == WITHDRAWN:  # not by us: Redis took us for dead
+            return Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE, meta=answer.meta)
+        return answer
+
+    def _record(self, wait: Wait, answer: Answer) -> None:
+        """The audit record and the outcome event of ``wait``, ended with ``answer``."""
         status = "answered" if answer.reason not in (EXPIRED, WITHDRAWN) else answer.reason
         audit_wait(self.core, wait, self.publisher.published(wait), status, answer)
         if answer.reason not in (EXPIRED, WITHDRAWN):
@@ -186,9 +194,6 @@ class Waiter:
                 "expired" if answer.reason == EXPIRED else "withdrawn"
             )
             self._settle(wait, Event(event=ending, id=wait.request_id, answer=answer))
-        if answer.reason == WITHDRAWN:  # not by us: Redis took us for dead
-            return Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE, meta=answer.meta)
-        return answer
 
     async def _expired(self, wait: Wait) -> Answer:
         """The outcome of ``wait`` at its deadline: recorded as expired, unless an answer
