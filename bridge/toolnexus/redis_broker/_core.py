@@ -27,7 +27,15 @@ from ..models import Event
 from ..signing import Signatures
 from ._connections import SENTINEL_OPTIONS, BlockingReader, Client, Connector
 from ._pipeliner import Pipeliner
-from ._scripts import DEAD_LETTER, OUTCOMES, RESOLVE, SETTLE, SETTLE_RESOLVED, Outcome
+from ._scripts import (
+    DEAD_LETTER,
+    OUTCOMES,
+    RESOLVE,
+    SETTLE,
+    SETTLE_RESOLVED,
+    BatchScript,
+    Outcome,
+)
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -291,28 +299,37 @@ class Core:
         ack: tuple[str, str] | None = None,
         delete: bytes | str | None = None,
         *,
-        lazy: bool = True,
         keys: Keys | None = None,
-    ) -> asyncio.Future[Any]:
-        """In the background, publish ``event``, acknowledge ``ack=(group, entry_id)`` and
-        delete entry ``delete`` of the request stream: this broker's queue's, or that of
-        ``keys`` (another queue an escalating request reached).
+    ) -> None:
+        """In the background, with the lazy items, publish ``event``, acknowledge
+        ``ack=(group, entry_id)`` and delete entry ``delete`` of the request stream: this
+        broker's queue's, or that of ``keys`` (another queue an escalating request reached).
 
         Events are advisory, and an entry left behind is dropped by whoever reads it
         next, since its request is resolved: so nobody needs to wait for this.
         """
+        self.pipeliner.post_batch(*self._settling(event, ack, delete, keys or self.keys))
+
+    def settle_now(self, ack: tuple[str, str], delete: str) -> asyncio.Future[Any]:
+        """As :meth:`settle` with no event, sent with this turn's commands; the future
+        says when it is done."""
+        return self.pipeliner.batch(*self._settling(None, ack, delete, self.keys))
+
+    def _settling(
+        self,
+        event: Event | None,
+        ack: tuple[str, str] | None,
+        delete: bytes | str | None,
+        keys: Keys,
+    ) -> tuple[BatchScript, tuple[str, ...], tuple[Any, ...], tuple[()], tuple[Any, ...]]:
         min_event_ms = max(0, ms(time.time()) - self.settings.retention_ms) // 1000 * 1000
-        keys = keys or self.keys
-        future = self.pipeliner.batch(
+        return (
             SETTLE,
             (keys.events, keys.requests),
             (min_event_ms, self.settings.retention_ms),
             (),
             (self.codec.encode(event) if event else "", *(ack or ("", "")), delete or ""),
-            lazy=lazy,
         )
-        self.pipeliner.fire(future)
-        return future
 
     def settle_resolved(
         self, waiter: str, request_id: str, group: str, entry: str
@@ -320,31 +337,19 @@ class Core:
         """Acknowledge and delete ``entry`` if the request is no longer open, in the
         pipeline of a resolve queued just before (one server only: see
         ``one_server``). The future says 1 if it did, 0 if the request was open."""
-        future = self.pipeliner.batch(
+        return self.pipeliner.batch(
             SETTLE_RESOLVED,
             (self.keys.requests,),
             (waiter,),
             (self.keys.state(waiter, request_id),),
             (group, entry),
         )
-        self.pipeliner.fire(future)
-        return future
 
     def write_audit(self, record: AuditRecord) -> None:
         """Add ``record`` to the audit stream (trimmed by age), with the lazy items."""
         min_ms = max(0, ms(time.time() - self.settings.audit_retention_s)) // 1000 * 1000
-        self.pipeliner.fire(
-            self.pipeliner.call(
-                "XADD",
-                self.keys.audit,
-                "MINID",
-                "~",
-                min_ms,
-                "*",
-                "r",
-                encode_record(record),
-                lazy=True,
-            )
+        self.pipeliner.post(
+            "XADD", self.keys.audit, "MINID", "~", min_ms, "*", "r", encode_record(record)
         )
 
     def raw_for_dead_letter(self, fields: dict[bytes, bytes]) -> bytes:
@@ -357,19 +362,18 @@ class Core:
 
     def move_to_dead_letters(
         self, stream: str, entry_id: str, fields: dict[bytes, bytes], error: str, group: str = ""
-    ) -> asyncio.Future[Any]:
+    ) -> None:
         """Move entry ``entry_id`` of ``stream`` (in the queue's slot) to the dead letters,
         acknowledging it for ``group``: whoever moves it first copies it."""
         log.error("dead-lettering entry %s of %s: %s", entry_id, stream, error)
-        future = self.pipeliner.batch(
+        self.pipeliner.post_batch(
             DEAD_LETTER,
             (self.keys.dead, stream),
             (self.settings.dead_letter_max_entries,),
             (),
             (entry_id, group, error[:1000], self.raw_for_dead_letter(fields)),
+            lazy=False,
         )
-        self.pipeliner.fire(future)
-        return future
 
     def copy_to_dead_letters(
         self, stream: str, entry_id: str, fields: dict[bytes, bytes], error: str
@@ -377,23 +381,22 @@ class Core:
         """Copy an entry of a stream outside the queue's slot (a reply stream) to the dead
         letters; its reader moves past it."""
         log.error("dead-lettering entry %s of %s: %s", entry_id, stream, error)
-        self.pipeliner.fire(
-            self.pipeliner.call(
-                "XADD",
-                self.keys.dead,
-                "MAXLEN",
-                "~",
-                self.settings.dead_letter_max_entries,
-                "*",
-                "error",
-                error[:1000],
-                "stream",
-                stream,
-                "entry",
-                entry_id,
-                "raw",
-                self.raw_for_dead_letter(fields),
-            )
+        self.pipeliner.post(
+            "XADD",
+            self.keys.dead,
+            "MAXLEN",
+            "~",
+            self.settings.dead_letter_max_entries,
+            "*",
+            "error",
+            error[:1000],
+            "stream",
+            stream,
+            "entry",
+            entry_id,
+            "raw",
+            self.raw_for_dead_letter(fields),
+            lazy=False,
         )
 
     async def aclose(self) -> None:

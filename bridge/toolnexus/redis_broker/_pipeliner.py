@@ -28,7 +28,11 @@ from ._scripts import SCRIPTS, BatchScript
 
 log = logging.getLogger("toolnexus.redis")
 
-_Item = tuple[tuple[Any, ...], asyncio.Future[Any]]
+_Target = asyncio.Future[Any] | Callable[[Any], object] | None
+"""Where an item's reply goes: its future, a handler called with it at once (the reply, or
+the exception of a failure), or nowhere (a posted item: a failure is logged)."""
+
+_Item = tuple[tuple[Any, ...], _Target]
 
 MAX_BATCH_ITEMS = 128
 """Items in one batch ``EVAL``."""
@@ -45,7 +49,7 @@ one after another, so a burst of thousands never holds all its bytes in flight a
 class _Batch:
     """The items of one batch script for one slot, collected during one turn."""
 
-    __slots__ = ("futures", "item_args", "item_keys", "script", "shared_args", "shared_keys")
+    __slots__ = ("item_args", "item_keys", "script", "shared_args", "shared_keys", "targets")
 
     def __init__(
         self, script: BatchScript, shared_keys: tuple[str, ...], shared_args: tuple[Any, ...]
@@ -53,24 +57,21 @@ class _Batch:
         self.script, self.shared_keys, self.shared_args = script, shared_keys, shared_args
         self.item_keys: list[str] = []
         self.item_args: list[Any] = []
-        self.futures: list[asyncio.Future[Any]] = []
+        self.targets: list[_Target] = []
 
     def command(self) -> tuple[Any, ...]:
         keys = [*self.shared_keys, *self.item_keys]
         return ("EVALSHA", self.script.sha, len(keys), *keys, *self.shared_args, *self.item_args)
 
     def settle(self, reply: Any) -> None:
-        for i, future in enumerate(self.futures):
-            if future.done():
-                continue
-            if isinstance(reply, Exception):
-                future.set_exception(reply)
-            else:  # one reply per item, or one for all
-                future.set_result(reply[i] if isinstance(reply, list) else reply)
+        failed = isinstance(reply, Exception)
+        for i, target in enumerate(self.targets):  # one reply per item, or one for all
+            _deliver(target, reply if failed or not isinstance(reply, list) else reply[i])
 
 
 class Pipeliner:
-    """Coalesces commands into pipelines: :meth:`call` and :meth:`batch` return futures."""
+    """Coalesces commands into pipelines: :meth:`call` and :meth:`batch` return futures;
+    :meth:`post` and :meth:`post_batch` send what nobody awaits."""
 
     def __init__(
         self,
@@ -138,13 +139,21 @@ class Pipeliner:
         """Send command ``args`` with the others of this turn; its future gets the reply.
         A ``lazy`` one goes with the lazy items (see the module's docstring)."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._add((args, future), lazy)
+        return future
+
+    def post(self, *args: Any, lazy: bool = True) -> None:
+        """Send command ``args``, lazy unless told otherwise, and let its reply go; a
+        failure is logged."""
+        self._add((args, None), lazy)
+
+    def _add(self, item: _Item, lazy: bool) -> None:
         if lazy:
-            self._lazy.append((args, future))
+            self._lazy.append(item)
             self._schedule_lazy()
         else:
-            self._queue.append((args, future))
+            self._queue.append(item)
             self._schedule()
-        return future
 
     def batch(
         self,
@@ -164,11 +173,41 @@ class Pipeliner:
         every script is loaded before the first command after a lost connection, so that
         a script failing where the next command depends on it stays a rare event.
         """
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._add_to_batch(script, shared_keys, shared_args, item_keys, item_args, future, lazy)
+        return future
+
+    def post_batch(
+        self,
+        script: BatchScript,
+        shared_keys: tuple[str, ...],
+        shared_args: tuple[Any, ...],
+        item_keys: tuple[str, ...],
+        item_args: tuple[Any, ...],
+        *,
+        lazy: bool = True,
+        on_reply: Callable[[Any], object] | None = None,
+    ) -> None:
+        """As :meth:`batch`, lazy unless told otherwise, with no future: ``on_reply`` (if
+        any) is called with the item's reply, or with the exception if it failed, as soon
+        as it is read; without it, a failure is logged."""
+        self._add_to_batch(script, shared_keys, shared_args, item_keys, item_args, on_reply, lazy)
+
+    def _add_to_batch(
+        self,
+        script: BatchScript,
+        shared_keys: tuple[str, ...],
+        shared_args: tuple[Any, ...],
+        item_keys: tuple[str, ...],
+        item_args: tuple[Any, ...],
+        target: _Target,
+        lazy: bool,
+    ) -> None:
         assert len(item_keys) == script.keys_per_item and len(item_args) == script.args_per_item
         group = (script.name, shared_keys, shared_args)
         batches = self._lazy_batches if lazy else self._batches
         pending = batches.get(group)
-        if pending is not None and len(pending.futures) >= MAX_BATCH_ITEMS:
+        if pending is not None and len(pending.targets) >= MAX_BATCH_ITEMS:
             batches.clear()  # only batches behind this one may take items now: see _run
             pending = None
         if pending is None:
@@ -178,15 +217,9 @@ class Pipeliner:
             self._schedule_lazy()
         else:
             self._schedule()
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         pending.item_keys.extend(item_keys)
         pending.item_args.extend(item_args)
-        pending.futures.append(future)
-        return future
-
-    def fire(self, future: asyncio.Future[Any]) -> None:
-        """Let ``future`` (of :meth:`call` or :meth:`batch`) go unawaited; a failure is logged."""
-        future.add_done_callback(_log_failure)
+        pending.targets.append(target)
 
     async def _run(self) -> None:
         try:
@@ -227,11 +260,8 @@ class Pipeliner:
                 forgotten.append(entry)
             elif isinstance(entry, _Batch):
                 entry.settle(reply)
-            elif not entry[1].done():
-                if isinstance(reply, Exception):
-                    entry[1].set_exception(reply)
-                else:
-                    entry[1].set_result(reply)
+            else:
+                _deliver(entry[1], reply)
         if forgotten:  # Redis lost its scripts (restart, SCRIPT FLUSH): load, send again
             log.warning("Redis forgot the toolnexus scripts; loading them again")
             self._load_scripts = True
@@ -334,7 +364,7 @@ def _take(queue: list[_Item | _Batch], most: int) -> list[_Item | _Batch]:
     """The first entries of ``queue``, removed from it, up to ``most`` items in all."""
     size, items = 0, 0
     for entry in queue:
-        items += len(entry.futures) if isinstance(entry, _Batch) else 1
+        items += len(entry.targets) if isinstance(entry, _Batch) else 1
         size += 1
         if items >= most:
             break
@@ -345,15 +375,22 @@ def _take(queue: list[_Item | _Batch], most: int) -> list[_Item | _Batch]:
 
 def _fail(queue: list[_Item | _Batch], exc: BaseException) -> None:
     for entry in queue:
-        futures = entry.futures if isinstance(entry, _Batch) else [entry[1]]
-        for future in futures:
-            if not future.done():
-                future.set_exception(exc)
+        for target in entry.targets if isinstance(entry, _Batch) else (entry[1],):
+            _deliver(target, exc)
 
 
-def _log_failure(future: asyncio.Future[Any]) -> None:
-    if future.cancelled():
-        return
-    exc = future.exception()
-    if exc is not None and not isinstance(exc, BrokerClosed):
-        log.warning("background Redis command failed: %s", exc)
+def _deliver(target: _Target, reply: Any) -> None:
+    """Hand ``reply`` (an exception: the item failed) to where the item's reply goes."""
+    if isinstance(target, asyncio.Future):
+        if not target.done():
+            if isinstance(reply, BaseException):
+                target.set_exception(reply)
+            else:
+                target.set_result(reply)
+    elif target is not None:
+        try:
+            target(reply)
+        except Exception:
+            log.exception("handling a Redis reply failed")
+    elif isinstance(reply, Exception) and not isinstance(reply, BrokerClosed):
+        log.warning("background Redis command failed: %s", reply)

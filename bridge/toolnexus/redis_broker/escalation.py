@@ -95,15 +95,13 @@ def record_reached(
 ) -> None:
     """Record in the state of ``wait`` (of waiter ``waiter``) every queue it was published
     to: this broker's queue (its entry ``wait.entry_id``) and those ``reached``."""
-    call = core.pipeliner
-    call.fire(
-        call.batch(
-            REACHED,
-            (core.keys.answers(waiter), core.keys.alive(waiter)),
-            (),
-            (core.keys.state(waiter, wait.request_id),),
-            (queues_field(core.keys.queue, wait.entry_id, reached),),
-        )
+    core.pipeliner.post_batch(
+        REACHED,
+        (core.keys.answers(waiter), core.keys.alive(waiter)),
+        (),
+        (core.keys.state(waiter, wait.request_id),),
+        (queues_field(core.keys.queue, wait.entry_id, reached),),
+        lazy=False,
     )
 
 

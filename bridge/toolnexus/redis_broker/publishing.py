@@ -77,14 +77,15 @@ class Publisher:
         once = int(replies.durable and not again)
         state = keys.state(replies.waiter, wait.request_id)
         if core.one_server:
-            added = call.batch(
+            call.post_batch(
                 OPEN_PUBLISH,
                 (replies.key, replies.alive_key, keys.requests),
                 (liveness_ms, min_id, replies.waiter),
                 (state, keys.route(wait.request_id)),
                 (wait.deadline_ms, payload, ttl_ms, int(replies.durable), once),
+                lazy=False,
+                on_reply=functools.partial(self._on_reply, wait),
             )
-            added.add_done_callback(functools.partial(self._on_published, wait, None))
             return
         opened = call.batch(
             OPEN,
@@ -103,16 +104,27 @@ class Publisher:
         added.add_done_callback(functools.partial(self._on_published, wait, opened))
 
     def _on_published(
-        self, wait: Wait, opened: asyncio.Future[Any] | None, added: asyncio.Future[Any]
+        self, wait: Wait, opened: asyncio.Future[Any], added: asyncio.Future[Any]
     ) -> None:
-        futures = (added,) if opened is None else (opened, added)
-        errors = [f.exception() for f in futures if f.done() and not f.cancelled()]
-        errors = [e for e in errors if e is not None]
+        """On a Cluster: the replies of the request's ``OPEN`` and ``PUBLISH``."""
+        done = [f.exception() for f in (opened, added) if f.done() and not f.cancelled()]
+        errors = [e for e in done if e is not None]
+        self._took(wait, errors, None if errors else added.result())
+
+    def _on_reply(self, wait: Wait, reply: Any) -> None:
+        """On one server: the reply of the request's ``OPEN_PUBLISH`` (or its failure)."""
+        if isinstance(reply, BaseException):
+            self._took(wait, [reply], None)
+        else:
+            self._took(wait, [], reply)
+
+    def _took(self, wait: Wait, errors: list[BaseException], entry: Any) -> None:
+        """What became of publishing ``wait``: published (``entry`` its stream entry, or
+        none for a durable request published by an earlier wait), or ``errors``."""
         if not errors:
             wait.published = True
             if not wait.keeps:
                 wait.payload = None  # encoded again if it must be published again
-            entry = added.result()
             if entry:  # (a durable request published by an earlier wait gives none)
                 wait.entry_id = entry
                 if wait.replies.durable:  # where it is, for the next wait that attaches

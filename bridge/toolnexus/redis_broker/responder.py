@@ -218,9 +218,7 @@ class RedisResponder(Responder):
             self._held[request.id] = pending
             self._ready.append(pending)
         if done:
-            self.core.pipeliner.fire(
-                self.core.pipeliner.call("XACK", self._stream, self.group, *done)
-            )
+            self.core.pipeliner.post("XACK", self._stream, self.group, *done, lazy=False)
 
     def _may_answer(self, request: Request) -> bool:
         """Whether this responder may answer ``request``: its allow-list names this key (or
@@ -285,7 +283,7 @@ class RedisResponder(Responder):
         with contextlib.suppress(Exception):
             if behind and await asyncio.shield(behind[-1]) == 1:
                 return None
-        settled = core.settle(None, (self.group, entry), entry, lazy=False)
+        settled = core.settle_now((self.group, entry), entry)
         with contextlib.suppress(Exception):  # the waiter publishes the answered event
             await asyncio.shield(settled)
         return None

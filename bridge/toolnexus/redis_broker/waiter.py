@@ -416,11 +416,7 @@ class Waiter:
                         reconnected = False
                     if not replies.durable and loop.time() >= renew_at:
                         renew_at = loop.time() + settings.liveness_ms / 3000
-                        core.pipeliner.fire(
-                            core.pipeliner.call(
-                                "SET", self.alive_key, "1", "PX", settings.liveness_ms, lazy=True
-                            )
-                        )
+                        core.pipeliner.post("SET", self.alive_key, "1", "PX", settings.liveness_ms)
                     async with asyncio.timeout(core.read_timeout_s(settings.block_ms)):
                         entries = await reader.xread(
                             replies.key, replies.last_id, 1000, settings.block_ms
@@ -446,9 +442,7 @@ class Waiter:
                 if read_since_trim >= 1000:  # others read a durable stream: trimmed by age
                     read_since_trim = 0
                     bound = durable.min_id() if replies.durable else replies.last_id
-                    core.pipeliner.fire(
-                        core.pipeliner.call("XTRIM", replies.key, "MINID", "~", bound, lazy=True)
-                    )
+                    core.pipeliner.post("XTRIM", replies.key, "MINID", "~", bound)
                 if entries:
                     # One turn for the waits just woken to run, one for the pipeline they
                     # started to go out: their next requests do not wait behind this read.
@@ -557,7 +551,7 @@ class Waiter:
             await asyncio.wait(self._background, timeout=RESOLVE_PATIENCE_S + 1)
         if self._own.reader is not None:
             with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed):
-                self.core.pipeliner.fire(self.core.pipeliner.call("DEL", self.alive_key))
+                self.core.pipeliner.post("DEL", self.alive_key, lazy=False)
         for reader in (self._own.reader, self._durable.reader):
             if reader is not None and not reader.done():
                 reader.cancel()
