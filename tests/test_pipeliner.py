@@ -1,5 +1,6 @@
-"""The Redis broker's pipeliner on one server: lazy items, error replies in place, and a
-connection abandoned mid-reply never read again."""
+"""The Redis broker's pipeliner and blocking reads on one server: lazy items, posted items
+and work put off, error replies in place, and a connection abandoned mid-reply never read
+again."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 import redis.exceptions
 
+from toolnexus.redis_broker._connections import BlockingReader
 from toolnexus.redis_broker._pipeliner import LAZY_DELAY_S, Pipeliner
 
 pytestmark = pytest.mark.redis
@@ -77,3 +79,121 @@ async def test_a_connection_given_up_mid_reply_is_not_read_again(
     finally:
         pipeliner.close()
         await client.aclose()
+
+
+async def test_posted_items_deliver_their_reply_or_log_their_failure(
+    redis_url: str, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``post`` and ``post_batch`` have no future: a handler gets the reply (or the
+    exception) as soon as it is read, and a failure without a handler is logged."""
+    from toolnexus.redis_broker._scripts import SETTLE
+
+    client = aioredis.Redis.from_url(redis_url)
+    pipeliner = Pipeliner(client, timeout_s=5)
+    try:
+        key, events = f"{namespace}:text", f"{namespace}:events"
+        await pipeliner.call("SET", key, "not a number")
+        pipeliner.post("INCR", key, lazy=False)  # fails: logged, raised nowhere
+        got: list[object] = []
+        item = (b"an event", "", "", "")
+        requests = f"{namespace}:requests"
+        pipeliner.post_batch(SETTLE, (events, requests), (0, 60_000), (), item, on_reply=got.append)
+        pipeliner.post_batch(
+            SETTLE, (key, requests), (0, 60_000), (), item, lazy=False, on_reply=got.append
+        )  # its event goes to a string key: WRONGTYPE, handed to the handler
+        await pipeliner.drain()
+        assert isinstance(got[0], redis.exceptions.ResponseError)  # the urgent one ran first
+        assert "WRONGTYPE" in str(got[0])
+        assert got[1] == 1  # the lazy batch: one item settled
+        assert await client.xlen(events) == 1
+        assert "background Redis command failed" in caplog.text
+        assert "not an integer" in caplog.text
+    finally:
+        pipeliner.close()
+        await client.aclose()
+
+
+async def test_work_put_off_runs_once_the_next_pipeline_is_written(
+    redis_url: str, namespace: str
+) -> None:
+    """``after_send`` work runs after the next pipeline is written (its lazy items go with
+    the pipeline after), after ``LAZY_DELAY_S`` if none is, and before ``drain`` returns."""
+    client = aioredis.Redis.from_url(redis_url)
+    pipeliner = Pipeliner(client, timeout_s=5)
+    key = f"{namespace}:order"
+    try:
+        ran: list[int] = []
+
+        def work() -> None:
+            ran.append(pipeliner.round_trips)
+            pipeliner.post("RPUSH", key, "work")
+
+        pipeliner.after_send(work)
+        urgent = pipeliner.call("RPUSH", key, "urgent")
+        assert await urgent == 1  # the urgent push went first ...
+        assert ran == [1]  # ... and the work ran once its pipeline was written
+        assert await pipeliner.call("RPUSH", key, "next") == 2  # "work" rode behind it
+        assert await client.lrange(key, 0, -1) == [b"urgent", b"next", b"work"]
+        assert pipeliner.round_trips == 2
+
+        pipeliner.after_send(work)  # no pipeline follows: the lazy delay runs it
+        await asyncio.sleep(LAZY_DELAY_S * 3)
+        assert ran == [1, 2] and await client.llen(key) == 4
+
+        pipeliner.after_send(work)
+        await pipeliner.drain()  # runs it, and sends what it issued
+        assert await client.llen(key) == 5
+    finally:
+        pipeliner.close()
+        await client.aclose()
+
+
+async def test_a_blocking_read_given_up_is_not_read_again(redis_url: str, namespace: str) -> None:
+    """A read cancelled while Redis still owes its reply closes the reader's connection: the
+    next read gets its own reply, not the late one."""
+    reader = BlockingReader(aioredis.Redis.from_url(redis_url))
+    other = aioredis.Redis.from_url(redis_url)
+    stream = f"{namespace}:stream"
+    try:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await reader.xread(stream, "0-0", 10, 2000)
+        late = await other.xadd(stream, {"k": "late"})  # what the abandoned read would get
+        assert await reader.xread(stream, late.decode(), 10, 50) == []
+        new = await other.xadd(stream, {"k": "new"})
+        assert await reader.xread(stream, "0-0", 10, 50) == [
+            (late, {b"k": b"late"}),
+            (new, {b"k": b"new"}),
+        ]
+    finally:
+        await reader.aclose()
+        await other.aclose()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_blocking_reads_in_either_protocol(
+    redis_url: str, namespace: str, protocol: int
+) -> None:
+    """``XREAD`` and ``XREADGROUP`` give the same entries in RESP2 and RESP3; an entry
+    deleted while pending comes back without fields."""
+    reader = BlockingReader(aioredis.Redis.from_url(redis_url, protocol=protocol))
+    other = aioredis.Redis.from_url(redis_url)
+    stream = f"{namespace}:stream"
+    try:
+        await other.xgroup_create(stream, "g", id="0", mkstream=True)
+        first = await other.xadd(stream, {"a": "1", "b": "2"})
+        second = await other.xadd(stream, {"a": "3"})
+        assert await reader.xread(stream, "0-0", 10, 50) == [
+            (first, {b"a": b"1", b"b": b"2"}),
+            (second, {b"a": b"3"}),
+        ]
+        assert await reader.xreadgroup("g", "c", stream, ">", 1, 50) == [
+            (first, {b"a": b"1", b"b": b"2"})
+        ]
+        await other.xdel(stream, first)
+        assert await reader.xreadgroup("g", "c", stream, "0", 10, None) == [(first, None)]
+        assert await reader.xreadgroup("g", "c", stream, ">", 10, 50) == [(second, {b"a": b"3"})]
+        assert await reader.xreadgroup("g", "c", stream, ">", 10, 50) == []
+    finally:
+        await reader.aclose()
+        await other.aclose()
