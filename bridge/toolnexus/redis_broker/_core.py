@@ -300,20 +300,22 @@ class Core:
         delete: bytes | str | None = None,
         *,
         keys: Keys | None = None,
+        audit: AuditRecord | None = None,
     ) -> None:
         """In the background, with the lazy items, publish ``event``, acknowledge
-        ``ack=(group, entry_id)`` and delete entry ``delete`` of the request stream: this
-        broker's queue's, or that of ``keys`` (another queue an escalating request reached).
+        ``ack=(group, entry_id)``, delete entry ``delete`` of the request stream and add
+        ``audit`` to the audit stream (trimmed by age): this broker's queue's, or that of
+        ``keys`` (another queue an escalating request reached).
 
         Events are advisory, and an entry left behind is dropped by whoever reads it
         next, since its request is resolved: so nobody needs to wait for this.
         """
-        self.pipeliner.post_batch(*self._settling(event, ack, delete, keys or self.keys))
+        self.pipeliner.post_batch(*self._settling(event, ack, delete, keys or self.keys, audit))
 
     def settle_now(self, ack: tuple[str, str], delete: str) -> asyncio.Future[Any]:
-        """As :meth:`settle` with no event, sent with this turn's commands; the future
-        says when it is done."""
-        return self.pipeliner.batch(*self._settling(None, ack, delete, self.keys))
+        """As :meth:`settle` with only ``ack`` and ``delete``, sent with this turn's
+        commands; the future says when it is done."""
+        return self.pipeliner.batch(*self._settling(None, ack, delete, self.keys, None))
 
     def _settling(
         self,
@@ -321,14 +323,22 @@ class Core:
         ack: tuple[str, str] | None,
         delete: bytes | str | None,
         keys: Keys,
+        audit: AuditRecord | None,
     ) -> tuple[BatchScript, tuple[str, ...], tuple[Any, ...], tuple[()], tuple[Any, ...]]:
-        min_event_ms = max(0, ms(time.time()) - self.settings.retention_ms) // 1000 * 1000
+        now_ms, settings = ms(time.time()), self.settings
+        min_event_ms = max(0, now_ms - settings.retention_ms) // 1000 * 1000
+        min_audit_ms = max(0, now_ms - ms(settings.audit_retention_s)) // 1000 * 1000
         return (
             SETTLE,
-            (keys.events, keys.requests),
-            (min_event_ms, self.settings.retention_ms),
+            (keys.events, keys.requests, keys.audit),
+            (min_event_ms, settings.retention_ms, min_audit_ms),
             (),
-            (self.codec.encode(event) if event else "", *(ack or ("", "")), delete or ""),
+            (
+                self.codec.encode(event) if event else "",
+                *(ack or ("", "")),
+                delete or "",
+                encode_record(audit) if audit else "",
+            ),
         )
 
     def settle_resolved(
@@ -343,13 +353,6 @@ class Core:
             (waiter,),
             (self.keys.state(waiter, request_id),),
             (group, entry),
-        )
-
-    def write_audit(self, record: AuditRecord) -> None:
-        """Add ``record`` to the audit stream (trimmed by age), with the lazy items."""
-        min_ms = max(0, ms(time.time() - self.settings.audit_retention_s)) // 1000 * 1000
-        self.pipeliner.post(
-            "XADD", self.keys.audit, "MINID", "~", min_ms, "*", "r", encode_record(record)
         )
 
     def raw_for_dead_letter(self, fields: dict[bytes, bytes]) -> bytes:

@@ -212,16 +212,18 @@ return replies
 SETTLE = BatchScript(
     "settle",
     """
--- On a queue's slot. Shared: KEYS events stream, request stream; ARGV min event id,
--- retention_ms. Item: ARGV event, group, entry to acknowledge, entry to delete ('' for
--- none). Publishes events (the stream trimmed by age, and gone once idle for the
--- retention), acknowledges the entries of resolved requests, and deletes them so that
--- groups that have not read them yet never do.
+-- On a queue's slot. Shared: KEYS events stream, request stream, audit stream; ARGV min
+-- event id, retention_ms, min audit id. Item: ARGV event, group, entry to acknowledge,
+-- entry to delete, audit record ('' for none of each). Publishes events (the stream
+-- trimmed by age, and gone once idle for the retention), acknowledges the entries of
+-- resolved requests, deletes them so that groups that have not read them yet never do,
+-- and adds audit records (trimmed by age).
 local n = 0
-for a = 3, #ARGV, 4 do
+local published = false
+for a = 4, #ARGV, 5 do
   if ARGV[a] ~= '' then
     redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'e', ARGV[a])
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    published = true
   end
   if ARGV[a + 2] ~= '' then
     redis.call('XACK', KEYS[2], ARGV[a + 1], ARGV[a + 2])
@@ -229,12 +231,18 @@ for a = 3, #ARGV, 4 do
   if ARGV[a + 3] ~= '' then
     redis.call('XDEL', KEYS[2], ARGV[a + 3])
   end
+  if ARGV[a + 4] ~= '' then
+    redis.call('XADD', KEYS[3], 'MINID', '~', ARGV[3], '*', 'r', ARGV[a + 4])
+  end
   n = n + 1
+end
+if published then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return n
 """,
     keys_per_item=0,
-    args_per_item=4,
+    args_per_item=5,
 )
 
 DEAD_LETTER = BatchScript(

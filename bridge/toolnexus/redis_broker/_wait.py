@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..audit import Refusal, audit_record
+from ..audit import AuditRecord, Refusal, audit_record
 from ..models import Answer, Request
 from ._core import Core
 from .durable import ReplyStream
@@ -53,11 +53,13 @@ def ended(wait: Wait) -> bool:
     return wait.answer.done()
 
 
-def audit_wait(core: Core, wait: Wait, published: Request, status: str, answer: Answer) -> None:
-    """Write the audit record of ``wait`` (its request ``published``), which ended as
-    ``status`` with ``answer``."""
+def audit_of(
+    core: Core, wait: Wait, published: Request, status: str, answer: Answer
+) -> AuditRecord:
+    """The audit record of ``wait`` (its request ``published``), which ended as ``status``
+    with ``answer``."""
     requester = published.signature.key if published.signature is not None else None
-    record = audit_record(
+    return audit_record(
         published,
         status,
         answer,
@@ -69,4 +71,3 @@ def audit_wait(core: Core, wait: Wait, published: Request, status: str, answer: 
         codec=core.codec,
         encoded_request=wait.payload,
     )
-    core.write_audit(record)

@@ -104,7 +104,7 @@ async def finish(
     if outcome == "ok":
         event = Event(event=status, id=request.id, answer=answer)
         await settle_reached(core, request, event, entry)
-        core.write_audit(audit_record(request, status, answer, verified=None, codec=core.codec))
+        core.settle(audit=audit_record(request, status, answer, verified=None, codec=core.codec))
 
 
 async def answer_by_id(core: Core, answer: Answer) -> Event | None:

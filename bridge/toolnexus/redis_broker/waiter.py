@@ -27,7 +27,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 import redis.exceptions
 
-from ..audit import Refusal
+from ..audit import AuditRecord, Refusal
 from ..broker import deadline_of
 from ..errors import BrokerClosed, DecodeError, InvalidRequest, SignatureError
 from ..hops import check_hops
@@ -40,7 +40,7 @@ from ..timers import Timers
 from . import durable, quorum
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import REOPEN
-from ._wait import Wait, audit_wait, ended, expire
+from ._wait import Wait, audit_of, ended, expire
 from .durable import ReplyStream
 from .escalation import Escalator, parse_queues_field
 from .publishing import Publisher
@@ -183,17 +183,20 @@ class Waiter:
     def _record(self, wait: Wait, answer: Answer) -> None:
         """The audit record and the outcome event of ``wait``, ended with ``answer``."""
         status = "answered" if answer.reason not in (EXPIRED, WITHDRAWN) else answer.reason
-        audit_wait(self.core, wait, self.publisher.published(wait), status, answer)
+        audit = audit_of(self.core, wait, self.publisher.published(wait), status, answer)
         if answer.reason not in (EXPIRED, WITHDRAWN):
             # The waiter tells responders: it is the one party sure to learn the answer
             # (a responder may die between resolving and saying so). Groups that have
             # not read the entry yet never will.
-            self._settle(wait, Event(event="answered", id=wait.request_id, answer=answer))
+            event = Event(event="answered", id=wait.request_id, answer=answer)
+            self._settle(wait, event, audit)
         elif wait.escalation is not None:  # a responder recorded it, on one queue
             ending: Literal["expired", "withdrawn"] = (
                 "expired" if answer.reason == EXPIRED else "withdrawn"
             )
-            self._settle(wait, Event(event=ending, id=wait.request_id, answer=answer))
+            self._settle(wait, Event(event=ending, id=wait.request_id, answer=answer), audit)
+        else:
+            self.core.settle(audit=audit)
 
     async def _expired(self, wait: Wait) -> Answer:
         """The outcome of ``wait`` at its deadline: recorded as expired, unless an answer
@@ -202,11 +205,12 @@ class Waiter:
         if not wait.published:  # it may still land: make sure nobody answers it
             self._spawn(self._resolve_by_waiter(wait, "expired"))
             unavailable = Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE)
-            audit_wait(core, wait, self.publisher.published(wait), "expired", unavailable)
+            published = self.publisher.published(wait)
+            core.settle(audit=audit_of(core, wait, published, "expired", unavailable))
             return unavailable
         outcome = await self._resolve_by_waiter(wait, "expired")
         status = "expired" if outcome.reason == EXPIRED else "answered"
-        audit_wait(core, wait, self.publisher.published(wait), status, outcome)
+        core.settle(audit=audit_of(core, wait, self.publisher.published(wait), status, outcome))
         return outcome
 
     # -- publishing ---------------------------------------------------------------
@@ -318,10 +322,10 @@ class Waiter:
                     return taken
         return answer  # what the state holds is unreadable or refused: the deadline's
 
-    def _settle(self, wait: Wait, event: Event) -> None:
+    def _settle(self, wait: Wait, event: Event, audit: AuditRecord | None = None) -> None:
         """Publish the outcome ``event`` and delete the request's entry, on its queue and
-        on every queue it escalated to."""
-        self.core.settle(event, delete=wait.entry_id)
+        on every queue it escalated to; add ``audit``, the wait's record, if it ends now."""
+        self.core.settle(event, delete=wait.entry_id, audit=audit)
         if wait.escalation is not None:
             self._escalator.settle(wait.escalation, event)
 
