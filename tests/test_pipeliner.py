@@ -95,11 +95,14 @@ async def test_posted_items_deliver_their_reply_or_log_their_failure(
         await pipeliner.call("SET", key, "not a number")
         pipeliner.post("INCR", key, lazy=False)  # fails: logged, raised nowhere
         got: list[object] = []
-        item = (b"an event", "", "", "")
-        requests = f"{namespace}:requests"
-        pipeliner.post_batch(SETTLE, (events, requests), (0, 60_000), (), item, on_reply=got.append)
+        item = (b"an event", "", "", "", "")
+        requests, audit = f"{namespace}:requests", f"{namespace}:audit"
+        shared = (0, 60_000, 0)
         pipeliner.post_batch(
-            SETTLE, (key, requests), (0, 60_000), (), item, lazy=False, on_reply=got.append
+            SETTLE, (events, requests, audit), shared, (), item, on_reply=got.append
+        )
+        pipeliner.post_batch(
+            SETTLE, (key, requests, audit), shared, (), item, lazy=False, on_reply=got.append
         )  # its event goes to a string key: WRONGTYPE, handed to the handler
         await pipeliner.drain()
         assert isinstance(got[0], redis.exceptions.ResponseError)  # the urgent one ran first
@@ -197,3 +200,34 @@ async def test_blocking_reads_in_either_protocol(
     finally:
         await reader.aclose()
         await other.aclose()
+
+
+async def test_a_blocking_read_carries_the_lazy_items(redis_url: str, namespace: str) -> None:
+    """Lazy items queued when a carrying read starts are written ahead of it, on its
+    connection, and get their replies (errors in place) before the read returns; items
+    handed back unwritten (``NotSent``) go out later, ahead of newer ones."""
+    from toolnexus.redis_broker._connections import NotSent
+
+    client = aioredis.Redis.from_url(redis_url)
+    pipeliner = Pipeliner(client, timeout_s=5)
+    reader = BlockingReader(aioredis.Redis.from_url(redis_url), pipeliner.take_lazy)
+    key, stream = f"{namespace}:text", f"{namespace}:stream"
+    try:
+        carried = pipeliner.call("SET", key, "carried", lazy=True)
+        failing = pipeliner.call("INCR", key, lazy=True)
+        assert await reader.xread(stream, "0-0", 10, 20) == []
+        assert carried.done() and carried.result() == b"OK"
+        assert failing.done() and isinstance(failing.exception(), redis.exceptions.ResponseError)
+        assert pipeliner.round_trips == 0  # no pipeline of their own
+
+        first = pipeliner.call("RPUSH", f"{namespace}:list", "first", lazy=True)
+        taken = pipeliner.take_lazy()
+        assert taken is not None and len(taken[0]) == 1
+        second = pipeliner.call("RPUSH", f"{namespace}:list", "second", lazy=True)
+        taken[1](NotSent("not written"))  # back in line, ahead of "second"
+        await pipeliner.drain()
+        assert (await first, await second) == (1, 2)
+    finally:
+        pipeliner.close()
+        await reader.aclose()
+        await client.aclose()

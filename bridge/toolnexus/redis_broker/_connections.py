@@ -26,6 +26,7 @@ from typing import Any, TypeAlias
 from urllib.parse import SplitResult, unquote, urlsplit
 
 import redis.asyncio as aioredis
+import redis.exceptions
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
@@ -38,6 +39,17 @@ Client = aioredis.Redis | RedisCluster
 Entries: TypeAlias = list[tuple[bytes, dict[bytes, bytes] | None]]
 """The entries of one stream as a read returns them: id and fields (``None``: an entry
 pending for a group but deleted since)."""
+
+Carried = tuple[list[tuple[Any, ...]], Callable[[list[Any] | BaseException], None]]
+"""Commands carried by a blocking read, written ahead of it (the pipeliner's lazy items,
+:meth:`Pipeliner.take_lazy <toolnexus.redis_broker._pipeliner.Pipeliner.take_lazy>`), and
+what to call with their replies once read: a list (error replies in place), or the
+exception that stopped the read (:class:`NotSent` if they were never written)."""
+
+
+class NotSent(ConnectionError):
+    """Carried commands that were never written: whoever gave them may send them again."""
+
 
 CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})
 SENTINEL_SCHEMES = frozenset({"redis+sentinel", "rediss+sentinel"})
@@ -238,10 +250,16 @@ class BlockingReader:
     sequential round trip on either side. A read that fails or is cancelled mid-reply
     closes the connection, which is never read again (the next read connects afresh).
     A Cluster's reads go through redis-py, which finds the node holding the stream.
+
+    ``carry`` gives commands to write ahead of each read (see :data:`Carried`): Redis runs
+    them at once, so the read costs them no write of their own, and they travel apart
+    from the commands that wake other processes (which Redis answers only once it has
+    run everything it read with them).
     """
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, carry: Callable[[], Carried | None] | None = None) -> None:
         self.client = client
+        self._carry = carry
         self._connection: Any = None
 
     async def xread(self, stream: str, last_id: str, count: int, block: int) -> Entries:
@@ -277,10 +295,32 @@ class BlockingReader:
             connection = self._connection = await pool.get_connection()  # type: ignore[no-untyped-call]
         elif not connection.is_connected:
             await connection.connect()
+        carried = self._carry() if self._carry is not None else None
+        commands: list[tuple[Any, ...]] = carried[0] if carried is not None else []
+        settle = carried[1] if carried is not None else None
         try:
-            await connection.send_command(*command)
+            try:
+                await connection.send_packed_command(connection.pack_commands([*commands, command]))
+            except BaseException as exc:
+                if settle is not None:
+                    given_back = settle
+                    settle = None
+                    given_back(NotSent(f"not written: {exc!r}"))
+                raise
+            if settle is not None:
+                replies: list[Any] = []
+                for _ in commands:
+                    try:
+                        replies.append(await connection.read_response())
+                    except redis.exceptions.ResponseError as exc:
+                        replies.append(exc)
+                done = settle
+                settle = None
+                done(replies)
             reply: Any = await connection.read_response()
-        except BaseException:
+        except BaseException as exc:
+            if settle is not None:
+                settle(exc)
             await connection.disconnect(nowait=True)
             raise
         if not reply:  # nothing within the block

@@ -240,9 +240,11 @@ class Core:
         )
         self.closed = False
 
-    def blocking_reader(self) -> BlockingReader:
-        """Blocking reads on a client of their own: one connection, no socket timeout."""
-        return BlockingReader(self.connector.blocking_client())
+    def blocking_reader(self, *, carry: bool = False) -> BlockingReader:
+        """Blocking reads on a client of their own: one connection, no socket timeout;
+        with ``carry``, each read carries the pipeliner's lazy items queued by then."""
+        carried = self.pipeliner.take_lazy if carry else None
+        return BlockingReader(self.connector.blocking_client(), carried)
 
     def read_timeout_s(self, block_ms: int) -> float:
         """How long a blocking read of ``block_ms`` may take before it counts as a fault."""

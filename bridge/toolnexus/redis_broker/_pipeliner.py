@@ -23,7 +23,7 @@ import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
 
 from ..errors import BrokerClosed
-from ._connections import Client
+from ._connections import Carried, Client, NotSent
 from ._scripts import SCRIPTS, BatchScript
 
 log = logging.getLogger("toolnexus.redis")
@@ -254,6 +254,9 @@ class Pipeliner:
         except asyncio.CancelledError:
             _fail(queue, BrokerClosed("the broker was closed"))
             raise
+        self._settle(queue, replies)
+
+    def _settle(self, queue: list[_Item | _Batch], replies: list[Any]) -> None:
         forgotten = []
         for entry, reply in zip(queue, replies, strict=True):
             if isinstance(reply, redis.exceptions.NoScriptError):
@@ -266,6 +269,35 @@ class Pipeliner:
             log.warning("Redis forgot the toolnexus scripts; loading them again")
             self._load_scripts = True
             self._queue[:0] = forgotten
+            self._schedule()
+
+    def take_lazy(self) -> Carried | None:
+        """On one server, the lazy items queued now, taken to travel with another
+        connection's next command (a blocking read): their commands, and what to call
+        with their replies (or the exception if they failed). None if there are none, or
+        on a Cluster, or with ``WAIT`` after every pipeline."""
+        if not self._lazy or self._wait is not None or isinstance(self._redis, RedisCluster):
+            return None
+        queue = _take(self._lazy, MAX_PIPELINE_ITEMS)
+        self._lazy_batches.clear()  # items from now on go behind these
+        if not self._lazy and not self._later and self._lazy_timer is not None:
+            self._lazy_timer.cancel()
+            self._lazy_timer = None
+        commands = [entry.command() if isinstance(entry, _Batch) else entry[0] for entry in queue]
+
+        def settle(replies: list[Any] | BaseException) -> None:
+            if isinstance(replies, NotSent):  # back in line, ahead of what came since
+                self._lazy[:0] = queue
+                self._schedule_lazy()
+            elif isinstance(replies, Exception):
+                self._load_scripts = True  # the connection failed: Redis may come back without them
+                _fail(queue, replies)
+            elif isinstance(replies, BaseException):  # cancelled mid-reply: they were sent
+                _fail(queue, BrokerClosed("the broker was closed"))
+            else:
+                self._settle(queue, replies)
+
+        return commands, settle
 
     async def _execute(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         if self._load_scripts:
