@@ -288,13 +288,8 @@ class BlockingReader:
         )  # fmt: skip
 
     async def _read(self, *command: Any) -> Entries:
-        connection = self._connection
-        if connection is None:  # taken once; closed with the client
-            assert isinstance(self.client, aioredis.Redis)
-            pool = self.client.connection_pool
-            connection = self._connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-        elif not connection.is_connected:
-            await connection.connect()
+        assert isinstance(self.client, aioredis.Redis)
+        connection = self._connection = await kept_connection(self.client, self._connection)
         carried = self._carry() if self._carry is not None else None
         commands: list[tuple[Any, ...]] = carried[0] if carried is not None else []
         settle = carried[1] if carried is not None else None
@@ -308,12 +303,7 @@ class BlockingReader:
                     given_back(NotSent(f"not written: {exc!r}"))
                 raise
             if settle is not None:
-                replies: list[Any] = []
-                for _ in commands:
-                    try:
-                        replies.append(await connection.read_response())
-                    except redis.exceptions.ResponseError as exc:
-                        replies.append(exc)
+                replies = await read_replies(connection, len(commands))
                 done = settle
                 settle = None
                 done(replies)
@@ -337,6 +327,28 @@ class BlockingReader:
             await self.client.connection_pool.release(self._connection)
             self._connection = None
         await self.client.aclose()
+
+
+async def kept_connection(client: aioredis.Redis, connection: Any) -> Any:
+    """``connection``, a connection of ``client``'s pool kept by its user (taken from the
+    pool the first time, when it is None; connected again if it was closed)."""
+    if connection is None:  # the client's pool closes it with the client
+        return await client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+    if not connection.is_connected:
+        await connection.connect()
+    return connection
+
+
+async def read_replies(connection: Any, count: int) -> list[Any]:
+    """The next ``count`` replies on ``connection``, an error reply as its exception, in
+    its place."""
+    replies: list[Any] = []
+    for _ in range(count):
+        try:
+            replies.append(await connection.read_response())
+        except redis.exceptions.ResponseError as exc:
+            replies.append(exc)
+    return replies
 
 
 def _pairs(fields: list[bytes] | dict[bytes, bytes]) -> dict[bytes, bytes]:

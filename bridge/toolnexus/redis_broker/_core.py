@@ -349,13 +349,15 @@ class Core:
         """Acknowledge and delete ``entry`` if the request is no longer open, in the
         pipeline of a resolve queued just before (one server only: see
         ``one_server``). The future says 1 if it did, 0 if the request was open."""
-        return self.pipeliner.batch(
+        future = self.pipeliner.batch(
             SETTLE_RESOLVED,
             (self.keys.requests,),
             (waiter,),
             (self.keys.state(waiter, request_id),),
             (group, entry),
         )
+        self.pipeliner.fire(future)  # awaited only if the resolve before it got through
+        return future
 
     def raw_for_dead_letter(self, fields: dict[bytes, bytes]) -> bytes:
         """The original fields of an entry, bounded to ``dead_letter_max_bytes``."""

@@ -23,7 +23,7 @@ import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
 
 from ..errors import BrokerClosed
-from ._connections import Carried, Client, NotSent
+from ._connections import Carried, Client, NotSent, kept_connection, read_replies
 from ._scripts import SCRIPTS, BatchScript
 
 log = logging.getLogger("toolnexus.redis")
@@ -193,6 +193,11 @@ class Pipeliner:
         as it is read; without it, a failure is logged."""
         self._add_to_batch(script, shared_keys, shared_args, item_keys, item_args, on_reply, lazy)
 
+    def fire(self, future: asyncio.Future[Any]) -> None:
+        """Let ``future`` (of :meth:`call` or :meth:`batch`) go unawaited if its caller
+        chooses: a failure is logged, never left unretrieved."""
+        future.add_done_callback(_log_failure)
+
     def _add_to_batch(
         self,
         script: BatchScript,
@@ -333,21 +338,11 @@ class Pipeliner:
         failing or cancelled mid-reply is closed (and connected again for the next
         pipeline), never read again."""
         sent = commands if self._wait is None else [*commands, ("WAIT", *self._wait)]
-        connection = self._connection
-        if connection is None:  # taken once; the client's pool closes it with the client
-            pool = client.connection_pool
-            connection = self._connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-        elif not connection.is_connected:
-            await connection.connect()
+        connection = self._connection = await kept_connection(client, self._connection)
         try:
             await connection.send_packed_command(connection.pack_commands(sent))
             self._run_later()
-            replies: list[Any] = []
-            for _ in sent:
-                try:
-                    replies.append(await connection.read_response())
-                except redis.exceptions.ResponseError as exc:
-                    replies.append(exc)
+            replies = await read_replies(connection, len(sent))
         except BaseException:
             await connection.disconnect(nowait=True)
             raise
@@ -426,3 +421,8 @@ def _deliver(target: _Target, reply: Any) -> None:
             log.exception("handling a Redis reply failed")
     elif isinstance(reply, Exception) and not isinstance(reply, BrokerClosed):
         log.warning("background Redis command failed: %s", reply)
+
+
+def _log_failure(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        _deliver(None, future.exception())
