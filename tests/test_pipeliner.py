@@ -205,7 +205,8 @@ async def test_blocking_reads_in_either_protocol(
 async def test_a_blocking_read_carries_the_lazy_items(redis_url: str, namespace: str) -> None:
     """Lazy items queued when a carrying read starts are written ahead of it, on its
     connection, and get their replies (errors in place) before the read returns; items
-    handed back unwritten (``NotSent``) go out later, ahead of newer ones."""
+    handed back unwritten (``NotSent``) go out at once, ahead of newer ones, and ``drain``
+    waits for what a carrier took."""
     from toolnexus.redis_broker._connections import NotSent
 
     client = aioredis.Redis.from_url(redis_url)
@@ -224,8 +225,12 @@ async def test_a_blocking_read_carries_the_lazy_items(redis_url: str, namespace:
         taken = pipeliner.take_lazy()
         assert taken is not None and len(taken[0]) == 1
         second = pipeliner.call("RPUSH", f"{namespace}:list", "second", lazy=True)
+        drained = asyncio.create_task(pipeliner.drain())
+        await asyncio.sleep(LAZY_DELAY_S * 2)
+        assert not drained.done()  # drain waits for what a carrier took
         taken[1](NotSent("not written"))  # back in line, ahead of "second"
-        await pipeliner.drain()
+        await asyncio.wait_for(drained, 1)
+        assert first.done() and second.done()
         assert (await first, await second) == (1, 2)
     finally:
         pipeliner.close()

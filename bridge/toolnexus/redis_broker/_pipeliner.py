@@ -97,6 +97,7 @@ class Pipeliner:
         self._lazy_timer: asyncio.TimerHandle | None = None
         self._lazy_due = False  # lazy items go out now, urgent ones or not
         self._later: list[Callable[[], object]] = []  # see after_send
+        self._carried: set[asyncio.Future[None]] = set()  # lazy items taken, not yet settled
         self.round_trips = 0
 
     def _schedule(self) -> None:
@@ -289,11 +290,17 @@ class Pipeliner:
             self._lazy_timer.cancel()
             self._lazy_timer = None
         commands = [entry.command() if isinstance(entry, _Batch) else entry[0] for entry in queue]
+        settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._carried.add(settled)
 
         def settle(replies: list[Any] | BaseException) -> None:
-            if isinstance(replies, NotSent):  # back in line, ahead of what came since
+            self._carried.discard(settled)
+            if not settled.done():
+                settled.set_result(None)
+            if isinstance(replies, NotSent):  # back in line, ahead of what came since: now
                 self._lazy[:0] = queue
-                self._schedule_lazy()
+                self._lazy_due = True
+                self._schedule()
             elif isinstance(replies, Exception):
                 self._load_scripts = True  # the connection failed: Redis may come back without them
                 _fail(queue, replies)
@@ -365,13 +372,17 @@ class Pipeliner:
             pipe.execute_command("WAIT", *self._wait, target_nodes=node)
 
     async def drain(self) -> None:
-        """Wait until everything issued so far has been sent (work put off included)."""
+        """Wait until everything issued so far has been sent (work put off included, and
+        lazy items another connection carries)."""
         self._run_later()
         if self._queue or self._lazy:
             self._lazy_due = True
             self._schedule()
-        while self._task is not None:
-            await asyncio.shield(self._task)
+        while self._task is not None or self._carried:
+            if self._task is not None:
+                await asyncio.shield(self._task)
+            if self._carried:
+                await asyncio.wait(set(self._carried))
 
     def close(self) -> None:
         """Stop: commands not yet sent fail with :class:`~toolnexus.BrokerClosed`."""
