@@ -297,7 +297,7 @@ class Pipeliner:
             self._carried.discard(settled)
             if not settled.done():
                 settled.set_result(None)
-            if isinstance(replies, NotSent):  # back in line, ahead of what came since: now
+            if isinstance(replies, NotSent):  # back in line, ahead of what is still queued
                 self._lazy[:0] = queue
                 self._lazy_due = True
                 self._schedule()
