@@ -66,6 +66,7 @@ class Tables:
                 (median, sum(t["n"] for t in rows), settings[(case, variant)])
             )
         self.rounds = max((len(v) for v in tp_parts.values()), default=0)
+        self.latency_rounds = max((len(v) for v in lat_parts.values()), default=0)
 
     def per_s(self, key: tuple[str, str], concurrency: int) -> float | None:
         for row, _n, _s in self.throughput.get(key, []):
@@ -228,7 +229,9 @@ def render(t: Tables, machine: Machine, elapsed_s: float, note: str) -> str:
         "",
         "## Round-trip latency, one wait at a time",
         "",
-        f"Samples pooled over {t.rounds} alternating round(s) for floor and toolnexus; "
+        f"Samples pooled over {t.latency_rounds} alternating round(s) for floor and toolnexus, "
+        "each case in a fresh process (a process's p50 moves with where the scheduler puts "
+        "it); "
         "warm-up round trips excluded (counted in the warm-up column). "
         "Ratios are to the floor's figure.",
         "",

@@ -31,6 +31,7 @@ class Plan:
     """Sample counts of one run."""
 
     rounds: int
+    latency_rounds: int  # more, shorter rounds: a process's p50 moves with where it runs
     latency_warmup: int
     latency_n: int
     levels: list[tuple[int, int, int]]  # (concurrent waits, warm-up round trips, measured)
@@ -46,8 +47,9 @@ class Plan:
 
 FULL = Plan(
     rounds=3,
+    latency_rounds=8,
     latency_warmup=200,
-    latency_n=1000,
+    latency_n=400,
     levels=[(1, 100, 1000), (100, 1000, 10_000), (1000, 2000, 20_000)],
     scale_waits=10_000,
     wakeup=(10_000, 200, 1000),
@@ -61,6 +63,7 @@ FULL = Plan(
 
 QUICK = Plan(
     rounds=1,
+    latency_rounds=1,
     latency_warmup=20,
     latency_n=100,
     levels=[(1, 10, 50), (100, 100, 500), (1000, 1000, 2000)],
@@ -85,18 +88,34 @@ class Spec:
 
 
 def build_specs(plan: Plan, logdir: Path, only: set[str] | None, loops: list[str]) -> list[Spec]:
-    """Every case run, floor and toolnexus alternating round by round; with ``uvloop`` in
-    ``loops``, the latency and 1,000-wait throughput cases again on uvloop."""
+    """Every case run, floor and toolnexus alternating round by round (the latency cases
+    over ``latency_rounds``, the others over ``rounds``); with ``uvloop`` in ``loops``,
+    the latency and 1,000-wait throughput cases again on uvloop."""
     levels = [[c, w, n] for c, w, n in plan.levels]
     lat = {"warmup": plan.latency_warmup, "n": plan.latency_n}
     pending, wake_warmup, wake_n = plan.wakeup
     wake = {"pending": pending, "warmup": wake_warmup, "n": wake_n}
     specs: list[Spec] = []
-    for r in range(plan.rounds):
+    for r in range(max(plan.rounds, plan.latency_rounds)):
+        if r < plan.latency_rounds:
+            specs += [
+                Spec("floor", "bench.floor:latency_case", {**lat, "round": r, "variant": "direct"}),
+                Spec("toolnexus", "bench.tnx:latency_case",
+                     {**lat, "round": r, "variant": "default"}),
+                Spec("toolnexus", "bench.tnx:latency_case",
+                     {**lat, "round": r, "variant": "signed"}),
+            ]  # fmt: skip
+            for loop in loops:
+                if loop != "asyncio":
+                    specs += [
+                        Spec("floor", "bench.floor:latency_case",
+                             {**lat, "round": r, "variant": f"direct, {loop}", "loop": loop}),
+                        Spec("toolnexus", "bench.tnx:latency_case",
+                             {**lat, "round": r, "variant": f"default, {loop}", "loop": loop}),
+                    ]  # fmt: skip
+        if r >= plan.rounds:
+            continue
         specs += [
-            Spec("floor", "bench.floor:latency_case", {**lat, "round": r, "variant": "direct"}),
-            Spec("toolnexus", "bench.tnx:latency_case", {**lat, "round": r, "variant": "default"}),
-            Spec("toolnexus", "bench.tnx:latency_case", {**lat, "round": r, "variant": "signed"}),
             Spec("floor", "bench.floor:throughput_case",
                  {"levels": levels, "round": r, "variant": "pool"}),
             Spec("floor", "bench.floor:throughput_case",
@@ -116,10 +135,6 @@ def build_specs(plan: Plan, logdir: Path, only: set[str] | None, loops: list[str
             if loop == "asyncio":
                 continue
             specs += [
-                Spec("floor", "bench.floor:latency_case",
-                     {**lat, "round": r, "variant": f"direct, {loop}", "loop": loop}),
-                Spec("toolnexus", "bench.tnx:latency_case",
-                     {**lat, "round": r, "variant": f"default, {loop}", "loop": loop}),
                 Spec("floor", "bench.floor:throughput_case",
                      {"levels": top, "round": r, "variant": f"pool, {loop}", "loop": loop}),
                 Spec("floor", "bench.floor:throughput_case",
