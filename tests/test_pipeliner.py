@@ -237,3 +237,46 @@ async def test_a_blocking_read_carries_the_lazy_items(redis_url: str, namespace:
         pipeliner.close()
         await reader.aclose()
         await client.aclose()
+
+
+async def test_a_caller_alone_sends_its_own_commands(redis_url: str, namespace: str) -> None:
+    """Commands issued in ``sending()`` are sent and answered by the caller's own task when
+    nothing else is on its way; with another pipeline out, or with ``now=False``, they go
+    as usual; a caller cancelled mid-send takes only its own commands down with it."""
+    client = aioredis.Redis.from_url(redis_url)
+    pipeliner = Pipeliner(client, timeout_s=5)
+    key, queue = f"{namespace}:k", f"{namespace}:list"
+    try:
+        await pipeliner.call("PING")
+        async with pipeliner.sending():
+            mine = pipeliner.call("SET", key, "alone")
+        assert mine.done() and mine.result() == b"OK"  # answered before the block ended
+
+        async with pipeliner.sending(now=False):
+            usual = pipeliner.call("GET", key)
+        assert not usual.done()  # the pipeliner's task sends it, a turn later
+        assert await usual == b"alone"
+
+        out = pipeliner.call("BLPOP", queue, 0.3)  # a pipeline on its way ...
+        async with pipeliner.sending():
+            behind = pipeliner.call("GET", key)
+        assert not behind.done()  # ... so this one waits for it, as usual
+        assert await out is None and await behind == b"alone"
+
+        async def blocked() -> None:
+            async with pipeliner.sending():
+                pipeliner.call("BLPOP", queue, 2)
+
+        caller = asyncio.create_task(blocked())
+        await asyncio.sleep(0.1)
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        other = aioredis.Redis.from_url(redis_url)
+        await other.rpush(queue, "late")  # what the abandoned BLPOP would have returned
+        await other.aclose()
+        assert await asyncio.wait_for(pipeliner.call("GET", key), 1) == b"alone"
+        assert await client.lrange(queue, 0, -1) == [b"late"]
+    finally:
+        pipeliner.close()
+        await client.aclose()

@@ -272,20 +272,24 @@ class Core:
         status: Resolution,
         payload: bytes,
         behind: Callable[[], object] | None = None,
+        *,
+        alone: bool = False,
     ) -> tuple[Outcome, bytes | None]:
         """Run the resolve script: the outcome (see :data:`Outcome`) and the stored answer.
         ``behind`` is called once the resolve item is queued: what it issues travels
-        right behind it, in the same pipeline."""
+        right behind it, in the same pipeline. ``alone``: the caller expects no other
+        commands this turn, so it sends them itself (see :meth:`Pipeliner.sending`)."""
         keys = self.keys
-        resolved = self.pipeliner.batch(
-            RESOLVE,
-            (keys.answers(waiter), keys.alive(waiter)),
-            (self.settings.retention_ms,),
-            (keys.state(waiter, request_id),),
-            (status, payload, request_id),
-        )
-        if behind is not None:
-            behind()
+        async with self.pipeliner.sending(alone):
+            resolved = self.pipeliner.batch(
+                RESOLVE,
+                (keys.answers(waiter), keys.alive(waiter)),
+                (self.settings.retention_ms,),
+                (keys.state(waiter, request_id),),
+                (status, payload, request_id),
+            )
+            if behind is not None:
+                behind()
         raw = await resolved
         outcome = text(raw[0])
         if outcome not in OUTCOMES:

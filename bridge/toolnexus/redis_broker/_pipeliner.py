@@ -98,9 +98,13 @@ class Pipeliner:
         self._lazy_due = False  # lazy items go out now, urgent ones or not
         self._later: list[Callable[[], object]] = []  # see after_send
         self._carried: set[asyncio.Future[None]] = set()  # lazy items taken, not yet settled
+        self._holding = False  # items issued now are sent by their caller (see sending)
+        self._inline: asyncio.Future[None] | None = None  # a caller's pipeline on its way
         self.round_trips = 0
 
     def _schedule(self) -> None:
+        if self._holding:
+            return
         if self._lazy_timer is not None:
             self._lazy_timer.cancel()
             self._lazy_timer = None
@@ -227,8 +231,37 @@ class Pipeliner:
         pending.item_args.extend(item_args)
         pending.targets.append(target)
 
+    def sending(self, now: bool = True) -> _Sending:
+        """``async with pipeliner.sending(): <issue commands, without awaiting>``: on leaving,
+        the urgent commands issued are sent at once, by this task, if no pipeline is on its
+        way or queued (the pipeliner's task would send them a turn later); else as usual.
+        For a caller that waits for their replies next and expects no company: they cost
+        no turn. (Others issuing in the same turn would wait for them, on the one
+        connection, so a busy caller passes ``now=False``: as usual.)"""
+        return _Sending(self, now)
+
+    async def _send_held(self) -> None:
+        self._holding = False
+        if not self._queue:
+            return
+        if self._task is not None or self._inline is not None:
+            self._schedule()
+            return
+        inline = self._inline = asyncio.get_running_loop().create_future()
+        queue = _take(self._queue, MAX_PIPELINE_ITEMS)  # only this caller's: see sending
+        self._batches.clear()
+        try:
+            await self._send(queue)
+        finally:
+            self._inline = None
+            inline.set_result(None)
+            if self._queue:
+                self._schedule()
+
     async def _run(self) -> None:
         try:
+            while self._inline is not None:  # one pipeline at a time on the connection
+                await asyncio.shield(self._inline)
             while self._queue or (self._lazy and self._lazy_due):
                 queue = _take(self._queue, MAX_PIPELINE_ITEMS)
                 queue += _take(self._lazy, MAX_PIPELINE_ITEMS)
@@ -378,7 +411,9 @@ class Pipeliner:
         if self._queue or self._lazy:
             self._lazy_due = True
             self._schedule()
-        while self._task is not None or self._carried:
+        while self._task is not None or self._carried or self._inline is not None:
+            if self._inline is not None:
+                await asyncio.shield(self._inline)
             if self._task is not None:
                 await asyncio.shield(self._task)
             if self._carried:
@@ -396,6 +431,22 @@ class Pipeliner:
         self._later.clear()
         self._batches.clear()
         self._lazy_batches.clear()
+
+
+class _Sending:
+    """The context of :meth:`Pipeliner.sending`."""
+
+    __slots__ = ("_now", "_pipeliner")
+
+    def __init__(self, pipeliner: Pipeliner, now: bool) -> None:
+        self._pipeliner, self._now = pipeliner, now
+
+    async def __aenter__(self) -> None:
+        self._pipeliner._holding = self._now
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._now:
+            await self._pipeliner._send_held()
 
 
 def _take(queue: list[_Item | _Batch], most: int) -> list[_Item | _Batch]:

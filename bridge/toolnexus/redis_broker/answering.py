@@ -35,10 +35,13 @@ async def resolve_answer(
     payload: bytes,
     entry: str | None = None,
     behind: Callable[[], object] | None = None,
+    *,
+    alone: bool = False,
 ) -> Event | None:
     """Resolve ``request`` (stream entry ``entry``, if known) with the checked ``answer``
     (encoded as ``payload``), retrying while Redis is away for up to ``answer_patience_s``.
-    ``behind`` is called as each attempt is queued (see :meth:`Core.resolve`).
+    ``behind`` is called as each attempt is queued, and ``alone`` says the caller
+    expects no company this turn (see :meth:`Core.resolve`).
     For a request that needs a quorum the answer is a vote (SPEC §14, :mod:`.quorum`):
     a vote counted that does not decide returns the ``approved`` event to publish.
 
@@ -58,7 +61,7 @@ async def resolve_answer(
             outcome: str
             if request.quorum is None:
                 outcome, _stored = await core.resolve(
-                    waiter, request.id, "answered", payload, behind
+                    waiter, request.id, "answered", payload, behind, alone=alone
                 )
             else:
                 outcome, progress, _stored = await cast_vote(core, request, answer, payload)

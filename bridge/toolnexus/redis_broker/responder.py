@@ -264,7 +264,13 @@ class RedisResponder(Responder):
         try:
             with boundary(f"answering {request.id}"):
                 progress = await resolve_answer(
-                    core, request, checked, payload, entry, settle if together else None
+                    core,
+                    request,
+                    checked,
+                    payload,
+                    entry,
+                    settle if together else None,
+                    alone=len(self._held) == 1,  # the only answer going out, likely
                 )
         except BrokerUnavailable:
             self._hand_back(pending)

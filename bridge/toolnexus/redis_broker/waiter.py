@@ -87,7 +87,9 @@ class Waiter:
         try:
             if wait.replies.durable and not await self._attach(wait):
                 return Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE)
-            self._start(wait)
+            # The only wait sends its request itself, a turn sooner (see Pipeliner.sending).
+            async with self.core.pipeliner.sending(len(self.waits) == 1):
+                self._start(wait)
             answer = await wait.answer
         except asyncio.CancelledError:
             if not wait.replies.durable:  # a durable request outlives its waits
