@@ -142,7 +142,7 @@ class Connector:
                 pool.connection_class = hiredis_packing(pool.connection_class)
                 self.command_client = aioredis.Redis.from_pool(pool)
                 self._blocking = lambda: _fast(
-                    aioredis.Redis.from_url(url, single_connection_client=True, **options)
+                    aioredis.Redis.from_url(url, **options)  # BlockingReader takes one
                 )
         except (ValueError, TypeError) as exc:
             raise ConfigurationError(f"bad Redis URL or option for {url!r}: {exc}") from exc

@@ -281,7 +281,7 @@ class Pipeliner:
                 self._schedule_lazy()
 
     async def _send(self, queue: list[_Item | _Batch]) -> None:
-        commands = [entry.command() if isinstance(entry, _Batch) else entry[0] for entry in queue]
+        commands = _commands(queue)
         try:
             async with asyncio.timeout(self.timeout_s):  # a peer that never replies is a fault
                 replies = await self._execute(commands)
@@ -322,7 +322,7 @@ class Pipeliner:
         if not self._lazy and not self._later and self._lazy_timer is not None:
             self._lazy_timer.cancel()
             self._lazy_timer = None
-        commands = [entry.command() if isinstance(entry, _Batch) else entry[0] for entry in queue]
+        commands = _commands(queue)
         settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._carried.add(settled)
 
@@ -447,6 +447,10 @@ class _Sending:
     async def __aexit__(self, *exc: object) -> None:
         if self._now:
             await self._pipeliner._send_held()
+
+
+def _commands(queue: list[_Item | _Batch]) -> list[tuple[Any, ...]]:
+    return [entry.command() if isinstance(entry, _Batch) else entry[0] for entry in queue]
 
 
 def _take(queue: list[_Item | _Batch], most: int) -> list[_Item | _Batch]:
