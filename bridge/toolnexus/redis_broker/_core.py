@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -32,7 +32,6 @@ from ._scripts import (
     OUTCOMES,
     RESOLVE,
     SETTLE,
-    SETTLE_RESOLVED,
     BatchScript,
     Outcome,
 )
@@ -271,33 +270,38 @@ class Core:
         request_id: str,
         status: Resolution,
         payload: bytes,
-        behind: Callable[[], object] | None = None,
+        settle: tuple[str, str] | None = None,
         *,
         alone: bool = False,
-    ) -> tuple[Outcome, bytes | None]:
-        """Run the resolve script: the outcome (see :data:`Outcome`) and the stored answer.
-        ``behind`` is called once the resolve item is queued: what it issues travels
-        right behind it, in the same pipeline. ``alone``: the caller expects no other
-        commands this turn, so it sends them itself (see :meth:`Pipeliner.sending`)."""
+    ) -> tuple[Outcome, bytes | None, bool]:
+        """Run the resolve script: the outcome (see :data:`Outcome`), the stored answer and
+        whether the request's entry was settled. ``settle=(group, entry)``, on one server
+        only: the same script acknowledges and deletes the entry unless the request is
+        still open, so that no group reads it from now on (elsewhere it is not settled).
+        ``alone``: the caller expects no other commands this turn, so it sends them itself
+        (see :meth:`Pipeliner.sending`)."""
         keys = self.keys
+        shared_keys: tuple[str, ...] = (keys.answers(waiter), keys.alive(waiter))
+        group, entry = settle if settle is not None and self.one_server else ("", "")
+        if entry:
+            shared_keys += (keys.requests,)
         async with self.pipeliner.sending(alone):
             resolved = self.pipeliner.batch(
                 RESOLVE,
-                (keys.answers(waiter), keys.alive(waiter)),
-                (self.settings.retention_ms,),
+                shared_keys,
+                (self.settings.retention_ms, 1 if entry else 0),
                 (keys.state(waiter, request_id),),
-                (status, payload, request_id),
+                (status, payload, request_id, group, entry),
             )
-            if behind is not None:
-                behind()
         raw = await resolved
-        outcome = text(raw[0])
+        outcome = text(raw[1])
         if outcome not in OUTCOMES:
             raise redis.exceptions.ResponseError(f"resolve script said {outcome!r}")
-        stored: bytes | None = raw[1] if len(raw) > 1 else None
+        stored: bytes | None = raw[2] if len(raw) > 2 else None
+        settled = raw[0] == 1
         if outcome in NOT_RESOLVED_REASONS and stored == payload:
-            return "ok", None  # our own write, retried after its reply was lost
-        return outcome, stored  # type: ignore[return-value]
+            return "ok", None, settled  # our own write, retried after its reply was lost
+        return outcome, stored, settled  # type: ignore[return-value]
 
     def settle(
         self,
@@ -346,22 +350,6 @@ class Core:
                 encode_record(audit) if audit else "",
             ),
         )
-
-    def settle_resolved(
-        self, waiter: str, request_id: str, group: str, entry: str
-    ) -> asyncio.Future[Any]:
-        """Acknowledge and delete ``entry`` if the request is no longer open, in the
-        pipeline of a resolve queued just before (one server only: see
-        ``one_server``). The future says 1 if it did, 0 if the request was open."""
-        future = self.pipeliner.batch(
-            SETTLE_RESOLVED,
-            (self.keys.requests,),
-            (waiter,),
-            (self.keys.state(waiter, request_id),),
-            (group, entry),
-        )
-        self.pipeliner.fire(future)  # awaited only if the resolve before it got through
-        return future
 
     def raw_for_dead_letter(self, fields: dict[bytes, bytes]) -> bytes:
         """The original fields of an entry, bounded to ``dead_letter_max_bytes``."""

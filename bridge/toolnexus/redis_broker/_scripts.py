@@ -160,25 +160,33 @@ return statuses
 RESOLVE = BatchScript(
     "resolve",
     """
--- On a waiter's slot. Shared: KEYS reply stream, liveness mark; ARGV retention_ms.
--- Item: KEYS state; ARGV status, answer, request id.
+-- On a waiter's slot. Shared: KEYS reply stream, liveness mark, and with settle '1' the
+-- request stream (one server only: it is on the queue's slot); ARGV retention_ms, settle.
+-- Item: KEYS state; ARGV status, answer, request id, group, entry ('' for none).
 -- The first resolution of a request wins: it is recorded and sent to the waiter.
 -- An answer needs the request open, before its deadline, and its waiter alive (a
 -- durable request's waiter always counts as alive: it outlives its process). An
 -- answer to a request already resolved sends the stored answer to the waiter again.
--- Each reply: {'ok'} | {'unknown'} | {'late'} | {'gone'} | {status, stored answer}.
+-- With settle, an item's entry is acknowledged for its group and deleted if the request
+-- is no longer open (resolved, or forgotten), so that no group reads it from now on; an
+-- open one is left alone. Each reply: {settled (1 or 0), outcome, stored answer}, the
+-- outcome 'ok' | 'unknown' | 'late' | 'gone' | the status resolved before (with the
+-- answer stored then).
+local settle = ARGV[2] == '1'
+local first = settle and 4 or 3
 local replies = {}
 local now = nil
 local alive = nil
-for i = 3, #KEYS do
-  local a = 1 + (i - 3) * 3
+for i = first, #KEYS do
+  local a = 2 + (i - first) * 5
   local status, answer, id = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local st = redis.call('HMGET', KEYS[i], 's', 'x', 'd')
+  local reply
   if not st[1] then
-    replies[i - 2] = {'unknown'}
+    reply = {'unknown'}
   elseif st[1] ~= 'open' then
     local stored = redis.call('HGET', KEYS[i], 'a')
-    replies[i - 2] = {st[1], stored}
+    reply = {st[1], stored}
     if status == 'answered' and stored then
       -- Shown to the waiter again: if it never took it (an edited state), it checks the
       -- stored answer, and reopens the request if that answer is refused.
@@ -191,22 +199,30 @@ for i = 3, #KEYS do
       alive = redis.call('EXISTS', KEYS[2])
     end
     if status == 'answered' and now >= tonumber(st[2]) then
-      replies[i - 2] = {'late'}
+      reply = {'late'}
     elseif status == 'answered' and alive == 0 and not st[3] then
-      replies[i - 2] = {'gone'}
+      reply = {'gone'}
     else
       redis.call('HSET', KEYS[i], 's', status, 'a', answer)
       redis.call('PEXPIRE', KEYS[i], ARGV[1])
       redis.call('XADD', KEYS[1], '*', 'id', id, 'a', answer)
-      replies[i - 2] = {'ok'}
+      reply = {'ok'}
     end
   end
+  local entry = ARGV[a + 5]
+  local settled = 0
+  if settle and entry ~= '' and reply[1] ~= 'late' and reply[1] ~= 'gone' then
+    redis.call('XACK', KEYS[3], ARGV[a + 4], entry)
+    redis.call('XDEL', KEYS[3], entry)
+    settled = 1
+  end
+  replies[#replies + 1] = {settled, reply[1], reply[2]}
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return replies
 """,
     keys_per_item=1,
-    args_per_item=3,
+    args_per_item=5,
 )
 
 SETTLE = BatchScript(
@@ -422,32 +438,6 @@ return recorded
     args_per_item=1,
 )
 
-SETTLE_RESOLVED = BatchScript(
-    "settle_resolved",
-    """
--- One server only (it reads keys of two slots). Shared: KEYS request stream; ARGV the
--- waiter whose RESOLVE batch this one follows (it only keeps the two batches in order).
--- Item: KEYS state; ARGV group, entry. Sent right behind a RESOLVE of the same request,
--- in the same pipeline: acknowledges and deletes the entry if the request is no longer
--- open (resolved, or forgotten), so that no group reads it from now on; an open one is
--- left alone. Each reply: 1 if it was settled, else 0.
-local settled = {}
-for i = 2, #KEYS do
-  local a = 2 + (i - 2) * 2
-  if redis.call('HGET', KEYS[i], 's') ~= 'open' then
-    redis.call('XACK', KEYS[1], ARGV[a], ARGV[a + 1])
-    redis.call('XDEL', KEYS[1], ARGV[a + 1])
-    settled[i - 1] = 1
-  else
-    settled[i - 1] = 0
-  end
-end
-return settled
-""",
-    keys_per_item=1,
-    args_per_item=2,
-)
-
 SCRIPTS = (
     OPEN,
     PUBLISH,
@@ -458,7 +448,6 @@ SCRIPTS = (
     DEAD_LETTER,
     REOPEN,
     REACHED,
-    SETTLE_RESOLVED,
     VOTE,
     UNVOTE,
 )

@@ -7,7 +7,6 @@ vote (:mod:`.quorum`); a request whose waiter cannot end it is ended here (:func
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Literal
 
 from ..audit import audit_record
@@ -34,14 +33,15 @@ async def resolve_answer(
     answer: Answer,
     payload: bytes,
     entry: str | None = None,
-    behind: Callable[[], object] | None = None,
+    group: str | None = None,
     *,
     alone: bool = False,
-) -> Event | None:
+) -> tuple[Event | None, bool]:
     """Resolve ``request`` (stream entry ``entry``, if known) with the checked ``answer``
     (encoded as ``payload``), retrying while Redis is away for up to ``answer_patience_s``.
-    ``behind`` is called as each attempt is queued, and ``alone`` says the caller
-    expects no company this turn (see :meth:`Core.resolve`).
+    With ``group`` (the consumer group holding ``entry``), the resolve settles the entry
+    where it can (see :meth:`Core.resolve`); ``alone`` says the caller expects no company
+    this turn. Returns the event to publish, if any, and whether the entry was settled.
     For a request that needs a quorum the answer is a vote (SPEC §14, :mod:`.quorum`):
     a vote counted that does not decide returns the ``approved`` event to publish.
 
@@ -56,12 +56,14 @@ async def resolve_answer(
     backoff: Backoff | None = None  # made on the first failure: most answers have none
     give_up = time.monotonic() + core.settings.answer_patience_s
     progress: Event | None = None
+    settled = False
+    settle = (group, entry) if group is not None and entry is not None else None
     while True:
         try:
             outcome: str
             if request.quorum is None:
-                outcome, _stored = await core.resolve(
-                    waiter, request.id, "answered", payload, behind, alone=alone
+                outcome, _stored, settled = await core.resolve(
+                    waiter, request.id, "answered", payload, settle, alone=alone
                 )
             else:
                 outcome, progress, _stored = await cast_vote(core, request, answer, payload)
@@ -74,9 +76,9 @@ async def resolve_answer(
             backoff = backoff or Backoff(cap_s=0.5)
             await backoff.wait(f"answering {request.id}", exc)
     if outcome == "ok":
-        return None
+        return None, settled
     if outcome == "counted":
-        return progress
+        return progress, settled
     if outcome == "voted":
         raise AlreadyVoted(request.id, voter_of(answer))
     if outcome == "unknown":
@@ -103,7 +105,7 @@ async def finish(
     )
     answer = core.signatures.sign_answer(ending, request)
     payload = core.codec.encode(answer)
-    outcome, _ = await core.resolve(waiter_of(request), request.id, status, payload)
+    outcome, _, _ = await core.resolve(waiter_of(request), request.id, status, payload)
     if outcome == "ok":
         event = Event(event=status, id=request.id, answer=answer)
         await settle_reached(core, request, event, entry)
@@ -128,7 +130,8 @@ async def answer_by_id(core: Core, answer: Answer) -> Event | None:
         request = core.codec.decode_as(raw_request, Request)
         core.signatures.admit_request(request)  # with signatures required, only a signed one
         checked = checked_answer(core, request, answer, None)
-        progress = await resolve_answer(core, request, checked, core.codec.encode_answer(checked))
+        payload = core.codec.encode_answer(checked)
+        progress, _ = await resolve_answer(core, request, checked, payload)
         if progress is not None:
             core.settle(progress)
         return progress

@@ -252,24 +252,18 @@ class RedisResponder(Responder):
         core, request, entry = self.core, pending.request, pending.entry_id
         checked = checked_answer(core, request, answer, pending.responder_name)
         payload = core.codec.encode_answer(checked)
-        # On one server, the entry is settled in the resolve's own pipeline, if it won:
-        # one round trip per answer instead of two (see settle_resolved). A quorum's votes
-        # are settled after.
-        behind: list[asyncio.Future[Any]] = []
-
-        def settle() -> None:
-            behind.append(core.settle_resolved(waiter_of(request), request.id, self.group, entry))
-
-        together = core.one_server and request.quorum is None
+        # On one server, the resolve settles the entry too, if it won: one round trip per
+        # answer instead of two. A quorum's votes are settled after.
+        group = self.group if request.quorum is None else None
         try:
             with boundary(f"answering {request.id}"):
-                progress = await resolve_answer(
+                progress, settled = await resolve_answer(
                     core,
                     request,
                     checked,
                     payload,
                     entry,
-                    settle if together else None,
+                    group,
                     alone=len(self._held) == 1,  # the only answer going out, likely
                 )
         except BrokerUnavailable:
@@ -284,14 +278,13 @@ class RedisResponder(Responder):
             core.settle(progress)
             return progress
         self._forget(pending)
+        if settled:
+            return None
         # Returns once the entry is gone too, so that no group reads it from now on; the
         # answer has won already, so a failure here is only logged (by settle).
-        with contextlib.suppress(Exception):
-            if behind and await asyncio.shield(behind[-1]) == 1:
-                return None
-        settled = core.settle_now((self.group, entry), entry)
+        settling = core.settle_now((self.group, entry), entry)
         with contextlib.suppress(Exception):  # the waiter publishes the answered event
-            await asyncio.shield(settled)
+            await asyncio.shield(settling)
         return None
 
     def _forget(self, pending: RedisPending) -> None:

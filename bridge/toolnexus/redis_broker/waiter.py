@@ -293,7 +293,7 @@ class Waiter:
         give_up = time.monotonic() + RESOLVE_PATIENCE_S
         while True:
             try:
-                outcome, stored = await core.resolve(
+                outcome, stored, _ = await core.resolve(
                     wait.replies.waiter, answer.id, status, payload
                 )
                 break
