@@ -1,0 +1,77 @@
+"""The resolve script on one server settles the entry of the request it resolves: the
+entry is acknowledged and deleted once the request is no longer open, and left alone
+while it is (an answer too late, or to a waiter gone, is ended by the responder)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis.asyncio as aioredis
+
+from toolnexus.keys import Keys
+from toolnexus.redis_broker._scripts import RESOLVE
+
+pytestmark = pytest.mark.redis
+
+WAITER = "0123456789abcdef"
+GROUP = "g"
+
+
+async def test_resolve_settles_the_entry_unless_the_request_stays_open(
+    redis_url: str, namespace: str
+) -> None:
+    client = aioredis.Redis.from_url(redis_url)
+    keys = Keys(namespace, "default")
+    try:
+        await client.xgroup_create(keys.requests, GROUP, id="0", mkstream=True)
+        entries = {}
+        for name in ("open", "late", "unknown", "resolved"):
+            entries[name] = (await client.xadd(keys.requests, {"r": name})).decode()
+        await client.xreadgroup(GROUP, "c", {keys.requests: ">"})
+        await client.set(keys.alive(WAITER), "1")
+        now_ms = int(time.time() * 1000)
+        for name, deadline in (("open", now_ms + 60_000), ("late", now_ms - 1)):
+            await client.hset(keys.state(WAITER, name), mapping={"s": "open", "x": deadline})
+        await client.hset(keys.state(WAITER, "resolved"), mapping={"s": "expired", "a": "before"})
+
+        names = list(entries)
+        args: list[str | int] = [60_000, 1]
+        for name in names:
+            args += ["answered", f"answer to {name}", name, GROUP, entries[name]]
+        state_keys = [keys.state(WAITER, name) for name in names]
+        shared = [keys.answers(WAITER), keys.alive(WAITER), keys.requests]
+        replies = await client.eval(RESOLVE.source, 3 + len(names), *shared, *state_keys, *args)
+
+        assert replies == [
+            [1, b"ok"],
+            [0, b"late"],
+            [1, b"unknown"],
+            [1, b"expired", b"before"],
+        ]
+        left = [entry_id.decode() for entry_id, _ in await client.xrange(keys.requests)]
+        assert left == [entries["late"]]  # still open: the only entry neither acked nor gone
+        pending = await client.xpending_range(keys.requests, GROUP, "-", "+", 10)
+        assert [p["message_id"].decode() for p in pending] == [entries["late"]]
+        assert await client.hget(keys.state(WAITER, "open"), "s") == b"answered"
+
+        # Without settle (a Cluster's form: the request stream is on another slot), the
+        # same script leaves every entry to the caller.
+        late = await client.eval(
+            RESOLVE.source,
+            3,
+            keys.answers(WAITER),
+            keys.alive(WAITER),
+            keys.state(WAITER, "late"),
+            60_000,
+            0,
+            "expired",
+            "ended",
+            "late",
+            "",
+            "",
+        )
+        assert late == [[0, b"ok"]]
+        assert len(await client.xrange(keys.requests)) == 1
+    finally:
+        await client.aclose()
