@@ -11,6 +11,14 @@ hand-written client would: one blocking reader per process that demultiplexes
 answers by request id to futures, and request ``XADD``s either one per call
 over a connection pool (``FloorClient``) or coalesced into one pipeline per
 event-loop turn (``coalesce=True``).
+
+With ``writes=True`` (variant ``same writes``: coalesced, for comparison) the floor
+also makes the Redis writes toolnexus makes per round trip, as plain commands in the
+same pipelines, with no checks: the waiter opens a state hash (status, deadline,
+request), sets its TTL and a route key beside the ``XADD``; the responder records its
+answer in the state and deletes the entry it acknowledges; the waiter then adds an
+event (the answer) and an audit record (request and answer). What is left between it
+and toolnexus is toolnexus's own work, in Python and in its scripts.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 import uuid
 from typing import Any, Final
 
@@ -37,8 +46,11 @@ from bench.common import (
 )
 
 REQUESTS: Final = "floor:requests"
+EVENTS: Final = "floor:events"
+AUDIT: Final = "floor:audit"
 GROUP: Final = "floor-responders"
 BLOCK_MS: Final = 100
+RETENTION_MS: Final = 60_000
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
@@ -68,15 +80,23 @@ async def _responder(url: str, ready: Any, go: Any, stop: Any) -> None:
                 continue
             pipe = r.pipeline(transaction=False)
             acked: list[bytes] = []
+            delete = False
             for _stream, entries in batches:
                 for entry_id, fields in entries:
                     acked.append(entry_id)
                     if b"h" in fields:  # a wait nobody answers (the wake-up case's)
                         continue
                     body = _decode(fields[b"b"])
-                    answer = {"id": body["id"], "ok": True, "data": ANSWER_DATA}
-                    pipe.xadd(fields[b"r"], {b"id": fields[b"id"], b"b": _encode(answer)})
+                    answer = _encode({"id": body["id"], "ok": True, "data": ANSWER_DATA})
+                    state = fields.get(b"s")
+                    if state is not None:  # writes=True: record it as the state's answer
+                        delete = True
+                        pipe.hset(state, mapping={b"s": b"answered", b"a": answer})
+                        pipe.pexpire(state, RETENTION_MS)
+                    pipe.xadd(fields[b"r"], {b"id": fields[b"id"], b"b": answer})
             pipe.xack(REQUESTS, GROUP, *acked)
+            if delete:
+                pipe.xdel(REQUESTS, *acked)
             await pipe.execute()
     finally:
         await r.aclose()
@@ -159,7 +179,9 @@ class FloorClient:
     one event-loop turn goes out in one pipeline on one connection.
     """
 
-    def __init__(self, url: str, *, coalesce: bool = False, max_connections: int = 50) -> None:
+    def __init__(
+        self, url: str, *, coalesce: bool = False, writes: bool = False, max_connections: int = 50
+    ) -> None:
         pool = aioredis.BlockingConnectionPool.from_url(
             url, max_connections=max_connections, timeout=None
         )
@@ -167,7 +189,10 @@ class FloorClient:
         self.reader = aioredis.Redis.from_url(url, socket_timeout=None)
         self.reply_to = f"floor:reply:{uuid.uuid4().hex}"
         self.pending: dict[bytes, asyncio.Future[dict[str, Any]]] = {}
-        self.coalesce = coalesce
+        self.coalesce = coalesce or writes
+        self.writes = writes
+        self._requests: dict[bytes, bytes] = {}  # writes=True: each wait's body, for its record
+        self._settles: list[tuple[bytes, bytes]] = []  # writes=True: (body, answer) to record
         self._deadlines = harness.Deadlines()
         self._queued: list[dict[Any, Any]] = []
         self._flush_scheduled = False
@@ -188,6 +213,10 @@ class FloorClient:
                     fut = self.pending.pop(fields[b"id"], None)
                     if fut is not None and not fut.done():
                         fut.set_result(_decode(fields[b"b"]))
+                        if self.writes:
+                            body = self._requests.pop(fields[b"id"], b"")
+                            self._settles.append((body, fields[b"b"]))
+                            self._schedule_flush()
 
     async def round_trip(self) -> dict[str, Any]:
         return await self.wait(new_request())
@@ -211,7 +240,14 @@ class FloorClient:
         await self.w.xadd(REQUESTS, _request_fields(request, self.reply_to))
 
     def _enqueue(self, request: dict[str, Any]) -> None:
-        self._queued.append(_request_fields(request, self.reply_to))
+        fields = _request_fields(request, self.reply_to)
+        if self.writes:
+            fields[b"s"] = b"floor:state:" + fields[b"id"]
+            self._requests[fields[b"id"]] = fields[b"b"]
+        self._queued.append(fields)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._start_flush)
@@ -219,14 +255,23 @@ class FloorClient:
     def _start_flush(self) -> None:
         self._flush_scheduled = False
         batch, self._queued = self._queued, []
-        task = asyncio.create_task(self._flush(batch))
+        settles, self._settles = self._settles, []
+        task = asyncio.create_task(self._flush(batch, settles))
         self._flushes.add(task)
         task.add_done_callback(self._flushes.discard)
 
-    async def _flush(self, batch: list[dict[Any, Any]]) -> None:
+    async def _flush(self, batch: list[dict[Any, Any]], settles: list[tuple[bytes, bytes]]) -> None:
         pipe = self.w.pipeline(transaction=False)
         for fields in batch:
+            if self.writes:
+                state, deadline = fields[b"s"], str(int(time.time() * 1000) + 60_000)
+                pipe.hset(state, mapping={b"s": b"open", b"x": deadline, b"req": fields[b"b"]})
+                pipe.pexpire(state, 60_000 + RETENTION_MS)
+                pipe.set(b"floor:route:" + fields[b"id"], self.reply_to, px=RETENTION_MS)
             pipe.xadd(REQUESTS, fields)
+        for body, answer in settles:  # writes=True: with the next requests, as toolnexus's
+            pipe.xadd(EVENTS, {b"e": answer})
+            pipe.xadd(AUDIT, {b"r": _encode([body, answer])})
         try:
             await pipe.execute()
         except Exception as exc:
@@ -275,12 +320,24 @@ def latency_case(url: str, params: dict[str, Any]) -> CaseResult:
         return harness.run(run(), loop)
 
 
+THROUGHPUT_SETTINGS: Final = {
+    "pool": "one XADD per wait over a 50-connection pool; one demuxing XREAD reader",
+    "coalesced": "XADDs of one loop turn in one pipeline; one demuxing XREAD reader",
+    "same writes": (
+        "coalesced, plus toolnexus's per-wait writes as plain commands: state hash + TTL, "
+        "route, answer in the state, XDEL, event and audit record"
+    ),
+}
+
+
 def throughput_case(url: str, params: dict[str, Any]) -> CaseResult:
     coalesce = bool(params.get("coalesce", False))
+    writes = bool(params.get("writes", False))
     loop = str(params.get("loop", "asyncio"))
+    kind = "same writes" if writes else "coalesced" if coalesce else "pool"
 
     async def run() -> CaseResult:
-        client = FloorClient(url, coalesce=coalesce)
+        client = FloorClient(url, coalesce=coalesce, writes=writes)
         await client.start()
         try:
             rows = [
@@ -290,12 +347,8 @@ def throughput_case(url: str, params: dict[str, Any]) -> CaseResult:
             await client.aclose()
         return CaseResult(
             case="floor",
-            variant=("coalesced" if coalesce else "pool") + _loop_suffix(loop),
-            settings=(
-                "XADDs of one loop turn in one pipeline; one demuxing XREAD reader"
-                if coalesce
-                else "one XADD per wait over a 50-connection pool; one demuxing XREAD reader"
-            ),
+            variant=kind + _loop_suffix(loop),
+            settings=THROUGHPUT_SETTINGS[kind],
             throughput=rows,
         )
 

@@ -165,13 +165,14 @@ def run(
             await _sequential(waiter.round_trip, n)
             results["floor sequential"] = probe.stop(n)
             await waiter.aclose()
-            for coalesce in (False, True):
-                client = floor.FloorClient(url, coalesce=coalesce)
+            for label in ("pool", "coalesced", "same writes"):
+                client = floor.FloorClient(
+                    url, coalesce=label == "coalesced", writes=label == "same writes"
+                )
                 await client.start()
                 await measure_throughput(client.round_trip, concurrency, 0, 2000)
                 probe.start()
                 await measure_throughput(client.round_trip, concurrency, 0, n * 4)
-                label = "coalesced" if coalesce else "pool"
                 results[f"floor {label} x{concurrency}"] = probe.stop(n * 4)
                 await client.aclose()
 

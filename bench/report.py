@@ -147,6 +147,13 @@ def _targets(t: Tables) -> list[str]:
             f"**{share:.0%}** of the pooled floor's {pooled:,.0f}/s, **{share_c:.0%}** of the "
             f"coalesced floor's {coalesced:,.0f}/s ({target})"
         )
+        same = t.per_s(("floor", "same writes"), top)
+        if key[1] == "serve" and same:
+            lines.append(
+                f"- · {top:,} concurrent waits (serve) against a coalesced floor that also "
+                f"makes toolnexus's Redis writes (state, route, event, audit record; no "
+                f"checks): **{tp / same:.0%}** of its {same:,.0f}/s (for comparison)"
+            )
     wake = t.wakeup.get(TOOLNEXUS)
     if wake:
         alone, loaded, pending = wake

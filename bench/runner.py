@@ -131,6 +131,9 @@ def build_specs(plan: Plan, logdir: Path, only: set[str] | None, loops: list[str
             Spec("wakeup", "bench.tnx:wakeup_case", {**wake, "round": r}),
         ]  # fmt: skip
         top = [levels[-1]]
+        specs.append(Spec("floor", "bench.floor:throughput_case",
+                          {"levels": top, "writes": True, "round": r,
+                           "variant": "same writes"}))  # fmt: skip
         for loop in loops:
             if loop == "asyncio":
                 continue
