@@ -1,6 +1,7 @@
 """The resolve script on one server settles the entry of the request it resolves: the
 entry is acknowledged and deleted once the request is no longer open, and left alone
-while it is (an answer too late, or to a waiter gone, is ended by the responder)."""
+while it is (an answer too late, or to a waiter gone, is ended by the responder). The
+settle script acknowledges each item's entry for that item's group."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from toolnexus.keys import Keys
-from toolnexus.redis_broker._scripts import RESOLVE
+from toolnexus.redis_broker._scripts import RESOLVE, SETTLE
 
 pytestmark = pytest.mark.redis
 
@@ -73,5 +74,37 @@ async def test_resolve_settles_the_entry_unless_the_request_stays_open(
         )
         assert late == [[0, b"ok"]]
         assert len(await client.xrange(keys.requests)) == 1
+    finally:
+        await client.aclose()
+
+
+async def test_settle_acknowledges_each_entry_for_its_own_group(
+    redis_url: str, namespace: str
+) -> None:
+    client = aioredis.Redis.from_url(redis_url)
+    keys = Keys(namespace, "default")
+    try:
+        ids = [(await client.xadd(keys.requests, {"r": str(i)})).decode() for i in range(3)]
+        for group in ("g1", "g2"):
+            await client.xgroup_create(keys.requests, group, id="0")
+            await client.xreadgroup(group, "c", {keys.requests: ">"})
+        items = [
+            ("", "g1", ids[0], ids[0], ""),  # acknowledged for g1 and deleted
+            ("event", "g2", ids[1], "", "record"),  # acknowledged for g2, kept
+            ("", "g1", ids[2], "", ""),  # acknowledged for g1, kept
+        ]
+        args = [arg for item in items for arg in item]
+        shared = (keys.events, keys.requests, keys.audit)
+        assert await client.eval(SETTLE.source, 3, *shared, 0, 60_000, 0, *args) == 3
+
+        left = [entry_id.decode() for entry_id, _ in await client.xrange(keys.requests)]
+        assert left == ids[1:]
+        g1 = await client.xpending_range(keys.requests, "g1", "-", "+", 10)
+        g2 = await client.xpending_range(keys.requests, "g2", "-", "+", 10)
+        assert [p["message_id"].decode() for p in g1] == [ids[1]]  # g1 never acked it
+        # nor g2 these (a deleted entry stays in the lists of groups that did not ack it)
+        assert [p["message_id"].decode() for p in g2] == [ids[0], ids[2]]
+        assert [f for _, f in await client.xrange(keys.events)] == [{b"e": b"event"}]
+        assert [f for _, f in await client.xrange(keys.audit)] == [{b"r": b"record"}]
     finally:
         await client.aclose()

@@ -177,6 +177,7 @@ local first = settle and 4 or 3
 local replies = {}
 local now = nil
 local alive = nil
+local acks, deletes = {}, {}  -- with settle: entries to acknowledge (by group) and delete
 for i = first, #KEYS do
   local a = 2 + (i - first) * 5
   local status, answer, id = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
@@ -209,14 +210,21 @@ for i = first, #KEYS do
       reply = {'ok'}
     end
   end
-  local entry = ARGV[a + 5]
+  local group, entry = ARGV[a + 4], ARGV[a + 5]
   local settled = 0
   if settle and entry ~= '' and reply[1] ~= 'late' and reply[1] ~= 'gone' then
-    redis.call('XACK', KEYS[3], ARGV[a + 4], entry)
-    redis.call('XDEL', KEYS[3], entry)
+    acks[group] = acks[group] or {}
+    table.insert(acks[group], entry)
+    table.insert(deletes, entry)
     settled = 1
   end
   replies[#replies + 1] = {settled, reply[1], reply[2]}
+end
+for group, entries in pairs(acks) do
+  redis.call('XACK', KEYS[3], group, unpack(entries))
+end
+if #deletes > 0 then
+  redis.call('XDEL', KEYS[3], unpack(deletes))
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return replies
@@ -236,21 +244,29 @@ SETTLE = BatchScript(
 -- and adds audit records (trimmed by age).
 local n = 0
 local published = false
+local acks, deletes = {}, {}  -- entries to acknowledge (by group) and to delete, at the end
 for a = 4, #ARGV, 5 do
   if ARGV[a] ~= '' then
     redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'e', ARGV[a])
     published = true
   end
   if ARGV[a + 2] ~= '' then
-    redis.call('XACK', KEYS[2], ARGV[a + 1], ARGV[a + 2])
+    acks[ARGV[a + 1]] = acks[ARGV[a + 1]] or {}
+    table.insert(acks[ARGV[a + 1]], ARGV[a + 2])
   end
   if ARGV[a + 3] ~= '' then
-    redis.call('XDEL', KEYS[2], ARGV[a + 3])
+    table.insert(deletes, ARGV[a + 3])
   end
   if ARGV[a + 4] ~= '' then
     redis.call('XADD', KEYS[3], 'MINID', '~', ARGV[3], '*', 'r', ARGV[a + 4])
   end
   n = n + 1
+end
+for group, entries in pairs(acks) do
+  redis.call('XACK', KEYS[2], group, unpack(entries))
+end
+if #deletes > 0 then
+  redis.call('XDEL', KEYS[2], unpack(deletes))
 end
 if published then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
