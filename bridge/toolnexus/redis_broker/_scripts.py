@@ -157,9 +157,28 @@ return statuses
     args_per_item=0,
 )
 
+_ENTRIES = """
+-- Entries of a stream to settle at the end of a batch: acknowledged in one XACK per group,
+-- deleted in one XDEL, however many items the batch has.
+local acks, deletes = {}, {}
+local function ack(group, entry)
+  acks[group] = acks[group] or {}
+  table.insert(acks[group], entry)
+end
+local function settle_entries(stream)
+  for group, entries in pairs(acks) do
+    redis.call('XACK', stream, group, unpack(entries))
+  end
+  if #deletes > 0 then
+    redis.call('XDEL', stream, unpack(deletes))
+  end
+end
+"""
+
 RESOLVE = BatchScript(
     "resolve",
-    """
+    _ENTRIES
+    + """
 -- On a waiter's slot. Shared: KEYS reply stream, liveness mark, and with settle '1' the
 -- request stream (one server only: it is on the queue's slot); ARGV retention_ms, settle.
 -- Item: KEYS state; ARGV status, answer, request id, group, entry ('' for none).
@@ -177,7 +196,6 @@ local first = settle and 4 or 3
 local replies = {}
 local now = nil
 local alive = nil
-local acks, deletes = {}, {}  -- with settle: entries to acknowledge (by group) and delete
 for i = first, #KEYS do
   local a = 2 + (i - first) * 5
   local status, answer, id = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
@@ -213,18 +231,14 @@ for i = first, #KEYS do
   local group, entry = ARGV[a + 4], ARGV[a + 5]
   local settled = 0
   if settle and entry ~= '' and reply[1] ~= 'late' and reply[1] ~= 'gone' then
-    acks[group] = acks[group] or {}
-    table.insert(acks[group], entry)
+    ack(group, entry)
     table.insert(deletes, entry)
     settled = 1
   end
   replies[#replies + 1] = {settled, reply[1], reply[2]}
 end
-for group, entries in pairs(acks) do
-  redis.call('XACK', KEYS[3], group, unpack(entries))
-end
-if #deletes > 0 then
-  redis.call('XDEL', KEYS[3], unpack(deletes))
+if settle then
+  settle_entries(KEYS[3])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return replies
@@ -235,7 +249,8 @@ return replies
 
 SETTLE = BatchScript(
     "settle",
-    """
+    _ENTRIES
+    + """
 -- On a queue's slot. Shared: KEYS events stream, request stream, audit stream; ARGV min
 -- event id, retention_ms, min audit id. Item: ARGV event, group, entry to acknowledge,
 -- entry to delete, audit record ('' for none of each). Publishes events (the stream
@@ -244,15 +259,13 @@ SETTLE = BatchScript(
 -- and adds audit records (trimmed by age).
 local n = 0
 local published = false
-local acks, deletes = {}, {}  -- entries to acknowledge (by group) and to delete, at the end
 for a = 4, #ARGV, 5 do
   if ARGV[a] ~= '' then
     redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'e', ARGV[a])
     published = true
   end
   if ARGV[a + 2] ~= '' then
-    acks[ARGV[a + 1]] = acks[ARGV[a + 1]] or {}
-    table.insert(acks[ARGV[a + 1]], ARGV[a + 2])
+    ack(ARGV[a + 1], ARGV[a + 2])
   end
   if ARGV[a + 3] ~= '' then
     table.insert(deletes, ARGV[a + 3])
@@ -262,12 +275,7 @@ for a = 4, #ARGV, 5 do
   end
   n = n + 1
 end
-for group, entries in pairs(acks) do
-  redis.call('XACK', KEYS[2], group, unpack(entries))
-end
-if #deletes > 0 then
-  redis.call('XDEL', KEYS[2], unpack(deletes))
-end
+settle_entries(KEYS[2])
 if published then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
