@@ -74,8 +74,8 @@ def _toolnexus_source() -> str:
         return "not importable"
     package = Path(spec.origin).parent
     digest = hashlib.sha256()
-    for path in sorted(package.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    for path in sorted(package.rglob("*.py")):  # subpackages (redis_broker) too
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
     return f"{package} (sources sha256 {digest.hexdigest()[:12]})"
 
 
