@@ -54,14 +54,15 @@ def _commit() -> str:
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "bridge", "bench/*.py"],
             cwd=ROOT,
             capture_output=True,
             text=True,
         ).stdout.strip()
     except OSError:
         return "unknown"
-    return f"{head}{' + uncommitted changes' if dirty else ''}" if head else "unknown"
+    changed = " + uncommitted changes to the measured code" if dirty else ""
+    return f"{head}{changed}" if head else "unknown"
 
 
 def _toolnexus_source() -> str:
