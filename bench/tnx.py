@@ -107,7 +107,7 @@ async def _responder(
                     async for pending in responder:
                         await pending.accept(ANSWER_DATA)
                     return
-                tasks: set[asyncio.Task[None]] = set()
+                tasks: set[asyncio.Task[Any]] = set()
                 async for pending in responder:
                     task = asyncio.create_task(pending.accept(ANSWER_DATA))
                     tasks.add(task)
