@@ -43,7 +43,8 @@ from .models import (
 from .question import QUESTION_TOOL, QuestionResult, question, question_tool
 from .schema import validate_form
 from .serve import Service, Worker, serve
-from .signing import Keyring, Signatures, SigningKey
+from .signatures import Signatures
+from .signing import Keyring, SigningKey
 
 if _typing.TYPE_CHECKING:
     from .mcp_callback import ElicitationCallback, elicitation_callback, fastmcp_elicitation_handler

@@ -25,7 +25,8 @@ from ..broker import Broker, default_consumer_name, redacted
 from ..codec import MSGPACK, Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, DecodeError
 from ..models import Answer, Event, Heartbeat, Request
-from ..signing import Keyring, Signatures, SigningKey
+from ..signatures import Signatures
+from ..signing import Keyring, SigningKey
 from ._connections import Client
 from ._core import REDIS_OPTIONS, Core, Settings, boundary, ms, run_to_completion
 from .answering import answer_by_id

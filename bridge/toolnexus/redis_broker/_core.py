@@ -24,7 +24,7 @@ from ..codec import Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, ToolnexusError
 from ..keys import Keys
 from ..models import Event
-from ..signing import Signatures
+from ..signatures import Signatures
 from ._connections import SENTINEL_OPTIONS, BlockingReader, Client, Connector
 from ._pipeliner import Pipeliner
 from ._scripts import (
