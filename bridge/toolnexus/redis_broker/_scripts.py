@@ -160,14 +160,17 @@ return statuses
 _ENTRIES = """
 -- Entries of a stream to settle at the end of a batch: acknowledged in one XACK per group,
 -- deleted in one XDEL, however many items the batch has.
-local acks, deletes = {}, {}
+local acks, groups, deletes = {}, {}, {}
 local function ack(group, entry)
-  acks[group] = acks[group] or {}
+  if not acks[group] then
+    acks[group] = {}
+    table.insert(groups, group)  -- in order: the script's writes are the same every run
+  end
   table.insert(acks[group], entry)
 end
 local function settle_entries(stream)
-  for group, entries in pairs(acks) do
-    redis.call('XACK', stream, group, unpack(entries))
+  for _, group in ipairs(groups) do
+    redis.call('XACK', stream, group, unpack(acks[group]))
   end
   if #deletes > 0 then
     redis.call('XDEL', stream, unpack(deletes))
