@@ -154,7 +154,7 @@ async def test_work_put_off_runs_once_the_next_pipeline_is_written(
 async def test_a_blocking_read_given_up_is_not_read_again(redis_url: str, namespace: str) -> None:
     """A read cancelled while Redis still owes its reply closes the reader's connection: the
     next read gets its own reply, not the late one."""
-    reader = BlockingReader(aioredis.Redis.from_url(redis_url))
+    reader = BlockingReader(aioredis.Redis.from_url(redis_url), patience_s=5)
     other = aioredis.Redis.from_url(redis_url)
     stream = f"{namespace}:stream"
     try:
@@ -179,7 +179,7 @@ async def test_blocking_reads_in_either_protocol(
 ) -> None:
     """``XREAD`` and ``XREADGROUP`` give the same entries in RESP2 and RESP3; an entry
     deleted while pending comes back without fields."""
-    reader = BlockingReader(aioredis.Redis.from_url(redis_url, protocol=protocol))
+    reader = BlockingReader(aioredis.Redis.from_url(redis_url, protocol=protocol), patience_s=5)
     other = aioredis.Redis.from_url(redis_url)
     stream = f"{namespace}:stream"
     try:
@@ -211,7 +211,7 @@ async def test_a_blocking_read_carries_the_lazy_items(redis_url: str, namespace:
 
     client = aioredis.Redis.from_url(redis_url)
     pipeliner = Pipeliner(client, timeout_s=5)
-    reader = BlockingReader(aioredis.Redis.from_url(redis_url), pipeliner.take_lazy)
+    reader = BlockingReader(aioredis.Redis.from_url(redis_url), pipeliner.take_lazy, patience_s=5)
     key, stream = f"{namespace}:text", f"{namespace}:stream"
     try:
         carried = pipeliner.call("SET", key, "carried", lazy=True)

@@ -13,8 +13,8 @@
 
 Command clients are pools shared by the whole broker. Every blocking reader gets a
 client of its own (for a Cluster, a connection to the node holding the stream it reads),
-with no socket timeout: the caller bounds each read with ``asyncio.timeout``. On one
-server its reads go straight to that client's one connection (:class:`BlockingReader`).
+with no socket timeout: :class:`BlockingReader` bounds each read itself (its block and
+then some). On one server its reads go straight to that client's one connection.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 from ..errors import ConfigurationError
+from ..timers import Bound
 from ._packing import hiredis_packing
 
 Client = aioredis.Redis | RedisCluster
@@ -255,20 +256,35 @@ class BlockingReader:
     them at once, so the read costs them no write of their own, and they travel apart
     from the commands that wake other processes (which Redis answers only once it has
     run everything it read with them).
+
+    A read that takes ``patience_s`` longer than its block raises ``TimeoutError`` (a
+    peer that never replies is a fault); one timer bounds them all (:class:`Bound`).
     """
 
-    def __init__(self, client: Client, carry: Callable[[], Carried | None] | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        carry: Callable[[], Carried | None] | None = None,
+        *,
+        patience_s: float,
+    ) -> None:
         self.client = client
+        self._cluster = isinstance(client, RedisCluster)  # (a Protocol: slow to ask each time)
         self._carry = carry
         self._connection: Any = None
+        self._patience_s = patience_s
+        self._bound = Bound()
 
     async def xread(self, stream: str, last_id: str, count: int, block: int) -> Entries:
         """The entries of ``stream`` after ``last_id`` (at most ``count``; waiting up to
         ``block`` ms for one)."""
-        if isinstance(self.client, RedisCluster):
-            reply: Any = await self.client.xread({stream: last_id}, count=count, block=block)
-            return _cluster_entries(reply)
-        return await self._read("XREAD", "COUNT", count, "BLOCK", block, "STREAMS", stream, last_id)
+        with self._bound(block / 1000 + self._patience_s):
+            if self._cluster:
+                reply: Any = await self.client.xread({stream: last_id}, count=count, block=block)
+                return _cluster_entries(reply)
+            return await self._read(
+                "XREAD", "COUNT", count, "BLOCK", block, "STREAMS", stream, last_id
+            )
 
     async def xreadgroup(
         self, group: str, consumer: str, stream: str, from_id: str, count: int, block: int | None
@@ -276,16 +292,17 @@ class BlockingReader:
         """Entries of ``stream`` for ``consumer`` of ``group``: new ones (``from_id`` ``>``,
         waiting up to ``block`` ms unless it is None), or its own pending ones from
         ``from_id``."""
-        if isinstance(self.client, RedisCluster):
-            reply: Any = await self.client.xreadgroup(
-                group, consumer, {stream: from_id}, count=count, block=block
-            )
-            return _cluster_entries(reply)
-        blocking = () if block is None else ("BLOCK", block)
-        return await self._read(
-            "XREADGROUP", "GROUP", group, consumer, "COUNT", count, *blocking,
-            "STREAMS", stream, from_id,
-        )  # fmt: skip
+        with self._bound((block or 0) / 1000 + self._patience_s):
+            if self._cluster:
+                reply: Any = await self.client.xreadgroup(
+                    group, consumer, {stream: from_id}, count=count, block=block
+                )
+                return _cluster_entries(reply)
+            blocking = () if block is None else ("BLOCK", block)
+            return await self._read(
+                "XREADGROUP", "GROUP", group, consumer, "COUNT", count, *blocking,
+                "STREAMS", stream, from_id,
+            )  # fmt: skip
 
     async def _read(self, *command: Any) -> Entries:
         assert isinstance(self.client, aioredis.Redis)
@@ -323,6 +340,7 @@ class BlockingReader:
         return entries
 
     async def aclose(self) -> None:
+        self._bound.close()
         if self._connection is not None and isinstance(self.client, aioredis.Redis):
             await self.client.connection_pool.release(self._connection)
             self._connection = None

@@ -240,14 +240,13 @@ class Core:
         self.closed = False
 
     def blocking_reader(self, *, carry: bool = False) -> BlockingReader:
-        """Blocking reads on a client of their own: one connection, no socket timeout;
-        with ``carry``, each read carries the pipeliner's lazy items queued by then."""
+        """Blocking reads on a client of their own: one connection, no socket timeout, each
+        read bounded by its block plus ``command_timeout_s``; with ``carry``, each read
+        carries the pipeliner's lazy items queued by then."""
         carried = self.pipeliner.take_lazy if carry else None
-        return BlockingReader(self.connector.blocking_client(), carried)
-
-    def read_timeout_s(self, block_ms: int) -> float:
-        """How long a blocking read of ``block_ms`` may take before it counts as a fault."""
-        return block_ms / 1000 + self.settings.command_timeout_s
+        return BlockingReader(
+            self.connector.blocking_client(), carried, patience_s=self.settings.command_timeout_s
+        )
 
     async def bounded(self, call: Awaitable[T]) -> T:
         """Await one redis-py call within ``command_timeout_s``."""

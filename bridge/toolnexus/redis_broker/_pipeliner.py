@@ -23,6 +23,7 @@ import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
 
 from ..errors import BrokerClosed
+from ..timers import Bound
 from ._connections import Carried, Client, NotSent, kept_connection, read_replies
 from ._scripts import SCRIPTS, BatchScript
 
@@ -84,6 +85,10 @@ class Pipeliner:
         """``wait=(replicas, timeout_ms)`` ends every pipeline with a ``WAIT`` on each
         node it wrote to (see ``durability`` in :mod:`._core`)."""
         self._redis = redis_
+        # One server's client, or None on a Cluster (asked once: RedisCluster is a Protocol,
+        # slow to check each time)
+        self._one: aioredis.Redis | None = None if isinstance(redis_, RedisCluster) else redis_
+        self._bound = Bound()  # each pipeline's replies within timeout_s, one timer for all
         self._wait = wait
         self.timeout_s = timeout_s
         self._scripts = {script.sha: script for script in scripts}
@@ -283,7 +288,7 @@ class Pipeliner:
     async def _send(self, queue: list[_Item | _Batch]) -> None:
         commands = _commands(queue)
         try:
-            async with asyncio.timeout(self.timeout_s):  # a peer that never replies is a fault
+            with self._bound(self.timeout_s):  # a peer that never replies is a fault
                 replies = await self._execute(commands)
         except Exception as exc:  # every caller gets the failure, e.g. a lost connection
             if isinstance(exc, redis.exceptions.ConnectionError | OSError):
@@ -315,7 +320,7 @@ class Pipeliner:
         connection's next command (a blocking read): their commands, and what to call
         with their replies (or the exception if they failed). None if there are none, or
         on a Cluster, or with ``WAIT`` after every pipeline."""
-        if not self._lazy or self._wait is not None or isinstance(self._redis, RedisCluster):
+        if not self._lazy or self._wait is not None or self._one is None:
             return None
         queue = _take(self._lazy, MAX_PIPELINE_ITEMS)
         self._lazy_batches.clear()  # items from now on go behind these
@@ -350,8 +355,8 @@ class Pipeliner:
                 await self._redis.script_load(script.source)
             self._load_scripts = False
         self.round_trips += 1
-        if not isinstance(self._redis, RedisCluster):
-            return await self._execute_on_one_server(self._redis, commands)
+        if self._one is not None:
+            return await self._execute_on_one_server(self._one, commands)
         self._run_later()  # (redis-py's pipeline writes and reads in one call)
         if len(commands) == 1 and self._wait is None:  # no pipeline needed for one command
             try:
@@ -421,6 +426,7 @@ class Pipeliner:
 
     def close(self) -> None:
         """Stop: commands not yet sent fail with :class:`~toolnexus.BrokerClosed`."""
+        self._bound.close()
         if self._lazy_timer is not None:
             self._lazy_timer.cancel()
         if self._task is not None:

@@ -57,10 +57,9 @@ class RedisEvents(EventStream):
                 self._reader = core.blocking_reader()
             block_ms = core.settings.block_ms
             try:
-                async with asyncio.timeout(core.read_timeout_s(block_ms)):
-                    entries = await self._reader.xread(
-                        core.keys.events, self._last_id, READ_COUNT, block_ms
-                    )
+                entries = await self._reader.xread(
+                    core.keys.events, self._last_id, READ_COUNT, block_ms
+                )
                 backoff.reset()
             except Exception as exc:  # a lost connection, a timeout, WRONGTYPE: never die
                 reader, self._reader = self._reader, None

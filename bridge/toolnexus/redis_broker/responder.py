@@ -139,17 +139,16 @@ class RedisResponder(Responder):
         assert reader is not None
         block_ms = self.core.settings.block_ms
         group, consumer, stream, count = self.group, self.consumer, self._stream, self.count
-        async with asyncio.timeout(self.core.read_timeout_s(block_ms)):
-            if self._backlog_from is not None:  # our own pending entries, oldest first
-                entries = await reader.xreadgroup(
-                    group, consumer, stream, self._backlog_from, count, None
-                )
-                self._backlog_from = text(entries[-1][0]) if entries else None
-                await self._admit(entries, fresh=False)
-                return
+        if self._backlog_from is not None:  # our own pending entries, oldest first
             entries = await reader.xreadgroup(
-                group, consumer, stream, ">", count, None if self.until_idle else block_ms
+                group, consumer, stream, self._backlog_from, count, None
             )
+            self._backlog_from = text(entries[-1][0]) if entries else None
+            await self._admit(entries, fresh=False)
+            return
+        entries = await reader.xreadgroup(
+            group, consumer, stream, ">", count, None if self.until_idle else block_ms
+        )
         self._idle = not entries
         await self._admit(entries, fresh=True)
 

@@ -423,10 +423,9 @@ class Waiter:
                     if not replies.durable and loop.time() >= renew_at:
                         renew_at = loop.time() + settings.liveness_ms / 3000
                         core.pipeliner.post("SET", self.alive_key, "1", "PX", settings.liveness_ms)
-                    async with asyncio.timeout(core.read_timeout_s(settings.block_ms)):
-                        entries = await reader.xread(
-                            replies.key, replies.last_id, 1000, settings.block_ms
-                        )
+                    entries = await reader.xread(
+                        replies.key, replies.last_id, 1000, settings.block_ms
+                    )
                     backoff.reset()
                 except BrokerClosed:
                     break
