@@ -203,11 +203,6 @@ class Pipeliner:
         as it is read; without it, a failure is logged."""
         self._add_to_batch(script, shared_keys, shared_args, item_keys, item_args, on_reply, lazy)
 
-    def fire(self, future: asyncio.Future[Any]) -> None:
-        """Let ``future`` (of :meth:`call` or :meth:`batch`) go unawaited if its caller
-        chooses: a failure is logged, never left unretrieved."""
-        future.add_done_callback(_log_failure)
-
     def _add_to_batch(
         self,
         script: BatchScript,
@@ -493,8 +488,3 @@ def _deliver(target: _Target, reply: Any) -> None:
             log.exception("handling a Redis reply failed")
     elif isinstance(reply, Exception) and not isinstance(reply, BrokerClosed):
         log.warning("background Redis command failed: %s", reply)
-
-
-def _log_failure(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        _deliver(None, future.exception())
