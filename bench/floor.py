@@ -51,6 +51,7 @@ AUDIT: Final = "floor:audit"
 GROUP: Final = "floor-responders"
 BLOCK_MS: Final = 100
 RETENTION_MS: Final = 60_000
+DEADLINE_MS: Final = 60_000  # what writes=True records as a request's deadline (waits: 60 s)
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
@@ -235,6 +236,7 @@ class FloorClient:
             return await fut
         finally:
             self.pending.pop(key, None)
+            self._requests.pop(key, None)  # (writes=True: a wait that timed out)
 
     async def _xadd(self, request: dict[str, Any]) -> None:
         await self.w.xadd(REQUESTS, _request_fields(request, self.reply_to))
@@ -264,9 +266,9 @@ class FloorClient:
         pipe = self.w.pipeline(transaction=False)
         for fields in batch:
             if self.writes:
-                state, deadline = fields[b"s"], str(int(time.time() * 1000) + 60_000)
+                state, deadline = fields[b"s"], str(int(time.time() * 1000) + DEADLINE_MS)
                 pipe.hset(state, mapping={b"s": b"open", b"x": deadline, b"req": fields[b"b"]})
-                pipe.pexpire(state, 60_000 + RETENTION_MS)
+                pipe.pexpire(state, DEADLINE_MS + RETENTION_MS)
                 pipe.set(b"floor:route:" + fields[b"id"], self.reply_to, px=RETENTION_MS)
             pipe.xadd(REQUESTS, fields)
         for body, answer in settles:  # writes=True: with the next requests, as toolnexus's
