@@ -87,14 +87,17 @@ SAME_QUESTION = ("kind", "prompt", "data", "url", "on_expiry", "quorum", "escala
 """What a wait attaching to a stored durable request must share with it: what is asked."""
 
 
-def check_same_question(stored: Request, asked: Request) -> None:
+def check_same_question(
+    stored: Request, asked: Request, fields: tuple[str, ...] = SAME_QUESTION
+) -> None:
     """Refuse to attach ``asked`` to the durable request ``stored`` if it asks something
-    else (see :data:`SAME_QUESTION`): a durable request's id names one question.
+    else (see :data:`SAME_QUESTION`; ``fields`` to compare, with ``"allow"`` where
+    ``asked`` is as published): a durable request's id names one question.
 
     Raises:
         InvalidRequest: naming the fields that differ.
     """
-    changed = [name for name in SAME_QUESTION if getattr(stored, name) != getattr(asked, name)]
+    changed = [name for name in fields if getattr(stored, name) != getattr(asked, name)]
     if changed:
         raise InvalidRequest(
             f"durable request {asked.id!r} exists and asks something else "

@@ -333,8 +333,9 @@ def _time(value: float | None) -> float | None:
 def request_digest(request: Request) -> bytes:
     """SHA-256 over the fields of ``request`` that must not change in flight: id, kind,
     prompt, data, url, source, expires_at, allow and reply_to (sorted msgpack), and the
-    §14 fields (quorum, escalate, on_expiry, durable) where they are set, so that a request
-    without them keeps the digest it always had.
+    §14 fields (quorum, escalate with created_at, on_expiry, durable) where they are set,
+    so that a request without them keeps the digest it always had. ``created_at`` counts
+    only for an escalating request: its hops are due that long after it (SPEC §11).
 
     Raises:
         InvalidRequest: ``data`` holds something msgpack cannot encode.
@@ -355,6 +356,7 @@ def request_digest(request: Request) -> bytes:
         fields["quorum"] = {"need": request.quorum.need, "decline": request.quorum.decline}
     if request.escalate:
         fields["escalate"] = [[float(hop.after_s), hop.queue] for hop in request.escalate]
+        fields["created_at"] = _time(request.created_at)
     if request.on_expiry is not None:
         fields["on_expiry"] = {"ok": request.on_expiry.ok, "data": request.on_expiry.data}
     if request.durable:

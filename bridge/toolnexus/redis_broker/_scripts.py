@@ -82,13 +82,22 @@ PUBLISH = BatchScript(
 -- On a queue's slot. Shared: KEYS request stream; ARGV min_id, waiter.
 -- Item: KEYS route; ARGV request, ttl_ms, once ('1' or '0'). Adds each request to the
 -- stream (trimmed by age, never by length) and records which waiter it belongs to. A
--- request published ``once`` (a durable one) whose route exists is published already:
+-- route is set only if absent or this waiter's already (a publish retried, a durable
+-- request published again): a request whose id another waiter owns is neither added nor
+-- routed (reply 0; a route that is not a string counts as another's). A request published
+-- ``once`` (a durable one attached to) whose route is this waiter's is published already:
 -- it is not added again (reply false), so that processes attaching to it at the same
 -- time publish it once between them.
 local ids = {}
 for i = 2, #KEYS do
   local a = 2 + (i - 2) * 3
-  if ARGV[a + 3] == '1' and redis.call('EXISTS', KEYS[i]) == 1 then
+  local owner = redis.pcall('GET', KEYS[i])
+  if type(owner) == 'table' then
+    owner = ''
+  end
+  if owner and owner ~= ARGV[2] then
+    ids[i - 1] = 0
+  elseif owner and ARGV[a + 3] == '1' then
     ids[i - 1] = false
   else
     ids[i - 1] = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'r', ARGV[a + 1])
@@ -108,8 +117,9 @@ OPEN_PUBLISH = BatchScript(
 -- of the same requests in one script, as they would run one after the other.
 -- Shared: KEYS reply stream, liveness mark, request stream; ARGV liveness_ms (0 for the
 -- durable waiter), min_id, waiter. Item: KEYS state, route; ARGV deadline_ms, request,
--- ttl_ms, durable ('1' or '0'), once ('1' or '0'). Each reply: the request's entry id, or
--- false for a request published ``once`` whose route exists (see PUBLISH).
+-- ttl_ms, durable ('1' or '0'), once ('1' or '0'). Each reply: the request's entry id;
+-- false for a request published ``once`` whose route is this waiter's; 0 for a request
+-- whose id another waiter owns, whose state is then not opened either (see PUBLISH).
 if ARGV[1] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
 end
@@ -118,25 +128,67 @@ for j = 1, (#KEYS - 3) / 2 do
   local state, route = KEYS[2 + 2 * j], KEYS[3 + 2 * j]
   local a = 3 + (j - 1) * 5
   local request, ttl_ms = ARGV[a + 2], ARGV[a + 3]
-  if redis.call('EXISTS', state) == 0 then
-    if ARGV[a + 4] == '1' then
-      redis.call('HSET', state, 's', 'open', 'x', ARGV[a + 1], 'req', request, 'd', '1')
-    else
-      redis.call('HSET', state, 's', 'open', 'x', ARGV[a + 1], 'req', request)
-    end
-    redis.call('PEXPIRE', state, ttl_ms)
+  local owner = redis.pcall('GET', route)
+  if type(owner) == 'table' then
+    owner = ''
   end
-  if ARGV[a + 5] == '1' and redis.call('EXISTS', route) == 1 then
-    ids[j] = false
+  if owner and owner ~= ARGV[3] then
+    ids[j] = 0
   else
-    ids[j] = redis.call('XADD', KEYS[3], 'MINID', '~', ARGV[2], '*', 'r', request)
-    redis.call('SET', route, ARGV[3], 'PX', ttl_ms)
+    if redis.call('EXISTS', state) == 0 then
+      if ARGV[a + 4] == '1' then
+        redis.call('HSET', state, 's', 'open', 'x', ARGV[a + 1], 'req', request, 'd', '1')
+      else
+        redis.call('HSET', state, 's', 'open', 'x', ARGV[a + 1], 'req', request)
+      end
+      redis.call('PEXPIRE', state, ttl_ms)
+    end
+    if owner and ARGV[a + 5] == '1' then
+      ids[j] = false
+    else
+      ids[j] = redis.call('XADD', KEYS[3], 'MINID', '~', ARGV[2], '*', 'r', request)
+      redis.call('SET', route, ARGV[3], 'PX', ttl_ms)
+    end
   end
 end
 return ids
 """,
     keys_per_item=2,
     args_per_item=5,
+)
+
+RENEW = BatchScript(
+    "renew",
+    """
+-- On a waiter's slot (a queue's durable waiter). Shared: KEYS reply stream, liveness mark.
+-- Item: KEYS state; ARGV request seen, status seen, request, deadline_ms, ttl_ms, fresh
+-- ('1' or '0'). An attaching waiter judged a durable state by its signed request (see
+-- durable.py): stale, past its deadline and retention (with fresh: written anew, open,
+-- with ``request``), or ended without an outcome before its signed deadline (opened
+-- again, its deadline the signed one, its votes and hop record kept). Only if the state
+-- still holds the request and status seen, so that nothing recorded meanwhile is lost:
+-- 1 if renewed, else 0.
+local renewed = {}
+for i = 3, #KEYS do
+  local a = (i - 3) * 6
+  local st = redis.call('HMGET', KEYS[i], 'req', 's')
+  if st[1] == ARGV[a + 1] and st[2] == ARGV[a + 2] then
+    if ARGV[a + 6] == '1' then
+      redis.call('DEL', KEYS[i])
+    else
+      redis.call('HDEL', KEYS[i], 'a')
+    end
+    redis.call('HSET', KEYS[i], 's', 'open', 'x', ARGV[a + 4], 'req', ARGV[a + 3], 'd', '1')
+    redis.call('PEXPIRE', KEYS[i], ARGV[a + 5])
+    renewed[i - 2] = 1
+  else
+    renewed[i - 2] = 0
+  end
+end
+return renewed
+""",
+    keys_per_item=1,
+    args_per_item=6,
 )
 
 STATUS = BatchScript(
@@ -475,6 +527,7 @@ SCRIPTS = (
     DEAD_LETTER,
     REOPEN,
     REACHED,
+    RENEW,
     VOTE,
     UNVOTE,
 )

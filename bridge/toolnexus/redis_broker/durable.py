@@ -8,11 +8,21 @@ liveness mark nor a responder's sweep ever withdraws it. It ends with an answer 
 deadline, like any request; cancelling a durable wait, or closing the broker (a deploy),
 leaves it open for the next wait.
 
-Waiting with the id of a durable request that exists *attaches* to it: the stored request
-(the one responders saw and signed answers for) and its deadline are taken over; a stored
-answer is returned at once (checked as usual); an open request is published only if it
-never was (the publish script skips a request whose route exists, so processes attaching
-at the same time publish it once between them), and the wait goes on.
+Waiting with the id of a durable request that exists *attaches* to it. What Redis holds
+is a hint (SPEC §11) until checked against the signed request: the stored request must be
+this process's own (with a signing key, signed by it; see :func:`stored_request`), and
+asking the same question; its signed deadline is taken over, never the state's field
+``x``. A stored answer is checked as any answer. The state's status counts only as far as
+the signed request and this process's clock support it: ``expired`` once the signed
+deadline has passed (the outcome computed from the request, never read from the state);
+a durable request is never withdrawn. Before its deadline, a state ended without an
+answer the wait takes is opened again (:func:`renew`) and published again. A stored
+request past its deadline and the retention (a state restored after it should have gone)
+counts as absent: it is replaced by this wait's request, published afresh. An open
+request is published again only if its route does not exist (the publish script skips
+it, so that processes attaching at the same time publish it once between them) or its
+hop record names an entry that does not hold it (see
+:func:`~toolnexus.redis_broker.escalation.confirmed`).
 
 The durable reply stream is read by every process that waits durably on the queue, each
 reading from where the stream ended when it began: it is trimmed by age
@@ -29,12 +39,12 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..broker import check_same_question
-from ..errors import DecodeError, InvalidRequest
-from ..models import EXPIRED, WITHDRAWN, Answer, Request
-from ..outcomes import expired_answer
+from ..broker import SAME_QUESTION, check_same_question
+from ..errors import DecodeError, InvalidRequest, SignatureError
+from ..models import Request
+from ..signing import Keyring, verify_request
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
-from ._scripts import OPEN
+from ._scripts import OPEN, RENEW
 
 T = TypeVar("T")
 
@@ -59,11 +69,11 @@ class ReplyStream:
 @dataclass(frozen=True, slots=True)
 class Stored:
     """A durable request that existed when a wait attached to it: its status (``open``,
-    or how it was resolved), deadline, request as published, stored answer, and where it
-    was published (the state's field ``q``, see :mod:`.escalation`)."""
+    or how it was resolved), request as published, stored answer, and where it was
+    published (the state's field ``q``, see :mod:`.escalation`). All of it unchecked."""
 
+    request_id: str
     status: str
-    deadline_ms: int
     payload: bytes
     answer: bytes | None
     queues: bytes | None  # the queues it was published to, and its entries there
@@ -121,8 +131,34 @@ async def attach(
     reply = await patiently(core, f"attaching to {request_id}", run)
     if not isinstance(reply, list):
         return None
-    status, deadline, stored, answer, queues = reply
-    return Stored(text(status), int(deadline), stored, answer, queues)
+    status, _deadline, stored, answer, queues = reply  # the deadline is the signed request's
+    return Stored(request_id, text(status), stored, answer, queues)
+
+
+async def renew(core: Core, waiter: str, stored: Stored, payload: bytes, deadline_ms: int) -> bool:
+    """Open the durable state ``stored`` again, if it still holds what was read: with the
+    request ``payload`` (deadline ``deadline_ms``, the signed one) afresh if that is not the
+    stored request (a stale one replaced), else keeping its votes and hop record (a state
+    ended without an outcome before its deadline). Whether it was renewed.
+
+    Raises:
+        CONNECTION_ERRORS: Redis was away for longer than ``answer_patience_s``.
+        BrokerClosed: the broker was closed.
+    """
+    keys = core.keys
+    ttl_ms = max(1, deadline_ms - ms(time.time())) + core.settings.retention_ms
+    fresh = int(payload != stored.payload)
+
+    def run() -> Awaitable[Any]:
+        return core.pipeliner.batch(
+            RENEW,
+            (keys.answers(waiter), keys.alive(waiter)),
+            (),
+            (keys.state(waiter, stored.request_id),),
+            (stored.payload, stored.status, payload, deadline_ms, ttl_ms, fresh),
+        )
+
+    return bool(await patiently(core, f"renewing {stored.request_id}", run))
 
 
 async def start_reader(
@@ -146,27 +182,48 @@ async def start_reader(
             )
 
 
-def stored_request(core: Core, stored: Stored, asked: Request) -> Request:
-    """The request a durable state holds, which an attaching wait takes over.
+def stored_request(core: Core, stored: Stored, mine: Request) -> Request | None:
+    """The request a durable state holds, which an attaching wait takes over; None if it
+    is stale: its signed deadline and the retention are past by this process's clock (a
+    state restored after it should have gone), which counts as no request at all.
 
     Raises:
-        InvalidRequest: it is unreadable, or asks something else than ``asked`` (see
-            :data:`~toolnexus.broker.SAME_QUESTION`): a durable request's id names one question.
+        InvalidRequest: it is unreadable; it is not this process's own (with a signing key:
+            signed by another key, unsigned, or altered since it was signed, SPEC §11); or
+            it asks something else than ``mine`` (this wait's request as it would publish
+            it): see :data:`~toolnexus.broker.SAME_QUESTION`, and the allow-list.
     """
+    request_id = stored.request_id
     try:
         request = core.codec.decode_as(stored.payload, Request)
     except DecodeError as exc:
-        raise InvalidRequest(f"durable request {asked.id!r} is unreadable: {exc}") from exc
-    check_same_question(request, asked)
+        raise InvalidRequest(f"durable request {request_id!r} is unreadable: {exc}") from exc
+    expires_at = request.expires_at
+    if expires_at is None or expires_at + core.settings.retention_s < time.time():
+        return None
+    key = core.signatures.key
+    if key is not None:
+        signature = request.signature
+        if signature is None or signature.key != key.name:
+            owner = "no agent-key" if signature is None else f"agent-key {signature.key!r}"
+            raise InvalidRequest(
+                f"durable request {request_id!r} belongs to {owner}, not to this process's "
+                f"key {key.name!r}: attaching needs the identity that made it"
+            )
+        try:
+            verify_request(request, Keyring.of(key))
+        except SignatureError as exc:
+            raise InvalidRequest(
+                f"durable request {request_id!r} as stored does not verify with this "
+                f"process's key {key.name!r} ({exc.reason}): it was altered in Redis"
+            ) from exc
+    if request.id != request_id:
+        raise InvalidRequest(f"durable request {request_id!r} holds request {request.id!r}")
+    check_same_question(request, mine, (*SAME_QUESTION, "allow"))
     return request
 
 
-def broker_outcome(request: Request, status: str) -> Answer | None:
-    """The outcome of a durable request the broker resolved (its deadline, or a withdrawal
-    from before it was durable), as the waiter gives it: rebuilt from the request rather
-    than read from the state, since it names no person and holds no signature to check."""
-    if status == EXPIRED:
-        return expired_answer(request)
-    if status == WITHDRAWN:
-        return Answer(id=request.id, ok=False, reason=WITHDRAWN)
-    return None
+def expired_by_clock(request: Request) -> bool:
+    """Whether the signed deadline of ``request`` has passed by this process's clock: the
+    only way a durable state's ``expired`` counts (SPEC §11)."""
+    return request.expires_at is not None and request.expires_at <= time.time()

@@ -67,7 +67,6 @@ class Escalation:
     hops: list[Hop]
     created_at: float
     waiter: str  # the waiter id its state and route are under
-    once: bool  # durable: a hop whose route exists was published by an earlier wait
     payload: bytes  # the request as published, as each hop publishes it
     taken: list[Hop] = field(default_factory=list)
     reached: list[tuple[Keys, bytes | str]] = field(default_factory=list)
@@ -88,6 +87,36 @@ def parse_queues_field(value: bytes | str | None) -> list[tuple[str, str | None]
         return []
     pairs = list(zip(words[::2], words[1::2], strict=False))
     return [(queue, None if entry == NO_ENTRY else entry) for queue, entry in pairs]
+
+
+async def confirmed(
+    core: Core, value: bytes | str | None, payload: bytes
+) -> tuple[list[tuple[str, str | None]], bool]:
+    """The ``(queue, entry)`` pairs of a durable state's field ``q`` (``value``) whose entry
+    holds the request ``payload``, and whether every pair named did. The field is a hint
+    (anyone with the agent's Redis rights can write it): a queue counts as reached only if
+    its stream holds the request's entry, one ``XRANGE`` per queue, on an attach only."""
+    claims = parse_queues_field(value)
+    namespace = core.settings.namespace
+
+    async def holds(queue: str, entry: str | None) -> bool:
+        if entry is None or name_problem(queue) is not None:
+            return False
+        requests = Keys(namespace, queue).requests
+        try:
+            found: Any = await core.command("XRANGE", requests, entry, entry)
+        except (redis.exceptions.RedisError, OSError, BrokerClosed) as exc:
+            log.warning("confirming entry %s on queue %s: %s", entry, queue, exc)
+            return False
+        if not found:
+            return False
+        fields = found[0][1]
+        if isinstance(fields, list):
+            fields = dict(zip(fields[::2], fields[1::2], strict=False))
+        return bool(fields.get(b"r") == payload)
+
+    held = await asyncio.gather(*(holds(queue, entry) for queue, entry in claims))
+    return [claim for claim, ok in zip(claims, held, strict=True) if ok], all(held)
 
 
 def record_reached(
@@ -124,9 +153,11 @@ class Escalator:
         reached: Sequence[tuple[str, str | None]] = (),
     ) -> Escalation | None:
         """Schedule the hops of ``request`` (checked already; as published, encoded as
-        ``payload``), waited for as ``wait`` on ``replies``: its waiter id, and whether it
-        is durable. Hops to queues
-        ``reached`` already (by an earlier wait of a durable request) are not taken again."""
+        ``payload``; signed, with its ``created_at``, if this process signs), waited for as
+        ``wait`` on ``replies`` (its waiter id). Hops to queues ``reached`` already (by an
+        earlier wait of a durable request, each confirmed: see :func:`confirmed`) are not
+        taken again; every other hop is published when due, whatever a route or the
+        state's hop record says (SPEC §11: they are hints)."""
         if not request.escalate:
             return None
         escalation = Escalation(
@@ -134,7 +165,6 @@ class Escalator:
             list(request.escalate),
             request.created_at,
             replies.waiter,
-            replies.durable,
             payload,
         )
         before = dict(reached)
@@ -174,7 +204,7 @@ class Escalator:
             (
                 escalation.payload,
                 max(1, wait.deadline_ms - now_ms) + settings.retention_ms,
-                int(escalation.once),
+                0,  # due by the signed plan: published, even if a route says it was
             ),
         )
         added.add_done_callback(functools.partial(self._on_published, escalation, index, keys))
@@ -195,8 +225,14 @@ class Escalator:
             else:
                 log.error("escalating %s to %s failed: %s", wait.request_id, hop.queue, error)
             return
-        # durable, and published there by an earlier wait: its entry is not known ('')
-        entry: bytes | str = added.result() or ""
+        entry: Any = added.result()
+        if entry == 0:  # refused: another waiter owns this id on that queue
+            log.error(
+                "escalating %s to %s: the id is owned by another waiter there",
+                wait.request_id,
+                hop.queue,
+            )
+            return
         earlier = [core.keys, *(k for k, _ in escalation.reached)]
         escalation.reached.append((keys, entry))
         escalation.taken.append(Hop(round(time.time() - escalation.created_at, 3), hop.queue))

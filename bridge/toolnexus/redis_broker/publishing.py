@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import BrokerClosed
+from ..errors import BrokerClosed, InvalidRequest
 from ..models import UNAVAILABLE, Answer, Request
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms
 from ._scripts import OPEN, OPEN_PUBLISH, PUBLISH
@@ -63,8 +63,9 @@ class Publisher:
     def publish(self, wait: Wait, again: bool = False) -> None:
         """Open the request's state and add it to the request stream, with everything else
         sent this turn: in one script on one server, else one per slot. If Redis is away,
-        :meth:`_republish` tries again. A durable request is added only if it never was,
-        unless published ``again`` (reopened)."""
+        :meth:`_republish` tries again. A durable request attached to is added only if its
+        route does not exist yet, unless published ``again`` (opened by this wait, or
+        reopened). A request whose id another waiter owns is refused (see :meth:`_took`)."""
         core = self.core
         payload = self.payload(wait)
         settings, keys, call = core.settings, core.keys, core.pipeliner
@@ -120,8 +121,15 @@ class Publisher:
 
     def _took(self, wait: Wait, errors: list[BaseException], entry: Any) -> None:
         """What became of publishing ``wait``: published (``entry`` its stream entry, or
-        none for a durable request published by an earlier wait), or ``errors``."""
-        if not errors:
+        none for a durable request published by an earlier wait), refused (``entry`` 0:
+        another waiter owns its id, SPEC §11: the wait ends with :class:`InvalidRequest`),
+        or ``errors``."""
+        if not errors and entry == 0:
+            if not wait.answer.done():
+                wait.answer.set_exception(
+                    InvalidRequest(f"request id {wait.request_id!r} is owned by another waiter")
+                )
+        elif not errors:
             wait.published = True
             if not wait.keeps:
                 wait.payload = None  # encoded again if it must be published again

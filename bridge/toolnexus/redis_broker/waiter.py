@@ -42,7 +42,7 @@ from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import REOPEN
 from ._wait import Wait, audit_of, ended, expire
 from .durable import ReplyStream
-from .escalation import Escalator, parse_queues_field
+from .escalation import Escalator, confirmed
 from .publishing import Publisher
 
 log = logging.getLogger("toolnexus.redis")
@@ -162,7 +162,7 @@ class Waiter:
         self._deadlines.add(loop.time() + wait.deadline_ms / 1000 - time.time(), wait)
         if wait.answer.done():
             return
-        self.publisher.publish(wait)
+        self.publisher.publish(wait, again=wait.reached is None)
         if wait.asked.escalate:  # as stored: an attached wait goes on with its hops
             publisher = self.publisher
             wait.escalation = self._escalator.plan(
@@ -224,54 +224,85 @@ class Waiter:
 
     async def _attach(self, wait: Wait) -> bool:
         """Open the durable request of ``wait``, or attach to the one stored (SPEC §14):
-        take over its published request and deadline, and a stored outcome as the wait's
-        answer. False if Redis stayed away.
+        take over its published request and signed deadline, and a stored outcome, as far
+        as signed material and this process's clock support it (SPEC §11, see
+        :mod:`.durable`), as the wait's answer. False if Redis stayed away.
 
         Raises:
-            InvalidRequest: the stored request with this id asks something else.
+            InvalidRequest: the stored request with this id is not this process's own, or
+                asks something else.
         """
         core, replies = self.core, wait.replies
+        mine = self.publisher.published(wait)
         try:  # its reader first, so that no answer is missed from the attach on
             await durable.start_reader(core, replies, self._durable_start, self._read_replies)
-            stored = await durable.attach(
-                core,
-                replies.waiter,
-                wait.request_id,
-                self.publisher.payload(wait),
-                wait.deadline_ms,
-            )
+            for _ in range(3):  # a stale state replaced by another wait meanwhile: read again
+                payload = self.publisher.payload(wait)
+                stored = await durable.attach(
+                    core, replies.waiter, wait.request_id, payload, wait.deadline_ms
+                )
+                if stored is None:
+                    return True  # opened by this wait
+                request = durable.stored_request(core, stored, mine)
+                if request is not None:
+                    break
+                log.warning("durable request %s is stale: asked afresh", wait.request_id)
+                if await durable.renew(core, replies.waiter, stored, payload, wait.deadline_ms):
+                    return True
+            else:
+                log.error("durable request %s keeps changing under this attach", wait.request_id)
+                return False
+            wait.payload = stored.payload
+            wait.deadline_ms = ms(request.expires_at or 0)  # signed (stored_request checks it)
+            wait.checked = self._checks(request)
+            wait.quorum = request.quorum is not None
+            reached, every = await confirmed(core, stored.queues, stored.payload)
+            if stored.status == "open":
+                # published already, as far as its hop record can be confirmed: else afresh
+                wait.reached = reached if every else None
+                wait.entry_id = next(
+                    (e.encode() for q, e in reached if q == core.keys.queue and e), None
+                )
+                return True
+            if await self._attach_ended(wait, request, stored):
+                wait.reached = reached
+                return True
+            # Ended before its signed deadline with no answer it may take: a hint. Opened
+            # again and published afresh, so that responders can answer.
+            if await durable.renew(core, replies.waiter, stored, stored.payload, wait.deadline_ms):
+                log.warning("durable request %s opened again", wait.request_id)
         except (*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError) as exc:
             log.error("attaching to %s failed: %s", wait.request_id, exc)  # e.g. NOPERM
             return False
-        if stored is None:
-            return True
-        request = durable.stored_request(core, stored, wait.asked)
-        wait.payload, wait.deadline_ms = stored.payload, stored.deadline_ms
-        wait.reached = parse_queues_field(stored.queues)
-        wait.entry_id = next(
-            (e.encode() for q, e in wait.reached if q == core.keys.queue and e), None
-        )
-        wait.checked = self._checks(request)
-        wait.quorum = request.quorum is not None
-        outcome = durable.broker_outcome(request, stored.status)
-        if wait.answer.done():  # the reader took the answer meanwhile
-            return True
-        if outcome is not None:
-            wait.answer.set_result(outcome)
-        elif stored.status != "open" and stored.answer is not None:
+        return True
+
+    async def _attach_ended(self, wait: Wait, request: Request, stored: durable.Stored) -> bool:
+        """Whether the durable state ``stored`` (not open) of ``request`` gives ``wait`` its
+        outcome, or has it given: a stored answer the wait takes (checked, and reopened if
+        refused, as any), or the deadline past by this process's clock (the outcome from
+        the signed request). False: a hint, the wait goes on."""
+        answer: Answer | None = None
+        if stored.answer is not None:
             try:
-                answer = core.codec.decode_as(stored.answer, Answer)
-            except DecodeError as exc:  # the wait goes on to its deadline
+                answer = self.core.codec.decode_as(stored.answer, Answer)
+            except DecodeError as exc:
                 log.error("the stored answer to %s is unreadable: %s", wait.request_id, exc)
+        if answer is not None and answer.reason not in (EXPIRED, WITHDRAWN):
+            if wait.answer.done():  # the reader took the answer meanwhile
                 return True
             try:  # a quorum's votes are read and checked too
-                taken = await self._taken(wait, answer, stored.answer)
+                taken = await self._taken(wait, answer, stored.answer or b"")
             except (*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError) as exc:
                 log.error("the votes on %s cannot be read: %s", wait.request_id, exc)
                 return True  # the wait goes on: its deadline takes the outcome from the state
             if taken is not None and not wait.answer.done():
                 wait.answer.set_result(taken)
-        return True
+            return True  # taken, or refused and opened again (see _accept)
+        if durable.expired_by_clock(request):
+            if not wait.answer.done():
+                wait.answer.set_result(expired_answer(request))
+            return True
+        return wait.answer.done()
 
     # -- resolving our own requests -----------------------------------------------
 
