@@ -58,17 +58,6 @@ async def opened_durably(broker: RedisBroker, request_id: str) -> None:
             await asyncio.sleep(0.01)
 
 
-async def shown_ids(responder: RedisBroker, within_s: float) -> list[str]:
-    """The ids of the requests the group ``ops`` is shown within ``within_s``."""
-    ids: list[str] = []
-    async with responder.responder("ops") as r:
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(within_s):
-                async for pending in r:
-                    ids.append(pending.request.id)
-    return ids
-
-
 async def test_an_answer_by_id_reaches_only_the_waiter_that_owns_the_id(fleet: Fleet) -> None:  # noqa: F811
     """S5, obs 5: another agent publishing the id of a request being waited for is refused,
     and the operator's decline by id reaches the genuine waiter (on main the second publish
@@ -91,22 +80,14 @@ async def test_an_answer_by_id_reaches_only_the_waiter_that_owns_the_id(fleet: F
 async def test_a_route_set_before_the_id_is_asked_refuses_it_at_once(fleet: Fleet) -> None:  # noqa: F811
     """S5, obs 5: one ``SET`` of a route by a user with agent rights, before the id is asked,
     makes the durable request fail at once with a clear error (on main it was never shown
-    and ended with its default: accepted). A route forged to the durable waiter itself
-    does not stop the request from being published."""
-    async with fleet.agent() as agent, fleet.responder() as bot:
-        taken, forged_as_ours = deploy(durable=True), deploy(durable=True)
+    and ended with its default: accepted)."""
+    async with fleet.agent() as agent:
+        taken = deploy(durable=True)
         await agent.redis.set(agent.keys.route(taken.id), OTHER_WAITER)
         took_s = await refused_quickly(
             asyncio.create_task(agent.wait_for(taken, timeout_s=3)), taken.id
         )
         assert took_s < 2, took_s
-        await agent.redis.set(agent.keys.route(forged_as_ours.id), agent.keys.durable_waiter())
-        waiting = asyncio.create_task(agent.wait_for(forged_as_ours, timeout_s=5))
-        try:
-            assert await shown_ids(bot, 1.5) == [forged_as_ours.id]
-        finally:
-            waiting.cancel()
-            await asyncio.gather(waiting, return_exceptions=True)
 
 
 async def test_a_durable_request_with_an_id_used_before_is_refused(fleet: Fleet) -> None:  # noqa: F811

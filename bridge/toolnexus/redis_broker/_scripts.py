@@ -174,7 +174,10 @@ for i = 3, #KEYS do
   local st = redis.call('HMGET', KEYS[i], 'req', 's')
   if st[1] == ARGV[a + 1] and st[2] == ARGV[a + 2] then
     if ARGV[a + 6] == '1' then
-      redis.call('DEL', KEYS[i])
+      local fields = redis.call('HGETALL', KEYS[i])  -- (an agent's rights have no DEL)
+      for f = 1, #fields, 2 do
+        redis.call('HDEL', KEYS[i], fields[f])
+      end
     else
       redis.call('HDEL', KEYS[i], 'a')
     end

@@ -67,6 +67,8 @@ class Escalation:
     hops: list[Hop]
     created_at: float
     waiter: str  # the waiter id its state and route are under
+    once: bool  # attached to: a hop whose route is this waiter's was published before
+    hinted: dict[str, str | None]  # entries the state's hop record names (hints)
     payload: bytes  # the request as published, as each hop publishes it
     taken: list[Hop] = field(default_factory=list)
     reached: list[tuple[Keys, bytes | str]] = field(default_factory=list)
@@ -87,36 +89,6 @@ def parse_queues_field(value: bytes | str | None) -> list[tuple[str, str | None]
         return []
     pairs = list(zip(words[::2], words[1::2], strict=False))
     return [(queue, None if entry == NO_ENTRY else entry) for queue, entry in pairs]
-
-
-async def confirmed(
-    core: Core, value: bytes | str | None, payload: bytes
-) -> tuple[list[tuple[str, str | None]], bool]:
-    """The ``(queue, entry)`` pairs of a durable state's field ``q`` (``value``) whose entry
-    holds the request ``payload``, and whether every pair named did. The field is a hint
-    (anyone with the agent's Redis rights can write it): a queue counts as reached only if
-    its stream holds the request's entry, one ``XRANGE`` per queue, on an attach only."""
-    claims = parse_queues_field(value)
-    namespace = core.settings.namespace
-
-    async def holds(queue: str, entry: str | None) -> bool:
-        if entry is None or name_problem(queue) is not None:
-            return False
-        requests = Keys(namespace, queue).requests
-        try:
-            found: Any = await core.command("XRANGE", requests, entry, entry)
-        except (redis.exceptions.RedisError, OSError, BrokerClosed) as exc:
-            log.warning("confirming entry %s on queue %s: %s", entry, queue, exc)
-            return False
-        if not found:
-            return False
-        fields = found[0][1]
-        if isinstance(fields, list):
-            fields = dict(zip(fields[::2], fields[1::2], strict=False))
-        return bool(fields.get(b"r") == payload)
-
-    held = await asyncio.gather(*(holds(queue, entry) for queue, entry in claims))
-    return [claim for claim, ok in zip(claims, held, strict=True) if ok], all(held)
 
 
 def record_reached(
@@ -150,14 +122,15 @@ class Escalator:
         wait: Waiting,
         replies: Replies,
         payload: bytes,
-        reached: Sequence[tuple[str, str | None]] = (),
+        reached: Sequence[tuple[str, str | None]] | None = None,
     ) -> Escalation | None:
         """Schedule the hops of ``request`` (checked already; as published, encoded as
         ``payload``; signed, with its ``created_at``, if this process signs), waited for as
-        ``wait`` on ``replies`` (its waiter id). Hops to queues ``reached`` already (by an
-        earlier wait of a durable request, each confirmed: see :func:`confirmed`) are not
-        taken again; every other hop is published when due, whatever a route or the
-        state's hop record says (SPEC §11: they are hints)."""
+        ``wait`` on ``replies`` (its waiter id). Every hop is published when due by the
+        signed plan and this process's clock. A wait attached to a durable request
+        (``reached``: the queues its state's hop record names, a hint, SPEC §11) skips a
+        hop only where the hop queue's route is this waiter's already, which the publish
+        script checks: a forged hop record suppresses nothing."""
         if not request.escalate:
             return None
         escalation = Escalation(
@@ -165,17 +138,14 @@ class Escalator:
             list(request.escalate),
             request.created_at,
             replies.waiter,
+            replies.durable and reached is not None,
+            dict(reached or ()),
             payload,
         )
-        before = dict(reached)
         loop = asyncio.get_running_loop()
         offset = loop.time() - time.time()
         for index, hop in enumerate(escalation.hops):
-            if hop.queue in before:
-                escalation.reached.append((self._keys_of(hop.queue), before[hop.queue] or ""))
-                escalation.taken.append(hop)
-            else:
-                self._hops.add(request.created_at + hop.after_s + offset, (escalation, index))
+            self._hops.add(request.created_at + hop.after_s + offset, (escalation, index))
         return escalation
 
     def _ended(self, hop: tuple[Escalation, int]) -> bool:
@@ -204,7 +174,7 @@ class Escalator:
             (
                 escalation.payload,
                 max(1, wait.deadline_ms - now_ms) + settings.retention_ms,
-                0,  # due by the signed plan: published, even if a route says it was
+                int(escalation.once),
             ),
         )
         added.add_done_callback(functools.partial(self._on_published, escalation, index, keys))
@@ -225,7 +195,10 @@ class Escalator:
             else:
                 log.error("escalating %s to %s failed: %s", wait.request_id, hop.queue, error)
             return
+        # published there by an earlier wait (None): its entry as the hop record says
         entry: Any = added.result()
+        if entry is None:
+            entry = escalation.hinted.get(hop.queue) or ""
         if entry == 0:  # refused: another waiter owns this id on that queue
             log.error(
                 "escalating %s to %s: the id is owned by another waiter there",

@@ -63,9 +63,10 @@ class Publisher:
     def publish(self, wait: Wait, again: bool = False) -> None:
         """Open the request's state and add it to the request stream, with everything else
         sent this turn: in one script on one server, else one per slot. If Redis is away,
-        :meth:`_republish` tries again. A durable request attached to is added only if its
-        route does not exist yet, unless published ``again`` (opened by this wait, or
-        reopened). A request whose id another waiter owns is refused (see :meth:`_took`)."""
+        :meth:`_republish` tries again. A durable request is added only if its route does
+        not exist yet (processes attaching at once publish it once between them), unless
+        published ``again`` (reopened). A request whose id another waiter owns is refused
+        (see :meth:`_took`)."""
         core = self.core
         payload = self.payload(wait)
         settings, keys, call = core.settings, core.keys, core.pipeliner

@@ -42,7 +42,7 @@ from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import REOPEN
 from ._wait import Wait, audit_of, ended, expire
 from .durable import ReplyStream
-from .escalation import Escalator, confirmed
+from .escalation import Escalator, parse_queues_field
 from .publishing import Publisher
 
 log = logging.getLogger("toolnexus.redis")
@@ -162,7 +162,7 @@ class Waiter:
         self._deadlines.add(loop.time() + wait.deadline_ms / 1000 - time.time(), wait)
         if wait.answer.done():
             return
-        self.publisher.publish(wait, again=wait.reached is None)
+        self.publisher.publish(wait)
         if wait.asked.escalate:  # as stored: an attached wait goes on with its hops
             publisher = self.publisher
             wait.escalation = self._escalator.plan(
@@ -170,7 +170,7 @@ class Waiter:
                 wait,
                 replies,
                 publisher.payload(wait),
-                wait.reached or (),
+                wait.reached,
             )
 
     def _answered(self, wait: Wait, answer: Answer) -> Answer:
@@ -248,6 +248,7 @@ class Waiter:
                     break
                 log.warning("durable request %s is stale: asked afresh", wait.request_id)
                 if await durable.renew(core, replies.waiter, stored, payload, wait.deadline_ms):
+                    self.publisher.publish(wait, again=True)  # whatever its old route says
                     return True
             else:
                 log.error("durable request %s keeps changing under this attach", wait.request_id)
@@ -256,10 +257,9 @@ class Waiter:
             wait.deadline_ms = ms(request.expires_at or 0)  # signed (stored_request checks it)
             wait.checked = self._checks(request)
             wait.quorum = request.quorum is not None
-            reached, every = await confirmed(core, stored.queues, stored.payload)
-            if stored.status == "open":
-                # published already, as far as its hop record can be confirmed: else afresh
-                wait.reached = reached if every else None
+            reached = parse_queues_field(stored.queues)  # hints: see Escalator.plan
+            if stored.status == "open":  # published already if its route says so
+                wait.reached = reached
                 wait.entry_id = next(
                     (e.encode() for q, e in reached if q == core.keys.queue and e), None
                 )
