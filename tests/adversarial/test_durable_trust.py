@@ -17,8 +17,8 @@ import pytest
 
 import toolnexus
 from conftest import FAST
-from test_forgery import Fleet, decline_genuinely, fleet, still_waiting  # noqa: F401
-from toolnexus import Answer, InvalidRequest, Keyring, OnExpiry, Request, new_id
+from test_forgery import Fleet, decline_genuinely, fleet, shown, still_waiting  # noqa: F401
+from toolnexus import AlreadyResolved, Answer, InvalidRequest, Keyring, OnExpiry, Request, new_id
 from toolnexus.hops import hops
 from toolnexus.keys import Keys
 from toolnexus.redis_broker import RedisBroker
@@ -62,11 +62,15 @@ async def test_a_durable_state_marked_ended_before_its_deadline_is_a_hint(
 ) -> None:
     """S1/S3, obs 4: ``HSET <durable state> s expired`` (or ``withdrawn``) made the next
     attach return the default (ok=True) at once, 120 s before the deadline. Now the attach
-    waits on, the request is opened again, and the genuine decline wins."""
+    waits on, the request is opened again and published again, and the genuine decline
+    wins."""
     async with fleet.agent() as agent, fleet.responder() as bot:
         request = deploy()
         await left_open(agent, request)
         await agent.redis.hset(state_of(agent, request.id), "s", status)
+        pending = await shown(bot)  # while nobody waits, the edit turns the answer away
+        with pytest.raises(AlreadyResolved):  # (and its entry is settled: gone)
+            await pending.decline(person="web:alice")
         attached = asyncio.create_task(agent.wait_for(request))
         await still_waiting(attached)
         await decline_genuinely(bot, request.id)

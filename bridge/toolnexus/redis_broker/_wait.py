@@ -41,7 +41,7 @@ class Wait:
     quorum: bool = False  # answers are votes, counted by quorum.py (SPEC §14)
     votes: list[bytes] | None = None  # a quorum's votes taken, for the audit trail
     escalation: Escalation | None = None  # its hops (SPEC §14), if it escalates
-    reached: list[tuple[str, str | None]] | None = None  # durable: queues an earlier wait reached
+    reached: list[tuple[str, str | None]] | None = None  # attached: the hop record (hints)
 
 
 def expire(wait: Wait) -> None:

@@ -20,9 +20,10 @@ answer the wait takes is opened again (:func:`renew`) and published again. A sto
 request past its deadline and the retention (a state restored after it should have gone)
 counts as absent: it is replaced by this wait's request, published afresh. An open
 request is published again only if its route does not exist (the publish script skips
-it, so that processes attaching at the same time publish it once between them) or its
-hop record names an entry that does not hold it (see
-:func:`~toolnexus.redis_broker.escalation.confirmed`).
+a request whose route is the durable waiter's, so that processes attaching at the same
+time publish it once between them); its hops, by the signed plan, likewise (see
+:meth:`Escalator.plan <toolnexus.redis_broker.escalation.Escalator.plan>`): the state's
+hop record ``q`` is a hint that only names entries.
 
 The durable reply stream is read by every process that waits durably on the queue, each
 reading from where the stream ended when it began: it is trimmed by age

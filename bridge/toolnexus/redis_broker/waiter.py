@@ -271,6 +271,7 @@ class Waiter:
             # again and published afresh, so that responders can answer.
             if await durable.renew(core, replies.waiter, stored, stored.payload, wait.deadline_ms):
                 log.warning("durable request %s opened again", wait.request_id)
+            self.publisher.publish(wait, again=True)  # on every queue: see Escalator.plan
         except (*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError) as exc:
             log.error("attaching to %s failed: %s", wait.request_id, exc)  # e.g. NOPERM
             return False
