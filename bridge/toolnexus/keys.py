@@ -12,7 +12,9 @@ step touches share a slot, while queues and waiters spread over slots:
 - ``{ns:w:<waiter>}:alive``     liveness mark of one waiting process (a key with a TTL)
 - ``{ns:w:<durable>}:...``      the same for the queue's durable requests, under the waiter
                                id :meth:`Keys.durable_waiter` names (no liveness mark)
-- ``{ns:q:<queue>}:route:<id>`` which waiter a request belongs to (answering by id alone)
+- ``{ns:q:<queue>}:route:<id>`` which waiter a request belongs to (answering by id alone):
+                               set only if absent or already that waiter's, so an id
+                               is owned by the waiter that published it first
 - ``{ns:q:<queue>}:workers``    heartbeats of the queue's responder workers (``group/consumer``)
 - ``{ns:q:<queue>}:chat:<name>`` a chat worker's messages: request id -> where its message is
 

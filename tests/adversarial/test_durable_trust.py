@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 import toolnexus
-from conftest import FAST
+from conftest import FAST, RedisServer
 from test_forgery import Fleet, decline_genuinely, fleet, shown, still_waiting  # noqa: F401
 from toolnexus import AlreadyResolved, Answer, InvalidRequest, Keyring, OnExpiry, Request, new_id
 from toolnexus.hops import hops
@@ -161,3 +161,20 @@ async def test_a_forged_hop_record_does_not_suppress_a_hop(fleet: Fleet) -> None
         finally:
             attached.cancel()
             await asyncio.gather(attached, return_exceptions=True)
+
+
+async def test_without_signatures_an_ended_mark_neither_ends_nor_strands_the_wait(
+    redis_server: RedisServer,
+) -> None:
+    """S1, obs 4, unsigned: the same edit neither ends the attached wait nor strands it;
+    the answer given afterwards reaches it."""
+    async with toolnexus.connect(redis_server.url, namespace="sec", **FAST) as agent:
+        assert isinstance(agent, RedisBroker)
+        request = deploy()
+        await left_open(agent, request)
+        await agent.redis.hset(state_of(agent, request.id), "s", "expired")
+        attached = asyncio.create_task(agent.wait_for(request))
+        await still_waiting(attached)
+        await agent.answer(Answer(id=request.id, ok=False, reason="declined", person="ops:al"))
+        answer = await asyncio.wait_for(attached, 10)
+    assert (answer.ok, answer.reason, answer.person) == (False, "declined", "ops:al")
