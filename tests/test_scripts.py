@@ -45,7 +45,7 @@ async def test_resolve_settles_the_entry_unless_the_request_stays_open(
     names = list(entries)
     args: list[str | int] = [60_000, 1]
     for name in names:
-        args += ["answered", f"answer to {name}", name, GROUP, entries[name]]
+        args += ["answered", f"answer to {name}", name, GROUP, entries[name], 0]
     state_keys = [keys.state(WAITER, name) for name in names]
     shared = [keys.answers(WAITER), keys.alive(WAITER), keys.requests]
     replies = await client.eval(RESOLVE.source, 3 + len(names), *shared, *state_keys, *args)
@@ -77,6 +77,7 @@ async def test_resolve_settles_the_entry_unless_the_request_stays_open(
         "late",
         "",
         "",
+        0,
     )
     assert late == [[0, b"ok"]]
     assert len(await client.xrange(keys.requests)) == 1

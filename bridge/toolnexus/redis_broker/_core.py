@@ -271,10 +271,13 @@ class Core:
         payload: bytes,
         settle: tuple[str, str] | None = None,
         *,
+        deadline: float | None = None,
         alone: bool = False,
     ) -> tuple[Outcome, bytes | None, bool]:
         """Run the resolve script: the outcome (see :data:`Outcome`), the stored answer and
-        whether the request's entry was settled. ``settle=(group, entry)``, on one server
+        whether the request's entry was settled. An answer (``status="answered"``) is late
+        after ``deadline``, the signed request's ``expires_at`` (None: the state's, which
+        anyone who can write Redis can edit). ``settle=(group, entry)``, on one server
         only: the same script acknowledges and deletes the entry unless the request is
         still open, so that no group reads it from now on (elsewhere it is not settled).
         ``alone``: the caller expects no other commands this turn, so it sends them itself
@@ -290,7 +293,7 @@ class Core:
                 shared_keys,
                 (self.settings.retention_ms, 1 if entry else 0),
                 (keys.state(waiter, request_id),),
-                (status, payload, request_id, group, entry),
+                (status, payload, request_id, group, entry, ms(deadline) if deadline else 0),
             )
         raw = await resolved
         outcome = text(raw[1])
