@@ -9,7 +9,8 @@ Security: every answer needs a session's CSRF token (or a bearer token header, w
 a browser never sends by itself); a cross-site ``Origin`` or ``Sec-Fetch-Site`` is
 refused; an open page (no token, no users) answers only to loopback host names, so
 a rebound DNS name cannot reach it; a strict Content-Security-Policy allows only the
-page's own files, and the page never loads an authorization URL.
+page's own files, and the page never loads an authorization URL. Sign-ins back off
+after repeated failures (429 with ``Retry-After``, see :mod:`.access`).
 """
 
 from __future__ import annotations
