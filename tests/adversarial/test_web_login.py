@@ -143,6 +143,56 @@ async def test_the_page_answers_while_a_password_is_being_checked(
         assert pending, "the page was served only after the password check ended"
 
 
+async def test_password_checks_run_a_bounded_number_at_once(
+    alice: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S11, observation 11: off the event loop, but not without bound: 12 logins at once
+    (different names and addresses, so none is refused) hash at most HASHING_AT_ONCE
+    passwords at a time (each takes 16 MiB), and every one is answered."""
+    from toolnexus_workers.web.access import HASHING_AT_ONCE
+
+    scrypt, lock = hashlib.scrypt, threading.Lock()
+    inside, most = 0, 0
+
+    def counted_scrypt(*args: Any, **kwargs: Any) -> bytes:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+        try:
+            return scrypt(*args, **kwargs)
+        finally:
+            with lock:
+                inside -= 1
+
+    async with page(alice) as client:
+        monkeypatch.setattr(hashlib, "scrypt", counted_scrypt)
+        logins = [sign_in(client, f"user{i}", "guess", f"192.0.2.{i + 1}") for i in range(12)]
+        statuses = [response.status_code for response in await asyncio.gather(*logins)]
+    assert statuses == [401] * 12
+    assert 1 <= most <= HASHING_AT_ONCE, most
+
+
+def test_spraying_names_or_addresses_keeps_the_failure_tables_bounded() -> None:
+    """S11, observation 11: the failures remembered for backing off are capped (the least
+    recently failed forgotten first), so an attacker spraying names or addresses cannot
+    grow the worker's memory; a key still failing stays refused."""
+    from toolnexus_workers.web.access import Backoff
+
+    backoff = Backoff(5, capacity=100)
+    for _ in range(5):
+        backoff.failed("alice")
+    assert backoff.wait_s("alice") > 0
+    for i in range(1000):
+        backoff.failed(f"spray-{i}" * 1000)  # long names, too: kept as digests
+        if i % 50 == 0:
+            backoff.failed("alice")
+    assert len(backoff) == 100
+    assert backoff.wait_s("alice") > 0
+    backoff.succeeded("alice")
+    assert backoff.wait_s("alice") == 0
+
+
 # -- the metrics listener --------------------------------------------------------------
 
 
