@@ -221,6 +221,7 @@ def test_what_compose_runs_completes_the_demo_round_trip(tmp_path: Path) -> None
     variables = {
         **{f"REDIS_{u.upper()}_PASSWORD": p for u, p in PASSWORDS.items()},
         "TOOLNEXUS_WEB_TOKEN": secrets.token_hex(16),
+        "TOOLNEXUS_METRICS_TOKEN": secrets.token_hex(16),
     }
     web_port = str(free_port())
     metrics_ports = {"auto": str(free_port()), "web": str(free_port())}
@@ -229,7 +230,7 @@ def test_what_compose_runs_completes_the_demo_round_trip(tmp_path: Path) -> None
         envs: dict[str, dict[str, str]] = {}
         try:
             for name, replace in [
-                ("auto", {}),
+                ("auto", {"0.0.0.0": "127.0.0.1"}),
                 ("web", {"8700": web_port, "0.0.0.0": "127.0.0.1"}),  # a shared machine
             ]:
                 replace["9100"] = metrics_ports[name]
@@ -265,13 +266,11 @@ def test_what_compose_runs_completes_the_demo_round_trip(tmp_path: Path) -> None
                 ("input", True, "auto:demo booking details"),
                 ("authorization", True, "auto:demo deposit"),
             ]
-            metrics = (
-                urllib.request.urlopen(
-                    f"http://127.0.0.1:{metrics_ports['auto']}/metrics", timeout=10
-                )
-                .read()
-                .decode()
+            scrape = urllib.request.Request(
+                f"http://127.0.0.1:{metrics_ports['auto']}/metrics",
+                headers={"Authorization": f"Bearer {variables['TOOLNEXUS_METRICS_TOKEN']}"},
             )
+            metrics = urllib.request.urlopen(scrape, timeout=10).read().decode()
             answered = (
                 'toolnexus_worker_requests_total{consumer="%s",group="auto",state="answered"} 2.0'
             )
