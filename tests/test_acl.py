@@ -312,7 +312,7 @@ async def test_liveness_heartbeats_and_audit_have_their_writers_and_readers(
     as_user: Any,
 ) -> None:
     alive, workers, audit = (
-        "{toolnexus:w:w1}:alive",
+        KEYS.alive("agent.0123456789abcdef"),
         f"{{toolnexus:q:{QUEUE}}}:workers",
         f"{{toolnexus:q:{QUEUE}}}:audit",
     )

@@ -106,6 +106,18 @@ def split_addresses(url: str, netloc: str) -> tuple[str | None, str | None, list
     return user, password, addresses
 
 
+def username_of(url: str, options: dict[str, Any]) -> str | None:
+    """The Redis user that ``url`` and connection ``options`` log in as, if they name one
+    (on one server the URL's user wins, as in redis-py; on a Cluster or through Sentinels
+    the ``username`` option wins, as :class:`Connector` passes them)."""
+    parts = urlsplit(url)
+    if parts.scheme in CLUSTER_SCHEMES | SENTINEL_SCHEMES:
+        credentials = parts.netloc.rpartition("@")[0]
+        in_url = unquote(credentials.partition(":")[0]) or None
+        return options.get("username") or in_url
+    return unquote(parts.username or "") or options.get("username") or None
+
+
 class Connector:
     """Makes the command client and the blocking clients for one broker URL.
 
