@@ -107,7 +107,8 @@ def never_the_answer(got: Any) -> None:
 async def test_another_agent_user_cannot_read_an_agents_answers_or_states(
     fleet_server: RedisServer, agent_b: aioredis.Redis
 ) -> None:
-    """Unsigned: what agent A waits for and gets back stays A's."""
+    """S6, observation 6 (unsigned): what agent A waits for and gets back stays A's; on
+    main agent B read A's answer, form data included, from A's reply stream."""
     async with broker(fleet_server, "agent-a") as a, broker(fleet_server, "responder") as bot:
         assert a.waiter_id.startswith("agent-a.")  # the agent is the Redis user
         request = Request(id=new_id(), kind="input", prompt="Vault code?", data={"schema": FORM})
@@ -135,9 +136,10 @@ async def test_another_agent_user_cannot_read_an_agents_answers_or_states(
 async def test_another_agent_cannot_attach_to_an_agents_durable_request(
     fleet_server: RedisServer, agent_b: aioredis.Redis
 ) -> None:
-    """Signed, each agent with its own key: B waiting with A's durable id, under another
-    allow-list, gets an error or its own unanswered ending, never A's answer; B's user cannot
-    read A's durable state; A attaches again and gets its answer."""
+    """S6 and S5 (attaching needs the identity that made it), observation 6 (signed, each
+    agent with its own key): B waiting with A's durable id, under another allow-list, gets
+    an error or its own unanswered ending, never A's answer (on main it got A's answer
+    data); B's user cannot read A's durable state; A attaches again and gets its answer."""
     key_a, key_b, bot_key = (SigningKey.generate(n) for n in ("agent-a", "agent-b", "ops-bot"))
     agents = Keyring.of(key_a, key_b)
 
