@@ -285,8 +285,11 @@ async def _quorums(broker: RedisBroker) -> list[QuorumStatus]:
 
 
 async def _durable_open(broker: RedisBroker) -> int:
-    """How many of the queue's durable requests are open (up to ``UNDELIVERED_COUNT_MAX``)."""
-    states = (await _scan(broker, broker.keys.durable_states_pattern()))[:UNDELIVERED_COUNT_MAX]
+    """How many of the queue's durable requests, of every agent, are open (up to
+    ``UNDELIVERED_COUNT_MAX``)."""
+    keys = broker.keys
+    found = await _scan(broker, keys.durable_states_pattern())
+    states = [state for state in found if keys.is_durable_state(state)][:UNDELIVERED_COUNT_MAX]
     count = 0
     for start in range(0, len(states), 1000):
         async with broker.redis.pipeline(transaction=False) as pipe:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, fields
@@ -22,10 +23,10 @@ from ..audit import AuditRecord, encode_record
 from ..broker import NOT_RESOLVED_REASONS, Resolution
 from ..codec import Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, ToolnexusError
-from ..keys import Keys
+from ..keys import DEFAULT_AGENT, Keys, agent_problem
 from ..models import Event
 from ..signatures import Signatures
-from ._connections import SENTINEL_OPTIONS, BlockingReader, Client, Connector
+from ._connections import SENTINEL_OPTIONS, BlockingReader, Client, Connector, username_of
 from ._pipeliner import Pipeliner
 from ._scripts import (
     DEAD_LETTER,
@@ -101,6 +102,7 @@ class Settings:
 
     namespace: str = "toolnexus"
     queue: str = "default"
+    agent: str = DEFAULT_AGENT
     lease_ms: int = 30_000
     liveness_ms: int = 15_000
     default_timeout_s: float = 600.0
@@ -127,6 +129,9 @@ class Settings:
             value = getattr(self, f.name)
             if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
                 raise ConfigurationError(f"option {f.name}={value!r} must be positive")
+        problem = agent_problem(self.agent) if isinstance(self.agent, str) else "must be text"
+        if problem is not None:
+            raise ConfigurationError(f"option agent={self.agent!r} {problem}")
         if self.durability not in DURABILITY:
             raise ConfigurationError(
                 f"option durability={self.durability!r} must be one of {', '.join(DURABILITY)}"
@@ -144,6 +149,35 @@ class Settings:
     @property
     def stream_retention_ms(self) -> int:
         return ms(self.stream_retention_s)
+
+
+AGENT_VARIABLE = "TOOLNEXUS_AGENT"
+
+
+def default_agent(url: str, redis_options: dict[str, Any]) -> str:
+    """The agent a broker waits as when the option ``agent`` is not given: the variable
+    ``TOOLNEXUS_AGENT``, else the Redis user it logs in as (so that the ACL ``toolnexus acl``
+    writes for that user fits), else :data:`~toolnexus.keys.DEFAULT_AGENT`.
+
+    Raises:
+        ConfigurationError: the variable, or the user, cannot name an agent.
+    """
+    named = os.environ.get(AGENT_VARIABLE)
+    if named:
+        problem = agent_problem(named)
+        if problem is not None:
+            raise ConfigurationError(f"{AGENT_VARIABLE}={named!r} {problem}")
+        return named
+    user = username_of(url, redis_options)
+    if user is None:
+        return DEFAULT_AGENT
+    problem = agent_problem(user)
+    if problem is not None:
+        raise ConfigurationError(
+            f"the Redis user {user!r} cannot name the agent (an agent name {problem}): "
+            f"pass the option agent=NAME or set {AGENT_VARIABLE}"
+        )
+    return user
 
 
 def ms(seconds: float) -> int:

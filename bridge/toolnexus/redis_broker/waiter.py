@@ -9,7 +9,7 @@ and is read from its start, so an answer that arrives before the reader looks is
 missed. Every entry of it may be garbage: such an entry is dead-lettered, the reader
 moves on, and the wait it names takes its outcome from the request's state.
 
-Durable waits (SPEC §14) live under the queue's durable waiter, read by a second reader
+Durable waits (SPEC §14) live under the agent's durable waiter of the queue, read by a second reader
 of this code from the first durable wait on (:mod:`.durable`).
 """
 
@@ -20,7 +20,6 @@ import contextlib
 import functools
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -31,7 +30,7 @@ from ..audit import AuditRecord, Refusal
 from ..broker import deadline_of
 from ..errors import BrokerClosed, DecodeError, InvalidRequest, SignatureError
 from ..hops import check_hops
-from ..keys import check_request_id
+from ..keys import check_request_id, new_waiter_id
 from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request
 from ..outcomes import check_on_expiry, expired_answer
 from ..timers import Timers
@@ -60,14 +59,14 @@ class Waiter:
 
     def __init__(self, core: Core) -> None:
         self.core = core
-        self.id = uuid.uuid4().hex[:16]
+        self.id = new_waiter_id(core.settings.agent)
         self.answers_key = core.keys.answers(self.id)
         self.alive_key = core.keys.alive(self.id)
         self.waits: dict[str, Wait] = {}
         self.unreadable = 0  # reply-stream entries dead-lettered
         self.refused = 0  # answers refused by signature or allow-list checks
         self._own = ReplyStream(self.id, self.answers_key, self.alive_key, durable=False)
-        shared = core.keys.durable_waiter()
+        shared = core.keys.durable_waiter(core.settings.agent)
         self._durable = ReplyStream(
             shared, core.keys.answers(shared), core.keys.alive(shared), durable=True
         )
