@@ -114,6 +114,7 @@ class Settings:
     dead_letter_max_entries: int = 10_000
     dead_letter_max_bytes: int = 8192
     audit_retention_s: float = 30 * 24 * 3600.0
+    audit_max_entries: int = 100_000
     durability: str = "none"
     wait_replicas: int = 1
     wait_timeout_ms: int = 100
@@ -127,6 +128,10 @@ class Settings:
             value = getattr(self, f.name)
             if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
                 raise ConfigurationError(f"option {f.name}={value!r} must be positive")
+        if not isinstance(self.audit_max_entries, int) or isinstance(self.audit_max_entries, bool):
+            raise ConfigurationError(
+                f"option audit_max_entries={self.audit_max_entries!r} must be a whole number"
+            )
         if self.durability not in DURABILITY:
             raise ConfigurationError(
                 f"option durability={self.durability!r} must be one of {', '.join(DURABILITY)}"
@@ -313,8 +318,8 @@ class Core:
     ) -> None:
         """In the background, with the lazy items, publish ``event``, acknowledge
         ``ack=(group, entry_id)``, delete entry ``delete`` of the request stream and add
-        ``audit`` to the audit stream (trimmed by age): this broker's queue's, or that of
-        ``keys`` (another queue an escalating request reached).
+        ``audit`` to the audit stream (trimmed by length and by age): this broker's
+        queue's, or that of ``keys`` (another queue an escalating request reached).
 
         Events are advisory, and an entry left behind is dropped by whoever reads it
         next, since its request is resolved: so nobody needs to wait for this.
@@ -340,7 +345,7 @@ class Core:
         return (
             SETTLE,
             (keys.events, keys.requests, keys.audit),
-            (min_event_ms, settings.retention_ms, min_audit_ms),
+            (min_event_ms, settings.retention_ms, min_audit_ms, settings.audit_max_entries),
             (),
             (
                 self.codec.encode(event) if event else "",

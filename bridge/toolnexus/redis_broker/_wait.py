@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..audit import AuditRecord, Refusal, audit_record
-from ..models import Answer, Request
+from ..models import EXPIRED, WITHDRAWN, Answer, Request
 from ._core import Core
 from .durable import ReplyStream
 from .escalation import Escalation
@@ -42,6 +42,8 @@ class Wait:
     votes: list[bytes] | None = None  # a quorum's votes taken, for the audit trail
     escalation: Escalation | None = None  # its hops (SPEC §14), if it escalates
     reached: list[tuple[str, str | None]] | None = None  # durable: queues an earlier wait reached
+    size: int = 0  # bytes of the request as published, encoded
+    recorded: bool = False  # its end has its audit record (see Waiter._ended)
 
 
 def expire(wait: Wait) -> None:
@@ -51,6 +53,12 @@ def expire(wait: Wait) -> None:
 
 def ended(wait: Wait) -> bool:
     return wait.answer.done()
+
+
+def status_of(answer: Answer) -> str:
+    """How a request ended whose waiter got ``answer``, as its audit record says."""
+    reason = answer.reason
+    return reason if reason is not None and reason in (EXPIRED, WITHDRAWN) else "answered"
 
 
 def audit_of(
