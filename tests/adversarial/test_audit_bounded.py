@@ -238,3 +238,28 @@ async def test_ended_waits_leave_bounded_bytes_in_redis(server: RedisServer) -> 
     assert record.cut and len(record.request or b"") < 16 * 1024
     assert record.digest == kept[b"dg"] and len(record.digest) == 32
     assert grown <= 50 * MB, f"{grown / 1e6:.1f} MB"
+
+
+async def test_the_embedded_broker_records_withdrawals_too() -> None:
+    """memory:// keeps the same promise: a cancelled wait and a wait its broker's
+    ``aclose()`` ends (with ``BrokerClosed``; main: it went on waiting) each leave one
+    ``withdrawn`` record, and a large request is kept as an excerpt."""
+    broker = toolnexus.connect("memory://")
+    cancelled, closed = ask("x" * 100_000), ask()
+    task = asyncio.create_task(broker.wait_for(cancelled, timeout_s=20))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    waiting = asyncio.create_task(broker.wait_for(closed, timeout_s=20))
+    await asyncio.sleep(0.05)
+    await broker.aclose()
+    done, _ = await asyncio.wait([waiting], timeout=2)
+    assert done, "the wait went on after aclose()"
+    with pytest.raises(BrokerClosed):
+        await waiting
+    records = await broker.audit()
+    assert sorted((r.id, r.status) for r in records) == sorted(
+        [(cancelled.id, "withdrawn"), (closed.id, "withdrawn")]
+    )
+    [big] = [r for r in records if r.id == cancelled.id]
+    assert big.cut and len(big.request or b"") < 16 * 1024

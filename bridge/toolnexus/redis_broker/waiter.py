@@ -226,10 +226,12 @@ class Waiter:
 
         Every end of a wait has exactly one record (threat-model line S8). The waiter
         writes it for an end it resolved itself (expiry, withdrawal on cancellation or
-        ``aclose()``), an answer it took, or a publish Redis refused; an expiry or
+        ``aclose()``), an answer it took, or a publish Redis refused. An expiry or
         withdrawal another party resolved (a responder's
         :func:`~toolnexus.redis_broker.answering.finish`, another process's wait on a
-        durable request) was recorded by that party, and is marked ``recorded`` here."""
+        durable request) was recorded by that party: the waiter marks the wait
+        ``recorded`` when it learns of it, and writes none. A durable wait that ends
+        without ending its request (cancelled, closed) writes none either."""
         core = self.core
         big = wait.size > REQUEST_KEPT_BYTES and not wait.replies.durable
         published = self.publisher.published(wait) if big or not wait.recorded else None
