@@ -67,6 +67,8 @@ def audit_of(
     """The audit record of ``wait`` (its request ``published``), which ended as ``status``
     with ``answer``."""
     requester = published.signature.key if published.signature is not None else None
+    # An answer the wait verified holds the request's digest, checked: no need to compute it
+    signed = answer.signature if wait.verified else None
     return audit_record(
         published,
         status,
@@ -78,4 +80,5 @@ def audit_of(
         escalated=wait.escalation.taken if wait.escalation is not None else None,
         codec=core.codec,
         encoded_request=wait.payload,
+        digest=signed.digest if signed is not None else None,
     )
