@@ -98,7 +98,7 @@ async def test_settle_acknowledges_each_entry_for_its_own_group(
     ]
     args = [arg for item in items for arg in item]
     shared = (keys.events, keys.requests, keys.audit)
-    assert await client.eval(SETTLE.source, 3, *shared, 0, 60_000, 0, *args) == 3
+    assert await client.eval(SETTLE.source, 3, *shared, 0, 60_000, 0, 100, *args) == 3
 
     left = [entry_id.decode() for entry_id, _ in await client.xrange(keys.requests)]
     assert left == ids[1:]

@@ -475,7 +475,8 @@ async def check(
 
 def audit_json(records: Sequence[AuditRecord]) -> str:
     """``records`` as the JSON array ``toolnexus audit --json`` prints: every
-    :class:`~toolnexus.audit.AuditRecord` field (``request``/``answer`` bytes in base64)."""
+    :class:`~toolnexus.audit.AuditRecord` field (``request``/``answer``/``digest`` bytes in
+    base64)."""
     return json.dumps(msgspec.to_builtins(list(records)), indent=2)
 
 

@@ -67,7 +67,10 @@ class RedisBroker(Broker):
     - ``answer_patience_s``: how long an answer is retried while Redis is away (5 s).
     - ``dead_letter_max_entries`` (10,000) and ``dead_letter_max_bytes`` (8 KiB of the
       original bytes kept per dead letter): the dead-letter stream's bounds.
-    - ``audit_retention_s``: how long audit records are kept (30 days).
+    - ``audit_retention_s`` (30 days) and ``audit_max_entries`` (100,000): the audit
+      stream's bounds, by age and by length (approximate: Redis trims whole nodes of up to
+      100 entries); each record holds at most some 16 KiB of its request (see
+      :mod:`toolnexus.audit`).
     - ``codec``: the wire :class:`~toolnexus.Codec` (msgpack).
     - ``signing_key`` (a :class:`~toolnexus.SigningKey` or its file), ``trusted_keys``
       (a :class:`~toolnexus.Keyring`, or a directory or file of public keys) and

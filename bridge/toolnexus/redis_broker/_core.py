@@ -116,6 +116,7 @@ class Settings:
     dead_letter_max_entries: int = 10_000
     dead_letter_max_bytes: int = 8192
     audit_retention_s: float = 30 * 24 * 3600.0
+    audit_max_entries: int = 100_000
     durability: str = "none"
     wait_replicas: int = 1
     wait_timeout_ms: int = 100
@@ -132,6 +133,10 @@ class Settings:
         problem = agent_problem(self.agent) if isinstance(self.agent, str) else "must be text"
         if problem is not None:
             raise ConfigurationError(f"option agent={self.agent!r} {problem}")
+        if not isinstance(self.audit_max_entries, int) or isinstance(self.audit_max_entries, bool):
+            raise ConfigurationError(
+                f"option audit_max_entries={self.audit_max_entries!r} must be a whole number"
+            )
         if self.durability not in DURABILITY:
             raise ConfigurationError(
                 f"option durability={self.durability!r} must be one of {', '.join(DURABILITY)}"
@@ -350,8 +355,8 @@ class Core:
     ) -> None:
         """In the background, with the lazy items, publish ``event``, acknowledge
         ``ack=(group, entry_id)``, delete entry ``delete`` of the request stream and add
-        ``audit`` to the audit stream (trimmed by age): this broker's queue's, or that of
-        ``keys`` (another queue an escalating request reached).
+        ``audit`` to the audit stream (trimmed by length and by age): this broker's
+        queue's, or that of ``keys`` (another queue an escalating request reached).
 
         Events are advisory, and an entry left behind is dropped by whoever reads it
         next, since its request is resolved: so nobody needs to wait for this.
@@ -377,7 +382,7 @@ class Core:
         return (
             SETTLE,
             (keys.events, keys.requests, keys.audit),
-            (min_event_ms, settings.retention_ms, min_audit_ms),
+            (min_event_ms, settings.retention_ms, min_audit_ms, settings.audit_max_entries),
             (),
             (
                 self.codec.encode(event) if event else "",

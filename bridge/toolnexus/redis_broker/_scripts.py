@@ -281,14 +281,15 @@ SETTLE = BatchScript(
     _ENTRIES
     + """
 -- On a queue's slot. Shared: KEYS events stream, request stream, audit stream; ARGV min
--- event id, retention_ms, min audit id. Item: ARGV event, group, entry to acknowledge,
--- entry to delete, audit record ('' for none of each). Publishes events (the stream
--- trimmed by age, and gone once idle for the retention), acknowledges the entries of
--- resolved requests, deletes them so that groups that have not read them yet never do,
--- and adds audit records (trimmed by age).
+-- event id, retention_ms, min audit id, audit max entries. Item: ARGV event, group, entry
+-- to acknowledge, entry to delete, audit record ('' for none of each). Publishes events
+-- (the stream trimmed by age, and gone once idle for the retention), acknowledges the
+-- entries of resolved requests, deletes them so that groups that have not read them yet
+-- never do, and adds audit records (the stream trimmed by length and by age).
 local n = 0
 local published = false
-for a = 4, #ARGV, 5 do
+local audited = false
+for a = 5, #ARGV, 5 do
   if ARGV[a] ~= '' then
     redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'e', ARGV[a])
     published = true
@@ -300,9 +301,13 @@ for a = 4, #ARGV, 5 do
     table.insert(deletes, ARGV[a + 3])
   end
   if ARGV[a + 4] ~= '' then
-    redis.call('XADD', KEYS[3], 'MINID', '~', ARGV[3], '*', 'r', ARGV[a + 4])
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'r', ARGV[a + 4])
+    audited = true
   end
   n = n + 1
+end
+if audited then
+  redis.call('XTRIM', KEYS[3], 'MINID', '~', ARGV[3])
 end
 settle_entries(KEYS[2])
 if published then
@@ -510,6 +515,31 @@ return recorded
     args_per_item=1,
 )
 
+ENDED = BatchScript(
+    "ended",
+    """
+-- On a waiter's slot. Shared: KEYS reply stream, liveness mark.
+-- Item: KEYS state; ARGV excerpt, digest. The state of a request whose wait has ended
+-- keeps the request's excerpt ('ex') and digest ('dg') instead of the request ('req'):
+-- only a state that still exists, holds the request and is no longer open. 1 if done.
+local done = {}
+for i = 3, #KEYS do
+  local a = (i - 3) * 2
+  local st = redis.call('HGET', KEYS[i], 's')
+  if st and st ~= 'open' and redis.call('HEXISTS', KEYS[i], 'req') == 1 then
+    redis.call('HSET', KEYS[i], 'ex', ARGV[a + 1], 'dg', ARGV[a + 2])
+    redis.call('HDEL', KEYS[i], 'req')
+    done[i - 2] = 1
+  else
+    done[i - 2] = 0
+  end
+end
+return done
+""",
+    keys_per_item=1,
+    args_per_item=2,
+)
+
 SCRIPTS = (
     OPEN,
     PUBLISH,
@@ -523,4 +553,5 @@ SCRIPTS = (
     REACHED,
     VOTE,
     UNVOTE,
+    ENDED,
 )

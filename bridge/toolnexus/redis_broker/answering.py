@@ -183,7 +183,9 @@ async def finish(
 ) -> None:
     """Resolve as expired (with the request's default on expiry, if it has one) or
     withdrawn a request whose waiter cannot (it died, or the deadline passed with nobody
-    to record it), tell responders, and delete its ``entry``."""
+    to record it), tell responders, and delete its ``entry``. If this resolution wins, its
+    audit record is written here, once: a waiter that learns of it writes none (see
+    :meth:`Waiter._ended <toolnexus.redis_broker.waiter.Waiter._ended>`)."""
     ending = (
         expired_answer(request)
         if status == EXPIRED
@@ -195,7 +197,11 @@ async def finish(
     if outcome == "ok":
         event = Event(event=status, id=request.id, answer=answer)
         await settle_reached(core, request, event, entry)
-        core.settle(audit=audit_record(request, status, answer, verified=None, codec=core.codec))
+        digest = answer.signature.digest if answer.signature is not None else None
+        record = audit_record(
+            request, status, answer, verified=None, codec=core.codec, digest=digest
+        )
+        core.settle(audit=record)
 
 
 async def answer_by_id(core: Core, answer: Answer) -> Event | None:
@@ -210,9 +216,13 @@ async def answer_by_id(core: Core, answer: Answer) -> Event | None:
             waiter = ""
         if not WAITER_ID.fullmatch(waiter):
             raise UnknownRequest(answer.id)
-        raw_request = await core.command("HGET", core.keys.state(waiter, answer.id), "req")
-        if raw_request is None:
-            raise UnknownRequest(answer.id)
+        state = core.keys.state(waiter, answer.id)
+        status, raw_request = await core.command("HMGET", state, "s", "req")
+        if raw_request is None:  # gone, or ended and holding an excerpt of it (S8)
+            reason = NOT_RESOLVED_REASONS.get(status.decode("latin-1")) if status else None
+            if reason is None:
+                raise UnknownRequest(answer.id)
+            raise AlreadyResolved(answer.id, reason)
         request = core.codec.decode_as(raw_request, Request)
         core.signatures.admit_request(request)  # with signatures required, only a signed one
         checked = checked_answer(core, request, answer, None)

@@ -26,18 +26,19 @@ from typing import Any, Literal, TypeVar
 import msgspec
 import redis.exceptions
 
-from ..audit import AuditRecord, Refusal
+from ..audit import REQUEST_KEPT_BYTES, AuditRecord, Refusal, kept_request
 from ..broker import deadline_of
 from ..errors import BrokerClosed, DecodeError, InvalidRequest, SignatureError
 from ..hops import check_hops
 from ..keys import check_request_id, new_waiter_id
 from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request
 from ..outcomes import check_on_expiry, expired_answer
+from ..signing import request_digest
 from ..timers import Timers
 from . import durable, quorum
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
-from ._scripts import REOPEN, TAKE
-from ._wait import Wait, audit_of, ended, expire
+from ._scripts import ENDED, REOPEN, TAKE
+from ._wait import Wait, audit_of, ended, expire, status_of
 from .durable import ReplyStream
 from .escalation import Escalator, parse_queues_field
 from .publishing import Publisher
@@ -94,7 +95,7 @@ class Waiter:
             answer = await wait.answer
         except asyncio.CancelledError:
             if not wait.replies.durable:  # a durable request outlives its waits
-                self._spawn(self._resolve_by_waiter(wait, WITHDRAWN))
+                self._spawn(self._end(wait, WITHDRAWN))
             raise
         finally:
             del self.waits[wait.request_id]
@@ -151,6 +152,7 @@ class Waiter:
             keeps,
         )
         wait.quorum = request.quorum is not None
+        wait.size = len(payload)
         self.waits[request.id] = wait  # registered before it is published
         return wait
 
@@ -185,36 +187,75 @@ class Waiter:
 
     def _record(self, wait: Wait, answer: Answer) -> None:
         """The audit record and the outcome event of ``wait``, ended with ``answer``."""
-        status = "answered" if answer.reason not in (EXPIRED, WITHDRAWN) else answer.reason
-        audit = audit_of(self.core, wait, self.publisher.published(wait), status, answer)
-        if answer.reason not in (EXPIRED, WITHDRAWN):
+        status = status_of(answer)
+        if status == "answered":
+            if answer.reason == UNAVAILABLE and not wait.published:  # Redis refused it
+                self._ended(wait, answer, "unavailable")
+                return
             # The waiter tells responders: it is the one party sure to learn the answer
             # (a responder may die between resolving and saying so). Groups that have
             # not read the entry yet never will.
             event = Event(event="answered", id=wait.request_id, answer=answer)
-            self._settle(wait, event, audit)
-        elif wait.escalation is not None:  # a responder recorded it, on one queue
-            ending: Literal["expired", "withdrawn"] = (
-                "expired" if answer.reason == EXPIRED else "withdrawn"
-            )
-            self._settle(wait, Event(event=ending, id=wait.request_id, answer=answer), audit)
-        else:
-            self.core.settle(audit=audit)
+            self._ended(wait, answer, status, event)
+            return
+        wait.recorded = True  # an expiry or withdrawal another party resolved, and recorded
+        ending: Literal["expired", "withdrawn"] = "expired" if status == EXPIRED else "withdrawn"
+        event = Event(event=ending, id=wait.request_id, answer=answer)
+        # a responder recorded it on one queue; its hops learn of it here
+        self._ended(wait, answer, status, event if wait.escalation is not None else None)
 
     async def _expired(self, wait: Wait) -> Answer:
         """The outcome of ``wait`` at its deadline: recorded as expired, unless an answer
-        won the race."""
-        core = self.core
+        won the race. Cancelling this call leaves the recording to finish on its own."""
         if not wait.published:  # it may still land: make sure nobody answers it
-            self._spawn(self._resolve_by_waiter(wait, "expired"))
             unavailable = Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE)
-            published = self.publisher.published(wait)
-            core.settle(audit=audit_of(core, wait, published, "expired", unavailable))
+            self._ended(wait, unavailable, "expired")
+            self._spawn(self._resolve_by_waiter(wait, "expired"))
             return unavailable
-        outcome = await self._resolve_by_waiter(wait, "expired")
-        status = "expired" if outcome.reason == EXPIRED else "answered"
-        core.settle(audit=audit_of(core, wait, self.publisher.published(wait), status, outcome))
+        return await asyncio.shield(self._spawn(self._end(wait, "expired")))
+
+    async def _end(self, wait: Wait, status: Literal["expired", "withdrawn"]) -> Answer:
+        """Resolve the request of ``wait`` as ``status`` (its deadline passed, or it was
+        cancelled or closed) and record how it ended: the answer that won."""
+        outcome = await self._resolve_by_waiter(wait, status)
+        self._ended(wait, outcome, status_of(outcome))
         return outcome
+
+    def _ended(self, wait: Wait, answer: Answer, status: str, event: Event | None = None) -> None:
+        """``wait`` ended with ``answer``: publish ``event`` (if any), add the wait's audit
+        record (as ``status``) unless its end has one, and let the state of a large
+        request forget the request's bytes.
+
+        Every end of a wait has exactly one record (threat-model line S8). The waiter
+        writes it for an end it resolved itself (expiry, withdrawal on cancellation or
+        ``aclose()``), an answer it took, or a publish Redis refused. An expiry or
+        withdrawal another party resolved (a responder's
+        :func:`~toolnexus.redis_broker.answering.finish`, another process's wait on a
+        durable request) was recorded by that party: the waiter marks the wait
+        ``recorded`` when it learns of it, and writes none. A durable wait that ends
+        without ending its request (cancelled, closed) writes none either."""
+        core = self.core
+        big = wait.size > REQUEST_KEPT_BYTES and not wait.replies.durable
+        published = self.publisher.published(wait) if big or not wait.recorded else None
+        audit = None
+        if not wait.recorded and published is not None:
+            wait.recorded = True
+            audit = audit_of(core, wait, published, status, answer)
+        if event is not None:
+            self._settle(wait, event, audit)
+        elif audit is not None:
+            core.settle(audit=audit)
+        if big and published is not None:  # a durable request keeps it for the next attach
+            kept, _ = kept_request(published, core.codec)
+            digest = audit.digest if audit is not None else None
+            replies = wait.replies
+            core.pipeliner.post_batch(
+                ENDED,
+                (replies.key, replies.alive_key),
+                (),
+                (core.keys.state(replies.waiter, wait.request_id),),
+                (kept, digest or request_digest(published)),
+            )
 
     # -- publishing ---------------------------------------------------------------
 
@@ -324,6 +365,8 @@ class Waiter:
             log.error("the state of %s cannot be read: %s", answer.id, exc)
         else:
             if taken is not None:
+                if taken.reason in (EXPIRED, WITHDRAWN):  # another party's end
+                    wait.recorded = True  # and record (see _ended)
                 escalated = wait.escalation is not None
                 if escalated and outcome in ("answered", "expired", "withdrawn"):
                     self._settle(wait, Event(event=outcome, id=answer.id, answer=taken))
@@ -621,10 +664,11 @@ class Waiter:
 
     # -- lifecycle ----------------------------------------------------------------
 
-    def _spawn(self, coro: Awaitable[T]) -> None:
+    def _spawn(self, coro: Awaitable[T]) -> asyncio.Future[T]:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     async def aclose(self) -> None:
         """Withdraw the waits still open (they end with ``BrokerClosed``), then stop. Durable
@@ -634,7 +678,7 @@ class Waiter:
         for wait in open_waits:
             wait.answer.set_exception(BrokerClosed("the broker was closed during the wait"))
             if not wait.replies.durable:
-                self._spawn(self._resolve_by_waiter(wait, WITHDRAWN))
+                self._spawn(self._end(wait, WITHDRAWN))
         if self._background:
             await asyncio.wait(self._background, timeout=RESOLVE_PATIENCE_S + 1)
         if self._own.reader is not None:
