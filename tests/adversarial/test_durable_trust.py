@@ -18,7 +18,8 @@ import pytest
 import toolnexus
 from conftest import FAST, RedisServer
 from test_forgery import Fleet, decline_genuinely, fleet, shown, still_waiting  # noqa: F401
-from toolnexus import AlreadyResolved, Answer, InvalidRequest, Keyring, OnExpiry, Request, new_id
+from toolnexus import Answer, InvalidRequest, Keyring, OnExpiry, Request, new_id
+from toolnexus.errors import ToolnexusError
 from toolnexus.hops import hops
 from toolnexus.keys import Keys
 from toolnexus.redis_broker import RedisBroker
@@ -37,7 +38,7 @@ def deploy(**fields: Any) -> Request:
 
 
 def state_of(broker: RedisBroker, request_id: str) -> str:
-    return broker.keys.state(broker.keys.durable_waiter(), request_id)
+    return broker.keys.state(broker.keys.durable_waiter(broker.settings.agent), request_id)
 
 
 async def left_open(broker: RedisBroker, request: Request, timeout_s: float = 120) -> None:
@@ -62,21 +63,34 @@ async def test_a_durable_state_marked_ended_before_its_deadline_is_a_hint(
 ) -> None:
     """S1/S3, obs 4: ``HSET <durable state> s expired`` (or ``withdrawn``) made the next
     attach return the default (ok=True) at once, 120 s before the deadline. Now the attach
-    waits on, the request is opened again and published again, and the genuine decline
-    wins."""
+    waits on, the request is opened again, and the genuine decline wins."""
     async with fleet.agent() as agent, fleet.responder() as bot:
         request = deploy()
         await left_open(agent, request)
         await agent.redis.hset(state_of(agent, request.id), "s", status)
-        pending = await shown(bot)  # while nobody waits, the edit turns the answer away
-        with pytest.raises(AlreadyResolved):  # (and its entry is settled: gone)
-            await pending.decline(person="web:alice")
         attached = asyncio.create_task(agent.wait_for(request))
         await still_waiting(attached)
         await decline_genuinely(bot, request.id)
         answer = await asyncio.wait_for(attached, 10)
     assert (answer.ok, answer.reason, answer.defaulted) == (False, "declined", False)
     assert answer.responder == "ops-bot"
+
+
+async def test_a_decline_given_while_a_durable_state_was_marked_expired_wins(
+    fleet: Fleet,  # noqa: F811
+) -> None:
+    """S3 (and S4), obs 4: a decline given while nobody waits and the state says
+    ``expired`` is kept as contested; the next attach takes it, not the default."""
+    async with fleet.agent() as agent, fleet.responder() as bot:
+        request = deploy()
+        await left_open(agent, request)
+        await agent.redis.hset(state_of(agent, request.id), "s", "expired")
+        pending = await shown(bot)
+        with pytest.raises(ToolnexusError):  # not taken now: nobody waits to check it
+            await pending.decline(person="web:alice")
+        answer = await asyncio.wait_for(agent.wait_for(request), 10)
+    assert (answer.ok, answer.reason, answer.defaulted) == (False, "declined", False)
+    assert (answer.responder, answer.person) == ("ops-bot", "web:alice")
 
 
 async def test_a_durable_state_marked_expired_counts_once_the_signed_deadline_passed(

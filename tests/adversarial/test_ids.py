@@ -52,7 +52,7 @@ async def refused_quickly(wait: asyncio.Task[Answer], request_id: str) -> float:
 
 
 async def opened_durably(broker: RedisBroker, request_id: str) -> None:
-    state = broker.keys.state(broker.keys.durable_waiter(), request_id)
+    state = broker.keys.state(broker.keys.durable_waiter(broker.settings.agent), request_id)
     async with asyncio.timeout(10):
         while not await broker.redis.exists(state):
             await asyncio.sleep(0.01)
