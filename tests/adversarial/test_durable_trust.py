@@ -23,6 +23,7 @@ from toolnexus.errors import ToolnexusError
 from toolnexus.hops import hops
 from toolnexus.keys import Keys
 from toolnexus.redis_broker import RedisBroker
+from toolnexus.signing import sign_answer
 
 pytestmark = pytest.mark.redis
 
@@ -192,3 +193,22 @@ async def test_without_signatures_an_ended_mark_neither_ends_nor_strands_the_wai
         await agent.answer(Answer(id=request.id, ok=False, reason="declined", person="ops:al"))
         answer = await asyncio.wait_for(attached, 10)
     assert (answer.ok, answer.reason, answer.person) == (False, "declined", "ops:al")
+
+
+async def test_a_signed_withdrawal_never_ends_a_durable_request(fleet: Fleet) -> None:  # noqa: F811
+    """S2/S3, obs 4: a durable request is never withdrawn; a withdrawal signed by a trusted
+    responder key, stored in the state, is refused on the attach and the wait goes on to
+    the genuine answer (on main the attach ended ``unavailable`` at once)."""
+    async with fleet.agent() as agent, fleet.responder() as bot:
+        request = deploy()
+        await left_open(agent, request)
+        state = state_of(agent, request.id)
+        published = agent.codec.decode_as(await agent.redis.hget(state, "req"), Request)
+        withdrawal = Answer(id=request.id, ok=False, reason="withdrawn")
+        signed = sign_answer(withdrawal, published, fleet.bot_key)
+        await agent.redis.hset(state, mapping={"s": "withdrawn", "a": agent.codec.encode(signed)})
+        attached = asyncio.create_task(agent.wait_for(request))
+        await still_waiting(attached)
+        await decline_genuinely(bot, request.id)
+        answer = await asyncio.wait_for(attached, 10)
+    assert (answer.ok, answer.reason, answer.responder) == (False, "declined", "ops-bot")
