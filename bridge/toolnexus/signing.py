@@ -373,6 +373,8 @@ def _answer_message(answer: Answer, digest: bytes, key: str) -> bytes:
         "request": digest,
         "key": key,
     }
+    if answer.meta:  # signed where set, so that an answer without it keeps its signature
+        fields["meta"] = answer.meta
     return _ANSWER_SIGNATURE + _canonical(fields, "answer")
 
 

@@ -420,6 +420,10 @@ class Waiter:
             if reopen:
                 self._spawn(self._reopen(wait, raw))
             return None
+        if answer.defaulted or answer.approvals is not None:
+            # Not signed, and never a responder's to give: a default is this waiter's own
+            # (expired_answer above), approvals are counted from verified votes (quorum).
+            answer = msgspec.structs.replace(answer, defaulted=False, approvals=None)
         if not wait.checked:
             return answer
         signatures = self.core.signatures
