@@ -8,7 +8,7 @@
     │   ├── AlreadyResolved    answered, expired or withdrawn before this answer arrived
     │   ├── UnknownRequest     no such request (never published, or its state has expired)
     │   ├── NotAllowed         the request's allow-list does not name this responder or person
-    │   └── AlreadyVoted       a quorum request this person voted on already; it stays open
+    │   └── AlreadyVoted       a quorum request this person voted on already (or contested); open
     ├── SignatureError         a signature that is missing, wrong, untrusted or for another request
     ├── BrokerUnavailable      the broker cannot be reached (Redis down, refused, timed out)
     ├── BrokerClosed           this broker was closed by its owner (not an outage)
@@ -82,13 +82,25 @@ class NotAllowed(NotResolved):
 
 
 class AlreadyVoted(NotResolved):
-    """A second vote by the same person (``voter``: the key name and person, as
-    :attr:`Answer.answered_by <toolnexus.Answer.answered_by>`) on a request that needs a
-    quorum (SPEC §14). It was not counted; the request stays open for other voters."""
+    """A vote on a request that needs a quorum (SPEC §14) that found a vote of the same
+    ``voter`` (the person, else the responder: :func:`toolnexus.voting.voter_of`) stored.
+    It was not counted now; the request stays open for other voters.
 
-    def __init__(self, request_id: str, voter: str) -> None:
-        super().__init__(request_id, f"already voted by {voter}")
+    ``contested``: the stored vote is not plainly this responder's own, so it may be a
+    forgery. The vote went to the waiter, which checks both: if the stored one is refused,
+    it is removed and this vote counts, with nothing more to do. Else: a second vote by
+    the same person, not counted."""
+
+    def __init__(self, request_id: str, voter: str, *, contested: bool = False) -> None:
+        reason = (
+            f"contested: another vote by {voter} is stored; the waiter checks both, and "
+            "counts this one if that one is not genuine"
+            if contested
+            else f"already voted by {voter}"
+        )
+        super().__init__(request_id, reason)
         self.voter = voter
+        self.contested = contested
 
 
 class SignatureError(ToolnexusError):

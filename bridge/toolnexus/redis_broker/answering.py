@@ -17,9 +17,10 @@ from ..models import EXPIRED, WITHDRAWN, Answer, Event, Request
 from ..outcomes import expired_answer
 from ..schema import check_answer
 from ..signing import allowed
+from ..voting import voter_of
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, text
 from .escalation import settle_reached
-from .quorum import cast_vote, voter_of
+from .quorum import cast_vote
 
 
 def waiter_of(request: Request) -> str:
@@ -46,7 +47,8 @@ async def resolve_answer(
     a vote counted that does not decide returns the ``approved`` event to publish.
 
     Raises:
-        AlreadyVoted: a quorum's voter voted before; the request stays open.
+        AlreadyVoted: a quorum's voter voted before, or (``contested``) another vote is
+            stored under this voter and the waiter checks both; the request stays open.
         AlreadyResolved: answered, expired or withdrawn first (a dead waiter's request
             is withdrawn here and then refused as such).
         UnknownRequest: the broker no longer knows the request.
@@ -79,8 +81,8 @@ async def resolve_answer(
         return None, settled
     if outcome == "counted":
         return progress, settled
-    if outcome == "voted":
-        raise AlreadyVoted(request.id, voter_of(answer))
+    if outcome in ("voted", "contested"):
+        raise AlreadyVoted(request.id, voter_of(answer), contested=outcome == "contested")
     if outcome == "unknown":
         raise UnknownRequest(request.id)
     if outcome == "late":
