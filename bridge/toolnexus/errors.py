@@ -93,8 +93,8 @@ class AlreadyVoted(NotResolved):
 
     def __init__(self, request_id: str, voter: str, *, contested: bool = False) -> None:
         reason = (
-            f"contested: another vote by {voter} is stored; the waiter checks both, and "
-            "counts this one if that one is not genuine"
+            f"contested: another vote by {voter} is stored; if it is not genuine, the "
+            "waiter removes it and counts this one"
             if contested
             else f"already voted by {voter}"
         )

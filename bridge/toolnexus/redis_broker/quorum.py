@@ -217,6 +217,19 @@ def _check(core: Core, wait: Wait, request: Request, state: _State, admit: Admit
     return checked
 
 
+def _distinct(refusals: list[Refusal]) -> list[Refusal]:
+    """``refusals`` with each recorded once: a stored vote refused at two checks (two
+    contested votes checked at once, or a removal that failed) is one refusal."""
+    seen: set[Refusal] = set()
+    distinct = []
+    for refusal in refusals:
+        same = msgspec.structs.replace(refusal, at=0.0)
+        if same not in seen:
+            seen.add(same)
+            distinct.append(refusal)
+    return distinct
+
+
 def _signed_time(stored: tuple[bytes, bytes, Answer]) -> float:
     return stored[2].answered_at
 
@@ -275,6 +288,8 @@ async def outcome(
     waiter = wait.replies.waiter
     state = await _read(core, waiter, request.id)
     checked = _check(core, wait, request, state, admit)
+    if wait.refusals:
+        wait.refusals = _distinct(wait.refusals)
     counted = [raw for raw, _ in checked.counted]
     if state.status == b"open":
         if not wait.answer.done():
