@@ -299,6 +299,26 @@ async def test_a_second_vote_by_the_same_person_is_refused_and_the_pending_stays
 
 
 @pytest.mark.parametrize("broker", ["memory", "redis"], indirect=True)
+async def test_one_person_through_two_responders_is_one_voter(broker: Broker) -> None:
+    """The voter is the person (toolnexus.voting): alice on the web page and alice in
+    Slack are one approver; a bot that names no person is a voter by its own name."""
+    request = ask(need=2)
+    async with waiting(broker, request) as wait:
+        on_web, on_slack = await shown(broker, "web"), await shown(broker, "slack")
+        assert await on_web.accept(person="alice") is not None
+        with pytest.raises(AlreadyVoted) as caught:
+            await on_slack.accept(person="alice")
+        assert caught.value.voter == "alice"
+        await still_waiting(wait, 0.3)
+        assert await on_slack.accept() is None  # the slack worker itself, no person
+        answer = await asyncio.wait_for(wait, 10)
+    assert [(a.responder, a.person) for a in answer.approvals or ()] == [
+        (on_web.responder_name, "alice"),
+        (on_slack.responder_name, None),
+    ]
+
+
+@pytest.mark.parametrize("broker", ["memory", "redis"], indirect=True)
 async def test_declines_counted_decide_when_they_reach_need(broker: Broker) -> None:
     request = ask(need=2, decline="count")
     async with waiting(broker, request) as wait:

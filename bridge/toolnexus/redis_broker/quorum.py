@@ -271,18 +271,18 @@ async def outcome(
     admit: Admit,
     republish: Callable[[], None] | None,
 ) -> Answer | None:
-    """The waiter's step on a quorum ``request`` when its reply stream brings ``vote``:
-    the outcome the waiter takes, or None. Every stored vote is checked; ``wait.votes``
-    becomes those counted and ``wait.refusals`` gets those refused (both for the audit).
+    """The waiter's step on a quorum ``request`` when its reply stream (or its state)
+    brings ``vote``: the outcome the waiter takes, or None. Every stored vote is checked;
+    ``wait.votes`` becomes those counted and ``wait.refusals`` gets those refused (both
+    for the audit).
 
-    - ``vote`` resolved the request (the state's answer): the outcome if the votes counted
-      decide it (see :func:`decide`). If not, with ``republish`` the refused votes are
-      removed, the request opened again and ``republish()`` called, unless the wait has
-      ended meanwhile.
-    - The request is open: ``vote`` was contested (another vote was stored under its
-      voter). The refused votes are removed and, if ``vote`` is admitted and its voter has
-      no vote counted, it is cast in their place (counted, or deciding: then its entry
-      comes next).
+    The outcome is taken from the votes counted alone (see :func:`decide`), whatever the
+    state says. Else, if the request is open, ``vote`` was contested (another vote was
+    stored under its voter): the refused votes are removed and, if ``vote`` is admitted
+    and its voter has no vote counted, it is cast in their place (it counts, or decides:
+    then its entry comes next). If the request is resolved but short, then with
+    ``republish`` the refused votes are removed, the request opened again (if ``vote``
+    still resolves it) and ``republish()`` called, unless the wait has ended meanwhile.
     """
     assert request.quorum is not None
     waiter = wait.replies.waiter
@@ -290,18 +290,16 @@ async def outcome(
     checked = _check(core, wait, request, state, admit)
     if wait.refusals:
         wait.refusals = _distinct(wait.refusals)
-    counted = [raw for raw, _ in checked.counted]
+    taken = decide(request.quorum, vote, checked.counted)
+    if taken is not None or not wait.answer.done():
+        wait.votes = [raw for raw, _ in checked.counted]
+    if taken is not None:
+        return taken
     if state.status == b"open":
-        if not wait.answer.done():
-            wait.votes = counted
         await _recount(core, wait, request, vote, admit, checked)
         return None
-    if state.answer != vote:
-        return None  # resolved by another vote: its own entry decides
-    wait.votes = counted
-    taken = decide(request.quorum, vote, checked.counted)
-    if taken is not None or republish is None:
-        return taken
+    if republish is None:
+        return None
     refused = checked.refused or [(b"", b"")]
     replies = [_unvote(core, waiter, request.id, name, raw, vote) for name, raw in refused]
     reopened = False
