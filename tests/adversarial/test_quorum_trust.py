@@ -21,7 +21,7 @@ import pytest
 import redis.asyncio as aioredis
 
 import toolnexus
-from conftest import FAST, RedisServer, opened
+from conftest import FAST, RedisServer
 from toolnexus import (
     AlreadyVoted,
     Answer,
@@ -96,13 +96,20 @@ class Fleet:
 
 @asynccontextmanager
 async def asking(
-    agent: RedisBroker, need: int
-) -> AsyncIterator[tuple[Request, asyncio.Task[Answer]]]:
-    request = Request(id=new_id(), kind="approval", prompt="Wire 40k EUR?", quorum=Quorum(need))
+    agent: RedisBroker, need: int, durable: bool = False
+) -> AsyncIterator[tuple[Request, asyncio.Task[Answer], str]]:
+    """A quorum request asked by ``agent``: the request, its wait and its state's key."""
+    request = Request(
+        id=new_id(), kind="approval", prompt="Wire 40k EUR?", quorum=Quorum(need), durable=durable
+    )
+    waiter = agent.keys.durable_waiter() if durable else agent.waiter_id
+    state = agent.keys.state(waiter, request.id)
     task = asyncio.create_task(agent.wait_for(request, timeout_s=30))
     try:
-        await opened(agent, request.id)
-        yield request, task
+        async with asyncio.timeout(10):
+            while not await agent.redis.exists(state):
+                await asyncio.sleep(0.01)
+        yield request, task, state
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -139,17 +146,18 @@ def persons(answer: Answer) -> list[str | None]:
     return [approval.person for approval in answer.approvals or ()]
 
 
+@pytest.mark.parametrize("durable", [False, True], ids=["own", "durable"])
 async def test_a_forged_decline_in_a_persons_slot_is_refused_removed_audited_and_the_person_counts(
-    server: RedisServer, attacker: aioredis.Redis
+    server: RedisServer, attacker: aioredis.Redis, durable: bool
 ) -> None:
     """S7/S3, observation 7: a forged decline stored in alice's voter slot. Her genuine
     accept, sent once, is told it is being checked, and counts: the waiter refuses the
-    forgery (audited), removes it, and the outcome is carol's and alice's quorum."""
+    forgery (audited), removes it, and the outcome is carol's and alice's quorum. The
+    same for a durable request (its state and replies under the queue's durable waiter)."""
     fleet = Fleet(server.url)
     rogue = SigningKey.generate("web")  # named as the web worker, not its key
     async with fleet.agent() as agent, fleet.worker("web") as web:
-        async with asking(agent, need=2) as (request, wait):
-            state = agent.keys.state(agent.waiter_id, request.id)
+        async with asking(agent, need=2, durable=durable) as (request, wait, state):
             pending = await shown(web)
             counted = await pending.accept(person="web:carol")
             assert counted is not None and counted.count == 1
@@ -180,7 +188,7 @@ async def test_one_person_through_two_workers_keys_counts_once(server: RedisServ
     vote is not counted, the request stays open until bob approves."""
     fleet = Fleet(server.url)
     async with fleet.agent() as agent, fleet.worker("web") as web, fleet.worker("cli") as cli:
-        async with asking(agent, need=2) as (request, wait):
+        async with asking(agent, need=2) as (request, wait, _):
             on_web, on_cli = await shown(web), await shown(cli, "cli")
             counted = await on_web.accept(person="web:alice")
             assert counted is not None and counted.count == 1
@@ -204,8 +212,7 @@ async def test_garbage_in_a_persons_slot_without_signatures_does_not_block_them(
     and audited."""
     fleet = Fleet(server.url, signed=False)
     async with fleet.agent() as agent, fleet.worker("web") as web:
-        async with asking(agent, need=2) as (request, wait):
-            state = agent.keys.state(agent.waiter_id, request.id)
+        async with asking(agent, need=2) as (request, wait, state):
             pending = await shown(web)
             assert await pending.accept(person="web:carol") is not None
             field = await slot(attacker, state, "web:carol", "web:alice")
