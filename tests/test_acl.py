@@ -1,5 +1,7 @@
 """deploy/redis/users.acl on a private redis-server: the agent and the responder users do
-their whole job through toolnexus with no command denied, and nothing beyond it."""
+their whole job through toolnexus with no command denied, and nothing beyond it; the file is
+what ``toolnexus acl`` writes for the example fleet, and a broker waits as the agent its
+Redis user names (tests/adversarial/test_agent_acl.py: two agents, neither reads the other's)."""
 
 from __future__ import annotations
 
@@ -18,10 +20,13 @@ import redis.exceptions
 
 import toolnexus
 from conftest import FAST, RedisServer
-from toolnexus import Answer, Broker, Quorum, Request, new_id
-from toolnexus.keys import Keys
+from toolnexus import Answer, Broker, ConfigurationError, Quorum, Request, new_id
+from toolnexus.acl import users_acl
+from toolnexus.cli import main as toolnexus_main
+from toolnexus.keys import WAITER_ID, Keys
 from toolnexus.models import OnExpiry
 from toolnexus.ops import read_status
+from toolnexus.redis_broker import RedisBroker
 
 DEPLOY = Path(__file__).parents[1] / "deploy" / "redis"
 PASSWORDS = {"agent": "agent-secret", "responder": "responder-secret", "ops": "ops-secret"}
@@ -101,6 +106,143 @@ async def withdraw(waiting: asyncio.Task[Answer]) -> None:
         await waiting
 
 
+# -- the file and its generator -------------------------------------------------------------
+
+
+def test_the_shipped_file_is_what_toolnexus_acl_writes_for_the_example_fleet(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fleet = ["--agent", "agent", "--responder", "responder", "--ops", "ops"]
+    assert toolnexus_main(["acl", *fleet]) == 0
+    written = capsys.readouterr().out
+    assert (
+        written
+        == (DEPLOY / "users.acl").read_text()
+        == users_acl(["agent"], ["responder"], ["ops"])
+    )
+
+
+def test_each_agent_user_gets_its_own_waiter_keys_and_responders_and_ops_every_one() -> None:
+    lines = users_acl(
+        ["a1", "agent_2"], ["bot-1", "bot-2"], ["ops"], namespace="my*ns"
+    ).splitlines()
+    assert lines[0] == "user default off resetchannels -@all"
+    assert [line.split()[1] for line in lines] == [
+        "default",
+        "a1",
+        "agent_2",
+        "bot-1",
+        "bot-2",
+        "ops",
+    ]
+    for line, agent in zip(lines[1:3], ["a1", "agent_2"], strict=True):
+        waiter_patterns = {p.split("~", 1)[1].split("}")[0] for p in line.split() if ":w:" in p}
+        assert waiter_patterns == {f"{{my\\*ns:w:{agent}.*"}, line  # its own, nothing else
+        assert "{my\\*ns:q:*}:requests" in line and "toolnexus" not in line
+    for line in lines[3:]:
+        assert "{my\\*ns:w:*}" in line and ":w:a1" not in line
+    # the rules of a role are the same whatever its name
+    assert lines[1].split(" ", 2)[2].replace("a1.", "X.") == lines[2].split(" ", 2)[2].replace(
+        "agent_2.", "X."
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--agent", "a.b"], "agent user 'a.b' must be 1 to 64 letters, digits, '_' or '-'"),
+        (["--agent", "a b"], "agent user 'a b' must be"),
+        (["--agent", "a*"], "agent user 'a*' must be"),
+        (["--agent", "x" * 65], "must be 1 to 64"),
+        (["--agent", "default"], "agent user 'default': that user stays off"),
+        (["--agent", "bot"], "responder user 'bot': named twice"),
+        (["--agent", "a-1", "--ops", "A_1"], "password variable REDIS_A_1_PASSWORD is also"),
+        (["--agent", "a", "--namespace", "n:s"], "namespace 'n:s' must be non-empty"),
+    ],
+)
+def test_toolnexus_acl_refuses_a_name_that_cannot_be_a_user_or_an_agent(
+    capsys: pytest.CaptureFixture[str], args: list[str], error: str
+) -> None:
+    assert toolnexus_main(["acl", "--responder", "bot", *args]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("toolnexus acl: ") and error in err
+    assert len(err.splitlines()) == 1
+
+
+def test_toolnexus_acl_needs_an_agent_and_a_responder(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        toolnexus_main(["acl", "--agent", "a"])
+    assert exit_.value.code == 2 and "--responder" in capsys.readouterr().err
+
+
+# -- which agent a broker waits as ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "options", "variable", "agent"),
+    [
+        ("redis://127.0.0.1:1/0", {}, None, "anon"),
+        ("redis://agent-7:pw@127.0.0.1:1/0", {}, None, "agent-7"),
+        ("redis://127.0.0.1:1/0", {"username": "bot_1", "password": "pw"}, None, "bot_1"),
+        ("redis://url-user:pw@127.0.0.1:1/0", {"username": "option-user"}, None, "url-user"),
+        ("redis://127.0.0.1:1/0?username=q-user&password=pw", {}, None, "q-user"),
+        ("redis+cluster://c-user:pw@127.0.0.1:1,127.0.0.1:2", {}, None, "c-user"),
+        ("redis+sentinel://s-user:pw@127.0.0.1:1/mymaster", {}, None, "s-user"),
+        ("redis://agent-7:pw@127.0.0.1:1/0", {}, "from-env", "from-env"),
+        ("redis://agent-7:pw@127.0.0.1:1/0", {"agent": "given"}, "from-env", "given"),
+        ("redis://bob%40corp:pw@127.0.0.1:1/0", {"agent": "bob"}, None, "bob"),
+    ],
+)
+def test_a_broker_waits_as_the_agent_its_option_variable_or_redis_user_names(
+    monkeypatch: pytest.MonkeyPatch,
+    url: str,
+    options: dict[str, str],
+    variable: str | None,
+    agent: str,
+) -> None:
+    if variable is None:
+        monkeypatch.delenv("TOOLNEXUS_AGENT", raising=False)
+    else:
+        monkeypatch.setenv("TOOLNEXUS_AGENT", variable)
+    broker = toolnexus.connect(url, **options)
+    assert isinstance(broker, RedisBroker)
+    assert broker.settings.agent == agent
+    found = WAITER_ID.fullmatch(broker.waiter_id)
+    assert found is not None and found["agent"] == agent
+    assert broker.keys.durable_waiter(agent).startswith(f"{agent}.")
+
+
+@pytest.mark.parametrize(
+    ("url", "options", "variable", "error"),
+    [
+        ("redis://127.0.0.1:1/0", {"agent": "a.b"}, None, "option agent='a.b' must be"),
+        ("redis://127.0.0.1:1/0", {"agent": 7}, None, "option agent=7 must be text"),
+        ("redis://127.0.0.1:1/0", {}, "a b", "TOOLNEXUS_AGENT='a b' must be"),
+        (
+            "redis://bob%40corp:pw@127.0.0.1:1/0",
+            {},
+            None,
+            "the Redis user 'bob@corp' cannot name the agent (an agent name must be 1 to 64 "
+            "letters, digits, '_' or '-'): pass the option agent=NAME or set TOOLNEXUS_AGENT",
+        ),
+    ],
+)
+def test_an_agent_name_that_cannot_be_part_of_key_names_is_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch,
+    url: str,
+    options: dict[str, Any],
+    variable: str | None,
+    error: str,
+) -> None:
+    if variable is None:
+        monkeypatch.delenv("TOOLNEXUS_AGENT", raising=False)
+    else:
+        monkeypatch.setenv("TOOLNEXUS_AGENT", variable)
+    with pytest.raises(ConfigurationError) as raised:
+        toolnexus.connect(url, **options)
+    assert error in str(raised.value)
+
+
 # -- passwords ---------------------------------------------------------------------------
 
 
@@ -119,6 +261,25 @@ def test_set_passwords_writes_only_hashes(tmp_path: Path) -> None:
         assert line.endswith(" #" + hashlib.sha256(password.encode()).hexdigest())
     assert "a-1" not in done.stdout and "ops-from-file" not in done.stdout
     assert lines[0] == (DEPLOY / "users.acl").read_text().splitlines()[0]
+
+
+def test_set_passwords_reads_a_hyphenated_users_password_with_underscores() -> None:
+    acl = users_acl(["agent-7"], ["ops-bot"])
+    script = DEPLOY / "set-passwords.sh"
+    done = subprocess.run(
+        ["bash", "-c", f'"{script}" <(cat)'],
+        input=acl,
+        env={
+            "PATH": os.environ["PATH"],
+            "REDIS_AGENT_7_PASSWORD": "a-7",
+            "REDIS_OPS_BOT_PASSWORD": "o",
+        },
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1].startswith("user agent-7 on ")
+    assert done.stdout.splitlines()[1].endswith(" #" + hashlib.sha256(b"a-7").hexdigest())
 
 
 def test_set_passwords_refuses_a_user_without_one() -> None:
@@ -312,7 +473,7 @@ async def test_liveness_heartbeats_and_audit_have_their_writers_and_readers(
     as_user: Any,
 ) -> None:
     alive, workers, audit = (
-        "{toolnexus:w:w1}:alive",
+        KEYS.alive("agent.0123456789abcdef"),
         f"{{toolnexus:q:{QUEUE}}}:workers",
         f"{{toolnexus:q:{QUEUE}}}:audit",
     )

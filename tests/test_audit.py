@@ -26,7 +26,7 @@ from toolnexus.audit import (
     encode_record,
     verify_record,
 )
-from toolnexus.signing import sign_answer, sign_request
+from toolnexus.signing import request_digest, sign_answer, sign_request
 
 AGENT = SigningKey.generate("agent-7")
 BOT = SigningKey.generate("ops-bot")
@@ -138,3 +138,49 @@ def test_garbage_is_not_a_record() -> None:
         decode_record(b"\x01\x02")
     with pytest.raises(DecodeError, match="invalid audit record version 0"):
         decode_record(msgspec.msgpack.encode((0, resolved())))
+
+
+def test_a_record_keeps_a_large_request_as_its_digest_and_an_excerpt() -> None:
+    """A request over 8 KiB encoded is kept as an excerpt (a few KiB of the prompt, every
+    other field bounded) beside its digest; the record still verifies, through the digest
+    the answer's and the request's signatures bind."""
+    big = Request(
+        id="req-big",
+        kind="input",
+        prompt="é" * 600_000,
+        data={"schema": {"type": "object", "title": "t" * 50_000}},
+        url="https://example.com/" + "p" * 10_000,
+        meta={"note": "m" * 10_000},
+        allow=[f"ops-{i}" for i in range(1000)],
+        reply_to="waiter-1",
+    )
+    request = sign_request(big, AGENT)
+    answer = sign_answer(Answer(id="req-big", ok=True, data={}), request, BOT)
+    record = decode_record(
+        encode_record(audit_record(request, "answered", answer, verified=True, requester="agent-7"))
+    )
+    assert record.cut and record.digest == request_digest(request)
+    assert len(encode_record(record)) < 16 * 1024
+    kept = MSGPACK.decode_as(record.request or b"", Request)
+    assert kept.prompt.startswith("éé") and len(kept.prompt.encode()) < 4200
+    assert isinstance(kept.data, str) and len(kept.data) < 1100  # the data's JSON, cut
+    assert len(kept.allow or ()) == 32 and kept.meta.keys() == {"cut"}
+    assert kept.signature == request.signature
+    assert check_record(record, OPS) == "ops-bot"
+    with pytest.raises(SignatureError, match="signed for another request"):
+        check_record(msgspec.structs.replace(record, digest=b"\0" * 32), OPS)
+    with pytest.raises(SignatureError, match="no request digest"):
+        check_record(msgspec.structs.replace(record, digest=None), OPS)
+
+
+def test_a_small_request_is_kept_whole_and_must_match_its_digest() -> None:
+    record = resolved()
+    assert not record.cut and record.digest is not None
+    other = msgspec.structs.replace(
+        MSGPACK.decode_as(record.request or b"", Request), prompt="Deploy to staging?"
+    )
+    edited = msgspec.structs.replace(record, request=MSGPACK.encode(other))
+    with pytest.raises(SignatureError, match="record does not match its request"):
+        check_record(edited, OPS)
+    # a record written before digests were kept (version 1) verifies from the request
+    assert check_record(msgspec.structs.replace(record, digest=None), OPS) == "ops-bot"

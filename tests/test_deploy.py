@@ -18,12 +18,15 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
 import yaml
 
+import toolnexus
 from conftest import free_port
+from toolnexus.redis_broker import RedisBroker
 
 ROOT = Path(__file__).parents[1]
 DEPLOY = ROOT / "deploy"
@@ -83,6 +86,28 @@ def test_the_compose_file_runs_redis_with_aof_always_and_the_acl_file() -> None:
     config = (DEPLOY / "redis" / "redis.conf").read_text().splitlines()
     assert "appendonly yes" in config and "appendfsync always" in config
     assert "maxmemory-policy noeviction" in config
+
+
+def test_every_service_logs_in_as_a_user_of_the_acl_file_and_an_agent_waits_as_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The demo agent waits as the agent its Redis user names, whose ACL line gives it its
+    own waiter keys alone (``toolnexus acl``); workers log in as the responder."""
+    monkeypatch.delenv("TOOLNEXUS_AGENT", raising=False)
+    users = {
+        line.split()[1]: line for line in (DEPLOY / "redis" / "users.acl").read_text().splitlines()
+    }
+    logins = {}
+    for name, service in compose()["services"].items():
+        url = service.get("environment", {}).get("TOOLNEXUS_URL")
+        if url is not None:
+            logins[name] = interpolate(url, example_env())
+    roles = {name: urlsplit(url).username for name, url in logins.items()}
+    assert roles == {"web": "responder", "auto": "responder", "demo-agent": "agent"}
+    assert "~{toolnexus:w:agent.*}:answers" in users["agent"]
+    assert ":w:*}" not in users["agent"]
+    agent = toolnexus.connect(logins["demo-agent"])
+    assert isinstance(agent, RedisBroker) and agent.settings.agent == "agent"
 
 
 def test_hadolint_passes_the_dockerfile() -> None:
@@ -221,6 +246,7 @@ def test_what_compose_runs_completes_the_demo_round_trip(tmp_path: Path) -> None
     variables = {
         **{f"REDIS_{u.upper()}_PASSWORD": p for u, p in PASSWORDS.items()},
         "TOOLNEXUS_WEB_TOKEN": secrets.token_hex(16),
+        "TOOLNEXUS_METRICS_TOKEN": secrets.token_hex(16),
     }
     web_port = str(free_port())
     metrics_ports = {"auto": str(free_port()), "web": str(free_port())}
@@ -229,7 +255,7 @@ def test_what_compose_runs_completes_the_demo_round_trip(tmp_path: Path) -> None
         envs: dict[str, dict[str, str]] = {}
         try:
             for name, replace in [
-                ("auto", {}),
+                ("auto", {"0.0.0.0": "127.0.0.1"}),
                 ("web", {"8700": web_port, "0.0.0.0": "127.0.0.1"}),  # a shared machine
             ]:
                 replace["9100"] = metrics_ports[name]
@@ -265,13 +291,11 @@ def test_what_compose_runs_completes_the_demo_round_trip(tmp_path: Path) -> None
                 ("input", True, "auto:demo booking details"),
                 ("authorization", True, "auto:demo deposit"),
             ]
-            metrics = (
-                urllib.request.urlopen(
-                    f"http://127.0.0.1:{metrics_ports['auto']}/metrics", timeout=10
-                )
-                .read()
-                .decode()
+            scrape = urllib.request.Request(
+                f"http://127.0.0.1:{metrics_ports['auto']}/metrics",
+                headers={"Authorization": f"Bearer {variables['TOOLNEXUS_METRICS_TOKEN']}"},
             )
+            metrics = urllib.request.urlopen(scrape, timeout=10).read().decode()
             answered = (
                 'toolnexus_worker_requests_total{consumer="%s",group="auto",state="answered"} 2.0'
             )

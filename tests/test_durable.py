@@ -5,6 +5,7 @@ attaching processes never publish twice; the attached wait checks the stored ans
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import functools
 import shlex
 import signal
@@ -42,7 +43,7 @@ def durable_request(prompt: str = "Deploy build 42 to production?", **fields: An
 
 
 def durable_state(broker: RedisBroker, request_id: str) -> str:
-    return broker.keys.state(broker.keys.durable_waiter(), request_id)
+    return broker.keys.state(broker.keys.durable_waiter(broker.settings.agent), request_id)
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 15) -> None:
@@ -311,9 +312,21 @@ async def test_an_attached_wait_verifies_the_stored_answer(fleet: Fleet) -> None
         await assert_refusal_audited(agent, forgery.id, "missing signature")
 
 
-def test_the_durable_waiter_id_is_a_waiter_id_of_its_own_per_queue() -> None:
+def test_the_durable_waiter_id_is_a_waiter_id_of_its_own_per_queue_and_agent() -> None:
     from toolnexus.keys import WAITER_ID, Keys
 
-    ids = {Keys("ns", q).durable_waiter() for q in ("a", "b")} | {Keys("ns2", "a").durable_waiter()}
-    assert len(ids) == 3 and all(WAITER_ID.fullmatch(i) for i in ids)
-    assert Keys("ns", "a").durable_waiter() == Keys("ns", "a").durable_waiter()
+    ids = {Keys("ns", q).durable_waiter(a) for q in ("a", "b") for a in ("bob", "eve")}
+    ids |= {Keys("ns2", "a").durable_waiter("bob")}
+    assert len(ids) == 5 and all(WAITER_ID.fullmatch(i) for i in ids)
+    assert Keys("ns", "a").durable_waiter("bob") == Keys("ns", "a").durable_waiter("bob")
+    assert Keys("ns", "a").durable_waiter("bob").startswith("bob.")
+    # ops counts every agent's durable requests of a queue, and nothing else
+    keys = Keys("ns", "a")
+    assert keys.is_durable_state(keys.state(keys.durable_waiter("eve"), "elc-1"))
+    assert not keys.is_durable_state(keys.state("eve.0123456789abcdef", "elc-1"))
+    assert not keys.is_durable_state(
+        Keys("ns", "b").state(Keys("ns", "b").durable_waiter("eve"), "x")
+    )
+    crafted = keys.state("eve.0123456789abcdef", f"x.{keys.durable_waiter('eve')[4:]}}}:r:y")
+    assert fnmatch.fnmatchcase(crafted, keys.durable_states_pattern())  # SCAN finds it
+    assert not keys.is_durable_state(crafted)

@@ -501,7 +501,7 @@ async def test_a_durable_quorum_short_of_a_forged_vote_is_published_again(
         )
         wait = asyncio.create_task(agent.wait_for(request, timeout_s=30))
         try:
-            state = agent.keys.state(agent.keys.durable_waiter(), request.id)
+            state = agent.keys.state(agent.keys.durable_waiter(agent.settings.agent), request.id)
             async with asyncio.timeout(10):
                 while not await agent.redis.exists(state):
                     await asyncio.sleep(0.01)

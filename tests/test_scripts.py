@@ -45,7 +45,7 @@ async def test_resolve_settles_the_entry_unless_the_request_stays_open(
     names = list(entries)
     args: list[str | int] = [60_000, 1]
     for name in names:
-        args += ["answered", f"answer to {name}", name, GROUP, entries[name]]
+        args += ["answered", f"answer to {name}", name, GROUP, entries[name], 0]
     state_keys = [keys.state(WAITER, name) for name in names]
     shared = [keys.answers(WAITER), keys.alive(WAITER), keys.requests]
     replies = await client.eval(RESOLVE.source, 3 + len(names), *shared, *state_keys, *args)
@@ -77,6 +77,7 @@ async def test_resolve_settles_the_entry_unless_the_request_stays_open(
         "late",
         "",
         "",
+        0,
     )
     assert late == [[0, b"ok"]]
     assert len(await client.xrange(keys.requests)) == 1
@@ -97,7 +98,7 @@ async def test_settle_acknowledges_each_entry_for_its_own_group(
     ]
     args = [arg for item in items for arg in item]
     shared = (keys.events, keys.requests, keys.audit)
-    assert await client.eval(SETTLE.source, 3, *shared, 0, 60_000, 0, *args) == 3
+    assert await client.eval(SETTLE.source, 3, *shared, 0, 60_000, 0, 100, *args) == 3
 
     left = [entry_id.decode() for entry_id, _ in await client.xrange(keys.requests)]
     assert left == ids[1:]

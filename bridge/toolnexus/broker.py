@@ -124,6 +124,8 @@ class Pending(abc.ABC):
             InvalidAnswer: the data fails the request's schema; the request stays open.
             AlreadyResolved: another answer, the deadline or a withdrawal came first.
             UnknownRequest: the broker no longer knows the request.
+            Contested: the request's state in Redis held another answer that this process
+                cannot confirm (an edited state); the waiter decides between them.
             NotAllowed: the request's allow-list names neither this responder nor the
                 answer's ``person``; the request stays open for others.
             BrokerUnavailable: the answer did not get through; the request is shown again.

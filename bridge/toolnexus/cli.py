@@ -1,5 +1,6 @@
 """The ``toolnexus`` command (SPEC §13). ``toolnexus demo`` runs a whole round trip;
-``toolnexus keygen NAME`` makes a signing key; ``ask`` and ``answer`` (in :mod:`.ask`) are an
+``toolnexus keygen NAME`` makes a signing key; ``toolnexus acl`` (in :mod:`.acl`) writes a
+fleet's Redis ACL file; ``ask`` and ``answer`` (in :mod:`.ask`) are an
 approval gate for scripts; ``status``, ``check`` and ``audit`` (in :mod:`.ops`) are for
 operators. This module holds only the parser and the dispatch.
 ``toolnexus worker NAME`` runs a responder worker found by its ``toolnexus.workers``
@@ -21,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import acl
 from .errors import BrokerUnavailable, ToolnexusError
 from .hops import parse_duration
 from .models import Hop
@@ -135,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("name", metavar="NAME", help=f"which worker: {names}")
     worker.add_argument("args", nargs=argparse.REMAINDER, help="the worker's own options")
     _ops_parsers(commands)
+    acl.add_parser(commands)
     return parser
 
 
@@ -455,6 +458,11 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _acl(args: argparse.Namespace) -> int:
+    print(acl.users_acl(args.agent, args.responder, args.ops, args.namespace), end="")
+    return 0
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": _run_demo,
     "keygen": _keygen,
@@ -463,6 +471,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": _status,
     "check": _check,
     "audit": _audit,
+    "acl": _acl,
 }
 
 

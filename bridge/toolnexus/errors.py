@@ -8,6 +8,7 @@
     │   ├── AlreadyResolved    answered, expired or withdrawn before this answer arrived
     │   ├── UnknownRequest     no such request (never published, or its state has expired)
     │   ├── NotAllowed         the request's allow-list does not name this responder or person
+    │   ├── Contested          the request's state held another answer: the waiter decides
     │   └── AlreadyVoted       a quorum request this person voted on already (or contested); open
     ├── SignatureError         a signature that is missing, wrong, untrusted or for another request
     ├── BrokerUnavailable      the broker cannot be reached (Redis down, refused, timed out)
@@ -79,6 +80,20 @@ class NotAllowed(NotResolved):
 
     def __init__(self, request_id: str) -> None:
         super().__init__(request_id, "not allowed")
+
+
+class Contested(NotResolved):
+    """This answer arrived before the deadline, but the request's state in Redis held another
+    answer (or none at all) that this responder could not confirm as genuine: an edited
+    state, or an answer signed by a key this responder does not trust. The answer was handed
+    to the waiter, which checks both and takes the valid one; its verdict did not come
+    within ``answer_patience_s`` (a waiter that is not running decides when it attaches)."""
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__(
+            request_id,
+            "contested: the request's state holds another answer; the waiter checks both",
+        )
 
 
 class AlreadyVoted(NotResolved):

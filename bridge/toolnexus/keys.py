@@ -10,11 +10,17 @@ step touches share a slot, while queues and waiters spread over slots:
 - ``{ns:w:<waiter>}:answers``   reply stream of one waiting process (its reader blocks on it)
 - ``{ns:w:<waiter>}:r:<id>``    state of one request: status, deadline, request, answer
 - ``{ns:w:<waiter>}:alive``     liveness mark of one waiting process (a key with a TTL)
-- ``{ns:w:<durable>}:...``      the same for the queue's durable requests, under the waiter
-                               id :meth:`Keys.durable_waiter` names (no liveness mark)
+- ``{ns:w:<durable>}:...``      the same for an agent's durable requests on a queue, under
+                               the waiter id :meth:`Keys.durable_waiter` names (no liveness mark)
 - ``{ns:q:<queue>}:route:<id>`` which waiter a request belongs to (answering by id alone)
 - ``{ns:q:<queue>}:workers``    heartbeats of the queue's responder workers (``group/consumer``)
 - ``{ns:q:<queue>}:chat:<name>`` a chat worker's messages: request id -> where its message is
+
+A waiter id is ``<agent>.<16 hex digits>``: the agent that waits (the broker option
+``agent``, see :func:`agent_problem`) comes first, so that one ACL key pattern,
+``{ns:w:<agent>.*}:*`` (:func:`waiter_tag_pattern`), gives an agent's Redis user its own
+reply streams, states and durable requests and nobody else's (``toolnexus acl``,
+:mod:`toolnexus.acl`).
 
 The resolve script touches requests' states, their waiter's reply stream and liveness
 mark: all are tagged by the waiter, so it runs on one slot. The publish script adds requests
@@ -25,11 +31,21 @@ from __future__ import annotations
 
 import hashlib
 import re
+import uuid
 
 from .errors import ConfigurationError
 
-WAITER_ID = re.compile(r"[0-9a-f]{16}")
-"""What a waiter id looks like (it is part of key names, so nothing else is accepted)."""
+AGENT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""What an agent's name looks like: it starts its waiter ids, so it is part of key names
+and of ACL key patterns (no dot, which ends it, and nothing a glob pattern treats
+specially)."""
+
+DEFAULT_AGENT = "anon"
+"""The agent name of a broker that is given none and logs in as no Redis user."""
+
+WAITER_ID = re.compile(rf"(?P<agent>{AGENT_NAME.pattern})\.[0-9a-f]{{16}}")
+"""What a waiter id looks like, ``<agent>.<16 hex digits>`` (it is part of key names, so
+nothing else is accepted)."""
 
 MAX_REQUEST_ID_CHARS = 200
 
@@ -41,6 +57,18 @@ def check_request_id(request_id: str) -> str | None:
     if not request_id.isprintable() or " " in request_id:
         return "a request id must be printable, without spaces"
     return None
+
+
+def agent_problem(name: str) -> str | None:
+    """Why ``name`` cannot name an agent (see :data:`AGENT_NAME`), or None if it can."""
+    if not AGENT_NAME.fullmatch(name):
+        return "must be 1 to 64 letters, digits, '_' or '-'"
+    return None
+
+
+def new_waiter_id(agent: str) -> str:
+    """A fresh waiter id of agent ``agent`` (a name :func:`agent_problem` accepts)."""
+    return f"{agent}.{uuid.uuid4().hex[:16]}"
 
 
 def name_problem(value: str) -> str | None:
@@ -62,6 +90,19 @@ def _glob_escape(text: str) -> str:
     return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
+def waiter_tag_pattern(namespace: str, agent: str | None = None) -> str:
+    """An ACL key pattern's hash-tag part matching the waiter keys of agent ``agent``, or
+    of every waiter (None): ``{ns:w:<agent>.*}``. No other agent's keys match it, since an
+    agent name has no dot."""
+    waiters = "*" if agent is None else f"{agent}.*"
+    return f"{{{_glob_escape(namespace)}:w:{waiters}}}"
+
+
+def queue_tag_pattern(namespace: str) -> str:
+    """An ACL key pattern's hash-tag part matching the keys of every queue: ``{ns:q:*}``."""
+    return f"{{{_glob_escape(namespace)}:q:*}}"
+
+
 class Keys:
     """Key names for one namespace and queue."""
 
@@ -73,12 +114,14 @@ class Keys:
         self.events = f"{tag}:events"
         self.dead = f"{tag}:dead"
         self.audit = f"{tag}:audit"
+        self._durable = hashlib.sha256(f"{namespace}\0{queue}".encode()).hexdigest()[:16]
 
-    def durable_waiter(self) -> str:
-        """The waiter id under which the queue's durable requests live (their states and
-        reply stream): 16 hex digits of a digest of namespace and queue, so that any process
-        finds a durable request by its id alone (SPEC §14)."""
-        return hashlib.sha256(f"{self.namespace}\0{self.queue}".encode()).hexdigest()[:16]
+    def durable_waiter(self, agent: str) -> str:
+        """The waiter id under which agent ``agent``'s durable requests on this queue live
+        (their states and reply stream): the agent's name and 16 hex digits of a digest of
+        namespace and queue, so that any process of that agent finds a durable request by
+        its id alone (SPEC §14), and no other agent's does."""
+        return f"{agent}.{self._durable}"
 
     def answers(self, waiter: str) -> str:
         """The reply stream of waiter ``waiter``."""
@@ -103,15 +146,28 @@ class Keys:
 
     def alive_pattern(self) -> str:
         """A ``SCAN MATCH`` pattern for every waiter's liveness mark in this namespace."""
-        return f"{{{_glob_escape(self.namespace)}:w:*}}:alive"
+        return f"{waiter_tag_pattern(self.namespace)}:alive"
 
     def durable_states_pattern(self) -> str:
-        """A ``SCAN MATCH`` pattern for the state of every durable request of this queue."""
-        return f"{{{_glob_escape(self.namespace)}:w:{self.durable_waiter()}}}:r:*"
+        """A ``SCAN MATCH`` pattern for the state of every durable request of this queue,
+        of every agent (it may match other keys too: see :meth:`is_durable_state`)."""
+        return f"{{{_glob_escape(self.namespace)}:w:*.{self._durable}}}:r:*"
+
+    def is_durable_state(self, key: str) -> bool:
+        """Whether ``key`` is the state of a durable request of this queue (of any agent)."""
+        head = f"{{{self.namespace}:w:"
+        waiter, tail = key[len(head) :].partition("}:r:")[::2]
+        found = WAITER_ID.fullmatch(waiter)
+        return (
+            key.startswith(head)
+            and found is not None
+            and waiter == self.durable_waiter(found["agent"])
+            and check_request_id(tail) is None
+        )
 
     def requests_pattern(self) -> str:
         """A ``SCAN MATCH`` pattern for the request stream of every queue in this namespace."""
-        return f"{{{_glob_escape(self.namespace)}:q:*}}:requests"
+        return f"{queue_tag_pattern(self.namespace)}:requests"
 
     def queue_of(self, requests_key: str) -> str | None:
         """The queue whose request stream is ``requests_key`` (a key

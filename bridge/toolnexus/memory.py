@@ -33,7 +33,14 @@ from .broker import (
     default_consumer_name,
 )
 from .codec import MSGPACK
-from .errors import AlreadyResolved, AlreadyVoted, InvalidRequest, NotAllowed, UnknownRequest
+from .errors import (
+    AlreadyResolved,
+    AlreadyVoted,
+    BrokerClosed,
+    InvalidRequest,
+    NotAllowed,
+    UnknownRequest,
+)
 from .hops import check_hops
 from .keys import check_request_id
 from .models import Answer, Event, EventType, Heartbeat, Hop, Request
@@ -300,6 +307,15 @@ class MemoryBroker(Broker):
         return list(self._heartbeats.values())
 
     async def aclose(self) -> None:
+        """Withdraw the waits still open (they end with ``BrokerClosed``, and their ends are
+        audited, as on the Redis broker), then stop. A durable request stays open."""
+        for state in list(self._states.values()):
+            if state.waiting and state.status == "open" and not state.waiter.done():
+                state.waiter.set_exception(BrokerClosed("the broker was closed during the wait"))
+                if state.request.durable:  # its next wait attaches to it
+                    state.waiter = asyncio.get_running_loop().create_future()
+                else:
+                    self._resolve_by_waiter(state, "withdrawn")
         for queue in self._subscribers:
             queue.put_nowait(None)
         for responder in list(self._responders):

@@ -3,7 +3,7 @@
 Agents wrap their ``wait_for``; workers get them with ``--metrics-port``:
 
     metrics = toolnexus.metrics.Metrics()
-    metrics.serve(9100)                                     # GET :9100/metrics
+    metrics.serve(9100)                  # GET 127.0.0.1:9100/metrics (else with a token)
     wait_for = metrics.instrument(broker.wait_for, queue="default")
 
 Every name, with its labels:
@@ -29,16 +29,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
+import socket
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any, Protocol
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from .broker import Broker
 from .errors import ConfigurationError, ToolnexusError
+from .listening import check_listen, check_token
 from .models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Request, WaitFor
 
 if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
     from .serve import Service
 
 log = logging.getLogger("toolnexus.metrics")
@@ -198,14 +206,28 @@ class Metrics:
                 log.warning("metrics: reading stream lengths of %r: %s", queue, exc)
             await asyncio.sleep(poll_s)
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> int:
+    def serve(self, port: int, host: str = "127.0.0.1", *, token: str | None = None) -> int:
         """Serve ``GET /metrics`` on ``host:port`` in a thread; the port (0: a free one).
 
+        With ``token``, every scrape must send ``Authorization: Bearer <token>`` (else
+        401). Like the web page (:func:`toolnexus.listening.check_listen`), metrics
+        without a token are served on loopback only.
+
         Raises:
-            ConfigurationError: the port cannot be bound.
+            ConfigurationError: ``host`` is not loopback and there is no ``token``, the
+                token is too short, or the port cannot be bound.
         """
+        if token is not None:
+            check_token(token, "the metrics token")
+        check_listen(
+            host,
+            guarded=token is not None,
+            what="serve metrics",
+            how="give a token (workers: --metrics-token or TOOLNEXUS_METRICS_TOKEN)",
+        )
+        app = self._p.make_wsgi_app(self.registry)
         try:
-            server, _thread = self._p.start_http_server(port, addr=host, registry=self.registry)
+            server = _serve_wsgi(host, port, app if token is None else _guarded(app, token))
         except OSError as exc:
             raise ConfigurationError(f"cannot serve metrics on {host}:{port}: {exc}") from exc
         self._server = server
@@ -226,6 +248,39 @@ class Metrics:
 
 
 STATES = ("shown", "answered", "refused", "skipped", "errors")
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No line on stderr per scrape."""
+
+
+def _serve_wsgi(host: str, port: int, app: WSGIApplication) -> WSGIServer:
+    """``app`` served on ``host:port`` (IPv4 or IPv6) by a daemon thread."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+
+    class Server(ThreadingMixIn, WSGIServer):
+        address_family = family[0][0]
+        daemon_threads = True
+
+    server = make_server(host, port, app, server_class=Server, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="toolnexus-metrics", daemon=True).start()
+    return server
+
+
+def _guarded(app: WSGIApplication, token: str) -> WSGIApplication:
+    """``app`` for requests with ``Authorization: Bearer <token>``; 401 for the rest."""
+    expected = f"Bearer {token}".encode()
+
+    def guarded(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        given = str(environ.get("HTTP_AUTHORIZATION", "")).encode("latin-1", "replace")
+        if hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        headers = [("Content-Type", "text/plain"), ("WWW-Authenticate", "Bearer")]
+        start_response("401 Unauthorized", headers)
+        return [b"a bearer token is needed\n"]
+
+    return guarded
 
 
 def _prometheus() -> Any:

@@ -285,8 +285,11 @@ async def _quorums(broker: RedisBroker) -> list[QuorumStatus]:
 
 
 async def _durable_open(broker: RedisBroker) -> int:
-    """How many of the queue's durable requests are open (up to ``UNDELIVERED_COUNT_MAX``)."""
-    states = (await _scan(broker, broker.keys.durable_states_pattern()))[:UNDELIVERED_COUNT_MAX]
+    """How many of the queue's durable requests, of every agent, are open (up to
+    ``UNDELIVERED_COUNT_MAX``)."""
+    keys = broker.keys
+    found = await _scan(broker, keys.durable_states_pattern())
+    states = [state for state in found if keys.is_durable_state(state)][:UNDELIVERED_COUNT_MAX]
     count = 0
     for start in range(0, len(states), 1000):
         async with broker.redis.pipeline(transaction=False) as pipe:
@@ -472,7 +475,8 @@ async def check(
 
 def audit_json(records: Sequence[AuditRecord]) -> str:
     """``records`` as the JSON array ``toolnexus audit --json`` prints: every
-    :class:`~toolnexus.audit.AuditRecord` field (``request``/``answer`` bytes in base64)."""
+    :class:`~toolnexus.audit.AuditRecord` field (``request``/``answer``/``digest`` bytes in
+    base64)."""
     return json.dumps(msgspec.to_builtins(list(records)), indent=2)
 
 

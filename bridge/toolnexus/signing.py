@@ -31,7 +31,7 @@ import functools
 import hashlib
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -412,9 +412,21 @@ def verify_request(request: Request, keyring: Keyring) -> str:
         SignatureError: with ``reason`` ``"missing signature"``, ``"unknown key 'x'"`` or
             ``"bad signature"`` (a signed field was changed, or the signature is not its key's).
     """
-    what = f"request {request.id!r}"
-    signature, public = _trusted(request.signature, keyring, what)
-    _check(public, signature.sig, _REQUEST_SIGNATURE + request_digest(request), what)
+    return verify_request_digest(request.id, request_digest(request), request.signature, keyring)
+
+
+def verify_request_digest(
+    request_id: str, digest: bytes, signature: Signature | None, keyring: Keyring
+) -> str:
+    """As :func:`verify_request`, for the request of ``request_id`` known by its digest
+    (:func:`request_digest`) and ``signature`` alone: an audit record keeps no more.
+
+    Raises:
+        SignatureError: as :func:`verify_request`.
+    """
+    what = f"request {request_id!r}"
+    signature, public = _trusted(signature, keyring, what)
+    _check(public, signature.sig, _REQUEST_SIGNATURE + digest, what)
     return signature.key
 
 
@@ -443,12 +455,31 @@ def verify_answer(answer: Answer, request: Request, keyring: Keyring) -> str:
             another request"`` (another id, or another prompt, deadline, ... than
             ``request``'s) or ``"responder name does not match key"``.
     """
-    what = f"answer to {request.id!r}"
+    return _verify_answer(answer, request.id, functools.partial(request_digest, request), keyring)
+
+
+def verify_answer_digest(answer: Answer, request_id: str, digest: bytes, keyring: Keyring) -> str:
+    """As :func:`verify_answer`, for the request of ``request_id`` known by its digest
+    (:func:`request_digest`) alone: an audit record keeps no more of a large request
+    than its digest and an excerpt.
+
+    Raises:
+        SignatureError: as :func:`verify_answer`.
+    """
+    return _verify_answer(answer, request_id, lambda: digest, keyring)
+
+
+def _verify_answer(
+    answer: Answer, request_id: str, digest: Callable[[], bytes], keyring: Keyring
+) -> str:
+    """:func:`verify_answer`, the request's ``digest()`` computed only once the answer's
+    own signature checked out."""
+    what = f"answer to {request_id!r}"
     signature, public = _trusted(answer.signature, keyring, what)
     if signature.digest is None:
         raise SignatureError(what, "bad signature")
     _check(public, signature.sig, _answer_message(answer, signature.digest, signature.key), what)
-    if answer.id != request.id or signature.digest != request_digest(request):
+    if answer.id != request_id or signature.digest != digest():
         raise SignatureError(what, "signed for another request")
     if answer.responder is not None and answer.responder != signature.key:
         raise SignatureError(what, "responder name does not match key")

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Prints users.acl with a password for each toolnexus user, as a SHA-256 hash (#<hex>):
-# no password is written anywhere, not even to the ACL file.
+# Prints users.acl (or the ACL file `toolnexus acl` wrote) with a password for each
+# toolnexus user, as a SHA-256 hash (#<hex>): no password is written anywhere, not even
+# to the ACL file.
 #
 #   REDIS_AGENT_PASSWORD=... REDIS_RESPONDER_PASSWORD=... REDIS_OPS_PASSWORD=... \
 #     deploy/redis/set-passwords.sh [users.acl] > /etc/redis/users.acl
 #
 # Each password comes from REDIS_<USER>_PASSWORD, or from the file named by
-# REDIS_<USER>_PASSWORD_FILE (a Docker or Kubernetes secret). Users other than default
-# need one; the default user stays off.
+# REDIS_<USER>_PASSWORD_FILE (a Docker or Kubernetes secret), <USER> in upper case with
+# '-' as '_' (agent-7: REDIS_AGENT_7_PASSWORD). Users other than default need one; the
+# default user stays off.
 set -euo pipefail
 
 source_file=${1:-"$(dirname "$0")/users.acl"}
@@ -23,6 +25,7 @@ while read -r keyword user rules; do
     continue
   fi
   var="REDIS_${user^^}_PASSWORD"
+  var=${var//-/_}
   file_var="${var}_FILE"
   if [ -n "${!file_var:-}" ]; then
     password=$(<"${!file_var}")

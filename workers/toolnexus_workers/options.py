@@ -2,8 +2,13 @@
 
 Flags fall back to ``TOOLNEXUS_*`` environment variables: ``--url`` to
 ``TOOLNEXUS_URL`` (else ``redis://127.0.0.1:6379/0``), ``--namespace`` to
-``TOOLNEXUS_NAMESPACE``, ``--queue`` to ``TOOLNEXUS_QUEUE``, ``--metrics-port`` to
-``TOOLNEXUS_METRICS_PORT``, ``--log-json`` to ``TOOLNEXUS_LOG_JSON``.
+``TOOLNEXUS_NAMESPACE``, ``--queue`` to ``TOOLNEXUS_QUEUE``, ``--metrics-port``,
+``--metrics-host`` and ``--metrics-token`` to ``TOOLNEXUS_METRICS_PORT``, ``_HOST`` and
+``_TOKEN``, ``--log-json`` to ``TOOLNEXUS_LOG_JSON``.
+
+The metrics obey the web page's binding rule (:func:`toolnexus.listening.check_listen`):
+without a token they are served on loopback only (127.0.0.1 by default; the web worker's
+default is its page's ``--host``).
 
     parser = worker_parser("auto", "Answer requests by rules.", group="auto")
     args = parser.parse_args(argv)
@@ -128,6 +133,17 @@ def worker_parser(
         help="serve Prometheus metrics at :PORT/metrics (default: $TOOLNEXUS_METRICS_PORT, "
         "else none; needs toolnexus[metrics])",
     )
+    worker.add_argument(
+        "--metrics-host",
+        default=os.environ.get("TOOLNEXUS_METRICS_HOST") or None,
+        help="address to serve metrics on; off loopback only with --metrics-token "
+        "(default: $TOOLNEXUS_METRICS_HOST, else 127.0.0.1; the web worker: its --host)",
+    )
+    worker.add_argument(
+        "--metrics-token",
+        default=os.environ.get("TOOLNEXUS_METRICS_TOKEN") or None,
+        help="bearer token every scrape must send (default: $TOOLNEXUS_METRICS_TOKEN)",
+    )
     parser.add_argument(
         "--uvloop",
         choices=("no", "auto", "yes"),
@@ -220,8 +236,9 @@ def run_main(args: argparse.Namespace, work: Callable[[Broker], Awaitable[int]])
             if args.metrics_port is None:
                 return await work(broker)
             metrics = args.metrics = Metrics()
-            port = metrics.serve(args.metrics_port)
-            logging.getLogger("toolnexus.metrics").info("metrics on :%d/metrics", port)
+            host = args.metrics_host or "127.0.0.1"
+            port = metrics.serve(args.metrics_port, host, token=args.metrics_token)
+            logging.getLogger("toolnexus.metrics").info("metrics on %s:%d/metrics", host, port)
             following = asyncio.ensure_future(metrics.follow(broker, queue=args.queue))
             try:
                 return await work(broker)

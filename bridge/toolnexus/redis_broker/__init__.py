@@ -28,7 +28,7 @@ from ..models import Answer, Event, Heartbeat, Request
 from ..signatures import Signatures
 from ..signing import Keyring, SigningKey
 from ._connections import Client
-from ._core import REDIS_OPTIONS, Core, Settings, boundary, ms, run_to_completion
+from ._core import REDIS_OPTIONS, Core, Settings, boundary, default_agent, ms, run_to_completion
 from .answering import answer_by_id
 from .events import RedisEvents
 from .heartbeats import heartbeat, heartbeats
@@ -46,6 +46,11 @@ class RedisBroker(Broker):
     """Broker on Redis Streams. Options:
 
     - ``namespace`` / ``queue``: where keys live (see :mod:`toolnexus.keys`).
+    - ``agent``: the agent this broker waits as; it starts the names of its reply streams,
+      states and durable requests, so that the ACL ``toolnexus acl`` writes gives each
+      agent's Redis user its own and nobody else's (deploy/README.md). A durable request
+      is found again only by the same agent. Default: ``TOOLNEXUS_AGENT``, else the Redis
+      user it logs in as, else ``anon``; 1 to 64 letters, digits, ``_`` or ``-``.
     - ``lease_ms``: how long a responder holds a request without renewing (30 s);
       a dead consumer's requests are reclaimed after it.
     - ``liveness_ms``: how long a waiting process's liveness mark lasts unrenewed
@@ -62,7 +67,10 @@ class RedisBroker(Broker):
     - ``answer_patience_s``: how long an answer is retried while Redis is away (5 s).
     - ``dead_letter_max_entries`` (10,000) and ``dead_letter_max_bytes`` (8 KiB of the
       original bytes kept per dead letter): the dead-letter stream's bounds.
-    - ``audit_retention_s``: how long audit records are kept (30 days).
+    - ``audit_retention_s`` (30 days) and ``audit_max_entries`` (100,000): the audit
+      stream's bounds, by age and by length (approximate: Redis trims whole nodes of up to
+      100 entries); each record holds at most some 16 KiB of its request (see
+      :mod:`toolnexus.audit`).
     - ``codec``: the wire :class:`~toolnexus.Codec` (msgpack).
     - ``signing_key`` (a :class:`~toolnexus.SigningKey` or its file), ``trusted_keys``
       (a :class:`~toolnexus.Keyring`, or a directory or file of public keys) and
@@ -99,11 +107,13 @@ class RedisBroker(Broker):
                 f"Redis broker; its options are {', '.join(sorted(names | SIGNING_OPTIONS))}, and "
                 "redis-py connection options such as username, password, ssl_ca_certs"
             )
+        redis_options = {k: v for k, v in options.items() if k in REDIS_OPTIONS}
+        if options.get("agent") is None:
+            options["agent"] = default_agent(url, redis_options)
         try:
             settings = Settings(**{k: v for k, v in options.items() if k in names})
         except TypeError as exc:
             raise ConfigurationError(f"bad option for the Redis broker: {exc}") from exc
-        redis_options = {k: v for k, v in options.items() if k in REDIS_OPTIONS}
         self.url = url
         self.core = Core(url, settings, codec, signatures, redis_options)
         self.keys = self.core.keys

@@ -23,7 +23,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
-from urllib.parse import SplitResult, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 import redis.asyncio as aioredis
 import redis.exceptions
@@ -104,6 +104,20 @@ def split_addresses(url: str, netloc: str) -> tuple[str | None, str | None, list
             )
         addresses.append(Address(host, int(port)))
     return user, password, addresses
+
+
+def username_of(url: str, options: dict[str, Any]) -> str | None:
+    """The Redis user that ``url`` and connection ``options`` log in as, if they name one
+    (on one server the URL's user, or its query's ``username``, wins, as in redis-py; on a
+    Cluster or through Sentinels the ``username`` option wins, as :class:`Connector`
+    passes them). A ``credential_provider``'s user is not known here."""
+    parts = urlsplit(url)
+    if parts.scheme in CLUSTER_SCHEMES | SENTINEL_SCHEMES:
+        credentials = parts.netloc.rpartition("@")[0]
+        in_url = unquote(credentials.partition(":")[0]) or None
+        return options.get("username") or in_url
+    in_query = parse_qs(parts.query).get("username", [""])[0]
+    return unquote(parts.username or "") or in_query or options.get("username") or None
 
 
 class Connector:

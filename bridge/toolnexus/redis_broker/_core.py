@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, fields
@@ -22,10 +23,10 @@ from ..audit import AuditRecord, encode_record
 from ..broker import NOT_RESOLVED_REASONS, Resolution
 from ..codec import Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, ToolnexusError
-from ..keys import Keys
+from ..keys import DEFAULT_AGENT, Keys, agent_problem
 from ..models import Event
 from ..signatures import Signatures
-from ._connections import SENTINEL_OPTIONS, BlockingReader, Client, Connector
+from ._connections import SENTINEL_OPTIONS, BlockingReader, Client, Connector, username_of
 from ._pipeliner import Pipeliner
 from ._scripts import (
     DEAD_LETTER,
@@ -101,6 +102,7 @@ class Settings:
 
     namespace: str = "toolnexus"
     queue: str = "default"
+    agent: str = DEFAULT_AGENT
     lease_ms: int = 30_000
     liveness_ms: int = 15_000
     default_timeout_s: float = 600.0
@@ -114,6 +116,7 @@ class Settings:
     dead_letter_max_entries: int = 10_000
     dead_letter_max_bytes: int = 8192
     audit_retention_s: float = 30 * 24 * 3600.0
+    audit_max_entries: int = 100_000
     durability: str = "none"
     wait_replicas: int = 1
     wait_timeout_ms: int = 100
@@ -127,6 +130,13 @@ class Settings:
             value = getattr(self, f.name)
             if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
                 raise ConfigurationError(f"option {f.name}={value!r} must be positive")
+        problem = agent_problem(self.agent) if isinstance(self.agent, str) else "must be text"
+        if problem is not None:
+            raise ConfigurationError(f"option agent={self.agent!r} {problem}")
+        if not isinstance(self.audit_max_entries, int) or isinstance(self.audit_max_entries, bool):
+            raise ConfigurationError(
+                f"option audit_max_entries={self.audit_max_entries!r} must be a whole number"
+            )
         if self.durability not in DURABILITY:
             raise ConfigurationError(
                 f"option durability={self.durability!r} must be one of {', '.join(DURABILITY)}"
@@ -144,6 +154,35 @@ class Settings:
     @property
     def stream_retention_ms(self) -> int:
         return ms(self.stream_retention_s)
+
+
+AGENT_VARIABLE = "TOOLNEXUS_AGENT"
+
+
+def default_agent(url: str, redis_options: dict[str, Any]) -> str:
+    """The agent a broker waits as when the option ``agent`` is not given: the variable
+    ``TOOLNEXUS_AGENT``, else the Redis user it logs in as (so that the ACL ``toolnexus acl``
+    writes for that user fits), else :data:`~toolnexus.keys.DEFAULT_AGENT`.
+
+    Raises:
+        ConfigurationError: the variable, or the user, cannot name an agent.
+    """
+    named = os.environ.get(AGENT_VARIABLE)
+    if named:
+        problem = agent_problem(named)
+        if problem is not None:
+            raise ConfigurationError(f"{AGENT_VARIABLE}={named!r} {problem}")
+        return named
+    user = username_of(url, redis_options)
+    if user is None:
+        return DEFAULT_AGENT
+    problem = agent_problem(user)
+    if problem is not None:
+        raise ConfigurationError(
+            f"the Redis user {user!r} cannot name the agent (an agent name {problem}): "
+            f"pass the option agent=NAME or set {AGENT_VARIABLE}"
+        )
+    return user
 
 
 def ms(seconds: float) -> int:
@@ -271,10 +310,13 @@ class Core:
         payload: bytes,
         settle: tuple[str, str] | None = None,
         *,
+        deadline: float | None = None,
         alone: bool = False,
     ) -> tuple[Outcome, bytes | None, bool]:
         """Run the resolve script: the outcome (see :data:`Outcome`), the stored answer and
-        whether the request's entry was settled. ``settle=(group, entry)``, on one server
+        whether the request's entry was settled. An answer (``status="answered"``) is late
+        after ``deadline``, the signed request's ``expires_at`` (None: the state's, which
+        anyone who can write Redis can edit). ``settle=(group, entry)``, on one server
         only: the same script acknowledges and deletes the entry unless the request is
         still open, so that no group reads it from now on (elsewhere it is not settled).
         ``alone``: the caller expects no other commands this turn, so it sends them itself
@@ -290,7 +332,7 @@ class Core:
                 shared_keys,
                 (self.settings.retention_ms, 1 if entry else 0),
                 (keys.state(waiter, request_id),),
-                (status, payload, request_id, group, entry),
+                (status, payload, request_id, group, entry, ms(deadline) if deadline else 0),
             )
         raw = await resolved
         outcome = text(raw[1])
@@ -313,8 +355,8 @@ class Core:
     ) -> None:
         """In the background, with the lazy items, publish ``event``, acknowledge
         ``ack=(group, entry_id)``, delete entry ``delete`` of the request stream and add
-        ``audit`` to the audit stream (trimmed by age): this broker's queue's, or that of
-        ``keys`` (another queue an escalating request reached).
+        ``audit`` to the audit stream (trimmed by length and by age): this broker's
+        queue's, or that of ``keys`` (another queue an escalating request reached).
 
         Events are advisory, and an entry left behind is dropped by whoever reads it
         next, since its request is resolved: so nobody needs to wait for this.
@@ -340,7 +382,7 @@ class Core:
         return (
             SETTLE,
             (keys.events, keys.requests, keys.audit),
-            (min_event_ms, settings.retention_ms, min_audit_ms),
+            (min_event_ms, settings.retention_ms, min_audit_ms, settings.audit_max_entries),
             (),
             (
                 self.codec.encode(event) if event else "",

@@ -33,10 +33,14 @@ class BatchScript:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
 
 
-Outcome: TypeAlias = Literal["ok", "unknown", "late", "gone", "answered", "expired", "withdrawn"]
+Outcome: TypeAlias = Literal[
+    "ok", "unknown", "late", "gone", "contested", "answered", "expired", "withdrawn"
+]
 """What the resolve script says of one item: ``ok`` (this resolution won), ``unknown``
-(no such request), ``late`` (an answer after the deadline), ``gone`` (an answer to a
-request whose waiter is no longer alive), or the status of a request already resolved."""
+(no such request), ``late`` (an answer after the signed deadline), ``gone`` (an answer to a
+request whose waiter is no longer alive), ``contested`` (an answer before the deadline to a
+request whose state holds another answer or is missing: sent to the waiter, which decides),
+or the status of a request already resolved."""
 
 OUTCOMES: Final = frozenset(Outcome.__args__)  # type: ignore[attr-defined]
 
@@ -184,52 +188,74 @@ RESOLVE = BatchScript(
     + """
 -- On a waiter's slot. Shared: KEYS reply stream, liveness mark, and with settle '1' the
 -- request stream (one server only: it is on the queue's slot); ARGV retention_ms, settle.
--- Item: KEYS state; ARGV status, answer, request id, group, entry ('' for none).
+-- Item: KEYS state; ARGV status, answer, request id, group, entry ('' for none), deadline_ms
+-- (the signed request's deadline; '0' for none: then the state's, for unsigned callers).
 -- The first resolution of a request wins: it is recorded and sent to the waiter.
--- An answer needs the request open, before its deadline, and its waiter alive (a
--- durable request's waiter always counts as alive: it outlives its process). An
--- answer to a request already resolved sends the stored answer to the waiter again.
+-- An answer needs the request open, before its deadline (by Redis time), and its waiter
+-- alive (a durable request's waiter always counts as alive: it outlives its process).
+-- Redis is untrusted: the state may be forged or lost. So an answer before the deadline
+-- to a request whose state is resolved with another answer, or missing, is *contested*:
+-- it is sent to the waiter after the stored answer and kept in the state (field
+-- 'c:<sha1>', a few at most), and the waiter, which checks both, takes the valid one.
 -- With settle, an item's entry is acknowledged for its group and deleted if the request
--- is no longer open (resolved, or forgotten), so that no group reads it from now on; an
--- open one is left alone. Each reply: {settled (1 or 0), outcome, stored answer}, the
--- outcome 'ok' | 'unknown' | 'late' | 'gone' | the status resolved before (with the
--- answer stored then).
+-- is no longer open (resolved, contested, or forgotten), so that no group reads it from
+-- now on; an open one is left alone. Each reply: {settled (1 or 0), outcome, stored
+-- answer}, the outcome 'ok' | 'unknown' | 'late' | 'gone' | 'contested' | the status
+-- resolved before (with the answer stored then).
 local settle = ARGV[2] == '1'
 local first = settle and 4 or 3
 local replies = {}
 local now = nil
 local alive = nil
 for i = first, #KEYS do
-  local a = 2 + (i - first) * 5
+  local a = 2 + (i - first) * 6
   local status, answer, id = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local st = redis.call('HMGET', KEYS[i], 's', 'x', 'd')
-  local reply
-  if not st[1] then
-    reply = {'unknown'}
-  elseif st[1] ~= 'open' then
-    local stored = redis.call('HGET', KEYS[i], 'a')
-    reply = {st[1], stored}
-    if status == 'answered' and stored then
-      -- Shown to the waiter again: if it never took it (an edited state), it checks the
-      -- stored answer, and reopens the request if that answer is refused.
-      redis.call('XADD', KEYS[1], '*', 'id', id, 'a', stored)
-    end
-  else
-    if status == 'answered' and not now then
+  local answering = status == 'answered'
+  local deadline = 0
+  if answering then
+    if not now then
       local t = redis.call('TIME')
       now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
       alive = redis.call('EXISTS', KEYS[2])
     end
-    if status == 'answered' and now >= tonumber(st[2]) then
-      reply = {'late'}
-    elseif status == 'answered' and alive == 0 and not st[3] then
-      reply = {'gone'}
-    else
-      redis.call('HSET', KEYS[i], 's', status, 'a', answer)
-      redis.call('PEXPIRE', KEYS[i], ARGV[1])
-      redis.call('XADD', KEYS[1], '*', 'id', id, 'a', answer)
-      reply = {'ok'}
+    deadline = tonumber(ARGV[a + 6]) or 0
+    if deadline == 0 then
+      deadline = tonumber(st[2]) or 0
     end
+  end
+  local reply
+  if not st[1] then
+    if answering and now < deadline then
+      redis.call('XADD', KEYS[1], '*', 'id', id, 'a', answer, 'c', '1')
+      reply = {'contested'}
+    else
+      reply = {'unknown'}
+    end
+  elseif st[1] ~= 'open' then
+    local stored = redis.call('HGET', KEYS[i], 'a')
+    if answering and stored then
+      -- Shown to the waiter again: if it never took it (an edited state), it checks it.
+      redis.call('XADD', KEYS[1], '*', 'id', id, 'a', stored)
+    end
+    if answering and stored ~= answer and now < deadline then
+      redis.call('XADD', KEYS[1], '*', 'id', id, 'a', answer, 'c', '1')
+      if redis.call('HLEN', KEYS[i]) < 16 then
+        redis.call('HSET', KEYS[i], 'c:' .. redis.sha1hex(answer), answer)
+      end
+      reply = {'contested', stored}
+    else
+      reply = {st[1], stored}
+    end
+  elseif answering and now >= deadline then
+    reply = {'late'}
+  elseif answering and alive == 0 and not st[3] then
+    reply = {'gone'}
+  else
+    redis.call('HSET', KEYS[i], 's', status, 'a', answer)
+    redis.call('PEXPIRE', KEYS[i], ARGV[1])
+    redis.call('XADD', KEYS[1], '*', 'id', id, 'a', answer)
+    reply = {'ok'}
   end
   local group, entry = ARGV[a + 4], ARGV[a + 5]
   local settled = 0
@@ -247,7 +273,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return replies
 """,
     keys_per_item=1,
-    args_per_item=5,
+    args_per_item=6,
 )
 
 SETTLE = BatchScript(
@@ -255,14 +281,15 @@ SETTLE = BatchScript(
     _ENTRIES
     + """
 -- On a queue's slot. Shared: KEYS events stream, request stream, audit stream; ARGV min
--- event id, retention_ms, min audit id. Item: ARGV event, group, entry to acknowledge,
--- entry to delete, audit record ('' for none of each). Publishes events (the stream
--- trimmed by age, and gone once idle for the retention), acknowledges the entries of
--- resolved requests, deletes them so that groups that have not read them yet never do,
--- and adds audit records (trimmed by age).
+-- event id, retention_ms, min audit id, audit max entries. Item: ARGV event, group, entry
+-- to acknowledge, entry to delete, audit record ('' for none of each). Publishes events
+-- (the stream trimmed by age, and gone once idle for the retention), acknowledges the
+-- entries of resolved requests, deletes them so that groups that have not read them yet
+-- never do, and adds audit records (the stream trimmed by length and by age).
 local n = 0
 local published = false
-for a = 4, #ARGV, 5 do
+local audited = false
+for a = 5, #ARGV, 5 do
   if ARGV[a] ~= '' then
     redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'e', ARGV[a])
     published = true
@@ -274,9 +301,13 @@ for a = 4, #ARGV, 5 do
     table.insert(deletes, ARGV[a + 3])
   end
   if ARGV[a + 4] ~= '' then
-    redis.call('XADD', KEYS[3], 'MINID', '~', ARGV[3], '*', 'r', ARGV[a + 4])
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'r', ARGV[a + 4])
+    audited = true
   end
   n = n + 1
+end
+if audited then
+  redis.call('XTRIM', KEYS[3], 'MINID', '~', ARGV[3])
 end
 settle_entries(KEYS[2])
 if published then
@@ -343,9 +374,10 @@ VOTE = BatchScript(
     """
 -- On a waiter's slot. Shared: KEYS reply stream, liveness mark; ARGV retention_ms.
 -- Item: KEYS state; ARGV answer, request id, voter, '1' accepts or '0' declines, need,
--- decline mode ('veto' or 'count'), replaces ('' for none). A quorum vote (SPEC §14):
--- stored once per voter (the person it claims; see toolnexus.voting) as field
--- 'y:<voter>' or 'n:<voter>'. Needs the request open, before its deadline, and its
+-- decline mode ('veto' or 'count'), replaces ('' for none), deadline_ms (the signed
+-- request's; '0' for none: then the state's). A quorum vote (SPEC §14): stored once per
+-- voter (the person it claims; see toolnexus.voting) as field 'y:<voter>' or
+-- 'n:<voter>'. Needs the request open, before its deadline (by Redis time), and its
 -- waiter alive (or the request durable), as RESOLVE.
 -- A vote whose voter has the same vote stored already (a retry) counts as before. A vote
 -- whose voter has another vote stored is *contested*: the stored one may be a forgery
@@ -361,11 +393,15 @@ local replies = {}
 local now = nil
 local alive = nil
 for i = 3, #KEYS do
-  local a = 1 + (i - 3) * 7
+  local a = 1 + (i - 3) * 8
   local answer, id, voter = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local yes, need, mode = ARGV[a + 4] == '1', tonumber(ARGV[a + 5]), ARGV[a + 6]
   local replaces = ARGV[a + 7]
   local st = redis.call('HMGET', KEYS[i], 's', 'x', 'd')
+  local deadline = tonumber(ARGV[a + 8]) or 0
+  if deadline == 0 then
+    deadline = tonumber(st[2]) or 0
+  end
   if not now then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -379,7 +415,7 @@ for i = 3, #KEYS do
     if st[1] == 'answered' and stored then
       redis.call('XADD', KEYS[1], '*', 'id', id, 'a', stored)
     end
-  elseif now >= tonumber(st[2]) then
+  elseif now >= deadline then
     replies[i - 2] = {'late'}
   elseif alive == 0 and not st[3] then
     replies[i - 2] = {'gone'}
@@ -426,7 +462,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return replies
 """,
     keys_per_item=1,
-    args_per_item=7,
+    args_per_item=8,
 )
 
 UNVOTE = BatchScript(
@@ -459,6 +495,25 @@ return reopened
     args_per_item=3,
 )
 
+TAKE = BatchScript(
+    "take",
+    """
+-- On a waiter's slot. Shared: KEYS reply stream, liveness mark; ARGV retention_ms.
+-- Item: KEYS state; ARGV answer. The waiter took a contested answer (see RESOLVE) after
+-- refusing the one the state held: the state records it, so that later answers are refused
+-- as answered and an attach finds it. Each reply: 1.
+local taken = {}
+for i = 3, #KEYS do
+  redis.call('HSET', KEYS[i], 's', 'answered', 'a', ARGV[i - 1])
+  redis.call('PEXPIRE', KEYS[i], ARGV[1])
+  taken[i - 2] = 1
+end
+return taken
+""",
+    keys_per_item=1,
+    args_per_item=1,
+)
+
 REACHED = BatchScript(
     "reached",
     """
@@ -481,6 +536,31 @@ return recorded
     args_per_item=1,
 )
 
+ENDED = BatchScript(
+    "ended",
+    """
+-- On a waiter's slot. Shared: KEYS reply stream, liveness mark.
+-- Item: KEYS state; ARGV excerpt, digest. The state of a request whose wait has ended
+-- keeps the request's excerpt ('ex') and digest ('dg') instead of the request ('req'):
+-- only a state that still exists, holds the request and is no longer open. 1 if done.
+local done = {}
+for i = 3, #KEYS do
+  local a = (i - 3) * 2
+  local st = redis.call('HGET', KEYS[i], 's')
+  if st and st ~= 'open' and redis.call('HEXISTS', KEYS[i], 'req') == 1 then
+    redis.call('HSET', KEYS[i], 'ex', ARGV[a + 1], 'dg', ARGV[a + 2])
+    redis.call('HDEL', KEYS[i], 'req')
+    done[i - 2] = 1
+  else
+    done[i - 2] = 0
+  end
+end
+return done
+""",
+    keys_per_item=1,
+    args_per_item=2,
+)
+
 SCRIPTS = (
     OPEN,
     PUBLISH,
@@ -490,7 +570,9 @@ SCRIPTS = (
     SETTLE,
     DEAD_LETTER,
     REOPEN,
+    TAKE,
     REACHED,
     VOTE,
     UNVOTE,
+    ENDED,
 )

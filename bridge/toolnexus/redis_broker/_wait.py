@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..audit import AuditRecord, Refusal, audit_record
-from ..models import Answer, Request
+from ..models import EXPIRED, WITHDRAWN, Answer, Request
 from ._core import Core
 from .durable import ReplyStream
 from .escalation import Escalation
@@ -42,6 +42,8 @@ class Wait:
     votes: list[bytes] | None = None  # a quorum's votes taken, for the audit trail
     escalation: Escalation | None = None  # its hops (SPEC §14), if it escalates
     reached: list[tuple[str, str | None]] | None = None  # durable: queues an earlier wait reached
+    size: int = 0  # bytes of the request as published, encoded
+    recorded: bool = False  # its end has its audit record (see Waiter._ended)
 
 
 def expire(wait: Wait) -> None:
@@ -53,12 +55,20 @@ def ended(wait: Wait) -> bool:
     return wait.answer.done()
 
 
+def status_of(answer: Answer) -> str:
+    """How a request ended whose waiter got ``answer``, as its audit record says."""
+    reason = answer.reason
+    return reason if reason is not None and reason in (EXPIRED, WITHDRAWN) else "answered"
+
+
 def audit_of(
     core: Core, wait: Wait, published: Request, status: str, answer: Answer
 ) -> AuditRecord:
     """The audit record of ``wait`` (its request ``published``), which ended as ``status``
     with ``answer``."""
     requester = published.signature.key if published.signature is not None else None
+    # An answer the wait verified holds the request's digest, checked: no need to compute it
+    signed = answer.signature if wait.verified else None
     return audit_record(
         published,
         status,
@@ -70,4 +80,5 @@ def audit_of(
         escalated=wait.escalation.taken if wait.escalation is not None else None,
         codec=core.codec,
         encoded_request=wait.payload,
+        digest=signed.digest if signed is not None else None,
     )

@@ -6,18 +6,26 @@ vote (:mod:`.quorum`); a request whose waiter cannot end it is ended here (:func
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Literal
 
 from ..audit import audit_record
 from ..broker import NOT_RESOLVED_REASONS
-from ..errors import AlreadyResolved, AlreadyVoted, BrokerUnavailable, NotAllowed, UnknownRequest
+from ..errors import (
+    AlreadyResolved,
+    BrokerUnavailable,
+    Contested,
+    DecodeError,
+    NotAllowed,
+    SignatureError,
+    UnknownRequest,
+)
 from ..keys import WAITER_ID, check_request_id
 from ..models import EXPIRED, WITHDRAWN, Answer, Event, Request
 from ..outcomes import expired_answer
 from ..schema import check_answer
-from ..signing import allowed
-from ..voting import voter_of
+from ..signing import allowed, request_digest, verify_answer
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, text
 from .escalation import settle_reached
 from .quorum import cast_vote
@@ -48,13 +56,17 @@ async def resolve_answer(
 
     Raises:
         AlreadyVoted: a quorum's voter voted before, or (``contested``) another vote is
-            stored under this voter and the waiter checks both; the request stays open.
+            stored under this voter and the waiter did not cast this one in time (it may
+            yet); the request stays open.
+        Contested: the state held another answer this process cannot confirm, and the
+            waiter did not take this one in time (it may yet: it checks both).
         AlreadyResolved: answered, expired or withdrawn first (a dead waiter's request
             is withdrawn here and then refused as such).
         UnknownRequest: the broker no longer knows the request.
         BrokerUnavailable: Redis stayed unreachable; the answer did not get through.
     """
     waiter = waiter_of(request)
+    stored: bytes | None = None
     backoff: Backoff | None = None  # made on the first failure: most answers have none
     give_up = time.monotonic() + core.settings.answer_patience_s
     progress: Event | None = None
@@ -64,8 +76,14 @@ async def resolve_answer(
         try:
             outcome: str
             if request.quorum is None:
-                outcome, _stored, settled = await core.resolve(
-                    waiter, request.id, "answered", payload, settle, alone=alone
+                outcome, stored, settled = await core.resolve(
+                    waiter,
+                    request.id,
+                    "answered",
+                    payload,
+                    settle,
+                    deadline=request.expires_at,
+                    alone=alone,
                 )
             else:
                 outcome, progress, _stored = await cast_vote(core, request, answer, payload)
@@ -79,10 +97,18 @@ async def resolve_answer(
             await backoff.wait(f"answering {request.id}", exc)
     if outcome == "ok":
         return None, settled
+    if outcome == "contested":
+        first = genuine(core, request, stored) if stored is not None else None
+        if first is not None:
+            raise AlreadyResolved(request.id, lost_to(first))
+        verdict = await _verdict(core, request, payload)
+        if verdict is True:
+            return None, settled
+        if verdict is None:
+            raise Contested(request.id)
+        raise AlreadyResolved(request.id, lost_to(verdict))
     if outcome == "counted":
         return progress, settled
-    if outcome in ("voted", "contested"):
-        raise AlreadyVoted(request.id, voter_of(answer), contested=outcome == "contested")
     if outcome == "unknown":
         raise UnknownRequest(request.id)
     if outcome == "late":
@@ -94,12 +120,71 @@ async def resolve_answer(
     raise AlreadyResolved(request.id, NOT_RESOLVED_REASONS[outcome])
 
 
+def lost_to(answer: Answer) -> str:
+    """What an answer that lost to ``answer`` is told."""
+    if answer.reason in (EXPIRED, WITHDRAWN):
+        return NOT_RESOLVED_REASONS[answer.reason]
+    return NOT_RESOLVED_REASONS["answered"]
+
+
+def genuine(core: Core, request: Request, stored: bytes) -> Answer | None:
+    """Whether the answer ``stored`` in the state of ``request`` looks like the one that won,
+    as far as this process can tell: signed for exactly this request (by a key it trusts,
+    verified; by a key it does not know, taken at its word: only the waiter can tell, and
+    its outcome does not depend on this), or, for a request nobody signed, any readable
+    answer to it (nothing is checked then). Anything else is an edited state, which the
+    waiter refuses. The answer, if it looks genuine; else None."""
+    try:
+        answer = core.codec.decode_as(stored, Answer)
+    except DecodeError:
+        return None
+    if answer.id != request.id:
+        return None
+    signature = answer.signature
+    if signature is None:
+        unchecked = request.signature is None and not core.signatures.required
+        return answer if unchecked else None
+    if signature.digest != request_digest(request):
+        return None
+    if signature.key in core.signatures.keyring:
+        try:
+            verify_answer(answer, request, core.signatures.keyring)
+        except SignatureError:
+            return None
+    return answer
+
+
+VERDICT_POLL_S = 0.05
+
+
+async def _verdict(core: Core, request: Request, payload: bytes) -> Literal[True] | Answer | None:
+    """What the waiter made of ``payload``, a contested answer: True if it took it (it
+    records the answer it takes in the state, the ``TAKE`` script), the answer it took
+    instead if that looks genuine, or None if nothing was seen within ``answer_patience_s``."""
+    state = core.keys.state(waiter_of(request), request.id)
+    give_up = time.monotonic() + core.settings.answer_patience_s
+    while time.monotonic() < give_up:
+        await asyncio.sleep(VERDICT_POLL_S)
+        try:
+            status, stored = await core.command("HMGET", state, "s", "a")
+        except CONNECTION_ERRORS:
+            continue
+        if stored == payload and status == b"answered":
+            return True
+        winner = genuine(core, request, stored) if stored is not None else None
+        if winner is not None:
+            return winner
+    return None
+
+
 async def finish(
     core: Core, request: Request, status: Literal["expired", "withdrawn"], entry: str | None = None
 ) -> None:
     """Resolve as expired (with the request's default on expiry, if it has one) or
     withdrawn a request whose waiter cannot (it died, or the deadline passed with nobody
-    to record it), tell responders, and delete its ``entry``."""
+    to record it), tell responders, and delete its ``entry``. If this resolution wins, its
+    audit record is written here, once: a waiter that learns of it writes none (see
+    :meth:`Waiter._ended <toolnexus.redis_broker.waiter.Waiter._ended>`)."""
     ending = (
         expired_answer(request)
         if status == EXPIRED
@@ -111,7 +196,11 @@ async def finish(
     if outcome == "ok":
         event = Event(event=status, id=request.id, answer=answer)
         await settle_reached(core, request, event, entry)
-        core.settle(audit=audit_record(request, status, answer, verified=None, codec=core.codec))
+        digest = answer.signature.digest if answer.signature is not None else None
+        record = audit_record(
+            request, status, answer, verified=None, codec=core.codec, digest=digest
+        )
+        core.settle(audit=record)
 
 
 async def answer_by_id(core: Core, answer: Answer) -> Event | None:
@@ -126,9 +215,13 @@ async def answer_by_id(core: Core, answer: Answer) -> Event | None:
             waiter = ""
         if not WAITER_ID.fullmatch(waiter):
             raise UnknownRequest(answer.id)
-        raw_request = await core.command("HGET", core.keys.state(waiter, answer.id), "req")
-        if raw_request is None:
-            raise UnknownRequest(answer.id)
+        state = core.keys.state(waiter, answer.id)
+        status, raw_request = await core.command("HMGET", state, "s", "req")
+        if raw_request is None:  # gone, or ended and holding an excerpt of it (S8)
+            reason = NOT_RESOLVED_REASONS.get(status.decode("latin-1")) if status else None
+            if reason is None:
+                raise UnknownRequest(answer.id)
+            raise AlreadyResolved(answer.id, reason)
         request = core.codec.decode_as(raw_request, Request)
         core.signatures.admit_request(request)  # with signatures required, only a signed one
         checked = checked_answer(core, request, answer, None)

@@ -1,10 +1,11 @@
 """Durable waits (SPEC §14): requests that outlive the process waiting for them.
 
-A durable request's state and reply stream live under its queue's *durable waiter* id
-(:meth:`Keys.durable_waiter <toolnexus.keys.Keys.durable_waiter>`), not under the process
-that asked, so any process finds them by the request id alone. Its state is marked
-durable (``d``): it counts as alive whatever process waits, so neither a dead waiter's
-liveness mark nor a responder's sweep ever withdraws it. It ends with an answer or at its
+A durable request's state and reply stream live under the *durable waiter* id of its
+agent and queue (:meth:`Keys.durable_waiter <toolnexus.keys.Keys.durable_waiter>`), not
+under the process that asked, so any process of that agent finds them by the request id
+alone (and no other agent's: the ACL keeps each agent to its own waiter keys). Its state
+is marked durable (``d``): it counts as alive whatever process waits, so neither a dead
+waiter's liveness mark nor a responder's sweep ever withdraws it. It ends with an answer or at its
 deadline, like any request; cancelling a durable wait, or closing the broker (a deploy),
 leaves it open for the next wait.
 
@@ -14,8 +15,8 @@ answer is returned at once (checked as usual); an open request is published only
 never was (the publish script skips a request whose route exists, so processes attaching
 at the same time publish it once between them), and the wait goes on.
 
-The durable reply stream is read by every process that waits durably on the queue, each
-reading from where the stream ended when it began: it is trimmed by age
+The durable reply stream is read by every process of the agent that waits durably on the
+queue, each reading from where the stream ended when it began: it is trimmed by age
 (:data:`REPLIES_KEEP_MS`), never by a reader's position. An answer that arrives while no
 process reads is found in the request's state by the next attach.
 """

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -38,24 +39,22 @@ import redis.exceptions
 
 from ..audit import Refusal
 from ..broker import NOT_RESOLVED_REASONS
-from ..errors import DecodeError, SignatureError
+from ..errors import AlreadyVoted, DecodeError, SignatureError
 from ..models import Answer, Event, Quorum, Request
-from ..signing import Keyring, verify_answer
+from ..signing import Keyring, request_digest, verify_answer
 from ..voting import approvals_of, decides, voter_of
-from ._core import Core, text
+from ._core import CONNECTION_ERRORS, Core, ms, text
 from ._scripts import OUTCOMES, UNVOTE, VOTE
 from ._wait import Wait
 
 log = logging.getLogger("toolnexus.redis")
 
-SCRIPT_OUTCOMES: Final = OUTCOMES | {"counted", "contested"}
-"""What the vote script says of a vote: a resolve outcome, ``counted`` (the vote counted,
-or was counted before: the request stays open) or ``contested`` (another vote is stored
-under its voter: sent to the waiter)."""
+VOTE_OUTCOMES: Final = OUTCOMES | {"counted"}
+"""What :func:`cast_vote` says: a resolve outcome, or ``counted`` (the vote counted, or
+was counted before: the request stays open)."""
 
-VOTE_OUTCOMES: Final = SCRIPT_OUTCOMES | {"voted"}
-"""What :func:`cast_vote` says: the script's outcome, or ``voted``: the vote stored under
-this voter is this responder's own earlier one (not counted again)."""
+VERDICT_POLL_S = 0.05
+"""How often a responder whose vote was contested looks whether the waiter cast it."""
 
 Admit = Callable[[Answer, bytes], Answer | None]
 """The waiter's check of one vote: the vote as it may be taken (``responder`` the verified
@@ -87,12 +86,13 @@ def _vote(
     assert request.quorum is not None and request.reply_to is not None
     keys, waiter, quorum = core.keys, request.reply_to, request.quorum
     vote = (payload, request.id, voter_of(answer), int(answer.ok), quorum.need, quorum.decline)
+    deadline = ms(request.expires_at) if request.expires_at else 0  # the signed one
     return core.pipeliner.batch(
         VOTE,
         (keys.answers(waiter), keys.alive(waiter)),
         (core.settings.retention_ms,),
         (keys.state(waiter, request.id),),
-        (*vote, replaces),
+        (*vote, replaces, deadline),
     )
 
 
@@ -101,41 +101,94 @@ async def cast_vote(
 ) -> tuple[str, Event | None, bytes | None]:
     """Run the vote script for the checked ``answer`` (encoded as ``payload``): the outcome
     (see :data:`VOTE_OUTCOMES`), the ``approved`` event of a vote counted, and the stored
-    answer of a request already resolved (or the vote stored under this voter)."""
+    answer of a request already resolved.
+
+    A vote *contested* (another vote is stored under its voter) went to the waiter: unless
+    the stored vote looks like this voter's genuine earlier one, this waits (up to
+    ``answer_patience_s``) to see what the waiter made of it: cast (then counted, or
+    deciding), or the request resolved meanwhile.
+
+    Raises:
+        AlreadyVoted: the stored vote looks genuine (a second vote), or (``contested``)
+            the waiter did not cast this one in time (it may yet).
+    """
     reply = await _vote(core, request, answer, payload)
+    if text(reply[0]) == "contested":
+        if _looks_genuine(core, request, answer, reply[1]):
+            raise AlreadyVoted(request.id, voter_of(answer))
+        reply = await _verdict(core, request, answer, payload)
     outcome = text(reply[0])
-    if outcome not in SCRIPT_OUTCOMES:
+    if outcome not in VOTE_OUTCOMES:
         raise redis.exceptions.ResponseError(f"vote script said {outcome!r}")
     if outcome == "counted":
         return outcome, _progress(request, reply), None
     stored: bytes | None = reply[1] if len(reply) > 1 else None
-    if outcome == "contested":
-        assert stored is not None
-        return ("voted" if _own_vote(core, request, answer, stored) else outcome), None, stored
     if outcome in NOT_RESOLVED_REASONS and stored == payload:
-        return "ok", None, None  # the deciding vote was ours, retried
+        return "ok", None, None  # the deciding vote was ours (retried, or cast by the waiter)
     return outcome, None, stored
 
 
-def _own_vote(core: Core, request: Request, answer: Answer, stored: bytes) -> bool:
-    """Whether ``stored``, the vote found under the voter of ``answer``, is plainly this
-    responder's own earlier vote for that voter: signed by this process's key (or, with no
-    key here, unsigned and well formed). Anything else may be a forgery: only the waiter,
-    which trusts every responder's key, can tell."""
+def _looks_genuine(core: Core, request: Request, answer: Answer, stored: bytes) -> bool:
+    """Whether ``stored``, the vote found under the voter of ``answer``, looks like that
+    voter's genuine earlier vote, as far as this responder can tell: signed for exactly
+    this request (verified if by this process's key or one it trusts; by a key it does
+    not know, taken at its word: the waiter decides, and counts this vote if that one is
+    not genuine), or, for a request nobody signed, any readable vote of that voter.
+    Anything else (unreadable, unsigned where signatures are in use, badly signed) is a
+    forgery as far as this responder can tell: it waits for the waiter's verdict."""
     try:
         vote = core.codec.decode_as(stored, Answer)
     except DecodeError:
         return False
     if vote.id != request.id or voter_of(vote) != voter_of(answer):
         return False
-    key = core.signatures.key
-    if key is None or vote.signature is None:
-        return key is None and vote.signature is None
-    try:
-        verify_answer(vote, request, Keyring.of(key))
-    except SignatureError:
+    signatures = core.signatures
+    if vote.signature is None:
+        return request.signature is None and not signatures.required
+    if vote.signature.digest != request_digest(request):
         return False
+    own = signatures.key
+    keyring = (
+        Keyring.of(own)
+        if own is not None and vote.signature.key == own.name
+        else signatures.keyring
+    )
+    if vote.signature.key in keyring:
+        try:
+            verify_answer(vote, request, keyring)
+        except SignatureError:
+            return False
     return True
+
+
+async def _verdict(core: Core, request: Request, answer: Answer, payload: bytes) -> list[Any]:
+    """What the waiter made of the contested vote ``payload``, as the vote script says it:
+    once the voter's slot holds it (the waiter cast it), the reply to the same vote sent
+    again (counted, or resolved by it); once the request is resolved, its status and
+    stored answer.
+
+    Raises:
+        AlreadyVoted: (``contested``) nothing of the kind within ``answer_patience_s``.
+    """
+    assert request.reply_to is not None
+    state = core.keys.state(request.reply_to, request.id)
+    slot = slot_of(answer)
+    slots = (b"y:" + slot[2:], b"n:" + slot[2:])
+    give_up = time.monotonic() + core.settings.answer_patience_s
+    while time.monotonic() < give_up:
+        await asyncio.sleep(VERDICT_POLL_S)
+        try:
+            status, stored, *mine = await core.command("HMGET", state, "s", "a", *slots)
+        except CONNECTION_ERRORS:
+            continue
+        resolved = text(status) if status is not None and status != b"open" else None
+        if resolved in NOT_RESOLVED_REASONS:
+            return [resolved, stored]
+        if payload in mine:  # cast by the waiter: sent again, it says the count (or "ok")
+            reply: list[Any] = await _vote(core, request, answer, payload)
+            if text(reply[0]) != "contested":  # (else written over again: wait on)
+                return reply
+    raise AlreadyVoted(request.id, voter_of(answer), contested=True)
 
 
 # -- the waiter's side --------------------------------------------------------------

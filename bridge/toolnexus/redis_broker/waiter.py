@@ -9,7 +9,7 @@ and is read from its start, so an answer that arrives before the reader looks is
 missed. Every entry of it may be garbage: such an entry is dead-lettered, the reader
 moves on, and the wait it names takes its outcome from the request's state.
 
-Durable waits (SPEC §14) live under the queue's durable waiter, read by a second reader
+Durable waits (SPEC §14) live under the agent's durable waiter of the queue, read by a second reader
 of this code from the first durable wait on (:mod:`.durable`).
 """
 
@@ -20,27 +20,25 @@ import contextlib
 import functools
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Sequence
 from typing import Any, Literal, TypeVar
 
 import msgspec
 import redis.exceptions
 
-from ..audit import AuditRecord, Refusal
+from ..audit import REQUEST_KEPT_BYTES, AuditRecord, Refusal, kept_request
 from ..broker import deadline_of
 from ..errors import BrokerClosed, DecodeError, InvalidRequest, SignatureError
 from ..hops import check_hops
-from ..keys import check_request_id
+from ..keys import check_request_id, new_waiter_id
 from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request
 from ..outcomes import check_on_expiry, expired_answer
-from ..schema import BROKER_REASONS
-from ..signing import verify_answer
+from ..signing import request_digest
 from ..timers import Timers
 from . import durable, quorum
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
-from ._scripts import REOPEN
-from ._wait import Wait, audit_of, ended, expire
+from ._scripts import ENDED, REOPEN, TAKE
+from ._wait import Wait, audit_of, ended, expire, status_of
 from .durable import ReplyStream
 from .escalation import Escalator, parse_queues_field
 from .publishing import Publisher
@@ -52,20 +50,24 @@ T = TypeVar("T")
 RESOLVE_PATIENCE_S = 2.0
 """How long a waiter retries recording its own expiry or withdrawal while Redis is away."""
 
+EXPIRY_SKEW_S = 2.0
+"""An expiry recorded by a responder this close before the signed deadline (its clock a
+little ahead of ours) is let be, not refused: this waiter's own deadline decides at once."""
+
 
 class Waiter:
     """The waits of one broker object, with their reply stream and liveness mark."""
 
     def __init__(self, core: Core) -> None:
         self.core = core
-        self.id = uuid.uuid4().hex[:16]
+        self.id = new_waiter_id(core.settings.agent)
         self.answers_key = core.keys.answers(self.id)
         self.alive_key = core.keys.alive(self.id)
         self.waits: dict[str, Wait] = {}
         self.unreadable = 0  # reply-stream entries dead-lettered
         self.refused = 0  # answers refused by signature or allow-list checks
         self._own = ReplyStream(self.id, self.answers_key, self.alive_key, durable=False)
-        shared = core.keys.durable_waiter()
+        shared = core.keys.durable_waiter(core.settings.agent)
         self._durable = ReplyStream(
             shared, core.keys.answers(shared), core.keys.alive(shared), durable=True
         )
@@ -93,7 +95,7 @@ class Waiter:
             answer = await wait.answer
         except asyncio.CancelledError:
             if not wait.replies.durable:  # a durable request outlives its waits
-                self._spawn(self._resolve_by_waiter(wait, WITHDRAWN))
+                self._spawn(self._end(wait, WITHDRAWN))
             raise
         finally:
             del self.waits[wait.request_id]
@@ -150,6 +152,7 @@ class Waiter:
             keeps,
         )
         wait.quorum = request.quorum is not None
+        wait.size = len(payload)
         self.waits[request.id] = wait  # registered before it is published
         return wait
 
@@ -184,36 +187,75 @@ class Waiter:
 
     def _record(self, wait: Wait, answer: Answer) -> None:
         """The audit record and the outcome event of ``wait``, ended with ``answer``."""
-        status = "answered" if answer.reason not in (EXPIRED, WITHDRAWN) else answer.reason
-        audit = audit_of(self.core, wait, self.publisher.published(wait), status, answer)
-        if answer.reason not in (EXPIRED, WITHDRAWN):
+        status = status_of(answer)
+        if status == "answered":
+            if answer.reason == UNAVAILABLE and not wait.published:  # Redis refused it
+                self._ended(wait, answer, "unavailable")
+                return
             # The waiter tells responders: it is the one party sure to learn the answer
             # (a responder may die between resolving and saying so). Groups that have
             # not read the entry yet never will.
             event = Event(event="answered", id=wait.request_id, answer=answer)
-            self._settle(wait, event, audit)
-        elif wait.escalation is not None:  # a responder recorded it, on one queue
-            ending: Literal["expired", "withdrawn"] = (
-                "expired" if answer.reason == EXPIRED else "withdrawn"
-            )
-            self._settle(wait, Event(event=ending, id=wait.request_id, answer=answer), audit)
-        else:
-            self.core.settle(audit=audit)
+            self._ended(wait, answer, status, event)
+            return
+        wait.recorded = True  # an expiry or withdrawal another party resolved, and recorded
+        ending: Literal["expired", "withdrawn"] = "expired" if status == EXPIRED else "withdrawn"
+        event = Event(event=ending, id=wait.request_id, answer=answer)
+        # a responder recorded it on one queue; its hops learn of it here
+        self._ended(wait, answer, status, event if wait.escalation is not None else None)
 
     async def _expired(self, wait: Wait) -> Answer:
         """The outcome of ``wait`` at its deadline: recorded as expired, unless an answer
-        won the race."""
-        core = self.core
+        won the race. Cancelling this call leaves the recording to finish on its own."""
         if not wait.published:  # it may still land: make sure nobody answers it
-            self._spawn(self._resolve_by_waiter(wait, "expired"))
             unavailable = Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE)
-            published = self.publisher.published(wait)
-            core.settle(audit=audit_of(core, wait, published, "expired", unavailable))
+            self._ended(wait, unavailable, "expired")
+            self._spawn(self._resolve_by_waiter(wait, "expired"))
             return unavailable
-        outcome = await self._resolve_by_waiter(wait, "expired")
-        status = "expired" if outcome.reason == EXPIRED else "answered"
-        core.settle(audit=audit_of(core, wait, self.publisher.published(wait), status, outcome))
+        return await asyncio.shield(self._spawn(self._end(wait, "expired")))
+
+    async def _end(self, wait: Wait, status: Literal["expired", "withdrawn"]) -> Answer:
+        """Resolve the request of ``wait`` as ``status`` (its deadline passed, or it was
+        cancelled or closed) and record how it ended: the answer that won."""
+        outcome = await self._resolve_by_waiter(wait, status)
+        self._ended(wait, outcome, status_of(outcome))
         return outcome
+
+    def _ended(self, wait: Wait, answer: Answer, status: str, event: Event | None = None) -> None:
+        """``wait`` ended with ``answer``: publish ``event`` (if any), add the wait's audit
+        record (as ``status``) unless its end has one, and let the state of a large
+        request forget the request's bytes.
+
+        Every end of a wait has exactly one record (threat-model line S8). The waiter
+        writes it for an end it resolved itself (expiry, withdrawal on cancellation or
+        ``aclose()``), an answer it took, or a publish Redis refused. An expiry or
+        withdrawal another party resolved (a responder's
+        :func:`~toolnexus.redis_broker.answering.finish`, another process's wait on a
+        durable request) was recorded by that party: the waiter marks the wait
+        ``recorded`` when it learns of it, and writes none. A durable wait that ends
+        without ending its request (cancelled, closed) writes none either."""
+        core = self.core
+        big = wait.size > REQUEST_KEPT_BYTES and not wait.replies.durable
+        published = self.publisher.published(wait) if big or not wait.recorded else None
+        audit = None
+        if not wait.recorded and published is not None:
+            wait.recorded = True
+            audit = audit_of(core, wait, published, status, answer)
+        if event is not None:
+            self._settle(wait, event, audit)
+        elif audit is not None:
+            core.settle(audit=audit)
+        if big and published is not None:  # a durable request keeps it for the next attach
+            kept, _ = kept_request(published, core.codec)
+            digest = audit.digest if audit is not None else None
+            replies = wait.replies
+            core.pipeliner.post_batch(
+                ENDED,
+                (replies.key, replies.alive_key),
+                (),
+                (core.keys.state(replies.waiter, wait.request_id),),
+                (kept, digest or request_digest(published)),
+            )
 
     # -- publishing ---------------------------------------------------------------
 
@@ -309,19 +351,26 @@ class Waiter:
         if outcome == "ok":
             self._settle(wait, Event(event=status, id=answer.id, answer=answer))
             return answer
-        if stored is not None:
-            try:
-                taken = await self._taken(wait, core.codec.decode_as(stored, Answer), stored, False)
-            except DecodeError as exc:
-                log.error("the stored answer to %s is unreadable: %s", answer.id, exc)
-            except (*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError) as exc:
-                log.error("the votes on %s cannot be read: %s", answer.id, exc)  # a quorum's
-            else:
-                if taken is not None:
-                    escalated = wait.escalation is not None
-                    if escalated and outcome in ("answered", "expired", "withdrawn"):
-                        self._settle(wait, Event(event=outcome, id=answer.id, answer=taken))
-                    return taken
+        try:
+            if wait.quorum:
+                taken = None
+                if stored is not None:
+                    decoded = core.codec.decode_as(stored, Answer)
+                    taken = await self._taken(wait, decoded, stored, False)
+            else:  # the stored answer, or one contested with it, if one is valid
+                taken = await self._from_state(wait)
+        except DecodeError as exc:
+            log.error("the stored answer to %s is unreadable: %s", answer.id, exc)
+        except (*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError) as exc:
+            log.error("the state of %s cannot be read: %s", answer.id, exc)
+        else:
+            if taken is not None:
+                if taken.reason in (EXPIRED, WITHDRAWN):  # another party's end
+                    wait.recorded = True  # and record (see _ended)
+                escalated = wait.escalation is not None
+                if escalated and outcome in ("answered", "expired", "withdrawn"):
+                    self._settle(wait, Event(event=outcome, id=answer.id, answer=taken))
+                return taken
         return answer  # what the state holds is unreadable or refused: the deadline's
 
     def _settle(self, wait: Wait, event: Event, audit: AuditRecord | None = None) -> None:
@@ -337,29 +386,43 @@ class Waiter:
         """``answer`` as the wait may take it (``responder`` the verified key name), or None
         if it is refused: a forgery, an answer to another request, an answer by a key not
         trusted or a responder the allow-list excludes. A refused answer is recorded, and
-        with ``reopen`` the request is opened again if the state holds it."""
-        if not wait.checked:
-            return answer
-        signatures = self.core.signatures
-        request = self.publisher.published(wait)
-        try:
-            if answer.reason in BROKER_REASONS:  # the broker's own outcomes name no person
-                name = (
-                    verify_answer(answer, request, signatures.keyring)
-                    if signatures.required
-                    else None
-                )
-            else:
-                name = signatures.admit_answer(answer, request)
-        except SignatureError as exc:
+        with ``reopen`` the request is opened again if the state holds it.
+
+        The broker's reasons are judged here whoever sent them (threat model S1, S2): an
+        expiry only once this process's clock has passed the signed deadline, and then it is
+        the signed request's default on expiry, whatever the answer carried; ``unavailable``
+        is this waiter's own outcome, never another's; a withdrawal carries no answer and,
+        with checks on, must be signed by a trusted key the allow-list admits."""
+        refusal: str | None = None
+        name: str | None = None
+        if answer.reason == EXPIRED:
+            left_s = wait.deadline_ms / 1000 - time.time()
+            if left_s <= 0:
+                return expired_answer(self.publisher.published(wait))
+            if left_s < EXPIRY_SKEW_S:  # a responder's clock a little ahead: ours decides
+                return None
+            refusal = "expired before its deadline"
+        elif answer.reason == UNAVAILABLE:
+            refusal = "unavailable is the waiter's own outcome"
+        elif answer.reason == WITHDRAWN and (answer.ok or answer.data is not None):
+            refusal = "a withdrawal carries no answer"
+        elif wait.checked:
+            try:
+                name = self.core.signatures.admit_answer(answer, self.publisher.published(wait))
+            except SignatureError as exc:
+                refusal = exc.reason
+        if refusal is not None:
             self.refused += 1
-            log.warning("refused an answer to %s: %s", wait.request_id, exc.reason)
+            log.warning("refused an answer to %s: %s", wait.request_id, refusal)
             if wait.refusals is None:
                 wait.refusals = []
-            wait.refusals.append(Refusal.of(answer, exc.reason))
+            wait.refusals.append(Refusal.of(answer, refusal))
             if reopen:
                 self._spawn(self._reopen(wait, raw))
             return None
+        if not wait.checked:
+            return answer
+        signatures = self.core.signatures
         if signatures.required or len(signatures.keyring):
             wait.verified = name is not None
         if name is not None and name != answer.responder:
@@ -380,10 +443,18 @@ class Waiter:
         return await quorum.outcome(self.core, wait, request, raw, admit, republish)
 
     async def _reopen(self, wait: Wait, refused: bytes) -> None:
-        """Open the request again if its state holds the refused answer, and publish it
-        again (responders acknowledged its entry when they answered)."""
+        """After ``refused``, the answer the state held, was refused: take an answer that
+        was contested with it, if one is valid (threat model S4); else open the request
+        again if its state still holds the refused answer, and publish it again
+        (responders acknowledged its entry when they answered)."""
         core = self.core
         with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError):
+            if not wait.quorum:
+                taken = await self._from_state(wait, refused)
+                if taken is not None:
+                    if not wait.answer.done():
+                        wait.answer.set_result(taken)
+                    return
             replies = wait.replies
             reopened = await core.pipeliner.batch(
                 REOPEN,
@@ -395,6 +466,59 @@ class Waiter:
             if reopened and not wait.answer.done():
                 log.warning("request %s opened again after a refused answer", wait.request_id)
                 self.publisher.publish(wait, again=True)
+
+    async def _from_state(self, wait: Wait, refused: bytes | None = None) -> Answer | None:
+        """The answer ``wait`` takes from its state, read now: the stored answer of a
+        resolved state if it is valid, else the earliest valid answer contested with it
+        (see the RESOLVE script), which the state then records (TAKE). Invalid ones are
+        refused and recorded (but ``refused``, refused already), never reopened from here.
+
+        Raises:
+            redis-py connection errors, BrokerClosed: the state cannot be read.
+        """
+        core, replies = self.core, wait.replies
+        state = core.keys.state(replies.waiter, wait.request_id)
+        fields: dict[bytes, bytes] = await core.command("HGETALL", state)
+        stored = fields.get(b"a") if fields.get(b"s") != b"open" else None
+        contested: list[tuple[float, Answer, bytes]] = []
+        candidates: list[tuple[Answer, bytes]] = []
+        for name, raw in fields.items():
+            if (raw is not stored and not name.startswith(b"c:")) or raw == refused:
+                continue
+            try:
+                answer = core.codec.decode_as(raw, Answer)
+            except DecodeError as exc:
+                log.error("an answer in the state of %s is unreadable: %s", wait.request_id, exc)
+                continue
+            if answer.id != wait.request_id:
+                continue
+            if raw is stored:
+                candidates.insert(0, (answer, raw))
+            else:
+                contested.append((answer.answered_at, answer, raw))
+        contested.sort(key=lambda item: item[0])
+        candidates += [(answer, raw) for _, answer, raw in contested]
+        for answer, raw in candidates:
+            taken = self._accept(wait, answer, raw, reopen=False)
+            if taken is not None:
+                if raw is not stored:
+                    self._record_taken(wait, raw)
+                return taken
+        return None
+
+    def _record_taken(self, wait: Wait, raw: bytes) -> None:
+        """Record in the state of ``wait`` the contested answer ``raw`` it took (threat
+        model S4): later answers are refused as answered, an attach finds it, and the
+        responder that sent it learns that it won."""
+        core, replies = self.core, wait.replies
+        core.pipeliner.post_batch(
+            TAKE,
+            (replies.key, replies.alive_key),
+            (core.settings.retention_ms,),
+            (core.keys.state(replies.waiter, wait.request_id),),
+            (raw,),
+            lazy=False,
+        )
 
     # -- reading answers ----------------------------------------------------------
 
@@ -482,10 +606,16 @@ class Waiter:
                 self._spawn(self._take_from_state(wait))
             return
         wait = self.waits.get(request_id)
-        if wait is not None and wait.replies is replies and wait.quorum:
-            if not wait.answer.done():
-                self._spawn(self._take_votes(wait, answer, payload))
-        elif wait is not None and wait.replies is replies and not wait.answer.done():
+        if wait is None or wait.replies is not replies or wait.answer.done():
+            return
+        if wait.quorum:
+            self._spawn(self._take_votes(wait, answer, payload))
+        elif b"c" in fields:  # contested (see the RESOLVE script): the state holds another
+            taken = self._accept(wait, answer, payload, reopen=False)
+            if taken is not None:
+                wait.answer.set_result(taken)
+                self._record_taken(wait, payload)
+        else:
             taken = self._accept(wait, answer, payload)
             if taken is not None:
                 wait.answer.set_result(taken)
@@ -500,46 +630,43 @@ class Waiter:
 
     async def _take_from_state(self, wait: Wait) -> None:
         """The answer of ``wait`` from its state, after its reply-stream entry was unreadable.
-        If the stored answer is unreadable too, the wait goes on to its deadline."""
-        state = self.core.keys.state(wait.replies.waiter, wait.request_id)
-        with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed):
-            status, stored = await self.core.command("HMGET", state, "s", "a")
-            if stored is not None and status != b"open":
+        If nothing there is valid, the wait goes on to its deadline."""
+        with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError):
+            if wait.quorum:
+                state = self.core.keys.state(wait.replies.waiter, wait.request_id)
+                status, stored = await self.core.command("HMGET", state, "s", "a")
+                if stored is None or status == b"open":
+                    return
                 try:
                     answer = self.core.codec.decode_as(stored, Answer)
                 except DecodeError as exc:
                     log.error("the stored answer to %s is unreadable: %s", wait.request_id, exc)
                     return
-                if not wait.answer.done():
-                    taken = await self._taken(wait, answer, stored)
-                    if taken is not None:
-                        wait.answer.set_result(taken)
+                taken = await self._taken(wait, answer, stored)
+            else:
+                taken = await self._from_state(wait)
+            if taken is not None and not wait.answer.done():
+                wait.answer.set_result(taken)
 
     async def _reconcile(self, replies: ReplyStream) -> None:
         """After a reconnect: take answers from state, republish requests Redis lost."""
         waits = [w for w in self.waits.values() if w.published and w.replies is replies]
         keys = [self.core.keys.state(replies.waiter, w.request_id) for w in waits]
-        states = await asyncio.gather(*(self.core.command("HMGET", k, "s", "a") for k in keys))
-        for wait, (status, stored) in zip(waits, states, strict=True):
-            if status is None:
+        exists = await asyncio.gather(*(self.core.command("EXISTS", k) for k in keys))
+        for wait, found in zip(waits, exists, strict=True):
+            if not found:
                 log.warning("request %s was lost by Redis; publishing it again", wait.request_id)
                 self.publisher.publish(wait)
-            elif stored is not None and not wait.answer.done():
-                try:
-                    answer = self.core.codec.decode_as(stored, Answer)
-                except DecodeError as exc:
-                    log.error("the stored answer to %s is unreadable: %s", wait.request_id, exc)
-                    continue
-                taken = await self._taken(wait, answer, stored)
-                if taken is not None and not wait.answer.done():
-                    wait.answer.set_result(taken)
+            elif not wait.answer.done():
+                await self._take_from_state(wait)
 
     # -- lifecycle ----------------------------------------------------------------
 
-    def _spawn(self, coro: Awaitable[T]) -> None:
+    def _spawn(self, coro: Awaitable[T]) -> asyncio.Future[T]:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     async def aclose(self) -> None:
         """Withdraw the waits still open (they end with ``BrokerClosed``), then stop. Durable
@@ -549,7 +676,7 @@ class Waiter:
         for wait in open_waits:
             wait.answer.set_exception(BrokerClosed("the broker was closed during the wait"))
             if not wait.replies.durable:
-                self._spawn(self._resolve_by_waiter(wait, WITHDRAWN))
+                self._spawn(self._end(wait, WITHDRAWN))
         if self._background:
             await asyncio.wait(self._background, timeout=RESOLVE_PATIENCE_S + 1)
         if self._own.reader is not None:

@@ -76,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         password = getpass.getpass("Password: ") if sys.stdin.isatty() else sys.stdin.readline()
         sys.stdout.write(hash_password(password.rstrip("\n")) + "\n")
         return 0
+    if args.metrics_host is None:  # the metrics live where the page does, by its rule
+        args.metrics_host = args.host
     return run_checked(args, lambda _args: _require_extra(), _serve)
 
 

@@ -8,27 +8,61 @@ A users file is TOML with one password hash per login, made by
     alice = "scrypt:16384:8:1:9c0f…:5be1…"
 
 Sessions live in memory: restarting the worker signs everyone out.
+
+Sign-ins are rate limited (threat model S11): after :data:`NAME_FREE_FAILURES` wrong
+passwords for one name, or :data:`CLIENT_FREE_FAILURES` wrong sign-ins from one client
+address, further attempts are refused without checking (the page answers 429 with
+``Retry-After``) for a window that doubles with each further failure, up to
+:data:`MAX_BACKOFF_S`. A right password resets its name. Password hashes are checked
+in worker threads, :data:`HASHING_AT_ONCE` at a time, so the page keeps answering.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import hmac
 import ipaddress
+import math
 import secrets
 import time
 import tomllib
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 from toolnexus.errors import ConfigurationError
+from toolnexus.listening import check_listen as check_listener
+from toolnexus.listening import check_token
 
 SESSION_TTL_S = 12 * 3600.0
 """How long a sign-in lasts."""
 
 TOKEN_PERSON = "web:token"
 """The answer's ``person`` for someone signed in with the shared bearer token."""
+
+NAME_FREE_FAILURES = 5
+"""Wrong passwords for one name before its sign-ins back off."""
+
+CLIENT_FREE_FAILURES = 10
+"""Wrong sign-ins (any name, or the token) from one client address before it backs off."""
+
+FIRST_BACKOFF_S = 1.0
+"""The first refusal window; each further failure doubles it."""
+
+MAX_BACKOFF_S = 300.0
+"""The longest refusal window."""
+
+FORGET_S = 900.0
+"""Failures older than this, with no window open, are forgotten."""
+
+MAX_TRACKED = 10_000
+"""Names (and, apart, client addresses) whose failures are remembered; the least
+recently failed are forgotten first, so spraying names or addresses cannot grow memory."""
+
+HASHING_AT_ONCE = 2
+"""Password checks running at once (each takes about 16 MiB and tens of ms of a core)."""
 
 _SCRYPT = (16384, 8, 1)  # n, r, p: about 16 MiB and a few tens of ms per check
 
@@ -42,6 +76,76 @@ class Session:
     expires_at: float
 
 
+@dataclass(frozen=True)
+class SignIn:
+    """The outcome of a sign-in attempt: ``person`` if it succeeded; ``retry_after_s`` > 0
+    if it was refused unchecked, after too many failures (try again in that many seconds)."""
+
+    person: str | None = None
+    retry_after_s: int = 0
+
+
+@dataclass
+class _Failures:
+    count: int
+    last: float
+    until: float
+
+
+class Backoff:
+    """Failures per key (a name, a client address), each remembered by a digest, at most
+    ``capacity`` keys (the least recently failed are forgotten first).
+
+    After ``free`` failures a key is refused for ``first_s``, doubled with each further
+    failure up to ``max_s``; failures older than ``forget_s`` are forgotten.
+    """
+
+    def __init__(
+        self,
+        free: int,
+        *,
+        first_s: float = FIRST_BACKOFF_S,
+        max_s: float = MAX_BACKOFF_S,
+        forget_s: float = FORGET_S,
+        capacity: int = MAX_TRACKED,
+    ) -> None:
+        self.free, self.first_s, self.max_s = free, first_s, max_s
+        self.forget_s, self.capacity = forget_s, capacity
+        self._failures: OrderedDict[bytes, _Failures] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._failures)
+
+    def wait_s(self, key: str) -> float:
+        """Seconds until ``key`` may try again (0: now)."""
+        entry = self._entry(_digest(key), time.monotonic())
+        return 0.0 if entry is None else max(0.0, entry.until - time.monotonic())
+
+    def failed(self, key: str) -> None:
+        """Count a failure of ``key``, opening (or widening) its refusal window."""
+        digest, now = _digest(key), time.monotonic()
+        entry = self._entry(digest, now) or _Failures(0, now, now)
+        entry.count += 1
+        entry.last = now
+        if entry.count >= self.free:
+            entry.until = now + min(self.max_s, self.first_s * 2 ** (entry.count - self.free))
+        self._failures[digest] = entry
+        self._failures.move_to_end(digest)
+        while len(self._failures) > self.capacity:
+            self._failures.popitem(last=False)
+
+    def succeeded(self, key: str) -> None:
+        """Forget ``key``'s failures."""
+        self._failures.pop(_digest(key), None)
+
+    def _entry(self, digest: bytes, now: float) -> _Failures | None:
+        entry = self._failures.get(digest)
+        if entry is not None and entry.until <= now and now - entry.last > self.forget_s:
+            del self._failures[digest]
+            return None
+        return entry
+
+
 class Access:
     """The page's access rules and its signed-in sessions.
 
@@ -50,16 +154,17 @@ class Access:
     """
 
     def __init__(self, *, token: str | None = None, users: dict[str, str] | None = None) -> None:
-        if token is not None and len(token) < 16:
-            raise ConfigurationError(
-                "the web token must be at least 16 characters: make one with "
-                "`python -c 'import secrets; print(secrets.token_urlsafe())'`"
-            )
+        if token is not None:
+            check_token(token, "the web token")
         self.token = token
         self.users = dict(users or {})
         for name, stored in self.users.items():
             _parse_hash(stored, name)
         self._sessions: dict[str, Session] = {}
+        self.names = Backoff(NAME_FREE_FAILURES)
+        self.clients = Backoff(CLIENT_FREE_FAILURES)
+        self._hashing = asyncio.Semaphore(HASHING_AT_ONCE)
+        self._checking: set[asyncio.Future[SignIn]] = set()
 
     @property
     def open(self) -> bool:
@@ -72,8 +177,52 @@ class Access:
             return TOKEN_PERSON
         return None
 
+    def sign_in_with_token(self, client: str, token: str) -> SignIn:
+        """Check ``token`` sent by ``client`` (its address), unless ``client`` must wait."""
+        client = client_key(client)
+        wait_s = self.clients.wait_s(client)
+        if wait_s > 0:
+            return SignIn(retry_after_s=math.ceil(wait_s))
+        person = self.person_for_token(token)
+        if person is None:
+            self.clients.failed(client)
+        return SignIn(person)
+
+    async def sign_in_with_password(self, client: str, name: str, password: str) -> SignIn:
+        """Check ``name``'s ``password`` sent by ``client`` (its address), in a worker
+        thread, unless ``name`` or ``client`` must wait after too many failures.
+
+        The check runs to its end and is counted even if the caller is cancelled (a
+        client hanging up cannot start hashing beyond :data:`HASHING_AT_ONCE`)."""
+        client = client_key(client)
+        refused = self._refused(client, name)
+        if refused is not None:
+            return refused
+        checking = asyncio.ensure_future(self._check_password(client, name, password))
+        self._checking.add(checking)
+        checking.add_done_callback(self._checking.discard)
+        return await asyncio.shield(checking)
+
+    async def _check_password(self, client: str, name: str, password: str) -> SignIn:
+        async with self._hashing:
+            refused = self._refused(client, name)  # failures counted while this one waited
+            if refused is not None:
+                return refused
+            person = await asyncio.to_thread(self.person_for_login, name, password)
+        if person is None:
+            self.names.failed(name)
+            self.clients.failed(client)
+        else:
+            self.names.succeeded(name)
+        return SignIn(person)
+
+    def _refused(self, client: str, name: str) -> SignIn | None:
+        wait_s = max(self.clients.wait_s(client), self.names.wait_s(name))
+        return SignIn(retry_after_s=math.ceil(wait_s)) if wait_s > 0 else None
+
     def person_for_login(self, name: str, password: str) -> str | None:
-        """``web:<name>`` if ``password`` is ``name``'s in the users file, else ``None``."""
+        """``web:<name>`` if ``password`` is ``name``'s in the users file, else ``None``
+        (blocking for tens of ms: :meth:`sign_in_with_password` runs it in a thread)."""
         stored = self.users.get(name)
         if stored is None:
             verify_password(password, _dummy_hash())  # the same time for unknown names
@@ -102,26 +251,32 @@ class Access:
 
 
 def check_listen(host: str, access: Access) -> None:
-    """Refuse to serve an open page (no token, no users) on a non-loopback address.
+    """Refuse to serve an open page (no token, no users) on a non-loopback address
+    (the rule of :func:`toolnexus.listening.check_listen`, which the metrics obey too).
 
     Raises:
         ConfigurationError: ``host`` is not loopback and ``access`` is open.
     """
-    if access.open and not is_loopback(host):
-        raise ConfigurationError(
-            f"refusing to listen on {host!r} without access control: set --token "
-            "(or TOOLNEXUS_WEB_TOKEN) or --users, or listen on 127.0.0.1"
-        )
+    check_listener(
+        host,
+        guarded=not access.open,
+        what="listen",
+        how="set --token (or TOOLNEXUS_WEB_TOKEN) or --users",
+    )
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or ``localhost``) is this machine's loopback."""
-    if host.lower() == "localhost":
-        return True
+def client_key(address: str) -> str:
+    """Whom a client address counts as: the address itself, or for IPv6 its /64 (one
+    host usually holds a whole /64)."""
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        ip = ipaddress.ip_address(address)
     except ValueError:
-        return False
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 def hash_password(password: str) -> str:
@@ -181,3 +336,7 @@ def _parse_hash(stored: str, name: str) -> tuple[int, int, int, bytes, bytes]:
 @functools.cache
 def _dummy_hash() -> str:
     return hash_password(secrets.token_urlsafe())
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).digest()

@@ -9,7 +9,8 @@ Security: every answer needs a session's CSRF token (or a bearer token header, w
 a browser never sends by itself); a cross-site ``Origin`` or ``Sec-Fetch-Site`` is
 refused; an open page (no token, no users) answers only to loopback host names, so
 a rebound DNS name cannot reach it; a strict Content-Security-Policy allows only the
-page's own files, and the page never loads an authorization URL.
+page's own files, and the page never loads an authorization URL. Sign-ins back off
+after repeated failures (429 with ``Retry-After``, see :mod:`.access`).
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ from toolnexus.errors import (
     InvalidRequest,
     NotResolved,
 )
+from toolnexus.listening import is_loopback
 
-from .access import Access, is_loopback
+from .access import Access, SignIn
 from .board import Board, Change, escalated_note, standing_notes
 from .forms import Field, Submitted, field_errors, form_data, form_fields, message_for_field
 from .links import KNOWN_DOMAINS, Link, check_link
@@ -203,10 +205,10 @@ class WebPage:
     async def page(self, request: HttpRequest) -> Response:
         token = request.query_params.get("token")
         if token is not None and not self.access.open:
-            person = self.access.person_for_token(token)
-            if person is None:
-                return self.login_page("That token is not valid.", status_code=401)
-            return self.signed_in(request, person)
+            attempt = self.access.sign_in_with_token(client_address(request), token)
+            if attempt.person is None:
+                return self.refused(attempt, "That token is not valid.")
+            return self.signed_in(request, attempt.person)
         who = self.identity(request)
         if who is None:
             loopback_only = "Without sign-in, this page answers at 127.0.0.1 or localhost only."
@@ -258,13 +260,27 @@ class WebPage:
         if form is None:
             return Response("a sign-in must be a form of at most 256 KiB", status_code=400)
         token, name = _last(form, "token"), _last(form, "name")
+        client = client_address(request)
         if token:
-            person = self.access.person_for_token(token)
+            attempt = self.access.sign_in_with_token(client, token)
         else:
-            person = self.access.person_for_login(name, _last(form, "password"))
-        if person is None:
-            return self.login_page("Wrong token, name or password.", status_code=401, name=name)
-        return self.signed_in(request, person)
+            password = _last(form, "password")
+            attempt = await self.access.sign_in_with_password(client, name, password)
+        if attempt.person is None:
+            return self.refused(attempt, "Wrong token, name or password.", name=name)
+        return self.signed_in(request, attempt.person)
+
+    def refused(self, attempt: SignIn, error: str, *, name: str = "") -> Response:
+        """The sign-in page after a failed ``attempt``: 401 with ``error``, or 429 with
+        ``Retry-After`` when it was refused unchecked after too many failures."""
+        if not attempt.retry_after_s:
+            return self.login_page(error, status_code=401, name=name)
+        wait = attempt.retry_after_s
+        response = self.login_page(
+            f"Too many failed sign-ins: try again in {wait} s.", status_code=429, name=name
+        )
+        response.headers["retry-after"] = str(wait)
+        return response
 
     async def logout(self, request: HttpRequest) -> Response:
         who = self.identity(request)
@@ -496,6 +512,12 @@ async def read_form(request: HttpRequest) -> Submitted | None:
         return parse_qs(text, keep_blank_values=True, max_num_fields=10_000)
     except ValueError:  # too many fields
         return None
+
+
+def client_address(request: HttpRequest) -> str:
+    """The address ``request`` came from (uvicorn takes it from ``X-Forwarded-For`` only
+    when a proxy it trusts sends it: loopback, by default)."""
+    return request.client.host if request.client is not None else ""
 
 
 def _last(form: Submitted, name: str) -> str:
