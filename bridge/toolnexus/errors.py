@@ -101,15 +101,16 @@ class AlreadyVoted(NotResolved):
     ``voter`` (the person, else the responder: :func:`toolnexus.voting.voter_of`) stored.
     It was not counted now; the request stays open for other voters.
 
-    ``contested``: the stored vote is not plainly this responder's own, so it may be a
-    forgery. The vote went to the waiter, which checks both: if the stored one is refused,
-    it is removed and this vote counts, with nothing more to do. Else: a second vote by
-    the same person, not counted."""
+    ``contested``: the stored vote did not look genuine (it may be a forgery), so this
+    vote went to the waiter, which checks both and, if the stored one is refused, removes
+    it and casts this one; the waiter's verdict did not come within ``answer_patience_s``
+    (a waiter that is not running acts when a process waits again). The vote may still
+    count, with nothing more to do."""
 
     def __init__(self, request_id: str, voter: str, *, contested: bool = False) -> None:
         reason = (
-            f"contested: another vote by {voter} is stored; if it is not genuine, the "
-            "waiter removes it and counts this one"
+            f"contested: another vote by {voter} is stored; the waiter checks both, and "
+            "counts this one if that one is not genuine"
             if contested
             else f"already voted by {voter}"
         )

@@ -183,6 +183,30 @@ async def test_a_forged_decline_in_a_persons_slot_is_refused_removed_audited_and
     assert voted == ["web:alice", "web:carol"]
 
 
+async def test_a_person_whose_slot_held_a_forgery_is_told_the_count(
+    server: RedisServer, attacker: aioredis.Redis
+) -> None:
+    """S7/S4, observation 7: a forged accept (unsigned) in alice's slot of a quorum that
+    needs three. Her genuine accept, sent once, counts, and her worker is told the count
+    (2 of 3: carol and her), not "already voted"."""
+    fleet = Fleet(server.url)
+    async with fleet.agent() as agent, fleet.worker("web") as web:
+        async with asking(agent, need=3) as (request, wait, state):
+            pending = await shown(web)
+            assert await pending.accept(person="web:carol") is not None
+            field = await slot(attacker, state, "web:carol", "web:alice")
+            forged = Answer(id=request.id, ok=True, responder="web", person="web:alice")
+            await attacker.hset(state, "y:" + field[2:], agent.codec.encode(forged))
+            told = await vote(pending, "web:alice")
+            assert isinstance(told, Event), f"alice's genuine vote was refused: {told}"
+            assert (told.count, sorted(told.approvers or ())) == (2, ["web:alice", "web:carol"])
+            assert await pending.accept(person="web:bob") is None
+            answer = await answered(wait, "the quorum of three did not decide")
+        [record] = await agent.audit(request_id=request.id)
+    assert answer.ok and persons(answer) == ["web:carol", "web:alice", "web:bob"]
+    assert [(r.person, r.reason) for r in record.refused] == [("web:alice", "missing signature")]
+
+
 async def test_one_person_through_two_workers_keys_counts_once(server: RedisServer) -> None:
     """S7, observation 7: alice approves through the web worker and again through the
     cli worker (each its own trusted key). Need 2 is not met by one person: her second

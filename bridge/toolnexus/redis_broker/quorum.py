@@ -20,9 +20,10 @@ A voter's slot can hold a forgery (anyone who may write the state can fill it), 
 would block that person. So a vote that finds *another* vote stored under its voter is
 *contested*: the script sends it to the waiter, which checks every stored vote, removes
 and audits the refused ones, and casts the contested vote itself in the refused one's
-place. The person votes once; the responder is told the vote is being checked
-(:class:`~toolnexus.AlreadyVoted` with ``contested``), unless the stored vote is plainly
-its own (then: already voted).
+place. The person votes once. Unless the stored vote looks like that voter's genuine
+earlier one (then: :class:`~toolnexus.AlreadyVoted`), the responder waits for the
+waiter's verdict and is told it: counted, or deciding (or, none in time, ``AlreadyVoted``
+with ``contested``: it may still count).
 """
 
 from __future__ import annotations
