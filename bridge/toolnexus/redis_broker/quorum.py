@@ -41,7 +41,7 @@ import redis.exceptions
 from ..audit import Refusal
 from ..broker import NOT_RESOLVED_REASONS
 from ..errors import AlreadyVoted, DecodeError, SignatureError
-from ..models import Answer, Event, Quorum, Request
+from ..models import EXPIRED, WITHDRAWN, Answer, Event, Quorum, Request
 from ..signing import Keyring, request_digest, verify_answer
 from ..voting import approvals_of, decides, voter_of
 from ._core import CONNECTION_ERRORS, Core, ms, text
@@ -331,7 +331,8 @@ async def outcome(
     for the audit).
 
     The outcome is taken from the votes counted alone (see :func:`decide`), whatever the
-    state says. Else, if the request is open, ``vote`` was contested (another vote was
+    state says; or it is the end another party recorded (an expiry, a withdrawal), as the
+    wait's checks take it. Else, if the request is open, ``vote`` was contested (another vote was
     stored under its voter): the refused votes are removed and, if ``vote`` is admitted
     and its voter has no vote counted, it is cast in their place (it counts, or decides:
     then its entry comes next). If the request is resolved but short, then with
@@ -345,6 +346,8 @@ async def outcome(
     if wait.refusals:
         wait.refusals = _distinct(wait.refusals)
     taken = decide(request.quorum, vote, checked.counted)
+    if taken is None and state.answer == vote and state.status in (b"expired", b"withdrawn"):
+        taken = _ended(core, request, vote, admit)  # another party's end, judged as such
     if taken is not None or not wait.answer.done():
         wait.votes = [raw for raw, _ in checked.counted]
     if taken is not None:
@@ -364,6 +367,19 @@ async def outcome(
         if not wait.answer.done():
             republish()
     return None
+
+
+def _ended(core: Core, request: Request, raw: bytes, admit: Admit) -> Answer | None:
+    """The end another party recorded (``raw``: a responder's expiry, or withdrawal of a
+    request whose waiter it took for dead) as the waiter may take it, if ``admit`` does:
+    an expiry only past the signed deadline by the waiter's clock (S1)."""
+    try:
+        ending = core.codec.decode_as(raw, Answer)
+    except DecodeError:
+        return None
+    if ending.id != request.id or ending.reason not in (EXPIRED, WITHDRAWN):
+        return None
+    return admit(ending, raw)
 
 
 async def _recount(
