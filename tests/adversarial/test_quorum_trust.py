@@ -230,6 +230,35 @@ async def test_one_person_through_two_workers_keys_counts_once(server: RedisServ
     assert len(record.votes) == 2 and record.refused == []
 
 
+async def test_a_persons_genuine_vote_copied_into_another_slot_counts_once_and_is_removed(
+    server: RedisServer, attacker: aioredis.Redis
+) -> None:
+    """S3/S7, observation 7: alice's genuine signed vote copied into another voter's slot
+    (Redis then counts her twice). The waiter counts her once, refuses the copy (audited:
+    stored under another voter) and removes it, so Redis's count is honest again; the
+    outcome is the genuine quorum's."""
+    fleet = Fleet(server.url)
+    async with fleet.agent() as agent, fleet.worker("web") as web:
+        async with asking(agent, need=3) as (request, wait, state):
+            pending = await shown(web)
+            assert await pending.accept(person="web:alice") is not None
+            [alices] = [f for f in await attacker.hkeys(state) if b"web:alice" in f]
+            copy = alices.replace(b"web:alice", b"web:mallory")  # mallory's slot
+            mine = await attacker.hget(state, alices)
+            await attacker.hset(state, copy, mine)
+            assert await pending.accept(person="web:bob") is None  # 3 in Redis: resolved
+            await asyncio.sleep(0.5)  # the waiter counts 2 of 3: opened again
+            assert not wait.done(), f"alice counted twice: {wait.result().approvals}"
+            assert not await attacker.hexists(state, copy), "the copy still counts in Redis"
+            assert await web.answer(Answer(id=request.id, ok=True, person="web:carol")) is None
+            answer = await answered(wait, "the genuine quorum of three did not decide")
+        [record] = await agent.audit(request_id=request.id)
+    assert answer.ok and persons(answer) == ["web:alice", "web:bob", "web:carol"]
+    assert [(r.person, r.reason) for r in record.refused] == [
+        ("web:alice", "stored under another voter")
+    ]
+
+
 async def test_garbage_in_a_persons_slot_without_signatures_does_not_block_them(
     server: RedisServer, attacker: aioredis.Redis
 ) -> None:
