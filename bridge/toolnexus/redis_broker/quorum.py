@@ -68,6 +68,13 @@ def slot_of(vote: Answer) -> bytes:
     return (b"y:" if vote.ok else b"n:") + voter_of(vote).encode(errors="surrogatepass")
 
 
+def _said(reply: list[Any]) -> str:
+    """What the vote script said of a vote (a status copied from an edited state may be any
+    bytes: then it is no outcome this module knows)."""
+    said = reply[0]
+    return said.decode("latin-1") if isinstance(said, bytes) else str(said)
+
+
 def _progress(request: Request, reply: list[Any]) -> Event:
     assert request.quorum is not None
     return Event(
@@ -114,11 +121,11 @@ async def cast_vote(
             the waiter did not cast this one in time (it may yet).
     """
     reply = await _vote(core, request, answer, payload)
-    if text(reply[0]) == "contested":
+    if _said(reply) == "contested":
         if _looks_genuine(core, request, answer, reply[1]):
             raise AlreadyVoted(request.id, voter_of(answer))
         reply = await _verdict(core, request, answer, payload)
-    outcome = text(reply[0])
+    outcome = _said(reply)
     if outcome not in VOTE_OUTCOMES:
         raise redis.exceptions.ResponseError(f"vote script said {outcome!r}")
     if outcome == "counted":
@@ -182,12 +189,14 @@ async def _verdict(core: Core, request: Request, answer: Answer, payload: bytes)
             status, stored, *mine = await core.command("HMGET", state, "s", "a", *slots)
         except CONNECTION_ERRORS:
             continue
-        resolved = text(status) if status is not None and status != b"open" else None
+        if status is None:
+            return ["unknown"]
+        resolved = status.decode("latin-1")  # (an edited state may hold any bytes)
         if resolved in NOT_RESOLVED_REASONS:
             return [resolved, stored]
         if payload in mine:  # cast by the waiter: sent again, it says the count (or "ok")
             reply: list[Any] = await _vote(core, request, answer, payload)
-            if text(reply[0]) != "contested":  # (else written over again: wait on)
+            if _said(reply) != "contested":  # (else written over again: wait on)
                 return reply
     raise AlreadyVoted(request.id, voter_of(answer), contested=True)
 
@@ -414,5 +423,5 @@ async def _recount(
         await removal
     if cast is not None:
         reply = await cast
-        if text(reply[0]) == "counted":  # the count, as the voter's own responder tells it
+        if _said(reply) == "counted":  # the count, as the voter's own responder tells it
             core.settle(_progress(request, reply))
