@@ -118,7 +118,9 @@ class Pending(abc.ABC):
         otherwise None.
 
         Raises:
-            AlreadyVoted: this person voted on this quorum request before; it stays open.
+            AlreadyVoted: this person voted on this quorum request before, or another
+                vote in their name is stored and being checked (``contested``: if it is
+                not genuine, this vote counts); it stays open.
             InvalidAnswer: the data fails the request's schema; the request stays open.
             AlreadyResolved: another answer, the deadline or a withdrawal came first.
             UnknownRequest: the broker no longer knows the request.
@@ -261,7 +263,8 @@ class Broker(_Closing):
         :meth:`Pending.answer`: the ``approved`` event of a vote that did not decide).
 
         Raises:
-            AlreadyVoted: this person voted on this quorum request before.
+            AlreadyVoted: this person voted on this quorum request before (or
+                ``contested``: see :meth:`Pending.answer`).
             InvalidAnswer: the data fails the request's schema; the request stays open.
             AlreadyResolved: the request was already answered, expired or withdrawn.
             UnknownRequest: no such request.

@@ -43,10 +43,11 @@ from .errors import (
 )
 from .hops import check_hops
 from .keys import check_request_id
-from .models import Answer, Approval, Event, EventType, Heartbeat, Hop, Request
+from .models import Answer, Event, EventType, Heartbeat, Hop, Request
 from .outcomes import check_on_expiry, expired_answer
 from .schema import check_answer
 from .signing import allowed
+from .voting import approvals_of, decides, voter_of
 
 
 @dataclass(eq=False)
@@ -55,7 +56,7 @@ class _State:
     waiter: asyncio.Future[Answer]
     status: Resolution | Literal["open"] = "open"
     answer: Answer | None = None
-    votes: dict[str, Answer] = field(default_factory=dict)  # a quorum's, by voter
+    votes: dict[str, Answer] = field(default_factory=dict)  # a quorum's, by voter (voter_of)
     waiting: bool = True  # a wait is in progress (a durable request may have none)
     escalated: list[Hop] = field(default_factory=list)  # the hops taken
 
@@ -191,27 +192,22 @@ class MemoryBroker(Broker):
         self._audit.append(record)
 
     def _vote(self, state: _State, vote: Answer) -> Event | None:
-        """Count ``vote`` towards the request's quorum (SPEC §14; as the Redis broker's
-        :mod:`~toolnexus.redis_broker.quorum`): resolve it with the vote that decides, or
-        publish and return the ``approved`` event."""
+        """Count ``vote`` towards the request's quorum (SPEC §14; the rule is
+        :mod:`toolnexus.voting`'s, as on the Redis broker): resolve it with the vote that
+        decides, or publish and return the ``approved`` event."""
         quorum = state.request.quorum
         assert quorum is not None
-        voter = vote.answered_by or ""
+        voter = voter_of(vote)
         if voter in state.votes:
             raise AlreadyVoted(vote.id, voter)
         state.votes[voter] = vote
-        accepts = [v for v in state.votes.values() if v.ok]
-        declines = len(state.votes) - len(accepts)
-        if (vote.ok and len(accepts) >= quorum.need) or (
-            not vote.ok and (quorum.decline == "veto" or declines >= quorum.need)
-        ):
-            approvals = [Approval(v.responder, v.person, v.answered_at) for v in accepts]
-            approvals.sort(key=lambda approval: approval.at)
+        accepts = {name: v for name, v in state.votes.items() if v.ok}
+        if decides(quorum, vote, len(accepts), len(state.votes) - len(accepts)):
+            approvals = approvals_of(accepts.values())
             self._settle(state, "answered", msgspec.structs.replace(vote, approvals=approvals))
             return None
-        approvers = [v.answered_by or "" for v in accepts]
         event = Event(
-            event="approved", id=vote.id, count=len(accepts), need=quorum.need, approvers=approvers
+            event="approved", id=vote.id, count=len(accepts), need=quorum.need, approvers=[*accepts]
         )
         for queue in self._subscribers:
             queue.put_nowait(event)

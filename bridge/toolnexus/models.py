@@ -48,9 +48,10 @@ class Signature(msgspec.Struct, omit_defaults=True, frozen=True):
 
 class Quorum(msgspec.Struct, omit_defaults=True, frozen=True):
     """A request that needs ``need`` accepting answers from distinct persons (by verified
-    identity: responder key name and person) before it resolves. ``decline="veto"``: any
-    decline resolves it declined; ``"count"``: declines are counted too, and whichever of
-    accepts and declines reaches ``need`` first decides (SPEC §14)."""
+    voter: the person named, else the responder key name; see :mod:`toolnexus.voting`)
+    before it resolves. ``decline="veto"``: any decline resolves it declined;
+    ``"count"``: declines are counted too, and whichever of accepts and declines reaches
+    ``need`` first decides (SPEC §14)."""
 
     need: int
     decline: Literal["veto", "count"] = "veto"
@@ -169,7 +170,7 @@ class Event(msgspec.Struct, tag="event", tag_field="type", omit_defaults=True):
     at: float = msgspec.field(default_factory=time.time)
     count: int | None = None  # "approved": accepting answers counted so far
     need: int | None = None  # "approved": how many the quorum needs
-    approvers: list[str] | None = None  # "approved": who approved so far (answered_by)
+    approvers: list[str] | None = None  # "approved": who approved so far (their voters)
     queue: str | None = None  # "escalated": the queue the request moved on to
 
 

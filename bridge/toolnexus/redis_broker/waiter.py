@@ -436,17 +436,15 @@ class Waiter:
     async def _taken(
         self, wait: Wait, answer: Answer, raw: bytes, reopen: bool = True
     ) -> Answer | None:
-        """As :meth:`_accept`; for a quorum (``raw`` its deciding vote), the outcome of its
-        votes, each checked (:func:`.quorum.outcome`; with ``reopen``, reopened if short)."""
+        """As :meth:`_accept`; for a quorum (``raw`` a vote its reply stream brought: the
+        deciding one, or a contested one), the outcome of its votes, each checked
+        (:func:`.quorum.outcome`; with ``reopen``, reopened if short)."""
         if not wait.quorum:
             return self._accept(wait, answer, raw, reopen)
         request = self.publisher.published(wait)
         admit = functools.partial(self._accept, wait, reopen=False)
         republish = functools.partial(self.publisher.publish, wait, again=True) if reopen else None
-        taken, wait.votes = await quorum.outcome(
-            self.core, wait.replies.waiter, request, raw, admit, wait.answer.done, republish
-        )
-        return taken
+        return await quorum.outcome(self.core, wait, request, raw, admit, republish)
 
     async def _reopen(self, wait: Wait, refused: bytes) -> None:
         """After ``refused``, the answer the state held, was refused: take an answer that
