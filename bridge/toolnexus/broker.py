@@ -9,6 +9,7 @@ later answer is refused with :class:`~toolnexus.AlreadyResolved`.
 from __future__ import annotations
 
 import abc
+import math
 import os
 import socket
 import time
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .audit import AuditRecord
 from .errors import ConfigurationError, InvalidRequest
 from .models import DECLINED, DISMISSED, Answer, Event, Heartbeat, Request
+from .numeric import check_number
 
 REDIS_SCHEMES = frozenset(
     {
@@ -71,14 +73,28 @@ def deadline_of(request: Request, timeout_s: float | None, default_timeout_s: fl
     """The Unix time a wait ends: the earlier of the request's own expiry and ``timeout_s``.
     With neither, ``default_timeout_s`` from now; for a request that escalates, the end of
     its last hop: that hop's ``after_s`` plus ``default_timeout_s`` from its ``created_at``
-    (SPEC §14)."""
+    (SPEC §14).
+
+    Raises:
+        InvalidRequest: ``timeout_s`` is not a positive finite number of seconds (at most
+            :data:`~toolnexus.numeric.MAX_SECONDS`), or a time of the request is not finite.
+    """
     now = time.time()
-    candidates = [request.expires_at] if request.expires_at is not None else []
+    candidates = []
+    if request.expires_at is not None:
+        check_number(
+            "expires_at", request.expires_at, error=InvalidRequest, minimum=None, maximum=math.inf
+        )
+        candidates.append(request.expires_at)
     if timeout_s is not None:
+        check_number("timeout_s", timeout_s, error=InvalidRequest)
         candidates.append(now + timeout_s)
     if candidates:
         return min(candidates)
     if request.escalate:
+        check_number(
+            "created_at", request.created_at, error=InvalidRequest, minimum=None, maximum=math.inf
+        )
         return request.created_at + request.escalate[-1].after_s + default_timeout_s
     return now + default_timeout_s
 
@@ -230,8 +246,10 @@ class Broker(_Closing):
 
         Raises:
             InvalidRequest: a request with this id is already being waited for here, its
-                id cannot name a key, its default on expiry fails its schema, or (durable)
-                a stored request with this id asks something else.
+                id cannot name a key, its default on expiry fails its schema, ``timeout_s``
+                is not a positive finite number, a field cannot be encoded (text that is
+                not Unicode, such as a lone surrogate), or (durable) a stored request with
+                this id asks something else.
             BrokerClosed: the broker was closed before or during the wait.
         """
 
@@ -290,6 +308,8 @@ class Broker(_Closing):
         (a worker leaving). ``info`` is shown to operators (counters, pid, ...).
 
         Raises:
+            ConfigurationError: ``ttl_s`` is not a finite number (at most
+                :data:`~toolnexus.numeric.MAX_SECONDS`), or ``info`` cannot be encoded.
             BrokerUnavailable: the broker cannot be reached.
         """
 

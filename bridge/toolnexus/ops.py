@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
@@ -173,10 +174,15 @@ async def discover_queues(url: str, namespace: str) -> list[str]:
 
 
 async def _scan(broker: RedisBroker, pattern: str) -> list[str]:
-    return [
-        key.decode() if isinstance(key, bytes) else key
-        async for key in broker.redis.scan_iter(match=pattern, count=1000)
-    ]
+    """The keys matching ``pattern``, except those whose names are not UTF-8: toolnexus
+    names every key it makes with text, so those are somebody else's (or junk)."""
+    found = []
+    async for key in broker.redis.scan_iter(match=pattern, count=1000):
+        try:
+            found.append(key.decode() if isinstance(key, bytes) else key)
+        except UnicodeDecodeError:
+            continue
+    return found
 
 
 def _age_s(entry_id: bytes | str | None, now: float) -> float | None:
@@ -381,9 +387,12 @@ def _consumers(
 
 
 def duration_text(seconds: float | None) -> str:
-    """``seconds`` for people: ``850ms``, ``12s``, ``4m05s``, ``3h12m``, ``2d04h``; ``-``."""
+    """``seconds`` for people: ``850ms``, ``12s``, ``4m05s``, ``3h12m``, ``2d04h``; ``-``
+    for None, ``?`` for what is not a number of seconds (NaN, infinite: Redis held it)."""
     if seconds is None:
         return "-"
+    if not math.isfinite(seconds):
+        return "?"
     if seconds < 1:
         return f"{seconds * 1000:.0f}ms"
     whole = int(seconds)
@@ -395,9 +404,18 @@ def duration_text(seconds: float | None) -> str:
     return f"{seconds:.0f}s"
 
 
+def utc_text(at: float, form: str = "%Y-%m-%dT%H:%M:%SZ") -> str:
+    """The Unix time ``at`` as UTC in ``form``; ``?`` for one no calendar holds (NaN,
+    infinite, beyond year 9999: an audit record or heartbeat in Redis may say anything)."""
+    try:
+        return time.strftime(form, time.gmtime(at))
+    except (OverflowError, ValueError, OSError):
+        return "?"
+
+
 def status_text(status: Status) -> str:
     """``status`` as the lines ``toolnexus status`` prints."""
-    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(status.at))
+    at = utc_text(status.at, "%Y-%m-%d %H:%M:%S UTC")
     lines = [f"namespace {status.namespace} · {status.waiters_alive} waiters alive · {at}"]
     if not status.queues:
         lines.append("no queues (nothing has been published in this namespace)")
@@ -482,7 +500,7 @@ def audit_json(records: Sequence[AuditRecord]) -> str:
 
 def audit_text(record: AuditRecord) -> str:
     """One line for ``record``: when, id, outcome, who answered and asked, verification."""
-    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.resolved_at))
+    at = utc_text(record.resolved_at)
     outcome = "accepted" if record.ok else (record.reason or record.status)
     if record.defaulted:  # SPEC §14: nobody answered; the request's default applied
         outcome = f"expired ({'accepted' if record.ok else 'declined'} by default)"

@@ -25,7 +25,7 @@ from ..broker import Broker, default_consumer_name, redacted
 from ..codec import MSGPACK, Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, DecodeError
 from ..models import Answer, Event, Heartbeat, Request
-from ..signatures import Signatures
+from ..signatures import SIGNING_OPTIONS, Signatures
 from ..signing import Keyring, SigningKey
 from ._connections import Client
 from ._core import REDIS_OPTIONS, Core, Settings, boundary, default_agent, ms, run_to_completion
@@ -39,7 +39,8 @@ __all__ = ["RedisBroker", "RedisEvents", "RedisPending", "RedisResponder"]
 
 log = logging.getLogger("toolnexus.redis")
 
-SIGNING_OPTIONS = frozenset({"codec", "signing_key", "trusted_keys", "require_signatures"})
+OWN_OPTIONS = frozenset({"codec", *SIGNING_OPTIONS})
+"""The options :class:`RedisBroker` takes besides its :class:`Settings`."""
 
 
 class RedisBroker(Broker):
@@ -104,7 +105,7 @@ class RedisBroker(Broker):
         if unknown:
             raise ConfigurationError(
                 f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} for the "
-                f"Redis broker; its options are {', '.join(sorted(names | SIGNING_OPTIONS))}, and "
+                f"Redis broker; its options are {', '.join(sorted(names | OWN_OPTIONS))}, and "
                 "redis-py connection options such as username, password, ssl_ca_certs"
             )
         redis_options = {k: v for k, v in options.items() if k in REDIS_OPTIONS}
