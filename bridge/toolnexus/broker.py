@@ -340,7 +340,10 @@ def connect(url: str | None = None, **options: Any) -> Broker:
     to the backend (for Redis: ``namespace``, ``queue``, ``lease_ms``, ...).
 
     Raises:
-        ConfigurationError: the URL scheme is not one toolnexus knows.
+        ConfigurationError: the URL scheme is not one toolnexus knows, or an option the
+            backend does not know or cannot honour (``memory://`` refuses the Redis
+            broker's options and every signature setting, ``TOOLNEXUS_REQUIRE_SIGNATURES=1``
+            included, rather than run unsigned), or a bad value.
     """
     url = url or os.environ.get("TOOLNEXUS_URL") or "memory://"
     scheme = urlsplit(url).scheme

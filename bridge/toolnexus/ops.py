@@ -169,15 +169,18 @@ async def discover_queues(url: str, namespace: str) -> list[str]:
     """
     async with redis_brokers(url, namespace, ["default"]) as (broker,):
         keys = broker.keys
-        found = await _bounded(broker, "listing queues", _scan(broker, keys.requests_pattern()))
+        found = await _bounded(
+            broker, "listing queues", _scan(broker, keys.requests_pattern(), "stream")
+        )
     return sorted({q for key in found if (q := keys.queue_of(key)) is not None})
 
 
-async def _scan(broker: RedisBroker, pattern: str) -> list[str]:
-    """The keys matching ``pattern``, except those whose names are not UTF-8: toolnexus
-    names every key it makes with text, so those are somebody else's (or junk)."""
+async def _scan(broker: RedisBroker, pattern: str, kind: str | None = None) -> list[str]:
+    """The keys matching ``pattern`` (of type ``kind``, if given), except those whose names
+    are not UTF-8: toolnexus names every key it makes with text, so those are somebody
+    else's (or junk), as is a key of another type than toolnexus gives it."""
     found = []
-    async for key in broker.redis.scan_iter(match=pattern, count=1000):
+    async for key in broker.redis.scan_iter(match=pattern, count=1000, _type=kind):
         try:
             found.append(key.decode() if isinstance(key, bytes) else key)
         except UnicodeDecodeError:
@@ -294,7 +297,7 @@ async def _durable_open(broker: RedisBroker) -> int:
     """How many of the queue's durable requests, of every agent, are open (up to
     ``UNDELIVERED_COUNT_MAX``)."""
     keys = broker.keys
-    found = await _scan(broker, keys.durable_states_pattern())
+    found = await _scan(broker, keys.durable_states_pattern(), "hash")
     states = [state for state in found if keys.is_durable_state(state)][:UNDELIVERED_COUNT_MAX]
     count = 0
     for start in range(0, len(states), 1000):

@@ -107,17 +107,15 @@ def test_status_survives_a_key_name_that_is_not_utf8(
     redis_url: str, namespace: str, client: redis.Redis, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """S10, observation 10: ``toolnexus status`` died with a traceback on a key of the
-    namespace whose name is not UTF-8; now it shows the queues it can read."""
-    keys = Keys(namespace, "real")
-    client.xadd(keys.requests, {"r": b"garbage"})
-    for name in (
-        f"{{{namespace}:q:".encode() + b"\xff\xfe}:requests",
-        b"{" + namespace.encode() + b":w:\xff}:alive",
-    ):
-        client.xadd(name, {"r": b"x"}) if name.endswith(b"requests") else client.set(name, 1)
+    namespace whose name is not UTF-8; now it shows the queues it can read (and passes
+    over a queue's key that is not a stream)."""
+    client.xadd(Keys(namespace, "real").requests, {"r": b"garbage"})
+    client.xadd(f"{{{namespace}:q:".encode() + b"\xff\xfe}:requests", {"r": b"x"})
+    client.set(b"{" + namespace.encode() + b":w:\xff}:alive", 1)
+    client.set(Keys(namespace, "string").requests, "not a stream")
     assert main(["status", "--url", redis_url, "--namespace", namespace]) == 0
     out = capsys.readouterr().out
-    assert "queue real: 1 open" in out
+    assert "queue real: 1 open" in out and "queue string" not in out
 
 
 def test_status_and_audit_survive_odd_entries(
