@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import math
 import os
+import re
 import socket
 import time
 import uuid
@@ -54,9 +55,15 @@ NOT_RESOLVED_REASONS: dict[str, str] = {
 """What a losing answer is told, by the status of the request it tried to answer."""
 
 
+_USERINFO = re.compile(r"(//[^/@]*?:)[^/@]*@")
+
+
 def redacted(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages)."""
-    parts = urlsplit(url)
+    """``url`` with its password replaced by ``***`` (for messages), even a malformed one."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unclosed IPv6 bracket: hide what stands between : and @
+        return _USERINFO.sub(r"\1***@", url)
     if parts.password is None:
         return url
     netloc = parts.netloc.rpartition("@")
@@ -346,7 +353,10 @@ def connect(url: str | None = None, **options: Any) -> Broker:
             included, rather than run unsigned), or a bad value.
     """
     url = url or os.environ.get("TOOLNEXUS_URL") or "memory://"
-    scheme = urlsplit(url).scheme
+    try:
+        scheme = urlsplit(url).scheme
+    except ValueError as exc:
+        raise ConfigurationError(f"malformed broker URL {redacted(url)!r}: {exc}") from exc
     if scheme == "memory":
         from .memory import MemoryBroker
 

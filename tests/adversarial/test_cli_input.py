@@ -82,6 +82,17 @@ def test_an_endless_duration_is_a_usage_error(
     assert "DURATION" in line or "duration" in line
 
 
+@pytest.mark.parametrize(
+    "url", ["redis://agent:s3cret@[::1/0", "redis://agent:s3cret@127.0.0.1:6379/zero"]
+)
+def test_a_malformed_url_is_a_usage_error(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """S9/S10, observation 9/10: an unclosed IPv6 bracket raised ValueError with a
+    traceback; a database path that is not a number was quietly database 0 (the ask
+    waited there). One line, the password hidden."""
+    line = usage_error(capsys, "audit", "--url", url)
+    assert "s3cret" not in line and ("IPv6" in line or "database" in line)
+
+
 def test_a_prompt_that_is_not_text_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     """S10, observation 10: a prompt holding a byte that is not UTF-8 (in argv, a lone
     surrogate) raised UnicodeEncodeError with a traceback; now one line names the field."""
