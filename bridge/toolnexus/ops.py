@@ -160,6 +160,13 @@ async def _bounded(broker: RedisBroker, what: str, call: Awaitable[T]) -> T:
         raise BrokerUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
+def _wrong_type(exc: BrokerUnavailable) -> bool:
+    """Whether ``exc`` is Redis refusing a command on a key of another type (WRONGTYPE):
+    a key toolnexus did not write as it is, not Redis being away."""
+    cause = exc.__cause__
+    return isinstance(cause, redis.exceptions.ResponseError) and "WRONGTYPE" in str(cause)
+
+
 async def discover_queues(url: str, namespace: str) -> list[str]:
     """The queues of ``namespace`` that have a request stream, sorted (SCAN, so on Redis
     Cluster only those of the node the URL names).
@@ -274,10 +281,15 @@ async def _quorums(broker: RedisBroker) -> list[QuorumStatus]:
         if request.quorum is None or not WAITER_ID.fullmatch(waiter):
             continue
         state = keys.state(waiter, request.id)
-        status = await _bounded(broker, what, redis_.hget(state, "s"))
-        if status != b"open":
-            continue
-        names = [_name(n) for n in await _bounded(broker, what, redis_.hkeys(state))]
+        try:
+            status = await _bounded(broker, what, redis_.hget(state, "s"))
+            if status != b"open":
+                continue
+            names = [_name(n) for n in await _bounded(broker, what, redis_.hkeys(state))]
+        except BrokerUnavailable as exc:
+            if _wrong_type(exc):
+                continue  # not a state toolnexus wrote: nothing to show
+            raise
         approvers = [n[2:] for n in names if n.startswith("y:")]
         found.append(
             QuorumStatus(
@@ -304,7 +316,8 @@ async def _durable_open(broker: RedisBroker) -> int:
         async with broker.redis.pipeline(transaction=False) as pipe:
             for state in states[start : start + 1000]:
                 pipe.hget(state, "s")
-            count += sum(1 for s in await pipe.execute() if s == b"open")
+            # (a key of another type is an error in its place, not an open request)
+            count += sum(1 for s in await pipe.execute(raise_on_error=False) if s == b"open")
     return count
 
 
@@ -331,10 +344,11 @@ async def _escalations(broker: RedisBroker) -> list[EscalationStatus]:
         for request in escalating:
             assert request.reply_to is not None
             pipe.hget(keys.state(request.reply_to, request.id), "q")
-        reached = await pipe.execute()
+        reached = await pipe.execute(raise_on_error=False)
     found = []
     for request, value in zip(escalating, reached, strict=True):
-        queues = [queue for queue, _entry in parse_queues_field(value)]
+        readable = value if isinstance(value, bytes | str) else None  # else a wrong type
+        queues = [queue for queue, _entry in parse_queues_field(readable)]
         if len(queues) > 1:
             found.append(EscalationStatus(id=request.id, queues=queues))
     return found

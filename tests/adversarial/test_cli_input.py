@@ -17,6 +17,7 @@ import msgspec
 import pytest
 import redis
 
+from toolnexus import MSGPACK, Hop, Quorum, Request, new_id
 from toolnexus.audit import AuditRecord, encode_record
 from toolnexus.cli import main
 from toolnexus.keys import Keys
@@ -156,3 +157,22 @@ def test_status_and_audit_survive_odd_entries(
     assert all(record.id in out for record in odd)
     assert main(["audit", "--json", *url]) == 0
     assert "req-far" in capsys.readouterr().out
+
+
+def test_status_survives_states_of_another_type(
+    redis_url: str, namespace: str, client: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """S10, observation 10: a quorum's or an escalating request's state key that is not a
+    hash (one SET by anyone with write rights) ended ``status`` as "unreachable" (exit 3);
+    now that request is passed over."""
+    keys = Keys(namespace, "default")
+    waiter = "a" * 16
+    for request in (
+        Request(id=new_id(), kind="approval", quorum=Quorum(need=2), reply_to=waiter),
+        Request(id=new_id(), kind="approval", escalate=[Hop(60, "oncall")], reply_to=waiter),
+    ):
+        client.xadd(keys.requests, {"r": MSGPACK.encode(request)})
+        client.set(keys.state(waiter, request.id), "not a hash")
+    client.set(keys.durable_states_pattern().replace("*", "req-x"), "not a hash")
+    assert main(["status", "--url", redis_url, "--namespace", namespace]) == 0
+    assert "queue default: 2 open" in capsys.readouterr().out
