@@ -488,6 +488,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "worker":
         return _worker(args)
+    garbled = _not_text(args)
+    if garbled is not None:
+        print(
+            f"toolnexus {args.command}: {garbled}: not UTF-8 text (bytes this system's "
+            "encoding cannot decode)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     try:
         return _COMMANDS[args.command](args)
     except BrokerUnavailable as exc:
@@ -498,6 +506,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+
+
+def _not_text(args: argparse.Namespace) -> str | None:
+    """The first argument that is not text (undecodable bytes in argv arrive as lone
+    surrogates, which nothing can send or store), by name; None when all are."""
+    for name, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                try:
+                    item.encode()
+                except UnicodeEncodeError:
+                    return name
+    return None
 
 
 def _one_line(exc: BaseException, args: argparse.Namespace) -> str:

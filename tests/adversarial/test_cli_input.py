@@ -99,6 +99,8 @@ def test_a_prompt_that_is_not_text_is_a_usage_error(capsys: pytest.CaptureFixtur
     surrogate) raised UnicodeEncodeError with a traceback; now one line names the field."""
     line = usage_error(capsys, "ask", "Deploy \udcff?", "--url", "memory://", "--timeout", "1")
     assert "prompt" in line
+    line = usage_error(capsys, "answer", "req-1", "--decline", "--person", "ops:\udcff")
+    assert "person" in line  # not exit 1, "refused", for bad usage
 
 
 async def test_the_process_prints_one_line_and_no_traceback(tmp_path: Path) -> None:
