@@ -43,7 +43,7 @@ from .errors import (
     UnknownRequest,
 )
 from .hops import check_hops
-from .keys import check_request_id
+from .keys import Keys, check_request_id
 from .models import Answer, Approval, Event, EventType, Heartbeat, Hop, Request
 from .numeric import check_number
 from .outcomes import check_on_expiry, expired_answer
@@ -116,6 +116,7 @@ class MemoryBroker(Broker):
             )
         check_number("option default_timeout_s", default_timeout_s)
         check_number("option retention_s", retention_s)
+        Keys(namespace or "toolnexus", queue or "default")  # names the Redis broker takes
         self.url = url
         self.default_timeout_s = default_timeout_s
         self.retention_s = retention_s

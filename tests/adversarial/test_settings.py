@@ -91,3 +91,9 @@ def test_a_signing_key_object_is_refused_by_memory_too() -> None:
     """S9: not only a path: a key given to a broker that cannot sign is an error."""
     with pytest.raises(ConfigurationError, match="cannot sign"):
         toolnexus.connect("memory://", signing_key=SigningKey.generate("agent-7"))
+
+
+def test_the_embedded_broker_checks_the_names_it_takes() -> None:
+    """S9, observation 9: a namespace the Redis broker refuses was taken in memory."""
+    with pytest.raises(ConfigurationError, match="namespace 'a:b'"):
+        toolnexus.connect("memory://", namespace="a:b")
