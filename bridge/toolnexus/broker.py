@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .audit import AuditRecord
 from .errors import ConfigurationError, InvalidRequest
 from .models import DECLINED, DISMISSED, Answer, Event, Heartbeat, Request
-from .numeric import check_number
+from .numeric import MAX_COUNT, check_number
 
 REDIS_SCHEMES = frozenset(
     {
@@ -104,6 +104,18 @@ def deadline_of(request: Request, timeout_s: float | None, default_timeout_s: fl
         )
         return request.created_at + request.escalate[-1].after_s + default_timeout_s
     return now + default_timeout_s
+
+
+def check_audit_query(since: float | None, limit: int) -> None:
+    """Refuse an audit query no trail can answer (:meth:`Broker.audit`): ``since`` a Unix
+    time (finite, not negative), ``limit`` a positive integer.
+
+    Raises:
+        ConfigurationError: naming the argument.
+    """
+    if since is not None:
+        check_number("since", since, inclusive=True, maximum=math.inf)
+    check_number("limit", limit, integer=True, maximum=MAX_COUNT)
 
 
 SAME_QUESTION = ("kind", "prompt", "data", "url", "on_expiry", "quorum", "escalate")
@@ -267,6 +279,8 @@ class Broker(_Closing):
         """The audit records of resolved requests from ``since`` (Unix time), oldest first.
 
         Raises:
+            ConfigurationError: ``since`` is not a finite time, or ``limit`` not a positive
+                integer (:func:`check_audit_query`).
             BrokerUnavailable: the broker cannot be reached.
         """
 

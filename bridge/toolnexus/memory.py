@@ -28,6 +28,7 @@ from .broker import (
     Pending,
     Resolution,
     Responder,
+    check_audit_query,
     check_same_question,
     deadline_of,
     default_consumer_name,
@@ -286,6 +287,7 @@ class MemoryBroker(Broker):
     async def audit(
         self, *, since: float | None = None, request_id: str | None = None, limit: int = 10_000
     ) -> list[AuditRecord]:
+        check_audit_query(since, limit)
         records = [
             r
             for r in self._audit

@@ -189,3 +189,24 @@ async def test_a_responder_dead_letters_a_quorum_of_zero(broker: Broker) -> None
         await pending.accept()
     assert (await asyncio.wait_for(waiting, 5)).ok
     assert await broker.redis.xlen(broker.keys.dead) == 1
+
+
+@BROKERS
+@pytest.mark.parametrize(
+    "query", [{"since": math.nan}, {"since": -5.0}, {"since": math.inf}, {"limit": 0}]
+)
+async def test_an_audit_query_no_trail_can_answer_is_refused(
+    broker: Broker, query: dict[str, Any]
+) -> None:
+    """S10, observation 10: ``audit(since=nan)`` raised ValueError on Redis, a negative
+    one was "broker unavailable"; the memory broker answered them."""
+    with pytest.raises(ConfigurationError, match=f"{next(iter(query))}="):
+        await broker.audit(**query)
+
+
+@BROKERS
+async def test_heartbeat_info_that_cannot_be_encoded_is_refused(broker: Broker) -> None:
+    """S10, observation 10: a lone surrogate in a heartbeat's info raised
+    UnicodeEncodeError on Redis and was kept in memory."""
+    with pytest.raises(ConfigurationError, match="field 'info'"):
+        await broker.heartbeat("web", "w1", ttl_s=30, info={"host": "\ud800"})

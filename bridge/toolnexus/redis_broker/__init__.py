@@ -21,7 +21,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from ..audit import AuditRecord, decode_record
-from ..broker import Broker, default_consumer_name, redacted
+from ..broker import Broker, check_audit_query, default_consumer_name, redacted
 from ..codec import MSGPACK, Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, DecodeError
 from ..models import Answer, Event, Heartbeat, Request
@@ -215,6 +215,7 @@ class RedisBroker(Broker):
     ) -> list[AuditRecord]:
         """Audit records from ``since`` (a Unix time; all kept when None), oldest first,
         of one request if ``request_id`` is given; unreadable records are skipped."""
+        check_audit_query(since, limit)
         start = "-" if since is None else f"{ms(since)}-0"
         with boundary("reading the audit trail"):
             await self.core.bounded(self.core.pipeliner.drain())  # this process's records too
