@@ -131,12 +131,7 @@ class Waiter:
         check_hops(request, deadline, core.keys.queue)
         published = self.publisher.as_published(request, deadline, allow, replies.waiter)
         signatures = core.signatures
-        payload = core.codec.encode(signatures.sign_request(published))
-        if len(payload) > core.codec.max_bytes:
-            raise InvalidRequest(
-                f"request {request.id!r} is {len(payload)} bytes encoded, over the limit of "
-                f"{core.codec.max_bytes} bytes"
-            )
+        payload = core.codec.encode_request(signatures.sign_request(published))
         checked = self._checks(published)
         keeps = checked or replies.durable or signatures.key is not None
         wait = Wait(
