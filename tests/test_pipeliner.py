@@ -97,7 +97,7 @@ async def test_posted_items_deliver_their_reply_or_log_their_failure(
         got: list[object] = []
         item = (b"an event", "", "", "", "")
         requests, audit = f"{namespace}:requests", f"{namespace}:audit"
-        shared = (0, 60_000, 0)
+        shared = (0, 60_000, 0, 100)  # the last: the audit stream's length cap
         pipeliner.post_batch(
             SETTLE, (events, requests, audit), shared, (), item, on_reply=got.append
         )
