@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .audit import AuditRecord
 from .errors import ConfigurationError, InvalidRequest
 from .models import DECLINED, DISMISSED, Answer, Event, Heartbeat, Request
+from .wire10 import Request10
 
 REDIS_SCHEMES = frozenset(
     {
@@ -208,13 +209,17 @@ class Broker(_Closing):
     @abc.abstractmethod
     async def wait_for(
         self,
-        request: Request,
+        request: Request | Request10,
         *,
         timeout_s: float | None = None,
         allow: Sequence[str] | None = None,
         durable: bool = False,
     ) -> Answer:
         """Publish ``request`` and wait for its answer.
+
+        ``request`` is a :class:`~toolnexus.Request` or any object with the toolkit's §10
+        attributes (``id``, ``kind``, ``prompt``, ``url``, ``data``, ``expiresAt``; the
+        toolkit's own ``Request`` among them), read by :func:`toolnexus.wire10.as_request`.
 
         Never raises for an outcome: the deadline gives ``Answer(ok=False,
         reason="expired")`` (or the request's :class:`~toolnexus.models.OnExpiry` default,
@@ -230,8 +235,9 @@ class Broker(_Closing):
 
         Raises:
             InvalidRequest: a request with this id is already being waited for here, its
-                id cannot name a key, its default on expiry fails its schema, or (durable)
-                a stored request with this id asks something else.
+                id cannot name a key, a §10 attribute is missing or of the wrong type, its
+                default on expiry fails its schema, or (durable) a stored request with this
+                id asks something else.
             BrokerClosed: the broker was closed before or during the wait.
         """
 

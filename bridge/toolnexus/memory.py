@@ -47,6 +47,7 @@ from .models import Answer, Approval, Event, EventType, Heartbeat, Hop, Request
 from .outcomes import check_on_expiry, expired_answer
 from .schema import check_answer
 from .signing import allowed
+from .wire10 import Request10, as_request
 
 
 @dataclass(eq=False)
@@ -96,7 +97,7 @@ class MemoryBroker(Broker):
 
     async def wait_for(
         self,
-        request: Request,
+        request: Request | Request10,
         *,
         timeout_s: float | None = None,
         allow: Sequence[str] | None = None,
@@ -104,6 +105,7 @@ class MemoryBroker(Broker):
     ) -> Answer:
         """See :meth:`Broker.wait_for`. A durable wait attaches to a durable request of
         this broker with the same id; nothing of it outlives the process."""
+        request = as_request(request)
         problem = check_request_id(request.id)
         if problem is not None:
             raise InvalidRequest(f"request id {request.id[:100]!r}: {problem}")
