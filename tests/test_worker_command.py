@@ -81,7 +81,7 @@ def test_a_missing_extra_names_the_install_command(worker: str, blocked: list[st
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
     )
     assert done.returncode == 2
-    assert done.stderr.rstrip().endswith(f"pip install 'toolnexus[{worker}]'"), done.stderr
+    assert done.stderr.rstrip().endswith(f"pip install 'toolnexus-bridge[{worker}]'"), done.stderr
 
 
 @pytest.mark.parametrize(("choice", "loop"), [("no", "asyncio"), ("yes", "uvloop")])

@@ -334,7 +334,7 @@ def _worker(args: argparse.Namespace) -> int:
         if missing in ("toolnexus", "toolnexus_workers") or not missing:
             raise
         extra = entry.name if entry.name in _extras() else None
-        fix = f": pip install 'toolnexus[{extra}]'" if extra else ""
+        fix = f": pip install 'toolnexus-bridge[{extra}]'" if extra else ""
         print(
             f"toolnexus worker {entry.name} needs {missing!r}, which is not installed{fix}",
             file=sys.stderr,
