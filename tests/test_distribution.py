@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import configparser
 import email.parser
+import importlib.metadata
 import re
 import subprocess
 import sys
@@ -62,6 +63,14 @@ def test_the_wheel_has_the_command_and_every_worker(wheel: Path) -> None:
     workers = dict(points["toolnexus.workers"])
     assert workers == PYPROJECT["entry-points"]["toolnexus.workers"]
     assert {"auto", "terminal", "web", "slack", "telegram"} <= set(workers)
+
+
+def test_the_installed_metadata_is_found_by_the_distribution_name() -> None:
+    from toolnexus.cli import DISTRIBUTION
+
+    assert DISTRIBUTION == PYPROJECT["name"] == NAME
+    extras = importlib.metadata.metadata(DISTRIBUTION).get_all("Provides-Extra") or []
+    assert set(extras) == set(PYPROJECT["optional-dependencies"])
 
 
 @pytest.mark.slow
