@@ -52,6 +52,7 @@ def test_the_wheel_is_toolnexus_bridge_importing_as_toolnexus(wheel: Path) -> No
     with zipfile.ZipFile(wheel) as z:
         tops = {n.split("/")[0] for n in z.namelist() if not n.split("/")[0].endswith("-info")}
         assert "toolnexus/wire10.py" in z.namelist()
+        assert "toolnexus_workers/gateway/openapi.json" in z.namelist()
     assert tops == {"toolnexus", "toolnexus_workers"}
 
 
