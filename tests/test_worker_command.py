@@ -40,8 +40,8 @@ def test_an_unknown_worker_is_refused_by_name() -> None:
     done = run("worker", "slak")
     assert done.returncode == 2
     assert (
-        done.stderr
-        == "toolnexus: no worker named 'slak' (installed: auto, gateway, slack, telegram, terminal, web)\n"
+        done.stderr == "toolnexus: no worker named 'slak' "
+        "(installed: auto, gateway, slack, telegram, terminal, web)\n"
     )
 
 
