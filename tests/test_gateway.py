@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from toolnexus_workers.gateway.tokens import Tokens
 TOKEN = "agent-7-token-0123456789"
 OTHER_TOKEN = "agent-8-token-0123456789"
 DOCUMENT = json.loads(OPENAPI.read_text())
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def schema(name: str) -> dict[str, Any]:
@@ -129,6 +132,31 @@ async def test_a_long_poll_gets_the_signed_answer_of_a_real_responder(setup: Set
         ).encode()
     )
     jsonschema.validate(response.json(), schema("Answer"))
+
+
+async def test_the_javascript_wait_for_with_nodes_fetch(setup: Setup) -> None:
+    """examples/gateway/wait_for.mjs, the toolkit JavaScript port's waitFor, run by Node."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("this test needs Node 18+ (./run test installs Debian's nodejs)")
+    asked = approval(expiresAt=iso_time(time.time() + 30))
+    process = await asyncio.create_subprocess_exec(
+        node,
+        str(ROOT / "examples" / "gateway" / "wait_for.mjs"),
+        setup.url,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "TOOLNEXUS_GATEWAY_TOKEN": TOKEN},
+    )
+    talking = asyncio.create_task(process.communicate(json.dumps(asked).encode()))
+    pending = await next_pending(setup.responder)
+    assert pending.request.prompt == "Deploy?"
+    await pending.accept({"ticket": "CHG-1"})
+    out, err = await asyncio.wait_for(talking, 20)
+    assert process.returncode == 0, err.decode()
+    # the §10 Answer, byte for byte as the JavaScript port writes it ("bridge" left out)
+    assert out == f'{{"id":"{asked["id"]}","ok":true,"data":{{"ticket":"CHG-1"}}}}'.encode()
 
 
 async def test_a_decline_is_an_answer(setup: Setup) -> None:
