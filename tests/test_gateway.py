@@ -300,6 +300,44 @@ async def test_the_openapi_document_is_served_and_describes_every_route(setup: S
     jsonschema.Draft202012Validator.check_schema(schema("Request"))
 
 
+async def test_the_same_request_posted_twice_at_once_is_one_wait(setup: Setup) -> None:
+    asked = approval()
+    first, second = await asyncio.gather(setup.post(asked, wait=0), setup.post(asked, wait=0))
+    assert (first.status_code, second.status_code) == (202, 202)
+    pending = await next_pending(setup.responder)
+    await pending.accept()
+    polled = await setup.get(f"/v1/requests/{asked['id']}", wait=5)
+    assert polled.json() == {"id": asked["id"], "ok": True, "bridge": {"responder": "ops-bot"}}
+
+
+async def test_over_max_waits_and_without_redis_the_gateway_says_503(
+    redis_url: str, namespace: str
+) -> None:
+    def make(agent: str) -> Broker:
+        return toolnexus.connect(redis_url, namespace=namespace, agent=agent, **FAST)
+
+    def unreachable(agent: str) -> Broker:
+        return toolnexus.connect("redis://127.0.0.1:1/0", connect_timeout_s=0.5)
+
+    tokens = Tokens([("agent-7", TOKEN)])
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with (
+        GatewayServer(Gateway(Agents(make), tokens, max_waits=1), port=0) as full,
+        GatewayServer(Gateway(Agents(unreachable), tokens), port=0) as away,
+        httpx.AsyncClient(timeout=20) as http,
+    ):
+        url = f"{full.url}/v1/requests"
+        assert (
+            await http.post(url, json=approval(), headers=headers, params={"wait": 0})
+        ).status_code == 202
+        refused = await http.post(url, json=approval(), headers=headers, params={"wait": 0})
+        assert refused.status_code == 503
+        assert refused.json() == {"error": "1 requests are open here: try again later"}
+        down = await http.post(f"{away.url}/v1/requests", json=approval(), headers=headers)
+        assert down.status_code == 503
+        assert "cannot reach Redis at redis://127.0.0.1:1/0" in down.json()["error"]
+
+
 def test_without_tokens_the_gateway_serves_loopback_only() -> None:
     def make(agent: str) -> Broker:
         return toolnexus.connect("memory://")

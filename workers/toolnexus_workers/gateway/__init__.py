@@ -71,6 +71,12 @@ def parser() -> argparse.ArgumentParser:
         help="a long poll sends a space this often while it waits (15 s)",
     )
     http.add_argument(
+        "--max-waits",
+        type=int,
+        default=10_000,
+        help="requests open at once, over all agents; more are refused with 503 (10000)",
+    )
+    http.add_argument(
         "--keep-s",
         type=float,
         default=300.0,
@@ -163,6 +169,7 @@ async def _serve(shared: Broker, args: argparse.Namespace) -> int:
         anonymous_agent=args.agent,
         keepalive_s=args.keepalive_s,
         keep_s=args.keep_s,
+        max_waits=args.max_waits,
     )
     await GatewayServer(gateway, host=args.host, port=args.port).run()
     return 0

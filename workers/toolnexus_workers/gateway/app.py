@@ -15,7 +15,8 @@ beside this file, served at ``GET /openapi.json``.
 
 Every outcome is an Answer with status 200, as ``wait_for`` gives it; errors are
 ``{"error": "..."}`` with 400 (a bad body or parameter, named), 401 (no or an unknown bearer
-token), 404, 409, 413 (over :data:`MAX_BODY_BYTES`) or 503 (Redis unreachable). A wait goes
+token), 404, 409, 413 (over :data:`MAX_BODY_BYTES`) or 503 (Redis unreachable, or too many
+requests open). A wait goes
 on when its HTTP connection drops (GET it again) until it is answered, expires or is
 withdrawn.
 """
@@ -65,10 +66,6 @@ class Wait:
     request: Request
     task: asyncio.Task[Answer]
 
-    @property
-    def answer(self) -> Answer | None:
-        return self.task.result() if self.task.done() else None
-
 
 class Agents:
     """One broker per agent, made by ``make(agent)`` on first use (connected to Redis as
@@ -110,7 +107,9 @@ def answer_response(answer: Answer) -> Response:
 class Gateway:
     """The gateway's routes over ``agents``. With ``tokens``, every call needs a bearer token
     and acts as the agent it names; without, every call acts as ``anonymous_agent`` (the
-    gateway then listens on loopback only, see :class:`GatewayServer`)."""
+    gateway then listens on loopback only, see
+    :class:`~toolnexus_workers.gateway.server.GatewayServer`). At most ``max_waits``
+    requests are open at once (more: 503)."""
 
     def __init__(
         self,
@@ -120,10 +119,11 @@ class Gateway:
         anonymous_agent: str = "anon",
         keepalive_s: float = 15.0,
         keep_s: float = 300.0,
+        max_waits: int = 10_000,
     ) -> None:
         self.agents, self.tokens = agents, tokens
         self.anonymous_agent = anonymous_agent
-        self.keepalive_s, self.keep_s = keepalive_s, keep_s
+        self.keepalive_s, self.keep_s, self.max_waits = keepalive_s, keep_s, max_waits
         self.waits: dict[tuple[str, str], Wait] = {}
         self._openapi = OPENAPI.read_bytes()
 
@@ -166,36 +166,36 @@ class Gateway:
         problem = check_request_id(asked.id)
         if problem is not None:
             return error(400, f"§10 request: id {asked.id[:100]!r}: {problem}")
-        wait = self.waits.get((agent, asked.id))
-        if wait is not None:
-            if request_to_dict(wait.request) != request_to_dict(asked):
-                return error(
-                    409,
-                    f"request {asked.id!r} is already being waited for and asks something "
-                    "else: a request id names one question",
-                )
-        else:
-            started = await self.start(agent, asked)
-            if isinstance(started, Response):
-                return started
-            wait = started
+        wait = self.waits.get((agent, asked.id)) or await self.start(agent, asked)
+        if isinstance(wait, Response):
+            return wait
+        if request_to_dict(wait.request) != request_to_dict(asked):
+            return error(
+                409,
+                f"request {asked.id!r} is already being waited for and asks something "
+                "else: a request id names one question",
+            )
         return await self.respond(wait, wait_s)
 
     async def start(self, agent: str, asked: Request) -> Wait | Response:
-        """Publish ``asked`` as ``agent`` and wait for it in the background."""
+        """Publish ``asked`` as ``agent`` and wait for it in the background (or the wait
+        for its id that another call started meanwhile)."""
         try:
             broker = await self.agents.broker(agent)
         except BrokerUnavailable as exc:
             return error(503, str(exc))
+        key = (agent, asked.id)
+        if key in self.waits:  # posted twice at once: one wait
+            return self.waits[key]
+        if sum(1 for wait in self.waits.values() if not wait.task.done()) >= self.max_waits:
+            return error(503, f"{self.max_waits} requests are open here: try again later")
         request = msgspec.structs.replace(asked, source=Source(agent=agent))
         task = asyncio.create_task(self.wait_for(broker, request), name=f"gateway {asked.id}")
+        wait = self.waits[key] = Wait(agent, request, task)
         await asyncio.sleep(0)  # the wait's first step: its checks, before anything is sent
-        refused = task.exception() if task.done() else None
-        if refused is not None:
-            return error(400 if isinstance(refused, InvalidRequest) else 503, str(refused))
-        wait = Wait(agent, request, task)
-        key = (agent, asked.id)
-        self.waits[key] = wait
+        if task.done() and task.exception() is not None:
+            del self.waits[key]
+            return finished(task)
         task.add_done_callback(lambda _: self.forget_later(key, wait))
         return wait
 
@@ -221,11 +221,11 @@ class Gateway:
         None, a long poll (keep-alives until the answer)."""
         if wait_s is None:
             if wait.task.done():
-                return answer_response(wait.task.result())
+                return finished(wait.task)
             return StreamingResponse(self.long_poll(wait), media_type="application/json")
         done, _ = await asyncio.wait({wait.task}, timeout=wait_s)
         if done:
-            return answer_response(wait.task.result())
+            return finished(wait.task)
         location = f"/v1/requests/{quote(wait.request.id, safe='')}"
         return JSONResponse(
             {"id": wait.request.id, "status": "open"},
@@ -237,7 +237,7 @@ class Gateway:
         while True:
             done, _ = await asyncio.wait({wait.task}, timeout=self.keepalive_s)
             if done:
-                yield answer_to_json(wait.task.result())
+                yield bytes(finished(wait.task).body)
                 return
             yield KEEPALIVE
 
@@ -276,6 +276,15 @@ class Gateway:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.agents.aclose()
+
+
+def finished(task: asyncio.Task[Answer]) -> Response:
+    """The response for a wait that ended: its Answer, or (refused at its first step, e.g. an
+    id already waited for in this process) an error."""
+    refused = task.exception()
+    if refused is None:
+        return answer_response(task.result())
+    return error(400 if isinstance(refused, InvalidRequest) else 503, str(refused))
 
 
 def unauthorized() -> Response:
