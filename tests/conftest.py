@@ -73,13 +73,14 @@ async def broker(request: pytest.FixtureRequest, namespace: str) -> AsyncIterato
     """The same behaviour tests run against the embedded broker, the Redis broker on one
     server, and (for tests/test_broker_behaviour.py, or everywhere with
     ``TOOLNEXUS_CLUSTER=all``) on a local Redis Cluster."""
+    options: dict[str, int] = {}  # the embedded broker has no leases or blocking reads
     if request.param == "memory":
         url = "memory://"
     elif request.param == "redis":
-        url = request.getfixturevalue("redis_url")
+        url, options = request.getfixturevalue("redis_url"), FAST
     else:
-        url = request.getfixturevalue("redis_cluster").url
-    async with toolnexus.connect(url, namespace=namespace, **FAST) as b:
+        url, options = request.getfixturevalue("redis_cluster").url, FAST
+    async with toolnexus.connect(url, namespace=namespace, **options) as b:
         yield b
 
 

@@ -247,7 +247,9 @@ async def test_without_a_timeout_the_wait_ends_a_default_timeout_after_the_last_
     backend: str, redis_url: str, namespace: str
 ) -> None:
     url = "memory://" if backend == "memory" else redis_url
-    options = {"namespace": namespace, "queue": ORIGIN, "default_timeout_s": 0.5, **FAST}
+    options = {"namespace": namespace, "queue": ORIGIN, "default_timeout_s": 0.5}
+    if backend == "redis":
+        options.update(FAST)
     async with toolnexus.connect(url, **options) as b:
         asked = request((0.4, ONCALL))
         assert deadline_of(asked, None, 0.5) == pytest.approx(asked.created_at + 0.9)
@@ -301,8 +303,8 @@ async def test_an_escalation_that_cannot_be_followed_is_refused(
     expires_after_s: float | None,
     match: str,
 ) -> None:
-    url = "memory://" if backend == "memory" else redis_url
-    async with toolnexus.connect(url, namespace=namespace, queue=ORIGIN, **FAST) as b:
+    url, options = ("memory://", {}) if backend == "memory" else (redis_url, FAST)
+    async with toolnexus.connect(url, namespace=namespace, queue=ORIGIN, **options) as b:
         asked = Request(id=toolnexus.new_id(), kind="approval", escalate=escalate)
         if expires_after_s is not None:
             asked.expires_at = asked.created_at + expires_after_s

@@ -152,6 +152,11 @@ async def test_a_responder_applies_the_default_when_the_waiter_is_gone(
         with pytest.raises(AlreadyResolved, match="expired"):
             await b.answer(Answer(id=request.id, ok=True, data={"seats": 9}))
         answer = await asyncio.wait_for(b.wait_for(request), 5)
+
+        async def recorded() -> bool:  # by the responder, which sends it with its next writes
+            return bool(await b.audit(request_id=request.id))
+
+        await until(recorded)
         records = await b.audit(request_id=request.id)
         assert await published(b) == 1
     assert (answer.ok, answer.data, answer.reason, answer.defaulted) == (

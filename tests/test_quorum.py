@@ -189,9 +189,9 @@ async def test_two_of_three_where_one_person_answers_twice(
                 first = await web.next()
                 assert first["result"] == "counted"
                 assert (first["count"], first["need"]) == (1, 2)
-                assert first["approvers"] == ["web / web:alice"]
+                assert first["approvers"] == ["web:alice"]  # the voter is the person
                 second = await web.next()
-                assert second["result"] == "already voted by web / web:alice"
+                assert second["result"] == "already voted by web:alice"
                 await still_waiting(wait)  # one person twice is one vote
                 code, out, err = await answer_command(
                     redis_url, namespace, request.id, "ops:bob", **keys.env("cli")
@@ -200,7 +200,7 @@ async def test_two_of_three_where_one_person_answers_twice(
                 assert out.strip() == f"{request.id}: accepted"
                 answer = await asyncio.wait_for(wait, 20)
         approved = await next_event(events, request.id, "approved")
-        assert approvals_line(approved) == "1 of 2 approvals: web / web:alice"
+        assert approvals_line(approved) == "1 of 2 approvals: web:alice"
         assert (answer.ok, answer.responder, answer.person) == (True, "cli", "ops:bob")
         assert persons(answer) == ["web:alice", "ops:bob"]
         assert [a.responder for a in answer.approvals or ()] == ["web", "cli"]
@@ -247,7 +247,7 @@ async def test_a_forged_vote_never_counts_and_the_genuine_votes_resolve_it(
         async with waiting(agent, request) as wait:
             state = await opened(agent, request.id)
             forged = Answer(id=request.id, ok=True, responder="web", person="web:mallory")
-            await agent.redis.hset(state, "y:web / web:mallory", agent.codec.encode(forged))
+            await agent.redis.hset(state, "y:web:mallory", agent.codec.encode(forged))
             votes = [("web:alice", "accept")]
             async with voter(redis_url, namespace, votes, keys.env("web")) as web:
                 # Redis counts mallory's and alice's: 2 of 2; the waiter refuses mallory's
@@ -255,8 +255,8 @@ async def test_a_forged_vote_never_counts_and_the_genuine_votes_resolve_it(
                 await still_waiting(wait)
                 # ... and opens the request again: shown again, alice cannot vote twice
                 again = await web.next()
-                assert again["result"] == "already voted by web / web:alice", again
-                assert not await agent.redis.hexists(state, "y:web / web:mallory")
+                assert again["result"] == "already voted by web:alice", again
+                assert not await agent.redis.hexists(state, "y:web:mallory")
                 code, _, err = await answer_command(
                     redis_url, namespace, request.id, "ops:bob", **keys.env("cli")
                 )
@@ -287,15 +287,35 @@ async def test_a_second_vote_by_the_same_person_is_refused_and_the_pending_stays
         pending = await shown(broker)
         progress = await pending.accept(person="web:alice")
         assert progress is not None and (progress.event, progress.count) == ("approved", 1)
-        with pytest.raises(AlreadyVoted, match=r"already voted by web/.* / web:alice") as caught:
+        with pytest.raises(AlreadyVoted, match=r"already voted by web:alice$") as caught:
             await pending.accept(person="web:alice")
-        assert caught.value.voter.endswith(" / web:alice")
+        assert caught.value.voter == "web:alice" and not caught.value.contested
         await still_waiting(wait, 0.2)
         assert await pending.accept(person="web:bob") is None  # the same pending: decides
         answer = await asyncio.wait_for(wait, 10)
         assert persons(answer) == ["web:alice", "web:bob"]
         with pytest.raises(AlreadyResolved):
             await pending.accept(person="web:carol")
+
+
+@pytest.mark.parametrize("broker", ["memory", "redis"], indirect=True)
+async def test_one_person_through_two_responders_is_one_voter(broker: Broker) -> None:
+    """The voter is the person (toolnexus.voting): alice on the web page and alice in
+    Slack are one approver; a bot that names no person is a voter by its own name."""
+    request = ask(need=2)
+    async with waiting(broker, request) as wait:
+        on_web, on_slack = await shown(broker, "web"), await shown(broker, "slack")
+        assert await on_web.accept(person="alice") is not None
+        with pytest.raises(AlreadyVoted) as caught:
+            await on_slack.accept(person="alice")
+        assert caught.value.voter == "alice"
+        await still_waiting(wait, 0.3)
+        assert await on_slack.accept() is None  # the slack worker itself, no person
+        answer = await asyncio.wait_for(wait, 10)
+    assert [(a.responder, a.person) for a in answer.approvals or ()] == [
+        (on_web.responder_name, "alice"),
+        (on_slack.responder_name, None),
+    ]
 
 
 @pytest.mark.parametrize("broker", ["memory", "redis"], indirect=True)
@@ -486,12 +506,12 @@ async def test_a_durable_quorum_short_of_a_forged_vote_is_published_again(
                 while not await agent.redis.exists(state):
                     await asyncio.sleep(0.01)
             forged = Answer(id=request.id, ok=True, responder="web", person="web:mallory")
-            await agent.redis.hset(state, "y:web / web:mallory", agent.codec.encode(forged))
+            await agent.redis.hset(state, "y:web:mallory", agent.codec.encode(forged))
             votes = [("web:alice", "accept")]
             async with voter(redis_url, namespace, votes, keys.env("web")) as web:
                 assert (await web.next())["result"] == "resolved"  # with mallory's, in Redis
                 again = await web.next()  # refused by the waiter: opened and shown again
-                assert again["result"] == "already voted by web / web:alice", again
+                assert again["result"] == "already voted by web:alice", again
                 code, _, err = await answer_command(
                     redis_url, namespace, request.id, "ops:bob", **keys.env("cli")
                 )

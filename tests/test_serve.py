@@ -360,9 +360,9 @@ async def test_sigterm_drains_when_signals_are_handled(broker: Broker) -> None:
 
 
 async def test_bad_options_are_refused(broker: Broker) -> None:
-    with pytest.raises(ConfigurationError, match="concurrency must be at least 1, not 0"):
+    with pytest.raises(ConfigurationError, match="concurrency=0 must be at least 1"):
         Service(broker, Shelf(), concurrency=0)
-    with pytest.raises(ConfigurationError, match="heartbeat_ttl_s must be positive"):
+    with pytest.raises(ConfigurationError, match="heartbeat_ttl_s=0 must be positive"):
         Service(broker, Shelf(), heartbeat_ttl_s=0)
     service = Service(broker, Shelf())
     async with running(service):

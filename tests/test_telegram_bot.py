@@ -131,7 +131,7 @@ async def test_a_quorum_message_shows_the_count_and_a_second_vote_is_refused(
 
         def counted() -> bool:
             shown_now = telegram.message_about(request.prompt)
-            return shown_now is not None and f" / telegram:{ALLOWED}" in shown_now.text
+            return shown_now is not None and f"approvals: telegram:{ALLOWED}" in shown_now.text
 
         await eventually(counted, "the count shown")
         message = await shown(telegram, request)  # its buttons stay, for others to vote

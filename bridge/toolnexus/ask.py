@@ -43,6 +43,8 @@ def load_schema(path: str) -> dict[str, Any]:
         schema = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise ConfigurationError(f"--schema {path}: cannot read a JSON schema: {exc}") from exc
+    except RecursionError:
+        raise ConfigurationError(f"--schema {path}: the JSON is nested too deep") from None
     if not isinstance(schema, dict):
         raise ConfigurationError(f"--schema {path}: a form schema is a JSON object")
     return schema

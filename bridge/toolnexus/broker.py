@@ -9,7 +9,9 @@ later answer is refused with :class:`~toolnexus.AlreadyResolved`.
 from __future__ import annotations
 
 import abc
+import math
 import os
+import re
 import socket
 import time
 import uuid
@@ -21,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .audit import AuditRecord
 from .errors import ConfigurationError, InvalidRequest
 from .models import DECLINED, DISMISSED, Answer, Event, Heartbeat, Request
+from .numeric import MAX_COUNT, check_number
 from .wire10 import Request10
 
 REDIS_SCHEMES = frozenset(
@@ -53,9 +56,15 @@ NOT_RESOLVED_REASONS: dict[str, str] = {
 """What a losing answer is told, by the status of the request it tried to answer."""
 
 
+_USERINFO = re.compile(r"(//[^/@]*?:)[^/@]*@")
+
+
 def redacted(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages)."""
-    parts = urlsplit(url)
+    """``url`` with its password replaced by ``***`` (for messages), even a malformed one."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unclosed IPv6 bracket: hide what stands between : and @
+        return _USERINFO.sub(r"\1***@", url)
     if parts.password is None:
         return url
     netloc = parts.netloc.rpartition("@")
@@ -72,16 +81,42 @@ def deadline_of(request: Request, timeout_s: float | None, default_timeout_s: fl
     """The Unix time a wait ends: the earlier of the request's own expiry and ``timeout_s``.
     With neither, ``default_timeout_s`` from now; for a request that escalates, the end of
     its last hop: that hop's ``after_s`` plus ``default_timeout_s`` from its ``created_at``
-    (SPEC §14)."""
+    (SPEC §14).
+
+    Raises:
+        InvalidRequest: ``timeout_s`` is not a positive finite number of seconds (at most
+            :data:`~toolnexus.numeric.MAX_SECONDS`), or a time of the request is not finite.
+    """
     now = time.time()
-    candidates = [request.expires_at] if request.expires_at is not None else []
+    candidates = []
+    if request.expires_at is not None:
+        check_number(
+            "expires_at", request.expires_at, error=InvalidRequest, minimum=None, maximum=math.inf
+        )
+        candidates.append(request.expires_at)
     if timeout_s is not None:
+        check_number("timeout_s", timeout_s, error=InvalidRequest)
         candidates.append(now + timeout_s)
     if candidates:
         return min(candidates)
     if request.escalate:
+        check_number(
+            "created_at", request.created_at, error=InvalidRequest, minimum=None, maximum=math.inf
+        )
         return request.created_at + request.escalate[-1].after_s + default_timeout_s
     return now + default_timeout_s
+
+
+def check_audit_query(since: float | None, limit: int) -> None:
+    """Refuse an audit query no trail can answer (:meth:`Broker.audit`): ``since`` a Unix
+    time (finite, not negative), ``limit`` a positive integer.
+
+    Raises:
+        ConfigurationError: naming the argument.
+    """
+    if since is not None:
+        check_number("since", since, inclusive=True, maximum=math.inf)
+    check_number("limit", limit, integer=True, maximum=MAX_COUNT)
 
 
 SAME_QUESTION = ("kind", "prompt", "data", "url", "on_expiry", "quorum", "escalate")
@@ -119,7 +154,9 @@ class Pending(abc.ABC):
         otherwise None.
 
         Raises:
-            AlreadyVoted: this person voted on this quorum request before; it stays open.
+            AlreadyVoted: this person voted on this quorum request before, or another
+                vote in their name is stored and being checked (``contested``: if it is
+                not genuine, this vote counts); it stays open.
             InvalidAnswer: the data fails the request's schema; the request stays open.
             AlreadyResolved: another answer, the deadline or a withdrawal came first.
             UnknownRequest: the broker no longer knows the request.
@@ -236,8 +273,9 @@ class Broker(_Closing):
         Raises:
             InvalidRequest: a request with this id is already being waited for here, its
                 id cannot name a key, a §10 attribute is missing or of the wrong type, its
-                default on expiry fails its schema, or (durable) a stored request with this
-                id asks something else.
+                default on expiry fails its schema, ``timeout_s`` is not a positive finite
+                number, a field cannot be encoded (text that is not Unicode, such as a lone
+                surrogate), or (durable) a stored request with this id asks something else.
             BrokerClosed: the broker was closed before or during the wait.
         """
 
@@ -248,6 +286,8 @@ class Broker(_Closing):
         """The audit records of resolved requests from ``since`` (Unix time), oldest first.
 
         Raises:
+            ConfigurationError: ``since`` is not a finite time, or ``limit`` not a positive
+                integer (:func:`check_audit_query`).
             BrokerUnavailable: the broker cannot be reached.
         """
 
@@ -267,7 +307,8 @@ class Broker(_Closing):
         :meth:`Pending.answer`: the ``approved`` event of a vote that did not decide).
 
         Raises:
-            AlreadyVoted: this person voted on this quorum request before.
+            AlreadyVoted: this person voted on this quorum request before (or
+                ``contested``: see :meth:`Pending.answer`).
             InvalidAnswer: the data fails the request's schema; the request stays open.
             AlreadyResolved: the request was already answered, expired or withdrawn.
             UnknownRequest: no such request.
@@ -296,6 +337,8 @@ class Broker(_Closing):
         (a worker leaving). ``info`` is shown to operators (counters, pid, ...).
 
         Raises:
+            ConfigurationError: ``ttl_s`` is not a finite number (at most
+                :data:`~toolnexus.numeric.MAX_SECONDS`), or ``info`` cannot be encoded.
             BrokerUnavailable: the broker cannot be reached.
         """
 
@@ -326,10 +369,16 @@ def connect(url: str | None = None, **options: Any) -> Broker:
     to the backend (for Redis: ``namespace``, ``queue``, ``lease_ms``, ...).
 
     Raises:
-        ConfigurationError: the URL scheme is not one toolnexus knows.
+        ConfigurationError: the URL scheme is not one toolnexus knows, or an option the
+            backend does not know or cannot honour (``memory://`` refuses the Redis
+            broker's options and every signature setting, ``TOOLNEXUS_REQUIRE_SIGNATURES=1``
+            included, rather than run unsigned), or a bad value.
     """
     url = url or os.environ.get("TOOLNEXUS_URL") or "memory://"
-    scheme = urlsplit(url).scheme
+    try:
+        scheme = urlsplit(url).scheme
+    except ValueError as exc:
+        raise ConfigurationError(f"malformed broker URL {redacted(url)!r}: {exc}") from exc
     if scheme == "memory":
         from .memory import MemoryBroker
 

@@ -23,9 +23,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import acl
-from .errors import BrokerUnavailable, ToolnexusError
+from .errors import BrokerUnavailable, ConfigurationError, ToolnexusError
 from .hops import parse_duration
 from .models import Hop
+from .numeric import MAX_SECONDS, check_number
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 """Where ``ask``, ``answer``, ``status``, ``check`` and ``audit`` look for Redis when neither
@@ -36,12 +37,17 @@ EXIT_ERROR, EXIT_UNREACHABLE = 2, 3
 
 
 def duration_s(text: str) -> float:
-    """``"90"``, ``"30s"``, ``"10m"``, ``"1.5h"``, ``"2d"``, ``"500ms"`` in seconds (positive)."""
+    """``"90"``, ``"30s"``, ``"10m"``, ``"1.5h"``, ``"2d"``, ``"500ms"`` in seconds (positive,
+    at most :data:`~toolnexus.numeric.MAX_SECONDS`)."""
     seconds = parse_duration(text)
-    if seconds is None:
+    try:
+        check_number("duration", seconds)
+    except ConfigurationError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a positive duration: use e.g. 90, 30s, 10m, 1h or 2d"
-        )
+            f"{text[:40]!r} is not a positive duration of at most {MAX_SECONDS:g} s: "
+            "use e.g. 90, 30s, 10m, 1h or 2d"
+        ) from None
+    assert seconds is not None
     return seconds
 
 
@@ -57,7 +63,9 @@ def _json_value(text: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not JSON: {exc}") from None
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not JSON: {exc}") from None
+    except RecursionError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}...: JSON nested too deep") from None
 
 
 def _connection(parser: argparse.ArgumentParser, *, queue: bool = True) -> None:
@@ -485,6 +493,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "worker":
         return _worker(args)
+    garbled = _not_text(args)
+    if garbled is not None:
+        print(
+            f"toolnexus {args.command}: {garbled}: not UTF-8 text (bytes this system's "
+            "encoding cannot decode)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     try:
         return _COMMANDS[args.command](args)
     except BrokerUnavailable as exc:
@@ -495,6 +511,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+
+
+def _not_text(args: argparse.Namespace) -> str | None:
+    """The first argument that is not text (undecodable bytes in argv arrive as lone
+    surrogates, which nothing can send or store), by name; None when all are."""
+    for name, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                try:
+                    item.encode()
+                except UnicodeEncodeError:
+                    return name
+    return None
 
 
 def _one_line(exc: BaseException, args: argparse.Namespace) -> str:

@@ -12,11 +12,18 @@ and fields an older peer omits take their defaults.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
-from .errors import DecodeError, InvalidAnswer
+from .errors import (
+    ConfigurationError,
+    DecodeError,
+    InvalidAnswer,
+    InvalidRequest,
+    ToolnexusError,
+)
 from .models import Answer, Event, Heartbeat, Message, Request
 
 WIRE_VERSION: Final = 1
@@ -47,8 +54,33 @@ class Codec:
         return f"Codec({self.format!r}, max_bytes={self.max_bytes})"
 
     def encode(self, message: Message) -> bytes:
-        """Encode one message, version marker included."""
-        data: bytes = self._encoder.encode((WIRE_VERSION, message))
+        """Encode one message, version marker included.
+
+        Raises:
+            InvalidRequest: a request or event with a field that cannot be encoded (see
+                :data:`ENCODING_ERRORS`); the message names the field.
+            InvalidAnswer: the same for an answer.
+            ConfigurationError: the same for a heartbeat (its ``info``).
+        """
+        try:
+            data: bytes = self._encoder.encode((WIRE_VERSION, message))
+        except ENCODING_ERRORS as exc:
+            raise unencodable(message, exc) from exc
+        return data
+
+    def encode_request(self, request: Request) -> bytes:
+        """Encode a request to publish, refusing one over the size limit.
+
+        Raises:
+            InvalidRequest: a field cannot be encoded, or the encoded request is larger
+                than ``max_bytes``.
+        """
+        data = self.encode(request)
+        if len(data) > self.max_bytes:
+            raise InvalidRequest(
+                f"request {request.id!r} is {len(data)} bytes encoded, over the limit of "
+                f"{self.max_bytes} bytes"
+            )
         return data
 
     def decode(self, data: bytes | bytearray | memoryview | str) -> Message:
@@ -81,7 +113,8 @@ class Codec:
         """Encode an answer a responder gives, refusing one over the size limit.
 
         Raises:
-            InvalidAnswer: the encoded answer is larger than ``max_bytes``.
+            InvalidAnswer: a field cannot be encoded, or the encoded answer is larger than
+                ``max_bytes``.
         """
         data = self.encode(answer)
         if len(data) > self.max_bytes:
@@ -121,6 +154,46 @@ class Codec:
                 f"({WIRE_VERSION}): {exc}"
             )
         return f"not a toolnexus message: {exc}"
+
+
+ENCODING_ERRORS: Final = (
+    msgspec.EncodeError,
+    TypeError,
+    ValueError,
+    OverflowError,
+    RecursionError,
+)
+"""What msgspec raises for a value it cannot encode: a type it does not know, text that
+is not Unicode (a lone surrogate: ``UnicodeEncodeError``, a ``ValueError``), an integer
+beyond 64 bits, nesting too deep."""
+
+_PLAIN = msgspec.msgpack.Encoder()
+
+
+def unencodable_field(fields: Iterable[tuple[str, Any]]) -> str | None:
+    """The name of the first of ``fields`` (name, value) whose value cannot be encoded."""
+    for name, value in fields:
+        try:
+            _PLAIN.encode(value)
+        except ENCODING_ERRORS:
+            return name
+    return None
+
+
+def unencodable(message: Message, exc: BaseException) -> ToolnexusError:
+    """The error for ``message``, which cannot be encoded (``exc`` says why): naming the
+    field at fault; :class:`InvalidAnswer` for an answer, :class:`ConfigurationError` for a
+    heartbeat, else :class:`InvalidRequest`."""
+    names = message.__struct_fields__
+    field = unencodable_field((name, getattr(message, name)) for name in names)
+    what = type(message).__name__.lower()
+    text = f"{what} field {field!r}" if field else f"this {what}"
+    problem = f"{text} cannot be encoded: {type(exc).__name__}: {exc}"
+    if isinstance(message, Answer):
+        return InvalidAnswer(problem, rule="encodable")
+    if isinstance(message, Heartbeat):
+        return ConfigurationError(problem)
+    return InvalidRequest(problem)
 
 
 MSGPACK: Final = Codec("msgpack")

@@ -9,7 +9,7 @@
     │   ├── UnknownRequest     no such request (never published, or its state has expired)
     │   ├── NotAllowed         the request's allow-list does not name this responder or person
     │   ├── Contested          the request's state held another answer: the waiter decides
-    │   └── AlreadyVoted       a quorum request this person voted on already; it stays open
+    │   └── AlreadyVoted       a quorum request this person voted on already (or contested); open
     ├── SignatureError         a signature that is missing, wrong, untrusted or for another request
     ├── BrokerUnavailable      the broker cannot be reached (Redis down, refused, timed out)
     ├── BrokerClosed           this broker was closed by its owner (not an outage)
@@ -97,13 +97,26 @@ class Contested(NotResolved):
 
 
 class AlreadyVoted(NotResolved):
-    """A second vote by the same person (``voter``: the key name and person, as
-    :attr:`Answer.answered_by <toolnexus.Answer.answered_by>`) on a request that needs a
-    quorum (SPEC §14). It was not counted; the request stays open for other voters."""
+    """A vote on a request that needs a quorum (SPEC §14) that found a vote of the same
+    ``voter`` (the person, else the responder: :func:`toolnexus.voting.voter_of`) stored.
+    It was not counted now; the request stays open for other voters.
 
-    def __init__(self, request_id: str, voter: str) -> None:
-        super().__init__(request_id, f"already voted by {voter}")
+    ``contested``: the stored vote did not look genuine (it may be a forgery), so this
+    vote went to the waiter, which checks both and, if the stored one is refused, removes
+    it and casts this one; the waiter's verdict did not come within ``answer_patience_s``
+    (a waiter that is not running acts when a process waits again). The vote may still
+    count, with nothing more to do."""
+
+    def __init__(self, request_id: str, voter: str, *, contested: bool = False) -> None:
+        reason = (
+            f"contested: another vote by {voter} is stored; the waiter checks both, and "
+            "counts this one if that one is not genuine"
+            if contested
+            else f"already voted by {voter}"
+        )
+        super().__init__(request_id, reason)
         self.voter = voter
+        self.contested = contested
 
 
 class SignatureError(ToolnexusError):

@@ -33,6 +33,7 @@ from mcp.types import INVALID_PARAMS, ElicitResult, ErrorData
 from .errors import BrokerClosed, ConfigurationError, InvalidAnswer, InvalidRequest
 from .mcp_source import answer_to_elicit_result, elicitation_to_request
 from .models import Answer, Request, Source, WaitFor, new_id
+from .numeric import check_number
 from .schema import check_answer
 
 log = logging.getLogger(__name__)
@@ -115,8 +116,8 @@ def check_options(timeout_s: float | None, allow: Sequence[str] | None) -> None:
     Raises:
         ConfigurationError: naming the bad value.
     """
-    if timeout_s is not None and not timeout_s > 0:
-        raise ConfigurationError(f"timeout_s must be a positive number, got {timeout_s!r}")
+    if timeout_s is not None:
+        check_number("timeout_s", timeout_s)
     if isinstance(allow, str) or (
         allow is not None and not all(isinstance(name, str) and name for name in allow)
     ):

@@ -21,6 +21,7 @@ import pydantic
 from ._mcp_sdk import mcp_release
 from .errors import InvalidAnswer, InvalidRequest
 from .models import DECLINED, Answer, Request, Source, new_id
+from .numeric import check_number
 
 if TYPE_CHECKING:
     from mcp.types import ElicitResult
@@ -45,8 +46,8 @@ def elicitation_to_request(
         raise InvalidRequest(f"unknown elicitation mode {mode!r}: expected 'form' or 'url'")
     if not isinstance(message, str):
         raise InvalidRequest("elicitation params have no message to show the person")
-    if timeout_s is not None and not timeout_s > 0:
-        raise InvalidRequest(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    if timeout_s is not None:
+        check_number("timeout_s", timeout_s, error=InvalidRequest)
 
     if mode == "url":
         url = _field(params, "url")

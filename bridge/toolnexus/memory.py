@@ -28,6 +28,7 @@ from .broker import (
     Pending,
     Resolution,
     Responder,
+    check_audit_query,
     check_same_question,
     deadline_of,
     default_consumer_name,
@@ -37,16 +38,20 @@ from .errors import (
     AlreadyResolved,
     AlreadyVoted,
     BrokerClosed,
+    ConfigurationError,
     InvalidRequest,
     NotAllowed,
     UnknownRequest,
 )
 from .hops import check_hops
-from .keys import check_request_id
-from .models import Answer, Approval, Event, EventType, Heartbeat, Hop, Request
+from .keys import Keys, check_request_id
+from .models import Answer, Event, EventType, Heartbeat, Hop, Request
+from .numeric import check_number
 from .outcomes import check_on_expiry, expired_answer
 from .schema import check_answer
+from .signatures import REQUIRE_ENV, SIGNING_OPTIONS, signatures_required
 from .signing import allowed
+from .voting import approvals_of, decides, voter_of
 from .wire10 import Request10, as_request
 
 
@@ -56,7 +61,7 @@ class _State:
     waiter: asyncio.Future[Answer]
     status: Resolution | Literal["open"] = "open"
     answer: Answer | None = None
-    votes: dict[str, Answer] = field(default_factory=dict)  # a quorum's, by voter
+    votes: dict[str, Answer] = field(default_factory=dict)  # a quorum's, by voter (voter_of)
     waiting: bool = True  # a wait is in progress (a durable request may have none)
     escalated: list[Hop] = field(default_factory=list)  # the hops taken
 
@@ -70,9 +75,23 @@ AUDIT_RECORDS = 10_000
 """Audit records the embedded broker keeps (the newest)."""
 
 
+MEMORY_OPTIONS = ("default_timeout_s", "namespace", "queue", "retention_s")
+"""The options of the embedded broker. ``namespace`` and ``queue`` are accepted so that
+the same options reach either broker: one embedded broker is one namespace and one queue."""
+
+
 class MemoryBroker(Broker):
-    """In-process broker; ``connect("memory://")`` makes one. It accepts and ignores the
-    Redis broker's options. It does not sign: everything in it is one process."""
+    """In-process broker; ``connect("memory://")`` makes one. Options: ``default_timeout_s``
+    and ``retention_s`` (as the Redis broker's), ``namespace`` and ``queue`` (see
+    :data:`MEMORY_OPTIONS`). It does not sign: everything in it is one process, so it
+    refuses signature settings rather than run unsigned.
+
+    Raises:
+        ConfigurationError: an option it does not know or cannot honour (the Redis broker's
+            leases, connections, codec, ...), a signing key, trusted keys, signatures
+            required (``require_signatures=True`` or ``TOOLNEXUS_REQUIRE_SIGNATURES=1``),
+            or a bad value; the message names them and the options it has.
+    """
 
     def __init__(
         self,
@@ -80,8 +99,27 @@ class MemoryBroker(Broker):
         *,
         default_timeout_s: float = DEFAULT_TIMEOUT_S,
         retention_s: float = RETENTION_S,
-        **_ignored: Any,
+        namespace: str | None = None,
+        queue: str | None = None,
+        **options: Any,
     ) -> None:
+        signing = [name for name in SIGNING_OPTIONS if options.pop(name, None) not in (None, False)]
+        if signing or signatures_required():
+            asked = ", ".join(signing) or f"{REQUIRE_ENV}=1"
+            raise ConfigurationError(
+                f"the embedded broker ({url}) cannot sign or verify ({asked}): everything in "
+                "it is one process. Give a redis:// URL (or TOOLNEXUS_URL) for signatures, "
+                f"or leave them unset (connect() without a URL uses memory://)"
+            )
+        if options:
+            raise ConfigurationError(
+                f"the embedded broker ({url}) cannot honour option"
+                f"{'s' if len(options) > 1 else ''} {', '.join(sorted(options))}: its options "
+                f"are {', '.join(MEMORY_OPTIONS)} (the others are the Redis broker's)"
+            )
+        check_number("option default_timeout_s", default_timeout_s)
+        check_number("option retention_s", retention_s)
+        Keys(namespace or "toolnexus", queue or "default")  # names the Redis broker takes
         self.url = url
         self.default_timeout_s = default_timeout_s
         self.retention_s = retention_s
@@ -112,6 +150,7 @@ class MemoryBroker(Broker):
         check_on_expiry(request)
         if durable and not request.durable:
             request = msgspec.structs.replace(request, durable=True)
+        MSGPACK.encode_request(request)  # the encoding and size limit the Redis broker has
         self._forget_old()
         state = self._states.get(request.id)
         attachable = state is not None and state.request.durable and request.durable
@@ -193,27 +232,22 @@ class MemoryBroker(Broker):
         self._audit.append(record)
 
     def _vote(self, state: _State, vote: Answer) -> Event | None:
-        """Count ``vote`` towards the request's quorum (SPEC §14; as the Redis broker's
-        :mod:`~toolnexus.redis_broker.quorum`): resolve it with the vote that decides, or
-        publish and return the ``approved`` event."""
+        """Count ``vote`` towards the request's quorum (SPEC §14; the rule is
+        :mod:`toolnexus.voting`'s, as on the Redis broker): resolve it with the vote that
+        decides, or publish and return the ``approved`` event."""
         quorum = state.request.quorum
         assert quorum is not None
-        voter = vote.answered_by or ""
+        voter = voter_of(vote)
         if voter in state.votes:
             raise AlreadyVoted(vote.id, voter)
         state.votes[voter] = vote
-        accepts = [v for v in state.votes.values() if v.ok]
-        declines = len(state.votes) - len(accepts)
-        if (vote.ok and len(accepts) >= quorum.need) or (
-            not vote.ok and (quorum.decline == "veto" or declines >= quorum.need)
-        ):
-            approvals = [Approval(v.responder, v.person, v.answered_at) for v in accepts]
-            approvals.sort(key=lambda approval: approval.at)
+        accepts = {name: v for name, v in state.votes.items() if v.ok}
+        if decides(quorum, vote, len(accepts), len(state.votes) - len(accepts)):
+            approvals = approvals_of(accepts.values())
             self._settle(state, "answered", msgspec.structs.replace(vote, approvals=approvals))
             return None
-        approvers = [v.answered_by or "" for v in accepts]
         event = Event(
-            event="approved", id=vote.id, count=len(accepts), need=quorum.need, approvers=approvers
+            event="approved", id=vote.id, count=len(accepts), need=quorum.need, approvers=[*accepts]
         )
         for queue in self._subscribers:
             queue.put_nowait(event)
@@ -251,6 +285,7 @@ class MemoryBroker(Broker):
     async def audit(
         self, *, since: float | None = None, request_id: str | None = None, limit: int = 10_000
     ) -> list[AuditRecord]:
+        check_audit_query(since, limit)
         records = [
             r
             for r in self._audit
@@ -299,11 +334,13 @@ class MemoryBroker(Broker):
         ttl_s: float,
         info: Mapping[str, str | int | float] | None = None,
     ) -> None:
+        check_number("ttl_s", ttl_s, minimum=None)
         if ttl_s <= 0:
             self._heartbeats.pop((group, consumer), None)
             return
         now = time.time()
         beat = Heartbeat(group, consumer, at=now, expires_at=now + ttl_s, info=dict(info or {}))
+        MSGPACK.encode(beat)  # what the Redis broker cannot store is refused here too
         self._heartbeats[group, consumer] = beat
 
     async def heartbeats(self) -> list[Heartbeat]:

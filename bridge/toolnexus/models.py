@@ -14,6 +14,9 @@ from typing import Any, Final, Literal, TypeAlias
 
 import msgspec
 
+from .errors import InvalidRequest
+from .numeric import check_number
+
 # Reasons an Answer with ok=False carries. Open for more: a responder may send its own.
 DECLINED: Final = "declined"  # an explicit "no"
 DISMISSED: Final = "dismissed"  # closed without a choice
@@ -46,14 +49,39 @@ class Signature(msgspec.Struct, omit_defaults=True, frozen=True):
     digest: bytes | None = None
 
 
+MAX_VOTERS: Final = 10_000
+"""The largest :attr:`Quorum.need`: more persons than any approval gathers."""
+
+
 class Quorum(msgspec.Struct, omit_defaults=True, frozen=True):
     """A request that needs ``need`` accepting answers from distinct persons (by verified
-    identity: responder key name and person) before it resolves. ``decline="veto"``: any
-    decline resolves it declined; ``"count"``: declines are counted too, and whichever of
-    accepts and declines reaches ``need`` first decides (SPEC §14)."""
+    voter: the person named, else the responder key name; see :mod:`toolnexus.voting`)
+    before it resolves. ``decline="veto"``: any decline resolves it declined;
+    ``"count"``: declines are counted too, and whichever of accepts and declines reaches
+    ``need`` first decides (SPEC §14)."""
 
     need: int
     decline: Literal["veto", "count"] = "veto"
+
+    def __post_init__(self) -> None:
+        """Refuse a quorum nobody could reach or everybody already has (msgspec runs this
+        on decoding too, where the error becomes a ``DecodeError``).
+
+        Raises:
+            InvalidRequest: ``need`` is not an integer of at least 1, or ``decline`` is
+                neither ``"veto"`` nor ``"count"``.
+        """
+        check_number(
+            "quorum need",
+            self.need,
+            error=InvalidRequest,
+            integer=True,
+            minimum=1,
+            inclusive=True,
+            maximum=MAX_VOTERS,
+        )
+        if self.decline not in ("veto", "count"):
+            raise InvalidRequest(f"quorum decline={self.decline!r} must be 'veto' or 'count'")
 
 
 class Hop(msgspec.Struct, omit_defaults=True, frozen=True):
@@ -169,7 +197,7 @@ class Event(msgspec.Struct, tag="event", tag_field="type", omit_defaults=True):
     at: float = msgspec.field(default_factory=time.time)
     count: int | None = None  # "approved": accepting answers counted so far
     need: int | None = None  # "approved": how many the quorum needs
-    approvers: list[str] | None = None  # "approved": who approved so far (answered_by)
+    approvers: list[str] | None = None  # "approved": who approved so far (their voters)
     queue: str | None = None  # "escalated": the queue the request moved on to
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
@@ -159,6 +160,13 @@ async def _bounded(broker: RedisBroker, what: str, call: Awaitable[T]) -> T:
         raise BrokerUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
+def _wrong_type(exc: BrokerUnavailable) -> bool:
+    """Whether ``exc`` is Redis refusing a command on a key of another type (WRONGTYPE):
+    a key toolnexus did not write as it is, not Redis being away."""
+    cause = exc.__cause__
+    return isinstance(cause, redis.exceptions.ResponseError) and "WRONGTYPE" in str(cause)
+
+
 async def discover_queues(url: str, namespace: str) -> list[str]:
     """The queues of ``namespace`` that have a request stream, sorted (SCAN, so on Redis
     Cluster only those of the node the URL names).
@@ -168,15 +176,23 @@ async def discover_queues(url: str, namespace: str) -> list[str]:
     """
     async with redis_brokers(url, namespace, ["default"]) as (broker,):
         keys = broker.keys
-        found = await _bounded(broker, "listing queues", _scan(broker, keys.requests_pattern()))
+        found = await _bounded(
+            broker, "listing queues", _scan(broker, keys.requests_pattern(), "stream")
+        )
     return sorted({q for key in found if (q := keys.queue_of(key)) is not None})
 
 
-async def _scan(broker: RedisBroker, pattern: str) -> list[str]:
-    return [
-        key.decode() if isinstance(key, bytes) else key
-        async for key in broker.redis.scan_iter(match=pattern, count=1000)
-    ]
+async def _scan(broker: RedisBroker, pattern: str, kind: str | None = None) -> list[str]:
+    """The keys matching ``pattern`` (of type ``kind``, if given), except those whose names
+    are not UTF-8: toolnexus names every key it makes with text, so those are somebody
+    else's (or junk), as is a key of another type than toolnexus gives it."""
+    found = []
+    async for key in broker.redis.scan_iter(match=pattern, count=1000, _type=kind):
+        try:
+            found.append(key.decode() if isinstance(key, bytes) else key)
+        except UnicodeDecodeError:
+            continue
+    return found
 
 
 def _age_s(entry_id: bytes | str | None, now: float) -> float | None:
@@ -265,10 +281,15 @@ async def _quorums(broker: RedisBroker) -> list[QuorumStatus]:
         if request.quorum is None or not WAITER_ID.fullmatch(waiter):
             continue
         state = keys.state(waiter, request.id)
-        status = await _bounded(broker, what, redis_.hget(state, "s"))
-        if status != b"open":
-            continue
-        names = [_name(n) for n in await _bounded(broker, what, redis_.hkeys(state))]
+        try:
+            status = await _bounded(broker, what, redis_.hget(state, "s"))
+            if status != b"open":
+                continue
+            names = [_name(n) for n in await _bounded(broker, what, redis_.hkeys(state))]
+        except BrokerUnavailable as exc:
+            if _wrong_type(exc):
+                continue  # not a state toolnexus wrote: nothing to show
+            raise
         approvers = [n[2:] for n in names if n.startswith("y:")]
         found.append(
             QuorumStatus(
@@ -288,14 +309,15 @@ async def _durable_open(broker: RedisBroker) -> int:
     """How many of the queue's durable requests, of every agent, are open (up to
     ``UNDELIVERED_COUNT_MAX``)."""
     keys = broker.keys
-    found = await _scan(broker, keys.durable_states_pattern())
+    found = await _scan(broker, keys.durable_states_pattern(), "hash")
     states = [state for state in found if keys.is_durable_state(state)][:UNDELIVERED_COUNT_MAX]
     count = 0
     for start in range(0, len(states), 1000):
         async with broker.redis.pipeline(transaction=False) as pipe:
             for state in states[start : start + 1000]:
                 pipe.hget(state, "s")
-            count += sum(1 for s in await pipe.execute() if s == b"open")
+            # (a key of another type is an error in its place, not an open request)
+            count += sum(1 for s in await pipe.execute(raise_on_error=False) if s == b"open")
     return count
 
 
@@ -322,10 +344,11 @@ async def _escalations(broker: RedisBroker) -> list[EscalationStatus]:
         for request in escalating:
             assert request.reply_to is not None
             pipe.hget(keys.state(request.reply_to, request.id), "q")
-        reached = await pipe.execute()
+        reached = await pipe.execute(raise_on_error=False)
     found = []
     for request, value in zip(escalating, reached, strict=True):
-        queues = [queue for queue, _entry in parse_queues_field(value)]
+        readable = value if isinstance(value, bytes | str) else None  # else a wrong type
+        queues = [queue for queue, _entry in parse_queues_field(readable)]
         if len(queues) > 1:
             found.append(EscalationStatus(id=request.id, queues=queues))
     return found
@@ -381,9 +404,12 @@ def _consumers(
 
 
 def duration_text(seconds: float | None) -> str:
-    """``seconds`` for people: ``850ms``, ``12s``, ``4m05s``, ``3h12m``, ``2d04h``; ``-``."""
+    """``seconds`` for people: ``850ms``, ``12s``, ``4m05s``, ``3h12m``, ``2d04h``; ``-``
+    for None, ``?`` for what is not a number of seconds (NaN, infinite: Redis held it)."""
     if seconds is None:
         return "-"
+    if not math.isfinite(seconds):
+        return "?"
     if seconds < 1:
         return f"{seconds * 1000:.0f}ms"
     whole = int(seconds)
@@ -395,9 +421,18 @@ def duration_text(seconds: float | None) -> str:
     return f"{seconds:.0f}s"
 
 
+def utc_text(at: float, form: str = "%Y-%m-%dT%H:%M:%SZ") -> str:
+    """The Unix time ``at`` as UTC in ``form``; ``?`` for one no calendar holds (NaN,
+    infinite, beyond year 9999: an audit record or heartbeat in Redis may say anything)."""
+    try:
+        return time.strftime(form, time.gmtime(at))
+    except (OverflowError, ValueError, OSError):
+        return "?"
+
+
 def status_text(status: Status) -> str:
     """``status`` as the lines ``toolnexus status`` prints."""
-    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(status.at))
+    at = utc_text(status.at, "%Y-%m-%d %H:%M:%S UTC")
     lines = [f"namespace {status.namespace} · {status.waiters_alive} waiters alive · {at}"]
     if not status.queues:
         lines.append("no queues (nothing has been published in this namespace)")
@@ -482,7 +517,7 @@ def audit_json(records: Sequence[AuditRecord]) -> str:
 
 def audit_text(record: AuditRecord) -> str:
     """One line for ``record``: when, id, outcome, who answered and asked, verification."""
-    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.resolved_at))
+    at = utc_text(record.resolved_at)
     outcome = "accepted" if record.ok else (record.reason or record.status)
     if record.defaulted:  # SPEC §14: nobody answered; the request's default applied
         outcome = f"expired ({'accepted' if record.ok else 'declined'} by default)"

@@ -24,6 +24,7 @@ from typing import Any, TypeAlias
 from .errors import InvalidRequest
 from .hops import HopSpec, hops
 from .models import OnExpiry, Request, Source, WaitFor, new_id
+from .numeric import check_number
 from .schema import check_answer, check_schema
 
 QUESTION_TOOL: dict[str, Any] = {
@@ -152,13 +153,16 @@ async def question(
     attaches to it (the answer given meanwhile comes back at once).
 
     Raises:
-        InvalidRequest: an empty prompt, options and schema that do not make a question
+        InvalidRequest: an empty prompt, a ``timeout_s`` that is not a positive finite
+            number, options and schema that do not make a question
             (see :func:`question_schema`), or an escalation that cannot be followed (see
             :func:`~toolnexus.hops.check_hops`).
         InvalidAnswer: ``wait_for`` accepted data that breaks the form (a broker never does).
     """
     if not prompt or not prompt.strip():
         raise InvalidRequest("a question needs a prompt")
+    if timeout_s is not None:
+        check_number("timeout_s", timeout_s, error=InvalidRequest)
     form = question_schema(options=options, multiple=multiple, schema=schema)
     created_at = time.time()
     request = Request(

@@ -45,6 +45,7 @@ from .errors import (
     ToolnexusError,
 )
 from .models import Answer, Event, EventType, Request
+from .numeric import MAX_COUNT, check_number
 from .outcomes import expired_answer
 from .timers import Timers
 from .tracing import responder_span, wants_span
@@ -186,12 +187,11 @@ class Service:
         heartbeat_ttl_s: float = 30.0,
         drain_s: float = 10.0,
     ) -> None:
-        if concurrency < 1:
-            raise ConfigurationError(f"concurrency must be at least 1, not {concurrency}")
-        if heartbeat_ttl_s <= 0:
-            raise ConfigurationError(f"heartbeat_ttl_s must be positive, not {heartbeat_ttl_s}")
-        if drain_s < 0:
-            raise ConfigurationError(f"drain_s must not be negative, not {drain_s}")
+        check_number(
+            "concurrency", concurrency, integer=True, minimum=1, inclusive=True, maximum=MAX_COUNT
+        )
+        check_number("heartbeat_ttl_s", heartbeat_ttl_s)
+        check_number("drain_s", drain_s, inclusive=True)
         self.broker = broker
         self.worker: Worker = worker if isinstance(worker, Worker) else _FunctionWorker(worker)
         self.group = group or self.worker.group

@@ -27,6 +27,21 @@ TRUSTED_KEYS_ENV: Final = "TOOLNEXUS_TRUSTED_KEYS"
 REQUIRE_ENV: Final = "TOOLNEXUS_REQUIRE_SIGNATURES"
 
 
+SIGNING_OPTIONS: Final = ("signing_key", "trusted_keys", "require_signatures")
+"""The broker options that :meth:`Signatures.configure` takes."""
+
+
+def signatures_required(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``TOOLNEXUS_REQUIRE_SIGNATURES`` (in ``environ``, else the process's
+    environment) requires signatures.
+
+    Raises:
+        ConfigurationError: the variable is neither 1 nor 0 (nor true, false, ...).
+    """
+    env = os.environ if environ is None else environ
+    return _flag(env.get(REQUIRE_ENV, ""), REQUIRE_ENV)
+
+
 def _flag(value: str, variable: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -91,7 +106,7 @@ class Signatures:
         elif isinstance(trusted_keys, str | os.PathLike):
             trusted_keys = Keyring.load(trusted_keys)
         if require_signatures is None:
-            require_signatures = _flag(env.get(REQUIRE_ENV, ""), REQUIRE_ENV)
+            require_signatures = signatures_required(env)
         return cls(signing_key, trusted_keys or Keyring(), require_signatures)
 
     @classmethod

@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from nacl.exceptions import BadSignatureError
 
+from .codec import ENCODING_ERRORS, unencodable_field
 from .errors import ConfigurationError, InvalidAnswer, InvalidRequest, SignatureError
 from .models import Answer, Request, Signature
 
@@ -319,10 +320,12 @@ class Keyring:
 def _canonical(fields: dict[str, Any], what: str) -> bytes:
     try:
         return _CANONICAL.encode(fields)
-    except (TypeError, msgspec.EncodeError) as exc:
+    except ENCODING_ERRORS as exc:
         error = InvalidRequest if what == "request" else InvalidAnswer
+        field = unencodable_field(fields.items())
         raise error(
-            f"cannot sign this {what}: its data is not plain JSON-like values: {exc}"
+            f"cannot sign this {what}: its field {field!r} cannot be encoded "
+            f"({type(exc).__name__}: {exc})"
         ) from exc
 
 
@@ -373,6 +376,8 @@ def _answer_message(answer: Answer, digest: bytes, key: str) -> bytes:
         "request": digest,
         "key": key,
     }
+    if answer.meta:  # signed where set, so that an answer without it keeps its signature
+        fields["meta"] = answer.meta
     return _ANSWER_SIGNATURE + _canonical(fields, "answer")
 
 

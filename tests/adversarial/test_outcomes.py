@@ -236,3 +236,37 @@ async def test_a_genuine_late_comer_is_still_told_it_lost(fleet: Fleet) -> None:
                 assert lost.value.reason == "already answered"
                 answer = await asyncio.wait_for(task, 5)
         assert (answer.ok, answer.responder) == (True, "ops-bot")
+
+
+async def test_unsigned_fields_of_a_stored_answer_change_nothing(fleet: Fleet) -> None:
+    """Threat model S1, S3: a genuine decline, stored; one ``HSET`` relabels it as a default
+    on expiry with an invented approver. The next attach gets the decline as it was signed:
+    no default, no approvals (a default is the waiter's own, approvals come from votes)."""
+    async with fleet.agent() as agent, fleet.responder() as bot:
+        request = ask(durable=True)
+        task = asyncio.create_task(agent.wait_for(request, timeout_s=60))
+        await answer_when_shown(bot, request.id, ok=False)
+        assert (await asyncio.wait_for(task, 5)).reason == "declined"
+        state = agent.keys.state(agent.keys.durable_waiter(agent.settings.agent), request.id)
+        genuine = agent.codec.decode_as(await agent.redis.hget(state, "a"), Answer)
+        relabelled = msgspec.structs.replace(
+            genuine,
+            defaulted=True,
+            approvals=[toolnexus.Approval(responder="ops-bot", person="web:mallory", at=1.0)],
+        )
+        await agent.redis.hset(state, "a", agent.codec.encode(relabelled))
+        again = await asyncio.wait_for(agent.wait_for(request, timeout_s=60), 5)
+    assert (again.ok, again.reason, again.responder) == (False, "declined", "ops-bot")
+    assert (again.defaulted, again.approvals) == (False, None)
+
+
+def test_an_answers_meta_is_signed() -> None:
+    """Threat model S1: ``Answer.meta`` is signed where set: edited in Redis, it breaks the
+    signature instead of reaching the waiting code."""
+    agent, bot = SigningKey.generate("agent-7"), SigningKey.generate("ops-bot")
+    request = toolnexus.signing.sign_request(ask(), agent)
+    answer = sign_answer(Answer(id=request.id, ok=True, meta={"ticket": 7}), request, bot)
+    assert toolnexus.signing.verify_answer(answer, request, Keyring.of(bot)) == "ops-bot"
+    edited = msgspec.structs.replace(answer, meta={"ticket": 8})
+    with pytest.raises(toolnexus.SignatureError, match="bad signature"):
+        toolnexus.signing.verify_answer(edited, request, Keyring.of(bot))

@@ -455,7 +455,12 @@ class ChatBot(Worker):
         person = self.allowed.person(user_id)
         try:
             progress = await answer(pending, person)
-        except AlreadyVoted:
+        except AlreadyVoted as exc:
+            if exc.contested:  # another vote in this person's name: perhaps a forgery
+                return (
+                    "Another vote in your name is stored: it is being checked, and if it "
+                    "is not genuine it is removed and yours counts."
+                )
             return "You voted on this request already: a second vote is not counted."
         except NotResolved as exc:
             self.shown.pop(request_id, None)

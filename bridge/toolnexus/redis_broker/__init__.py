@@ -21,11 +21,11 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from ..audit import AuditRecord, decode_record
-from ..broker import Broker, default_consumer_name, redacted
+from ..broker import Broker, check_audit_query, default_consumer_name, redacted
 from ..codec import MSGPACK, Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, DecodeError
 from ..models import Answer, Event, Heartbeat, Request
-from ..signatures import Signatures
+from ..signatures import SIGNING_OPTIONS, Signatures
 from ..signing import Keyring, SigningKey
 from ..wire10 import Request10
 from ._connections import Client
@@ -40,7 +40,8 @@ __all__ = ["RedisBroker", "RedisEvents", "RedisPending", "RedisResponder"]
 
 log = logging.getLogger("toolnexus.redis")
 
-SIGNING_OPTIONS = frozenset({"codec", "signing_key", "trusted_keys", "require_signatures"})
+OWN_OPTIONS = frozenset({"codec", *SIGNING_OPTIONS})
+"""The options :class:`RedisBroker` takes besides its :class:`Settings`."""
 
 
 class RedisBroker(Broker):
@@ -105,7 +106,7 @@ class RedisBroker(Broker):
         if unknown:
             raise ConfigurationError(
                 f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} for the "
-                f"Redis broker; its options are {', '.join(sorted(names | SIGNING_OPTIONS))}, and "
+                f"Redis broker; its options are {', '.join(sorted(names | OWN_OPTIONS))}, and "
                 "redis-py connection options such as username, password, ssl_ca_certs"
             )
         redis_options = {k: v for k, v in options.items() if k in REDIS_OPTIONS}
@@ -215,6 +216,7 @@ class RedisBroker(Broker):
     ) -> list[AuditRecord]:
         """Audit records from ``since`` (a Unix time; all kept when None), oldest first,
         of one request if ``request_id`` is given; unreadable records are skipped."""
+        check_audit_query(since, limit)
         start = "-" if since is None else f"{ms(since)}-0"
         with boundary("reading the audit trail"):
             await self.core.bounded(self.core.pipeliner.drain())  # this process's records too

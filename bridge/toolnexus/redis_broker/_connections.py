@@ -30,6 +30,7 @@ import redis.exceptions
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
+from ..broker import redacted
 from ..errors import ConfigurationError
 from ..timers import Bound
 from ._packing import hiredis_packing
@@ -151,6 +152,13 @@ class Connector:
             elif self.scheme in SENTINEL_SCHEMES:
                 self._sentinel(parts, sentinel_options, max_connections, pool_timeout_s)
             else:
+                database = parts.path.strip("/")
+                if self.scheme != "unix" and database and not database.isdigit():
+                    # redis-py would quietly use database 0
+                    raise ConfigurationError(
+                        f"{redacted(url)!r}: the path names a database by number "
+                        f"(/0, /1, ...), not {database!r}"
+                    )
                 pool = aioredis.BlockingConnectionPool.from_url(
                     url, max_connections=max_connections, timeout=pool_timeout_s, **options
                 )

@@ -25,6 +25,7 @@ from ..codec import Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, ToolnexusError
 from ..keys import DEFAULT_AGENT, Keys, agent_problem
 from ..models import Event
+from ..numeric import MAX_COUNT, MAX_SECONDS, check_number
 from ..signatures import Signatures
 from ._connections import SENTINEL_OPTIONS, BlockingReader, Client, Connector, username_of
 from ._pipeliner import Pipeliner
@@ -127,16 +128,15 @@ class Settings:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
-                raise ConfigurationError(f"option {f.name}={value!r} must be positive")
+            if f.type in ("int", "float"):  # milliseconds or counts; seconds
+                integer = f.type == "int"
+                maximum = MAX_COUNT if integer else MAX_SECONDS
+                check_number(
+                    f"option {f.name}", getattr(self, f.name), integer=integer, maximum=maximum
+                )
         problem = agent_problem(self.agent) if isinstance(self.agent, str) else "must be text"
         if problem is not None:
             raise ConfigurationError(f"option agent={self.agent!r} {problem}")
-        if not isinstance(self.audit_max_entries, int) or isinstance(self.audit_max_entries, bool):
-            raise ConfigurationError(
-                f"option audit_max_entries={self.audit_max_entries!r} must be a whole number"
-            )
         if self.durability not in DURABILITY:
             raise ConfigurationError(
                 f"option durability={self.durability!r} must be one of {', '.join(DURABILITY)}"

@@ -374,24 +374,34 @@ VOTE = BatchScript(
     """
 -- On a waiter's slot. Shared: KEYS reply stream, liveness mark; ARGV retention_ms.
 -- Item: KEYS state; ARGV answer, request id, voter, '1' accepts or '0' declines, need,
--- decline mode ('veto' or 'count'). A quorum vote (SPEC §14): stored once per voter (the
--- claimed identity) as field 'y:<voter>' or 'n:<voter>'; a voter's second vote is not
--- counted. Needs the request open, before its deadline, and its waiter alive (or the
--- request durable), as RESOLVE.
+-- decline mode ('veto' or 'count'), replaces ('' for none), deadline_ms (the signed
+-- request's; '0' for none: then the state's). A quorum vote (SPEC §14): stored once per
+-- voter (the person it claims; see toolnexus.voting) as field 'y:<voter>' or
+-- 'n:<voter>'. Needs the request open, before its deadline (by Redis time), and its
+-- waiter alive (or the request durable), as RESOLVE.
+-- A vote whose voter has the same vote stored already (a retry) counts as before. A vote
+-- whose voter has another vote stored is *contested*: the stored one may be a forgery
+-- (anyone who can write the state can fill a voter's slot), so the vote is sent to the
+-- waiter, which checks both and casts it itself, with ``replaces`` the stored vote it
+-- refused (removed first, if it is still there), when the stored one is not genuine.
 -- The vote that decides (the need-th accept; a decline that vetoes, or the need-th
 -- decline) resolves the request and is sent to the waiter, which reads every vote from
 -- the state and checks each before it takes the outcome.
 -- Each reply: {'ok'} | {'unknown'} | {'late'} | {'gone'} | {status, stored answer} |
--- {'counted' or 'voted', accepts, declines, the voter's stored vote ('' if counted now),
--- accepting voter...}.
+-- {'contested', the vote stored} | {'counted', accepts, declines, accepting voter...}.
 local replies = {}
 local now = nil
 local alive = nil
 for i = 3, #KEYS do
-  local a = 1 + (i - 3) * 6
+  local a = 1 + (i - 3) * 8
   local answer, id, voter = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local yes, need, mode = ARGV[a + 4] == '1', tonumber(ARGV[a + 5]), ARGV[a + 6]
+  local replaces = ARGV[a + 7]
   local st = redis.call('HMGET', KEYS[i], 's', 'x', 'd')
+  local deadline = tonumber(ARGV[a + 8]) or 0
+  if deadline == 0 then
+    deadline = tonumber(st[2]) or 0
+  end
   if not now then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -405,35 +415,46 @@ for i = 3, #KEYS do
     if st[1] == 'answered' and stored then
       redis.call('XADD', KEYS[1], '*', 'id', id, 'a', stored)
     end
-  elseif now >= tonumber(st[2]) then
+  elseif now >= deadline then
     replies[i - 2] = {'late'}
   elseif alive == 0 and not st[3] then
     replies[i - 2] = {'gone'}
   else
-    local mine = redis.call('HGET', KEYS[i], 'y:' .. voter)
-      or redis.call('HGET', KEYS[i], 'n:' .. voter)
-    if not mine then
-      redis.call('HSET', KEYS[i], (yes and 'y:' or 'n:') .. voter, answer)
-    end
-    local accepts, declines, approvers = 0, 0, {}
-    for _, name in ipairs(redis.call('HKEYS', KEYS[i])) do
-      local prefix = string.sub(name, 1, 2)
-      if prefix == 'y:' then
-        accepts = accepts + 1
-        approvers[#approvers + 1] = string.sub(name, 3)
-      elseif prefix == 'n:' then
-        declines = declines + 1
+    local slots = {'y:' .. voter, 'n:' .. voter}
+    if replaces ~= '' then
+      for _, slot in ipairs(slots) do
+        if redis.call('HGET', KEYS[i], slot) == replaces then
+          redis.call('HDEL', KEYS[i], slot)
+        end
       end
     end
-    if mine then
-      replies[i - 2] = {'voted', accepts, declines, mine, unpack(approvers)}
-    elseif (yes and accepts >= need) or (not yes and (mode == 'veto' or declines >= need)) then
-      redis.call('HSET', KEYS[i], 's', 'answered', 'a', answer)
-      redis.call('PEXPIRE', KEYS[i], ARGV[1])
+    local mine = redis.call('HGET', KEYS[i], slots[1]) or redis.call('HGET', KEYS[i], slots[2])
+    if mine and mine ~= answer then
       redis.call('XADD', KEYS[1], '*', 'id', id, 'a', answer)
-      replies[i - 2] = {'ok'}
+      replies[i - 2] = {'contested', mine}
     else
-      replies[i - 2] = {'counted', accepts, declines, '', unpack(approvers)}
+      if not mine then
+        redis.call('HSET', KEYS[i], yes and slots[1] or slots[2], answer)
+      end
+      local accepts, declines, approvers = 0, 0, {}
+      for _, name in ipairs(redis.call('HKEYS', KEYS[i])) do
+        local prefix = string.sub(name, 1, 2)
+        if prefix == 'y:' then
+          accepts = accepts + 1
+          approvers[#approvers + 1] = string.sub(name, 3)
+        elseif prefix == 'n:' then
+          declines = declines + 1
+        end
+      end
+      if not mine and (
+          (yes and accepts >= need) or (not yes and (mode == 'veto' or declines >= need))) then
+        redis.call('HSET', KEYS[i], 's', 'answered', 'a', answer)
+        redis.call('PEXPIRE', KEYS[i], ARGV[1])
+        redis.call('XADD', KEYS[1], '*', 'id', id, 'a', answer)
+        replies[i - 2] = {'ok'}
+      else
+        replies[i - 2] = {'counted', accepts, declines, unpack(approvers)}
+      end
     end
   end
 end
@@ -441,15 +462,15 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return replies
 """,
     keys_per_item=1,
-    args_per_item=6,
+    args_per_item=8,
 )
 
 UNVOTE = BatchScript(
     "unvote",
     """
 -- On a waiter's slot. Shared: KEYS reply stream, liveness mark.
--- Item: KEYS state; ARGV vote field ('' for none), refused vote, deciding answer.
--- The waiter refused a quorum's outcome (SPEC §14): each refused vote is removed if the
+-- Item: KEYS state; ARGV vote field ('' for none), refused vote, deciding answer ('' for
+-- none). The waiter refused stored votes of a quorum (SPEC §14): each is removed if the
 -- state still holds exactly it, and the request is opened again if it is still resolved
 -- by the deciding answer the waiter refused: 1 if reopened, else 0.
 local reopened = {}
@@ -459,7 +480,7 @@ for i = 3, #KEYS do
   if field ~= '' and redis.call('HGET', KEYS[i], field) == refused then
     redis.call('HDEL', KEYS[i], field)
   end
-  if redis.call('HGET', KEYS[i], 's') == 'answered'
+  if decided ~= '' and redis.call('HGET', KEYS[i], 's') == 'answered'
       and redis.call('HGET', KEYS[i], 'a') == decided then
     redis.call('HSET', KEYS[i], 's', 'open')
     redis.call('HDEL', KEYS[i], 'a')

@@ -14,7 +14,6 @@ from ..audit import audit_record
 from ..broker import NOT_RESOLVED_REASONS
 from ..errors import (
     AlreadyResolved,
-    AlreadyVoted,
     BrokerUnavailable,
     Contested,
     DecodeError,
@@ -29,7 +28,7 @@ from ..schema import check_answer
 from ..signing import allowed, request_digest, verify_answer
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, text
 from .escalation import settle_reached
-from .quorum import cast_vote, voter_of
+from .quorum import cast_vote
 
 
 def waiter_of(request: Request) -> str:
@@ -56,7 +55,9 @@ async def resolve_answer(
     a vote counted that does not decide returns the ``approved`` event to publish.
 
     Raises:
-        AlreadyVoted: a quorum's voter voted before; the request stays open.
+        AlreadyVoted: a quorum's voter voted before, or (``contested``) another vote is
+            stored under this voter and the waiter did not cast this one in time (it may
+            yet); the request stays open.
         Contested: the state held another answer this process cannot confirm, and the
             waiter did not take this one in time (it may yet: it checks both).
         AlreadyResolved: answered, expired or withdrawn first (a dead waiter's request
@@ -108,8 +109,6 @@ async def resolve_answer(
         raise AlreadyResolved(request.id, lost_to(verdict))
     if outcome == "counted":
         return progress, settled
-    if outcome == "voted":
-        raise AlreadyVoted(request.id, voter_of(answer))
     if outcome == "unknown":
         raise UnknownRequest(request.id)
     if outcome == "late":

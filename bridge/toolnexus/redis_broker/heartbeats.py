@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from ..errors import DecodeError
 from ..models import Heartbeat
+from ..numeric import check_number
 from ._core import Core, boundary
 
 
@@ -21,6 +22,7 @@ async def heartbeat(
     """:meth:`RedisBroker.heartbeat`: one hash per queue (:meth:`Keys.heartbeats`), field
     ``group/consumer``, value an encoded :class:`Heartbeat`. The key's TTL is kept at the
     longest heartbeat's, so a fleet that died leaves nothing behind."""
+    check_number("ttl_s", ttl_s, minimum=None)
     key, field = core.keys.heartbeats(), f"{group}/{consumer}"
     with boundary(f"recording the heartbeat of {field}"):
         if ttl_s <= 0:

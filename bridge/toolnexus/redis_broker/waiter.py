@@ -133,12 +133,7 @@ class Waiter:
         check_hops(request, deadline, core.keys.queue)
         published = self.publisher.as_published(request, deadline, allow, replies.waiter)
         signatures = core.signatures
-        payload = core.codec.encode(signatures.sign_request(published))
-        if len(payload) > core.codec.max_bytes:
-            raise InvalidRequest(
-                f"request {request.id!r} is {len(payload)} bytes encoded, over the limit of "
-                f"{core.codec.max_bytes} bytes"
-            )
+        payload = core.codec.encode_request(signatures.sign_request(published))
         checked = self._checks(published)
         keeps = checked or replies.durable or signatures.key is not None
         wait = Wait(
@@ -422,6 +417,10 @@ class Waiter:
             if reopen:
                 self._spawn(self._reopen(wait, raw))
             return None
+        if answer.defaulted or answer.approvals is not None:
+            # Not signed, and never a responder's to give: a default is this waiter's own
+            # (expired_answer above), approvals are counted from verified votes (quorum).
+            answer = msgspec.structs.replace(answer, defaulted=False, approvals=None)
         if not wait.checked:
             return answer
         signatures = self.core.signatures
@@ -434,17 +433,15 @@ class Waiter:
     async def _taken(
         self, wait: Wait, answer: Answer, raw: bytes, reopen: bool = True
     ) -> Answer | None:
-        """As :meth:`_accept`; for a quorum (``raw`` its deciding vote), the outcome of its
-        votes, each checked (:func:`.quorum.outcome`; with ``reopen``, reopened if short)."""
+        """As :meth:`_accept`; for a quorum (``raw`` a vote its reply stream brought: the
+        deciding one, or a contested one), the outcome of its votes, each checked
+        (:func:`.quorum.outcome`; with ``reopen``, reopened if short)."""
         if not wait.quorum:
             return self._accept(wait, answer, raw, reopen)
         request = self.publisher.published(wait)
         admit = functools.partial(self._accept, wait, reopen=False)
         republish = functools.partial(self.publisher.publish, wait, again=True) if reopen else None
-        taken, wait.votes = await quorum.outcome(
-            self.core, wait.replies.waiter, request, raw, admit, wait.answer.done, republish
-        )
-        return taken
+        return await quorum.outcome(self.core, wait, request, raw, admit, republish)
 
     async def _reopen(self, wait: Wait, refused: bytes) -> None:
         """After ``refused``, the answer the state held, was refused: take an answer that

@@ -82,11 +82,9 @@ def check(args: argparse.Namespace) -> None:
     require_extra("slack", ("slack_bolt", "slack_sdk", "aiohttp"))
     if not args.bot_token:
         raise ConfigurationError("no Slack bot token: pass --bot-token or set SLACK_BOT_TOKEN")
-    if not args.signing_secret and not args.app_token:
-        raise ConfigurationError(
-            "no way to receive clicks: pass --signing-secret (SLACK_SIGNING_SECRET) for the "
-            "HTTP endpoint, or --app-token (SLACK_APP_TOKEN) for Socket Mode"
-        )
+    from .server import require_verification
+
+    require_verification(args.signing_secret, args.app_token)
     if not args.channel:
         raise ConfigurationError("no Slack channel: pass --channel or set TOOLNEXUS_SLACK_CHANNEL")
     if not args.allow_user:

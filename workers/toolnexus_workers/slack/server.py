@@ -27,7 +27,9 @@ class SlackServer(ChatServer):
     ``app_token``, over Socket Mode. ``port=0`` picks a free port (see :attr:`url`).
 
     Raises:
-        ConfigurationError: no allowed user, or the address cannot be listened on.
+        ConfigurationError: neither ``signing_secret`` nor ``app_token`` (nothing could
+            verify that a click came from Slack: see :func:`require_verification`), no
+            allowed user, or the address cannot be listened on.
     """
 
     def __init__(
@@ -52,11 +54,12 @@ class SlackServer(ChatServer):
         drain_s: float = 10.0,
         heartbeat_ttl_s: float = 30.0,
     ) -> None:
+        require_verification(signing_secret, app_token)
         client = AsyncWebClient(token=bot_token, base_url=api_url.rstrip("/") + "/")
         self.app = AsyncApp(
             client=client,
             signing_secret=signing_secret or "",
-            request_verification_enabled=signing_secret is not None,
+            request_verification_enabled=bool(signing_secret),
         )
         self.app_token = app_token if not signing_secret else None
         self.host, self.port, self.path = host, port, path
@@ -110,6 +113,22 @@ class SlackServer(ChatServer):
             await self._socket_mode.close_async()  # type: ignore[no-untyped-call]
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+def require_verification(signing_secret: str | None, app_token: str | None) -> None:
+    """Refuse to run unable to tell Slack's posts from anyone's: clicks over HTTP are
+    verified with the signing secret, and Socket Mode needs the app token (Slack's own
+    connection); with neither, anyone who reaches the endpoint could answer.
+
+    Raises:
+        ConfigurationError: neither is given (an empty one counts as none).
+    """
+    if not signing_secret and not app_token:
+        raise ConfigurationError(
+            "no way to verify that clicks come from Slack: give the signing secret "
+            "(--signing-secret, SLACK_SIGNING_SECRET) for the HTTP endpoint, or an app-level "
+            "token (--app-token, SLACK_APP_TOKEN) for Socket Mode"
+        )
 
 
 def _listen(host: str, port: int) -> socket.socket:

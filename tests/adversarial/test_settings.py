@@ -1,0 +1,99 @@
+"""Settings that cannot be honoured are refused by name, never silently dropped: the
+embedded broker's options and signature settings, the Slack server's means of verifying
+posts, and every numeric option (finite and in range).
+
+Threat-model line S9; issue #24 observation 9.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import toolnexus
+from toolnexus import ConfigurationError, SigningKey
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"require_signatures": True}, "require_signatures"),
+        ({"signing_key": "/nowhere/agent-7.key"}, "signing_key"),
+        ({"lease_ms": 600, "block_ms": 100}, "block_ms, lease_ms"),
+        ({"namspace": "typo"}, "namspace"),
+    ],
+    ids=["require", "missing-key-file", "redis-options", "unknown"],
+)
+def test_the_embedded_broker_refuses_what_it_cannot_honour(
+    options: dict[str, Any], named: str
+) -> None:
+    """S9, observation 9: ``connect("memory://", ...)`` accepted signatures required, a key
+    file that does not exist and unknown options, and ran unsigned."""
+    with pytest.raises(ConfigurationError, match=named) as refused:
+        toolnexus.connect("memory://", **options)
+    if "signatures" not in str(refused.value) and "sign" not in named:
+        assert "default_timeout_s, namespace, queue, retention_s" in str(refused.value)
+
+
+def test_required_signatures_and_no_url_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """S9, observation 9: with ``TOOLNEXUS_REQUIRE_SIGNATURES=1`` and no URL, ``connect()``
+    quietly ran unsigned in memory."""
+    monkeypatch.delenv("TOOLNEXUS_URL", raising=False)
+    monkeypatch.setenv("TOOLNEXUS_REQUIRE_SIGNATURES", "1")
+    with pytest.raises(ConfigurationError, match="TOOLNEXUS_REQUIRE_SIGNATURES=1"):
+        toolnexus.connect()
+
+
+REDIS = "redis://127.0.0.1:6379/0"
+BAD_NUMBERS = [
+    ("memory://", "default_timeout_s", float("nan")),
+    ("memory://", "retention_s", float("inf")),
+    (REDIS, "lease_ms", float("nan")),
+    (REDIS, "default_timeout_s", float("inf")),
+    (REDIS, "retention_s", float("nan")),
+    (REDIS, "command_timeout_s", 1e300),
+    (REDIS, "block_ms", 100.5),
+    (REDIS, "max_connections", "16"),
+]
+
+
+@pytest.mark.parametrize(("url", "name", "value"), BAD_NUMBERS)
+def test_every_numeric_option_is_finite_and_in_range(url: str, name: str, value: object) -> None:
+    """S9, observation 9/10: NaN passed ``value <= 0`` and infinity passed everything, to
+    fail much later as ValueError or OverflowError (or never)."""
+    with pytest.raises(ConfigurationError, match=f"{name}="):
+        toolnexus.connect(url, **{name: value})
+
+
+async def test_the_slack_server_refuses_to_start_unable_to_verify_posts(
+    redis_url: str, namespace: str
+) -> None:
+    """S9, observation 9: a Slack server built with neither a signing secret nor an app
+    token answered unsigned posts; now it refuses to be built (an empty secret counts as
+    none: anyone can compute an HMAC with an empty key)."""
+    pytest.importorskip("slack_bolt")
+    from toolnexus_workers.slack.server import SlackServer
+
+    async with toolnexus.connect(redis_url, namespace=namespace) as broker:
+        common: dict[str, Any] = {"bot_token": "xoxb-1", "channel": "C1", "allowed": ["U1"]}
+        common["namespace"] = namespace
+        for secret in (None, ""):
+            with pytest.raises(ConfigurationError, match="verify that clicks come from Slack"):
+                SlackServer(broker, signing_secret=secret, **common)
+        SlackServer(broker, signing_secret="s3cret", **common)  # either one will do
+        SlackServer(broker, app_token="xapp-1", **common)
+
+
+def test_a_signing_key_object_is_refused_by_memory_too() -> None:
+    """S9: not only a path: a key given to a broker that cannot sign is an error."""
+    with pytest.raises(ConfigurationError, match="cannot sign"):
+        toolnexus.connect("memory://", signing_key=SigningKey.generate("agent-7"))
+
+
+def test_the_embedded_broker_checks_the_names_it_takes() -> None:
+    """S9, observation 9: a namespace the Redis broker refuses was taken in memory."""
+    with pytest.raises(ConfigurationError, match="namespace 'a:b'"):
+        toolnexus.connect("memory://", namespace="a:b")
