@@ -81,7 +81,7 @@ def test_the_mapping_uses_mcp_types_on_1x() -> None:
 def test_load_mcp_says_it_needs_2x() -> None:
     with pytest.raises(toolnexus.ConfigurationError, match=r"mcp 1\.\d+\.\d+ is installed") as info:
         toolnexus.load_mcp  # noqa: B018
-    assert "toolnexus[mcp2]" in str(info.value)
+    assert "toolnexus-bridge[mcp2]" in str(info.value)
 
 
 @pytest.mark.redis

@@ -103,7 +103,7 @@ def test_a_missing_extra_names_the_install_command() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert done.stdout.strip() == (
-        "ConfigurationError metrics need prometheus-client: pip install 'toolnexus[metrics]'"
+        "ConfigurationError metrics need prometheus-client: pip install 'toolnexus-bridge[metrics]'"
     )
 
 

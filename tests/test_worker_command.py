@@ -31,7 +31,7 @@ def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 def test_the_workers_are_listed() -> None:
     done = run("worker", "--help")
     assert done.returncode == 0
-    assert "Run a responder worker: auto, slack, telegram, terminal, web." in " ".join(
+    assert "Run a responder worker: auto, gateway, slack, telegram, terminal, web." in " ".join(
         done.stdout.split()
     )
 
@@ -40,8 +40,8 @@ def test_an_unknown_worker_is_refused_by_name() -> None:
     done = run("worker", "slak")
     assert done.returncode == 2
     assert (
-        done.stderr
-        == "toolnexus: no worker named 'slak' (installed: auto, slack, telegram, terminal, web)\n"
+        done.stderr == "toolnexus: no worker named 'slak' "
+        "(installed: auto, gateway, slack, telegram, terminal, web)\n"
     )
 
 
@@ -68,6 +68,7 @@ def test_the_url_comes_from_the_environment(tmp_path: Path) -> None:
         ("web", ["starlette", "uvicorn", "sse_starlette", "jinja2"]),
         ("slack", ["slack_bolt", "slack_sdk", "aiohttp"]),
         ("telegram", ["aiogram"]),
+        ("gateway", ["uvicorn"]),
     ],
 )
 def test_a_missing_extra_names_the_install_command(worker: str, blocked: list[str]) -> None:
@@ -81,7 +82,7 @@ def test_a_missing_extra_names_the_install_command(worker: str, blocked: list[st
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
     )
     assert done.returncode == 2
-    assert done.stderr.rstrip().endswith(f"pip install 'toolnexus[{worker}]'"), done.stderr
+    assert done.stderr.rstrip().endswith(f"pip install 'toolnexus-bridge[{worker}]'"), done.stderr
 
 
 @pytest.mark.parametrize(("choice", "loop"), [("no", "asyncio"), ("yes", "uvloop")])

@@ -42,6 +42,6 @@ def require_mcp2(what: str) -> None:
     installed = f"mcp {mcp_version()} is installed" if mcp_version() else "mcp is not installed"
     raise ConfigurationError(
         f"{what} needs the MCP SDK 2.x (mcp>={need},<3), but {installed}: "
-        f"pip install 'toolnexus[mcp2]' (or 'mcp>={need},<3'). Beside a framework that "
+        f"pip install 'toolnexus-bridge[mcp2]' (or 'mcp>={need},<3'). Beside a framework that "
         "pins mcp 1.x, give its MCP client toolnexus.elicitation_callback(...) instead"
     )

@@ -24,6 +24,7 @@ from .audit import AuditRecord
 from .errors import ConfigurationError, InvalidRequest
 from .models import DECLINED, DISMISSED, Answer, Event, Heartbeat, Request
 from .numeric import MAX_COUNT, check_number
+from .wire10 import Request10
 
 REDIS_SCHEMES = frozenset(
     {
@@ -248,13 +249,17 @@ class Broker(_Closing):
     @abc.abstractmethod
     async def wait_for(
         self,
-        request: Request,
+        request: Request | Request10,
         *,
         timeout_s: float | None = None,
         allow: Sequence[str] | None = None,
         durable: bool = False,
     ) -> Answer:
         """Publish ``request`` and wait for its answer.
+
+        ``request`` is a :class:`~toolnexus.Request` or any object with the toolkit's §10
+        attributes (``id``, ``kind``, ``prompt``, ``url``, ``data``, ``expiresAt``; the
+        toolkit's own ``Request`` among them), read by :func:`toolnexus.wire10.as_request`.
 
         Never raises for an outcome: the deadline gives ``Answer(ok=False,
         reason="expired")`` (or the request's :class:`~toolnexus.models.OnExpiry` default,
@@ -270,10 +275,10 @@ class Broker(_Closing):
 
         Raises:
             InvalidRequest: a request with this id is already being waited for here, its
-                id cannot name a key, its default on expiry fails its schema, ``timeout_s``
-                is not a positive finite number, a field cannot be encoded (text that is
-                not Unicode, such as a lone surrogate), or (durable) a stored request with
-                this id asks something else.
+                id cannot name a key, a §10 attribute is missing or of the wrong type, its
+                default on expiry fails its schema, ``timeout_s`` is not a positive finite
+                number, a field cannot be encoded (text that is not Unicode, such as a lone
+                surrogate), or (durable) a stored request with this id asks something else.
             BrokerClosed: the broker was closed before or during the wait.
         """
 

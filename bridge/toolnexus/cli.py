@@ -315,6 +315,10 @@ def _keygen(args: argparse.Namespace) -> int:
 WORKERS_GROUP = "toolnexus.workers"
 """The entry-point group where workers register: ``NAME = "module:main"``."""
 
+DISTRIBUTION = "toolnexus-bridge"
+"""This project's name on the package index (which gives ``toolnexus`` to the agent toolkit):
+the name its metadata and its extras are found by."""
+
 
 def _workers() -> dict[str, importlib.metadata.EntryPoint]:
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=WORKERS_GROUP)}
@@ -322,7 +326,8 @@ def _workers() -> dict[str, importlib.metadata.EntryPoint]:
 
 def _extras() -> set[str]:
     try:
-        return set(importlib.metadata.metadata("toolnexus").get_all("Provides-Extra") or [])
+        metadata = importlib.metadata.metadata(DISTRIBUTION)
+        return set(metadata.get_all("Provides-Extra") or [])
     except importlib.metadata.PackageNotFoundError:
         return set()
 
@@ -342,7 +347,7 @@ def _worker(args: argparse.Namespace) -> int:
         if missing in ("toolnexus", "toolnexus_workers") or not missing:
             raise
         extra = entry.name if entry.name in _extras() else None
-        fix = f": pip install 'toolnexus[{extra}]'" if extra else ""
+        fix = f": pip install '{DISTRIBUTION}[{extra}]'" if extra else ""
         print(
             f"toolnexus worker {entry.name} needs {missing!r}, which is not installed{fix}",
             file=sys.stderr,

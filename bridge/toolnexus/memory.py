@@ -52,6 +52,7 @@ from .schema import check_answer
 from .signatures import REQUIRE_ENV, SIGNING_OPTIONS, signatures_required
 from .signing import allowed
 from .voting import approvals_of, decides, voter_of
+from .wire10 import Request10, as_request
 
 
 @dataclass(eq=False)
@@ -134,7 +135,7 @@ class MemoryBroker(Broker):
 
     async def wait_for(
         self,
-        request: Request,
+        request: Request | Request10,
         *,
         timeout_s: float | None = None,
         allow: Sequence[str] | None = None,
@@ -142,6 +143,7 @@ class MemoryBroker(Broker):
     ) -> Answer:
         """See :meth:`Broker.wait_for`. A durable wait attaches to a durable request of
         this broker with the same id; nothing of it outlives the process."""
+        request = as_request(request)
         problem = check_request_id(request.id)
         if problem is not None:
             raise InvalidRequest(f"request id {request.id[:100]!r}: {problem}")

@@ -1,4 +1,4 @@
-"""Prometheus metrics (SPEC §13), with ``pip install 'toolnexus[metrics]'``.
+"""Prometheus metrics (SPEC §13), with ``pip install 'toolnexus-bridge[metrics]'``.
 
 Agents wrap their ``wait_for``; workers get them with ``--metrics-port``:
 
@@ -293,7 +293,7 @@ def _prometheus() -> Any:
         import prometheus_client
     except ImportError as exc:
         raise ConfigurationError(
-            "metrics need prometheus-client: pip install 'toolnexus[metrics]'"
+            "metrics need prometheus-client: pip install 'toolnexus-bridge[metrics]'"
         ) from exc
     return prometheus_client
 

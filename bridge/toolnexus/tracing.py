@@ -7,7 +7,7 @@ The agent's current span context travels in :attr:`Request.trace <toolnexus.Requ
     answer = await wait_for(request)                       # request.trace carries it
 
 The responder SDK (:mod:`toolnexus.serve`) runs each ``show()`` inside
-:func:`responder_span`. Without ``pip install 'toolnexus[tracing]'`` (or with no tracer
+:func:`responder_span`. Without ``pip install 'toolnexus-bridge[tracing]'`` (or with no tracer
 provider configured) both do nothing, and cost nothing for requests without a trace.
 """
 

@@ -512,7 +512,8 @@ def require_extra(extra: str, modules: Sequence[str]) -> None:
     missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if missing:
         raise ConfigurationError(
-            f"the {extra} worker needs {', '.join(missing)}: pip install 'toolnexus[{extra}]'"
+            f"the {extra} worker needs {', '.join(missing)}: "
+            f"pip install 'toolnexus-bridge[{extra}]'"
         )
 
 

@@ -131,7 +131,7 @@ def worker_parser(
         type=_port,
         default=os.environ.get("TOOLNEXUS_METRICS_PORT") or None,  # parsed by type, too
         help="serve Prometheus metrics at :PORT/metrics (default: $TOOLNEXUS_METRICS_PORT, "
-        "else none; needs toolnexus[metrics])",
+        "else none; needs toolnexus-bridge[metrics])",
     )
     worker.add_argument(
         "--metrics-host",

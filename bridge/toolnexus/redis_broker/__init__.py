@@ -27,6 +27,7 @@ from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, Decode
 from ..models import Answer, Event, Heartbeat, Request
 from ..signatures import SIGNING_OPTIONS, Signatures
 from ..signing import Keyring, SigningKey
+from ..wire10 import Request10
 from ._connections import Client
 from ._core import REDIS_OPTIONS, Core, Settings, boundary, default_agent, ms, run_to_completion
 from .answering import answer_by_id
@@ -156,7 +157,7 @@ class RedisBroker(Broker):
 
     def wait_for(
         self,
-        request: Request,
+        request: Request | Request10,
         *,
         timeout_s: float | None = None,
         allow: Sequence[str] | None = None,

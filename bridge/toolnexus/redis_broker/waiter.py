@@ -35,6 +35,7 @@ from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request
 from ..outcomes import check_on_expiry, expired_answer
 from ..signing import request_digest
 from ..timers import Timers
+from ..wire10 import Request10, as_request
 from . import durable, quorum
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._scripts import ENDED, REOPEN, TAKE
@@ -80,7 +81,7 @@ class Waiter:
 
     async def wait_for(
         self,
-        request: Request,
+        request: Request | Request10,
         timeout_s: float | None,
         allow: Sequence[str] | None,
         durable_wait: bool = False,
@@ -105,7 +106,7 @@ class Waiter:
 
     def _open(
         self,
-        request: Request,
+        request: Request | Request10,
         timeout_s: float | None,
         allow: Sequence[str] | None,
         durable_wait: bool,
@@ -115,6 +116,7 @@ class Waiter:
         core = self.core
         if core.closed or self.closing:
             raise BrokerClosed("the broker is closed")
+        request = as_request(request)
         problem = check_request_id(request.id)
         if problem is not None:
             raise InvalidRequest(f"request id {request.id[:100]!r}: {problem}")

@@ -4,7 +4,7 @@ Who asks, the prompt and the time left, with buttons (approval, single choice), 
 menu and Send (multiple choice), a modal built from the schema (forms), or the link,
 its domain and warnings with Done / Decline (authorization). Only the allowed Slack
 user ids may answer; the answer's person is ``slack:<user id>``. Needs
-``pip install 'toolnexus[slack]'``.
+``pip install 'toolnexus-bridge[slack]'``.
 
     SLACK_BOT_TOKEN=xoxb-... SLACK_SIGNING_SECRET=... \\
         toolnexus worker slack --channel C0123 --allow-user U0456 --port 3000

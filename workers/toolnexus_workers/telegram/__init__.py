@@ -5,7 +5,7 @@ toggles and Done (multiple choice), a guided reply sequence (forms: each field a
 checked and asked again when wrong, defaults offered), or the link, its domain and
 warnings with Done / Decline (authorization). Only the allowed Telegram user ids may
 answer; the answer's person is ``telegram:<user id>``. Updates come by long polling
-(``getUpdates``). Needs ``pip install 'toolnexus[telegram]'``.
+(``getUpdates``). Needs ``pip install 'toolnexus-bridge[telegram]'``.
 
     TELEGRAM_BOT_TOKEN=123456:ABC... toolnexus worker telegram --chat -1001234 --allow-user 555
 """

@@ -5,7 +5,7 @@ who asks and the time left; forms are rendered from the request's schema; an
 authorization shows its URL with the domain highlighted and warnings for
 look-alikes, and is never loaded by the page. Access is a bearer token
 (``--token`` / ``TOOLNEXUS_WEB_TOKEN``) or logins from a users file (``--users``);
-without either the page listens on loopback only. Needs ``pip install 'toolnexus[web]'``.
+without either the page listens on loopback only. Needs ``pip install 'toolnexus-bridge[web]'``.
 
     toolnexus worker web --url redis://127.0.0.1:6379/0 --token "$TOKEN" --host 0.0.0.0
 
@@ -110,7 +110,7 @@ def _require_extra() -> None:
     missing = [name for name in _EXTRA if importlib.util.find_spec(name) is None]
     if missing:
         raise ConfigurationError(
-            f"the web worker needs {', '.join(missing)}: pip install 'toolnexus[web]'"
+            f"the web worker needs {', '.join(missing)}: pip install 'toolnexus-bridge[web]'"
         )
 
 

@@ -1,0 +1,118 @@
+"""The distribution (SPEC §1, issue #31): published as ``toolnexus-bridge`` (the package
+index's ``toolnexus`` is the agent toolkit), importing as ``toolnexus``; the README's install
+line names it, and the wheel carries the extras and entry points pyproject.toml declares."""
+
+from __future__ import annotations
+
+import configparser
+import email.parser
+import importlib.metadata
+import re
+import subprocess
+import sys
+import tomllib
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+NAME = "toolnexus-bridge"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (found,) = out.glob("*.whl")
+    return found
+
+
+def dist_info(wheel: Path, name: str) -> str:
+    with zipfile.ZipFile(wheel) as z:
+        (path,) = [n for n in z.namelist() if n.endswith(f".dist-info/{name}")]
+        return z.read(path).decode()
+
+
+@pytest.mark.slow
+def test_the_wheel_is_toolnexus_bridge_importing_as_toolnexus(wheel: Path) -> None:
+    assert wheel.name.startswith(f"toolnexus_bridge-{PYPROJECT['version']}-")
+    metadata = email.parser.Parser().parsestr(dist_info(wheel, "METADATA"))
+    assert metadata["Name"] == NAME
+    extras = set(metadata.get_all("Provides-Extra") or [])
+    assert extras == set(PYPROJECT["optional-dependencies"])
+    assert {"web", "metrics", "tracing", "slack", "telegram", "mcp2"} <= extras
+    with zipfile.ZipFile(wheel) as z:
+        tops = {n.split("/")[0] for n in z.namelist() if not n.split("/")[0].endswith("-info")}
+        assert "toolnexus/wire10.py" in z.namelist()
+        assert "toolnexus_workers/gateway/openapi.json" in z.namelist()
+    assert tops == {"toolnexus", "toolnexus_workers"}
+
+
+@pytest.mark.slow
+def test_the_wheel_has_the_command_and_every_worker(wheel: Path) -> None:
+    points = configparser.ConfigParser()
+    points.read_string(dist_info(wheel, "entry_points.txt"))
+    assert dict(points["console_scripts"]) == {"toolnexus": "toolnexus.cli:main"}
+    workers = dict(points["toolnexus.workers"])
+    assert workers == PYPROJECT["entry-points"]["toolnexus.workers"]
+    assert {"auto", "terminal", "web", "slack", "telegram"} <= set(workers)
+
+
+def test_the_installed_metadata_is_found_by_the_distribution_name() -> None:
+    from toolnexus.cli import DISTRIBUTION
+
+    assert DISTRIBUTION == PYPROJECT["name"] == NAME
+    extras = importlib.metadata.metadata(DISTRIBUTION).get_all("Provides-Extra") or []
+    assert set(extras) == set(PYPROJECT["optional-dependencies"])
+
+
+@pytest.mark.slow
+def test_the_readme_install_line_installs_this_wheel(wheel: Path, tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    line = re.search(r"^pip install '([^']+)'", readme, flags=re.M)
+    assert line is not None, "the README has no pip install line"
+    requirement = line.group(1)
+    name, extras = re.fullmatch(r"([\w.-]+)\[([\w,]+)\]", requirement).groups()  # type: ignore[union-attr]
+    assert name == NAME and set(extras.split(",")) <= set(PYPROJECT["optional-dependencies"])
+    venv.create(tmp_path / "env", with_pip=True)
+    python = tmp_path / "env" / "bin" / "python"
+    subprocess.run(  # dependencies left out: the index is not asked, only the wheel's folder
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--no-deps",
+            "--find-links",
+            str(wheel.parent),
+            requirement,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    show = subprocess.run(
+        [
+            python,
+            "-I",
+            "-c",
+            "import importlib.metadata as m, importlib.util as u; "
+            "print(m.version('toolnexus-bridge'), u.find_spec('toolnexus').origin)",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    version, origin = show.stdout.split()
+    assert version == PYPROJECT["version"]
+    assert origin.startswith(str(tmp_path / "env")) and origin.endswith("toolnexus/__init__.py")
