@@ -270,3 +270,23 @@ def test_an_answers_meta_is_signed() -> None:
     edited = msgspec.structs.replace(answer, meta={"ticket": 8})
     with pytest.raises(toolnexus.SignatureError, match="bad signature"):
         toolnexus.signing.verify_answer(edited, request, Keyring.of(bot))
+
+
+async def test_a_responder_after_a_withdrawal_is_told_so_at_once(fleet: Fleet) -> None:
+    """Threat model S4: the waiter's own end (here a withdrawal) is stored signed with its
+    key, which responders trust, so a responder answering afterwards is told "withdrawn" at
+    once, not left waiting for a verdict on a state it could not tell from an edited one."""
+    async with fleet.agent() as agent, fleet.responder() as bot:
+        request = ask()
+        async with bot.responder("ops") as requests, asyncio.timeout(10):
+            async with waiting(agent, request) as (task, state):
+                pending = await anext(requests)
+                task.cancel()
+                async with asyncio.timeout(5):
+                    while await agent.redis.hget(state, "s") != b"withdrawn":
+                        await asyncio.sleep(0.01)
+            started = time.monotonic()
+            with pytest.raises(AlreadyResolved) as lost:
+                await pending.accept(person="web:alice")
+            assert time.monotonic() - started < 1.0
+        assert lost.value.reason == "withdrawn"

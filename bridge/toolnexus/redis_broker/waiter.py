@@ -353,14 +353,18 @@ class Waiter:
         """Resolve our own request as expired or withdrawn; the answer that won either way.
 
         If Redis stays unreachable for ``RESOLVE_PATIENCE_S``, the outcome is decided
-        here: the resolve script refuses any answer after the deadline anyway.
+        here: the resolve script refuses any answer after the deadline anyway. What is
+        stored is signed with this process's key, if it has one, so that a responder
+        answering afterwards can tell this end from an edited state (it trusts agents' keys)
+        and is told at once that it lost; the answer returned names nobody.
         """
         core = self.core
+        published = self.publisher.published(wait)
         if status == EXPIRED:
-            answer = expired_answer(self.publisher.published(wait))
+            answer = expired_answer(published)
         else:
             answer = Answer(id=wait.request_id, ok=False, reason=status)
-        payload = core.codec.encode(answer)
+        payload = core.codec.encode(core.signatures.sign_answer(answer, published))
         backoff = Backoff(cap_s=0.5)
         give_up = time.monotonic() + RESOLVE_PATIENCE_S
         while True:
