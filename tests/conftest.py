@@ -12,6 +12,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ import redis.asyncio as aioredis
 
 import toolnexus
 from agents import agents  # noqa: F401 (a fixture: agents in other processes)
+from toolnexus import Keyring, SigningKey
 from toolnexus.broker import Broker
 from toolnexus.redis_broker import RedisBroker
 
@@ -211,6 +213,58 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     finally:
         with contextlib.suppress(Exception):
             server.kill()
+
+
+@dataclass
+class Fleet:
+    """A signed fleet on one private redis-server: an agent key and two responder keys."""
+
+    url: str
+    agent_key: SigningKey
+    bot_key: SigningKey
+    intern_key: SigningKey
+
+    def agent(self) -> RedisBroker:
+        """The waiting side: trusts the responders' keys, requires signatures."""
+        broker = toolnexus.connect(
+            self.url,
+            namespace="sec",
+            signing_key=self.agent_key,
+            trusted_keys=Keyring.of(self.bot_key, self.intern_key),
+            require_signatures=True,
+            **FAST,
+        )
+        assert isinstance(broker, RedisBroker)
+        return broker
+
+    def responder(
+        self,
+        key: SigningKey | None = None,
+        *,
+        required: bool = True,
+        trusted: Keyring | None = None,
+    ) -> RedisBroker:
+        """A responder process: trusts the agent's key (or ``trusted``)."""
+        broker = toolnexus.connect(
+            self.url,
+            namespace="sec",
+            signing_key=key or self.bot_key,
+            trusted_keys=trusted or Keyring.of(self.agent_key),
+            require_signatures=required,
+            **FAST,
+        )
+        assert isinstance(broker, RedisBroker)
+        return broker
+
+
+@pytest.fixture
+def fleet(redis_server: RedisServer) -> Fleet:
+    return Fleet(
+        redis_server.url,
+        SigningKey.generate("agent-7"),
+        SigningKey.generate("ops-bot"),
+        SigningKey.generate("intern"),
+    )
 
 
 MCP_MAJOR = int(importlib.metadata.version("mcp").split(".")[0])

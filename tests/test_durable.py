@@ -18,16 +18,9 @@ import pytest
 
 import toolnexus
 from agents import Agent, AgentFactory
-from conftest import FAST
+from conftest import FAST, Fleet
 from test_cli_ops import TOOLNEXUS, _env, broker_args, connected, run
-from test_forgery import (  # noqa: F401  (fleet is a fixture)
-    Fleet,
-    assert_refusal_audited,
-    decline_genuinely,
-    fleet,
-    forged,
-    still_waiting,
-)
+from test_forgery import assert_refusal_audited, decline_genuinely, forged, still_waiting
 from toolnexus import AlreadyResolved, Answer, Broker, InvalidRequest, Request, new_id
 from toolnexus.question import question
 from toolnexus.redis_broker import RedisBroker
@@ -285,7 +278,7 @@ async def test_a_durable_question_asked_again_gets_the_answer(broker: Broker) ->
 # -- signatures -----------------------------------------------------------------------------
 
 
-async def test_an_attached_wait_verifies_the_stored_answer(fleet: Fleet) -> None:  # noqa: F811
+async def test_an_attached_wait_verifies_the_stored_answer(fleet: Fleet) -> None:
     async with fleet.agent() as agent, fleet.responder() as bot:
         genuine, forgery = durable_request(), durable_request("Drop table users?")
         for count, request in enumerate((genuine, forgery), 1):

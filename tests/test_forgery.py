@@ -7,21 +7,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 import msgspec
 import pytest
 
 import toolnexus
-from conftest import FAST, RedisServer, opened
+from conftest import FAST, Fleet, opened
 from toolnexus import (
     AlreadyResolved,
     Answer,
-    Keyring,
     NotAllowed,
     Pending,
     Request,
-    SigningKey,
 )
 from toolnexus.metrics import Metrics
 from toolnexus.models import new_id
@@ -29,50 +26,6 @@ from toolnexus.redis_broker import RedisBroker
 from toolnexus.signing import sign_answer
 
 pytestmark = pytest.mark.redis
-
-
-@dataclass
-class Fleet:
-    url: str
-    agent_key: SigningKey
-    bot_key: SigningKey
-    intern_key: SigningKey
-
-    def agent(self) -> RedisBroker:
-        """The waiting side: trusts the responders' keys, requires signatures."""
-        broker = toolnexus.connect(
-            self.url,
-            namespace="sec",
-            signing_key=self.agent_key,
-            trusted_keys=Keyring.of(self.bot_key, self.intern_key),
-            require_signatures=True,
-            **FAST,
-        )
-        assert isinstance(broker, RedisBroker)
-        return broker
-
-    def responder(self, key: SigningKey | None = None, *, required: bool = True) -> RedisBroker:
-        """A responder process: trusts the agent's key."""
-        broker = toolnexus.connect(
-            self.url,
-            namespace="sec",
-            signing_key=key or self.bot_key,
-            trusted_keys=Keyring.of(self.agent_key),
-            require_signatures=required,
-            **FAST,
-        )
-        assert isinstance(broker, RedisBroker)
-        return broker
-
-
-@pytest.fixture
-def fleet(redis_server: RedisServer) -> Fleet:
-    return Fleet(
-        redis_server.url,
-        SigningKey.generate("agent-7"),
-        SigningKey.generate("ops-bot"),
-        SigningKey.generate("intern"),
-    )
 
 
 def ask(prompt: str = "Drop table users?") -> Request:

@@ -8,6 +8,7 @@ Off loopback it needs a bearer token (and the web page, logins) first.
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 from .errors import ConfigurationError
 
@@ -49,3 +50,28 @@ def check_token(token: str, what: str) -> None:
             f"{what} must be at least {MIN_TOKEN_CHARS} characters: make one with "
             "`python -c 'import secrets; print(secrets.token_urlsafe())'`"
         )
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening, non-blocking socket on ``host:port`` (check it with :func:`check_listen`
+    first).
+
+    Raises:
+        ConfigurationError: the address cannot be listened on.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except OSError as exc:
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from exc
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from exc
+    sock.setblocking(False)
+    return sock

@@ -16,8 +16,8 @@ import msgspec
 import pytest
 
 import toolnexus
-from conftest import FAST, RedisServer
-from test_forgery import Fleet, decline_genuinely, fleet, shown, still_waiting  # noqa: F401
+from conftest import FAST, Fleet, RedisServer
+from test_forgery import decline_genuinely, shown, still_waiting
 from toolnexus import Answer, InvalidRequest, Keyring, OnExpiry, Request, new_id
 from toolnexus.errors import ToolnexusError
 from toolnexus.hops import hops
@@ -59,7 +59,7 @@ async def hop_entries(broker: RedisBroker) -> int:
 
 @pytest.mark.parametrize("status", ["expired", "withdrawn"])
 async def test_a_durable_state_marked_ended_before_its_deadline_is_a_hint(
-    fleet: Fleet,  # noqa: F811
+    fleet: Fleet,
     status: str,
 ) -> None:
     """S1/S3, obs 4: ``HSET <durable state> s expired`` (or ``withdrawn``) made the next
@@ -78,7 +78,7 @@ async def test_a_durable_state_marked_ended_before_its_deadline_is_a_hint(
 
 
 async def test_a_decline_given_while_a_durable_state_was_marked_expired_wins(
-    fleet: Fleet,  # noqa: F811
+    fleet: Fleet,
 ) -> None:
     """S3 (and S4), obs 4: a decline given while nobody waits and the state says
     ``expired`` is kept as contested; the next attach takes it, not the default."""
@@ -95,7 +95,7 @@ async def test_a_decline_given_while_a_durable_state_was_marked_expired_wins(
 
 
 async def test_a_durable_state_marked_expired_counts_once_the_signed_deadline_passed(
-    fleet: Fleet,  # noqa: F811
+    fleet: Fleet,
 ) -> None:
     """S1, obs 4: an edited deadline (field ``x``) and status do not end the wait sooner;
     at the signed deadline the default comes from the signed request."""
@@ -111,7 +111,7 @@ async def test_a_durable_state_marked_expired_counts_once_the_signed_deadline_pa
     assert took_s > 1, took_s
 
 
-async def test_a_durable_state_restored_after_its_retention_is_stale(fleet: Fleet) -> None:  # noqa: F811
+async def test_a_durable_state_restored_after_its_retention_is_stale(fleet: Fleet) -> None:
     """S3, obs 4: an old durable state restored after its retention (RESTORE without a TTL)
     returned its old accept. Now it counts as absent: the request is asked afresh."""
     short = {**FAST, "retention_s": 0.5}
@@ -140,7 +140,7 @@ async def test_a_durable_state_restored_after_its_retention_is_stale(fleet: Flee
     assert (answer.ok, answer.reason, answer.person) == (False, "declined", "web:alice")
 
 
-async def test_an_edited_created_at_does_not_move_a_hop(fleet: Fleet) -> None:  # noqa: F811
+async def test_an_edited_created_at_does_not_move_a_hop(fleet: Fleet) -> None:
     """S1, obs 4: an edited ``created_at`` in the stored request moved a hop due at 30 s to
     0.01 s. It is signed now (an escalating request's digest holds it): the edited request
     does not verify, so the attach is refused and nothing hops."""
@@ -157,7 +157,7 @@ async def test_an_edited_created_at_does_not_move_a_hop(fleet: Fleet) -> None:  
         assert await hop_entries(agent) == 0
 
 
-async def test_a_forged_hop_record_does_not_suppress_a_hop(fleet: Fleet) -> None:  # noqa: F811
+async def test_a_forged_hop_record_does_not_suppress_a_hop(fleet: Fleet) -> None:
     """S3, obs 4: a forged hop record (field ``q``) claiming a queue was reached made the
     next attach skip that hop. The record is a hint: a hop whose entry does not hold the
     request is published when due."""
@@ -195,7 +195,7 @@ async def test_without_signatures_an_ended_mark_neither_ends_nor_strands_the_wai
     assert (answer.ok, answer.reason, answer.person) == (False, "declined", "ops:al")
 
 
-async def test_a_signed_withdrawal_never_ends_a_durable_request(fleet: Fleet) -> None:  # noqa: F811
+async def test_a_signed_withdrawal_never_ends_a_durable_request(fleet: Fleet) -> None:
     """S2/S3, obs 4: a durable request is never withdrawn; a withdrawal signed by a trusted
     responder key, stored in the state, is refused on the attach and the wait goes on to
     the genuine answer (on main the attach ended ``unavailable`` at once)."""

@@ -15,8 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 
 import toolnexus
-from conftest import FAST, RedisServer, opened
-from test_forgery import Fleet, fleet  # noqa: F401  (fleet is a fixture)
+from conftest import FAST, Fleet, RedisServer, opened
 from toolnexus import (
     Answer,
     InvalidRequest,
@@ -58,7 +57,7 @@ async def opened_durably(broker: RedisBroker, request_id: str) -> None:
             await asyncio.sleep(0.01)
 
 
-async def test_an_answer_by_id_reaches_only_the_waiter_that_owns_the_id(fleet: Fleet) -> None:  # noqa: F811
+async def test_an_answer_by_id_reaches_only_the_waiter_that_owns_the_id(fleet: Fleet) -> None:
     """S5, obs 5: another agent publishing the id of a request being waited for is refused,
     and the operator's decline by id reaches the genuine waiter (on main the second publish
     took the route: the decline went to it and the deploy was accepted by default)."""
@@ -77,7 +76,7 @@ async def test_an_answer_by_id_reaches_only_the_waiter_that_owns_the_id(fleet: F
         assert route == first.waiter_id.encode()
 
 
-async def test_a_route_set_before_the_id_is_asked_refuses_it_at_once(fleet: Fleet) -> None:  # noqa: F811
+async def test_a_route_set_before_the_id_is_asked_refuses_it_at_once(fleet: Fleet) -> None:
     """S5, obs 5: one ``SET`` of a route by a user with agent rights, before the id is asked,
     makes the durable request fail at once with a clear error (on main it was never shown
     and ended with its default: accepted)."""
@@ -90,7 +89,7 @@ async def test_a_route_set_before_the_id_is_asked_refuses_it_at_once(fleet: Flee
         assert took_s < 2, took_s
 
 
-async def test_a_durable_request_with_an_id_used_before_is_refused(fleet: Fleet) -> None:  # noqa: F811
+async def test_a_durable_request_with_an_id_used_before_is_refused(fleet: Fleet) -> None:
     """S5, obs 5: a durable request whose id an earlier (plain) request used is refused while
     that request's route lives (on main: never shown, and ended with its default)."""
     async with fleet.agent() as agent, fleet.agent() as later, fleet.responder() as operator:
@@ -107,7 +106,7 @@ async def test_a_durable_request_with_an_id_used_before_is_refused(fleet: Fleet)
 
 
 async def test_attaching_needs_the_key_and_the_allow_list_that_made_it(
-    fleet: Fleet,  # noqa: F811
+    fleet: Fleet,
 ) -> None:
     """S5, obs 5 (and obs 6's attach): another agent, with another key, attaching to an
     existing durable id is refused, and so is an attach with another allow-list (on main

@@ -8,57 +8,18 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 import msgspec
 import pytest
 
 import toolnexus
-from conftest import FAST, RedisServer, opened
+from conftest import Fleet, opened
 from toolnexus import AlreadyResolved, Answer, Keyring, OnExpiry, Request, SigningKey
 from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
 from toolnexus.signing import sign_answer
 
 pytestmark = pytest.mark.redis
-
-
-@dataclass
-class Fleet:
-    url: str
-    agent_key: SigningKey
-    bot_key: SigningKey
-    intern_key: SigningKey
-
-    def agent(self) -> RedisBroker:
-        """The waiting side: trusts both responder keys, requires signatures."""
-        return self._connect(self.agent_key, Keyring.of(self.bot_key, self.intern_key))
-
-    def responder(self, key: SigningKey | None = None) -> RedisBroker:
-        """A responder process: trusts the agent's key only (as the shipped setup does)."""
-        return self._connect(key or self.bot_key, Keyring.of(self.agent_key))
-
-    def _connect(self, key: SigningKey, trusted: Keyring) -> RedisBroker:
-        broker = toolnexus.connect(
-            self.url,
-            namespace="adv",
-            signing_key=key,
-            trusted_keys=trusted,
-            require_signatures=True,
-            **FAST,
-        )
-        assert isinstance(broker, RedisBroker)
-        return broker
-
-
-@pytest.fixture
-def fleet(redis_server: RedisServer) -> Fleet:
-    return Fleet(
-        redis_server.url,
-        SigningKey.generate("agent-7"),
-        SigningKey.generate("ops-bot"),
-        SigningKey.generate("intern"),
-    )
 
 
 def ask(prompt: str = "Deploy to production?", **fields: object) -> Request:
@@ -218,7 +179,9 @@ async def test_a_genuine_late_comer_is_still_told_it_lost(fleet: Fleet) -> None:
     told "already answered" at once (its process verifies the stored answer) and the
     waiter keeps the first."""
     async with fleet.agent() as agent, fleet.responder() as bot:
-        intern = fleet._connect(fleet.intern_key, Keyring.of(fleet.agent_key, fleet.bot_key))
+        intern = fleet.responder(
+            fleet.intern_key, trusted=Keyring.of(fleet.agent_key, fleet.bot_key)
+        )
         async with intern:
             request = ask()
             async with waiting(agent, request) as (task, _):

@@ -13,8 +13,7 @@ from typing import Self
 
 import uvicorn
 
-from toolnexus.errors import ConfigurationError
-from toolnexus.listening import check_listen
+from toolnexus.listening import check_listen, listen
 
 from .app import Gateway
 
@@ -112,27 +111,3 @@ class GatewayServer:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A listening, non-blocking socket on ``host:port``.
-
-    Raises:
-        ConfigurationError: the address cannot be listened on.
-    """
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-    except OSError as exc:
-        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from exc
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from exc
-    sock.setblocking(False)
-    return sock

@@ -13,7 +13,7 @@ from typing import Self
 import uvicorn
 
 from toolnexus import Broker
-from toolnexus.errors import ConfigurationError
+from toolnexus.listening import listen
 from toolnexus.serve import Service
 
 from .access import Access, check_listen
@@ -86,7 +86,7 @@ class WebServer:
         Raises:
             ConfigurationError: the address cannot be listened on.
         """
-        self._socket = _listen(self.host, self.port)
+        self._socket = listen(self.host, self.port)
         self.port = self._socket.getsockname()[1]
         config = uvicorn.Config(
             self.page.app(),
@@ -137,22 +137,3 @@ class WebServer:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-    except OSError as exc:
-        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from exc
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from exc
-    sock.setblocking(False)
-    return sock
