@@ -115,18 +115,18 @@ async def test_a_non_durable_agent_killed_while_waiting_is_withdrawn(
     assert (record.status, record.durable) == ("withdrawn", False)
 
 
-def readme_commands() -> list[list[str]]:
-    """The commands of the README's durable-wait example, as argument lists."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    section = readme.split("## Defaults on expiry and durable waits (SPEC §14)", 1)[1]
+def documented_commands() -> list[list[str]]:
+    """The commands of the manual's durable-wait example, as argument lists."""
+    page = (Path(__file__).parents[1] / "docs" / "how-to" / "beyond.md").read_text()
+    section = page.split("## Defaults on expiry and durable waits\n", 1)[1]
     block = section.split("```sh\n", 1)[1].split("```", 1)[0]
     return [shlex.split(line)[1:] for line in block.splitlines() if not line.startswith("#")]
 
 
-async def test_the_readme_toolnexus_ask_durable_killed_answered_and_asked_again(
+async def test_the_documented_toolnexus_ask_durable_killed_answered_and_asked_again(
     redis_url: str, namespace: str
 ) -> None:
-    ask, answer, ask_again = readme_commands()
+    ask, answer, ask_again = documented_commands()
     assert ask == ask_again and "--durable" in ask
     where = broker_args(redis_url, namespace)
     async with connected(redis_url, namespace) as broker:

@@ -348,9 +348,9 @@ async def test_a_question_takes_its_escalation_from_the_caller() -> None:
         question_tool(wait_for, escalate=[ONCALL])  # type: ignore[list-item]
 
 
-def test_the_readme_escalation_example_runs(redis_url: str, namespace: str) -> None:
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    section = readme.split("## Escalation (SPEC §14)", 1)[1]
+def test_the_escalation_example_runs(redis_url: str, namespace: str) -> None:
+    page = (Path(__file__).parents[1] / "docs" / "how-to" / "beyond.md").read_text()
+    section = page.split("## Escalation\n", 1)[1]
     example = section.split("```python\n", 1)[1].split("```", 1)[0]
     example = example.replace(
         "toolnexus.connect(url, ", f"toolnexus.connect(url, namespace={namespace!r}, "

@@ -1,26 +1,54 @@
-"""The README's example is real: its waiter and responder run against Redis."""
+"""The README's and the tutorials' examples are real: the README's agent is answered on the web
+page its shell block starts; the fleet tutorial's waiter is answered by its responder, over
+Redis; the signature tutorial's keys work between two hosts. (tests/test_docs_examples.py
+checks that every example is run or checked.)"""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
+import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx2 as httpx
 import pytest
 
 from toolnexus import Answer, Request, Signatures
 
-README = Path(__file__).parents[1] / "README.md"
+ROOT = Path(__file__).parents[1]
+README = ROOT / "README.md"
+FLEET = ROOT / "docs" / "tutorials" / "fleet.md"
+SIGNATURES = ROOT / "docs" / "tutorials" / "signatures.md"
+URL = "redis://127.0.0.1:6379/0"
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+def blocks(page: Path, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", page.read_text(), flags=re.S)
+
+
+def in_namespace(program: str, namespace: str) -> str:
+    """The program, connecting in a namespace of the test's own."""
+    placed = program.replace(f'connect("{URL}")', f'connect("{URL}", namespace={namespace!r})')
+    assert placed != program, "the example no longer connects to the test Redis"
+    return placed
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 @pytest.mark.redis
-def test_the_readme_waiter_is_answered_by_the_readme_responder(redis_url: str) -> None:
-    waiter, responder = python_blocks()[:2]
+def test_the_fleet_waiter_is_answered_by_the_fleet_responder(
+    redis_url: str, namespace: str
+) -> None:
+    waiter, responder = (in_namespace(b, namespace) for b in blocks(FLEET, "python")[:2])
     assert "wait_for" in waiter and "responder(" in responder
     answering = subprocess.Popen(
         [sys.executable, "-c", responder], stdout=subprocess.PIPE, text=True
@@ -37,10 +65,61 @@ def test_the_readme_waiter_is_answered_by_the_readme_responder(redis_url: str) -
     assert "approving: Deploy to production?" in out
 
 
-def test_the_readme_signature_setup_works_between_two_hosts(tmp_path: Path) -> None:
-    setup = re.search(r"## Signatures\n.*?```sh\n(.*?)```", README.read_text(), flags=re.S)
-    assert setup is not None
-    keygen_agent, keygen_bot, _copy, export_agent, export_bot = setup.group(1).splitlines()
+@pytest.mark.redis
+async def test_the_readme_agent_is_answered_on_the_readme_web_page(
+    redis_url: str, namespace: str
+) -> None:
+    """The README's shell block, word for word but on a free port and the test's namespace,
+    starts the web page; its agent asks; a person accepts on the page (a plain form post, as
+    the page's own form sends it); the agent prints ``approved``."""
+    [shell] = [b for b in blocks(README, "sh") if "worker web" in b]
+    make_token, start = shell.strip().splitlines()
+    token = subprocess.run(
+        ["bash", "-c", f'{make_token}; printf %s "$TOKEN"'], capture_output=True, text=True
+    ).stdout
+    assert len(token) >= 16
+    port = free_port()
+    command = [*shlex.split(start.split("#")[0]), "--port", str(port)]
+    assert command[:3] == ["toolnexus", "worker", "web"] and command[4] == "$TOKEN"
+    command[0] = str(Path(sys.executable).with_name("toolnexus"))
+    command[4] = token
+    env = {**os.environ, "TOOLNEXUS_URL": redis_url, "TOOLNEXUS_NAMESPACE": namespace}
+    [agent] = [b for b in blocks(README, "python") if "wait_for" in b]
+    web = await asyncio.create_subprocess_exec(*command, env=env, stderr=subprocess.DEVNULL)
+    asking = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", in_namespace(agent, namespace), stdout=subprocess.PIPE
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=base, follow_redirects=True) as page:
+            async with asyncio.timeout(30):
+                while True:  # the link the README's comment says to open: signs in
+                    try:
+                        signed_in = await page.get("/", params={"token": token})
+                        break
+                    except httpx.TransportError:
+                        await asyncio.sleep(0.1)  # not listening yet
+                assert signed_in.status_code == 200, signed_in.text
+                while "Deploy to production?" not in (text := (await page.get("/")).text):
+                    await asyncio.sleep(0.1)
+            request = re.search(r'name="request" value="([^"]+)"', text)
+            csrf = re.search(r'name="csrf" value="([^"]+)"', text)
+            assert request is not None and csrf is not None
+            form = {"request": request[1], "csrf": csrf[1], "action": "accept"}
+            sent = await page.post("/answer", data=form)
+            assert [r.status_code for r in sent.history] == [303], sent.text  # to the page
+        out, _ = await asyncio.wait_for(asking.communicate(), 30)
+    finally:
+        for process in (asking, web):
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert out.decode().strip() == "approved"
+
+
+def test_the_signature_setup_works_between_two_hosts(tmp_path: Path) -> None:
+    setup = blocks(SIGNATURES, "sh")[0]
+    keygen_agent, keygen_bot, _copy, export_agent, export_bot = setup.splitlines()
     hosts = {"agent": tmp_path / "agent-host", "responder": tmp_path / "responder-host"}
     toolnexus = Path(sys.executable).with_name("toolnexus")
     for host, line in zip(hosts.values(), [keygen_agent, keygen_bot], strict=True):

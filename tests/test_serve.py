@@ -371,12 +371,12 @@ async def test_bad_options_are_refused(broker: Broker) -> None:
             await service.run()
 
 
-async def test_the_workers_readme_example_approves(broker: Broker) -> None:
-    readme = Path(__file__).parents[1] / "workers" / "README.md"
-    blocks = re.findall(r"```python\n(.*?)```", readme.read_text(), re.S)
+async def test_the_write_a_worker_example_approves(broker: Broker) -> None:
+    page = Path(__file__).parents[1] / "docs" / "how-to" / "write-a-worker.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
     (example,) = [block for block in blocks if "class Approver" in block]
-    namespace: dict[str, object] = {"__name__": "readme_example"}
-    exec(compile(example, str(readme), "exec"), namespace)
+    namespace: dict[str, object] = {"__name__": "docs_example"}
+    exec(compile(example, str(page), "exec"), namespace)
     approver = namespace["Approver"]
     assert isinstance(approver, type) and issubclass(approver, Worker)
     approval = asyncio.create_task(broker.wait_for(ask("Restart?"), timeout_s=20))
