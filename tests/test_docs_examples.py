@@ -279,3 +279,11 @@ def test_the_readme_links_to_files_that_exist() -> None:
     local = [link.split("#")[0] for link in links if "://" not in link]
     assert len(local) > 20
     assert not [link for link in local if not (ROOT / link).is_file()]
+
+
+def test_no_page_cites_the_projects_internal_documents() -> None:
+    """Users read of features, not of the specification's sections (the API reference's
+    docstrings are cleaned by docs_hooks/no_spec.py as the site is built)."""
+    citing = [str(p.relative_to(ROOT)) for p in PAGES if "SPEC §" in p.read_text()]
+    assert not citing
+    assert (ROOT / "workers" / "README.md").read_text().count("SPEC") == 0
