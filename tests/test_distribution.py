@@ -1,12 +1,14 @@
 """The distribution (SPEC §1, issue #31): published as ``toolnexus-bridge`` (the package
 index's ``toolnexus`` is the agent toolkit), importing as ``toolnexus``; the README's install
-line names it, and the wheel carries the extras and entry points pyproject.toml declares."""
+line names it, the wheel carries the extras and entry points pyproject.toml declares, and the
+README's first round trip runs from the wheel (issue #33)."""
 
 from __future__ import annotations
 
 import configparser
 import email.parser
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
@@ -116,3 +118,40 @@ def test_the_readme_install_line_installs_this_wheel(wheel: Path, tmp_path: Path
     version, origin = show.stdout.split()
     assert version == PYPROJECT["version"]
     assert origin.startswith(str(tmp_path / "env")) and origin.endswith("toolnexus/__init__.py")
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+async def test_the_readme_round_trip_runs_from_the_wheel(
+    wheel: Path, tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """The README's install line, from the built wheel rather than the source tree, then its
+    web page and its agent, word for word: the agent's question is accepted on the page. The
+    wheel's dependencies are this environment's (nothing is fetched), the code is the
+    wheel's."""
+    from test_readme import readme_round_trip
+
+    readme = (ROOT / "README.md").read_text()
+    line = re.search(r"^pip install '([^']+)'", readme, flags=re.M)
+    assert line is not None
+    target = tmp_path / "installed"
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps"]
+    subprocess.run(
+        [*pip, "--find-links", str(wheel.parent), "--target", str(target), line.group(1)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(target)  # ahead of this environment's editable install
+    origin = subprocess.run(
+        [sys.executable, "-c", "import toolnexus, toolnexus_workers as w; print(w.__file__)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
+    assert origin.startswith(str(target)), origin
+    toolnexus = str(target / "bin" / "toolnexus")
+    printed = await readme_round_trip(toolnexus, sys.executable, env, redis_url, namespace)
+    assert printed == "approved"

@@ -65,29 +65,30 @@ def test_the_fleet_waiter_is_answered_by_the_fleet_responder(
     assert "approving: Deploy to production?" in out
 
 
-@pytest.mark.redis
-async def test_the_readme_agent_is_answered_on_the_readme_web_page(
-    redis_url: str, namespace: str
-) -> None:
-    """The README's shell block, word for word but on a free port and the test's namespace,
-    starts the web page; its agent asks; a person accepts on the page (a plain form post, as
-    the page's own form sends it); the agent prints ``approved``."""
+async def readme_round_trip(
+    toolnexus: str, python: str, env: dict[str, str], redis_url: str, namespace: str
+) -> str:
+    """What the README's agent prints once a person accepts its question on the web page the
+    README's shell block starts (word for word, but on a free port and in the test's
+    namespace), with ``toolnexus`` the command and ``python`` the interpreter to run them."""
     [shell] = [b for b in blocks(README, "sh") if "worker web" in b]
     make_token, start = shell.strip().splitlines()
     token = subprocess.run(
-        ["bash", "-c", f'{make_token}; printf %s "$TOKEN"'], capture_output=True, text=True
+        ["bash", "-c", f'{make_token}; printf %s "$TOKEN"'],
+        capture_output=True,
+        text=True,
+        env={**env, "PATH": os.pathsep.join([str(Path(python).parent), os.environ["PATH"]])},
     ).stdout
     assert len(token) >= 16
     port = free_port()
     command = [*shlex.split(start.split("#")[0]), "--port", str(port)]
     assert command[:3] == ["toolnexus", "worker", "web"] and command[4] == "$TOKEN"
-    command[0] = str(Path(sys.executable).with_name("toolnexus"))
-    command[4] = token
-    env = {**os.environ, "TOOLNEXUS_URL": redis_url, "TOOLNEXUS_NAMESPACE": namespace}
+    command[0], command[4] = toolnexus, token
+    env = {**env, "TOOLNEXUS_URL": redis_url, "TOOLNEXUS_NAMESPACE": namespace}
     [agent] = [b for b in blocks(README, "python") if "wait_for" in b]
     web = await asyncio.create_subprocess_exec(*command, env=env, stderr=subprocess.DEVNULL)
     asking = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", in_namespace(agent, namespace), stdout=subprocess.PIPE
+        python, "-c", in_namespace(agent, namespace), stdout=subprocess.PIPE, env=env
     )
     try:
         base = f"http://127.0.0.1:{port}"
@@ -106,7 +107,7 @@ async def test_the_readme_agent_is_answered_on_the_readme_web_page(
             csrf = re.search(r'name="csrf" value="([^"]+)"', text)
             assert request is not None and csrf is not None
             form = {"request": request[1], "csrf": csrf[1], "action": "accept"}
-            sent = await page.post("/answer", data=form)
+            sent = await page.post("/answer", data=form)  # what the page's Accept sends
             assert [r.status_code for r in sent.history] == [303], sent.text  # to the page
         out, _ = await asyncio.wait_for(asking.communicate(), 30)
     finally:
@@ -114,7 +115,17 @@ async def test_the_readme_agent_is_answered_on_the_readme_web_page(
             if process.returncode is None:
                 process.kill()
                 await process.wait()
-    assert out.decode().strip() == "approved"
+    return out.decode().strip()
+
+
+@pytest.mark.redis
+async def test_the_readme_agent_is_answered_on_the_readme_web_page(
+    redis_url: str, namespace: str
+) -> None:
+    toolnexus = str(Path(sys.executable).with_name("toolnexus"))
+    env = dict(os.environ)
+    printed = await readme_round_trip(toolnexus, sys.executable, env, redis_url, namespace)
+    assert printed == "approved"
 
 
 def test_the_signature_setup_works_between_two_hosts(tmp_path: Path) -> None:
