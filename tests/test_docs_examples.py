@@ -287,3 +287,17 @@ def test_no_page_cites_the_projects_internal_documents() -> None:
     citing = [str(p.relative_to(ROOT)) for p in PAGES if "SPEC §" in p.read_text()]
     assert not citing
     assert (ROOT / "workers" / "README.md").read_text().count("SPEC") == 0
+
+
+def test_the_environment_reference_names_every_variable_the_code_reads() -> None:
+    variable = re.compile(r"\b(?:TOOLNEXUS|SLACK|TELEGRAM)_[A-Z_]*[A-Z]\b")
+    read = {
+        name
+        for folder in ("bridge", "workers")
+        for path in (ROOT / folder).rglob("*.py")
+        for name in variable.findall(path.read_text())
+    }
+    table = (ROOT / "docs" / "reference" / "environment.md").read_text()
+    documented = set(variable.findall(table.split("| variable |", 1)[1]))
+    assert len(read) > 20
+    assert read == documented, (read - documented, documented - read)
