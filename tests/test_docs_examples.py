@@ -4,7 +4,7 @@ so that a renamed function, argument or flag fails a test.
 Each ``python`` or ``sh`` block is followed by a comment saying how it is tested:
 
 - ``<!-- run -->``: a complete Python program or shell script, run here (it must exit 0
-  within a minute);
+  within a minute); ``<!-- run, printing: TEXT -->``: and TEXT is the last line it prints;
 - ``<!-- test: tests/FILE.py::NAME -->``: a named test runs it, with its own assertions (the
   test must exist and read this page);
 - ``<!-- not run: REASON -->``: not run, and why (a fragment, a third party's service, ...).
@@ -74,7 +74,7 @@ def examples() -> list[Example]:
 EXAMPLES = examples()
 PYTHON = [e for e in EXAMPLES if e.language == "python"]
 SHELL = [e for e in EXAMPLES if e.language == "sh"]
-RUN = [e for e in EXAMPLES if e.marker == "run"]
+RUN = [e for e in EXAMPLES if e.marker is not None and re.match(r"run\b", e.marker)]
 
 
 def test_the_pages_have_examples_and_each_says_how_it_is_tested() -> None:
@@ -84,7 +84,7 @@ def test_the_pages_have_examples_and_each_says_how_it_is_tested() -> None:
     for example in EXAMPLES:
         assert example.marker is not None
         marker = example.marker
-        if marker == "run":
+        if re.fullmatch(r"run(, printing: .+)?", marker):
             continue
         if marker.startswith("test: "):
             file, _, name = marker.removeprefix("test: ").partition("::")
@@ -117,6 +117,8 @@ def test_a_runnable_example_runs(example: Example, tmp_path: Path) -> None:
         },
     )
     assert done.returncode == 0, f"{example}:\n{done.stderr}"
+    if example.marker and example.marker.startswith("run, printing: "):
+        assert done.stdout.strip().splitlines()[-1] == example.marker.split(": ", 1)[1]
 
 
 # Python: names and calls checked against the code.
