@@ -1,7 +1,7 @@
 """``toolnexus ask`` and ``toolnexus answer``: a human approval gate for shell pipelines.
 
 ``ask`` publishes one request and waits; its exit status says how it ended
-(:data:`EXIT_ACCEPTED` ... :data:`EXIT_UNREACHABLE`). ``answer`` resolves a request by id
+(the ``EXIT_*`` codes of :mod:`toolnexus.exits`). ``answer`` resolves a request by id
 from anywhere, through :meth:`Broker.answer <toolnexus.Broker.answer>` (validated, and
 signed when ``TOOLNEXUS_SIGNING_KEY`` is set).
 """
@@ -18,19 +18,18 @@ import msgspec
 
 from .broker import connect
 from .errors import BrokerUnavailable, ConfigurationError, InvalidAnswer, NotResolved
+from .exits import (
+    EXIT_ACCEPTED,
+    EXIT_ANSWERED,
+    EXIT_DECLINED,
+    EXIT_NOT_ANSWERED,
+    EXIT_REFUSED,
+    EXIT_UNREACHABLE,
+)
 from .models import DECLINED, DISMISSED, UNAVAILABLE, Answer, Hop, OnExpiry, Request, Source, new_id
 from .ops import scrubbed
 from .question import question_schema
 from .serve import approvals_line
-
-EXIT_ACCEPTED, EXIT_DECLINED, EXIT_NOT_ANSWERED, EXIT_UNREACHABLE = 0, 1, 2, 3
-"""``ask``: accepted (also by default on expiry); declined (also by default on expiry);
-expired, dismissed or withdrawn (and bad usage, as argparse exits); the broker could not
-be reached."""
-
-EXIT_ANSWERED, EXIT_REFUSED = 0, 1
-"""``answer``: the answer resolved the request; it was refused (already resolved, unknown,
-not allowed, or invalid for the form). Bad usage is 2 and an unreachable broker 3."""
 
 
 def load_schema(path: str) -> dict[str, Any]:
@@ -157,7 +156,7 @@ def the_answer(
 
 async def answer(url: str, options: dict[str, Any], given: Answer) -> int:
     """Resolve ``given.id`` with ``given`` and say so; the exit status (see
-    :data:`EXIT_ANSWERED`)."""
+    :mod:`toolnexus.exits`)."""
     try:
         async with connect(url, **options) as broker:
             progress = await broker.answer(given)
