@@ -500,3 +500,107 @@ async def test_answer_is_signed_with_the_configured_key(
     assert process.returncode == 0, err.decode()
     assert got.ok and got.responder == "ops-cli"
     assert got.signature is not None and got.signature.key == "ops-cli"
+
+
+# -- dead-letters ---------------------------------------------------------------------------
+
+
+async def test_dead_letters_lists_shows_requeues_and_purges(redis_url: str, namespace: str) -> None:
+    """An unsigned request that a responder requiring signatures dead-letters: listed and
+    shown with its request and error; requeued, it reaches a responder that takes it and
+    its waiter gets the answer; then the dead letters are empty."""
+    args = broker_args(redis_url, namespace)
+    strict = toolnexus.connect(
+        redis_url,
+        namespace=namespace,
+        signing_key=toolnexus.SigningKey.generate("strict-bot"),
+        trusted_keys=toolnexus.Keyring.of(toolnexus.SigningKey.generate("someone")),
+        require_signatures=True,
+        **FAST,
+    )
+    request = Request(id=new_id(), kind="approval", prompt="Requeue me?")
+    async with connected(redis_url, namespace) as broker, strict:
+        waiting = asyncio.create_task(broker.wait_for(request, timeout_s=60))
+        while await broker.redis.xlen(broker.keys.requests) < 1:
+            await asyncio.sleep(0.02)
+        async with strict.responder("strict", until_idle=True) as requests:
+            async for _ in requests:
+                raise AssertionError("an unsigned request reached a responder requiring them")
+        listed = await run("dead-letters", "list", *args)
+        assert listed.returncode == 0, listed.stderr
+        (line,) = listed.stdout.splitlines()
+        dead_id = line.split()[0]
+        assert f"{request.id} approval 'Requeue me?': " in line
+        shown = await run("dead-letters", "show", dead_id, "--json", *args)
+        assert shown.returncode == 0, shown.stderr
+        letter = json.loads(shown.stdout)
+        assert letter["id"] == dead_id and letter["request_id"] == request.id
+        assert letter["stream"] == broker.keys.requests and letter["requeue_problem"] is None
+        assert letter["truncated"] is False and letter["raw"].startswith("r=")
+        text = await run("dead-letters", "show", dead_id, *args)
+        assert f"request:  {request.id} (approval) 'Requeue me?'" in text.stdout
+        assert "requeue:  yes" in text.stdout
+
+        requeued = await run("dead-letters", "requeue", dead_id, *args)
+        assert requeued.returncode == 0, requeued.stderr
+        assert requeued.stdout.startswith(f"{dead_id}: requeued as ")
+        taken = await answer_next(broker, "accept")
+        assert taken.id == request.id
+        assert (await asyncio.wait_for(waiting, 20)).ok
+        again = await run("dead-letters", "requeue", dead_id, *args)
+        assert again.returncode == 1
+        assert again.stderr == (
+            f"toolnexus dead-letters: no dead letter {dead_id} on queue 'default'\n"
+        )
+        empty = await run("dead-letters", "list", *args)
+    assert empty.returncode == 0 and empty.stdout == "no dead letters on queue 'default'\n"
+
+
+async def test_dead_letters_refuses_to_requeue_what_it_cannot_rebuild(
+    redis_url: str, namespace: str
+) -> None:
+    args = broker_args(redis_url, namespace)
+    async with connected(redis_url, namespace) as broker:
+        dead, keys = broker.redis, broker.keys
+        cut = b"r=" + b"x" * 100 + b"... (9000 bytes in all)"
+        await dead.xadd(keys.dead, {"error": "bad", "stream": keys.requests, "entry": "1-0",
+                                    "raw": cut})  # fmt: skip
+        answers = keys.answers("agent.0123456789abcdef")
+        await dead.xadd(keys.dead, {"error": "undecodable answer", "stream": answers,
+                                    "entry": "2-0", "raw": b"id=x\na=\xff"})  # fmt: skip
+        await dead.xadd(keys.dead, {"error": "bad", "stream": keys.requests, "entry": "3-0",
+                                    "raw": b"r=\x81\xa2"})  # fmt: skip
+        listed = await run("dead-letters", "list", "--json", *args)
+        truncated, answer, whole = json.loads(listed.stdout)
+        assert (
+            truncated["truncated"] is True
+            and "first 102 of its 9000 bytes" in (truncated["requeue_problem"])
+        )
+        assert answer["raw"] == "id=x\na=\\xff" and answer["request_id"] is None
+        assert answer["requeue_problem"] == (
+            f"it came from {answers!r}, not from the request stream of queue 'default'"
+        )
+        one = await run("dead-letters", "requeue", truncated["id"], *args)
+        assert one.returncode == 1
+        assert one.stderr == (
+            f"toolnexus dead-letters: {truncated['id']} not requeued: "
+            f"{truncated['requeue_problem']}\n"
+        )
+        every = await run("dead-letters", "requeue", "--all", "--json", *args)
+        assert every.returncode == 1 and len(every.stderr.splitlines()) == 2
+        (done,) = json.loads(every.stdout)["requeued"]
+        assert done["id"] == whole["id"]
+        assert [f for _, f in await dead.xrange(keys.requests)] == [{b"r": b"\x81\xa2"}]
+        assert await dead.xlen(keys.dead) == 2
+
+        unknown = await run("dead-letters", "show", "not-an-id", *args)
+        assert unknown.returncode == 1 and "no dead letter not-an-id" in unknown.stderr
+        purged = await run("dead-letters", "purge", answer["id"], *args)
+        assert purged.returncode == 0 and "purged 1 dead letter(s)" in purged.stdout
+        purged = await run("dead-letters", "purge", "--all", "--json", *args)
+        assert json.loads(purged.stdout) == {"purged": 1}
+        assert await dead.xlen(keys.dead) == 0
+    usage = await run("dead-letters", "purge", *args)
+    assert usage.returncode == 2 and "one of the arguments" in usage.stderr
+    both = await run("dead-letters", "requeue", "1-0", "--all", *args)
+    assert both.returncode == 2 and "Traceback" not in both.stderr

@@ -24,6 +24,7 @@ from typing import Any
 
 from . import acl
 from .errors import BrokerUnavailable, ConfigurationError, ToolnexusError
+from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NOT_DONE, EXIT_OK, EXIT_UNREACHABLE
 from .hops import parse_duration
 from .models import Hop
 from .numeric import MAX_SECONDS, check_number
@@ -31,9 +32,6 @@ from .numeric import MAX_SECONDS, check_number
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 """Where ``ask``, ``answer``, ``status``, ``check`` and ``audit`` look for Redis when neither
 ``--url`` nor ``TOOLNEXUS_URL`` says."""
-
-EXIT_ERROR, EXIT_UNREACHABLE = 2, 3
-"""A bad option or file (argparse's status for bad usage); the broker cannot be reached."""
 
 
 def duration_s(text: str) -> float:
@@ -299,6 +297,56 @@ def _ops_parsers(commands: Any) -> None:
     audit.add_argument("--json", action="store_true", help="print a JSON array of records")
     _connection(audit)
 
+    _dead_letters_parser(commands)
+
+
+def _dead_letters_parser(commands: Any) -> None:
+    dead = commands.add_parser(
+        "dead-letters",
+        help="list, show, requeue or purge a queue's dead letters",
+        description=(
+            "A queue's dead letters are the entries its responders could not take: a request "
+            "that is not readable, not signed, or signed by a key they do not trust; an "
+            "unreadable answer. Each is kept with the error, the stream and entry it came "
+            "from, and its original fields (bounded in size). Exit status: 0 done; 1 no "
+            "dead letter has that id, or one could not be requeued (the line says why); 2 "
+            "bad usage; 3 the broker unreachable."
+        ),
+    )
+    actions = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser(
+        "list",
+        help="one line each, oldest first: id, when, the request it held, the error",
+        description="List the queue's dead letters, oldest first.",
+    )
+    show = actions.add_parser(
+        "show", help="every field of one dead letter", description="Show one dead letter."
+    )
+    show.add_argument("id", metavar="ID", help="the dead letter's id (as list prints it)")
+    requeue = actions.add_parser(
+        "requeue",
+        help="put a dead-lettered request back on its queue",
+        description=(
+            "Put the request a dead letter holds back on the queue's request stream, as it "
+            "was (its signature too: responders verify it again, so first fix what refused "
+            "it, such as their trusted keys), and delete the dead letter. Only requests "
+            "can be requeued, and only whole ones: a dead letter whose original was cut "
+            "to the size limit is refused. Exit status 1 if one could not be."
+        ),
+    )
+    purge = actions.add_parser(
+        "purge",
+        help="delete dead letters",
+        description="Delete one dead letter, or with --all every one of the queue.",
+    )
+    for parser in (requeue, purge):
+        which = parser.add_mutually_exclusive_group(required=True)
+        which.add_argument("id", nargs="?", metavar="ID", help="the dead letter's id")
+        which.add_argument("--all", action="store_true", help="every dead letter of the queue")
+    for parser in (listing, show, requeue, purge):
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        _connection(parser)
+
 
 def _keygen(args: argparse.Namespace) -> int:
     from .signing import SigningKey
@@ -471,6 +519,57 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dead_letters(args: argparse.Namespace) -> int:
+    from . import ops
+
+    async def act() -> tuple[int, Any, list[str]]:
+        """The exit status, what to print (JSON-able), and lines for stderr."""
+        async with ops.redis_brokers(args.url, args.namespace, [args.queue]) as (broker,):
+            one = getattr(args, "id", None)
+            letters = await ops.dead_letters(broker, one)
+            if one is not None and not letters:
+                return EXIT_NOT_DONE, None, [f"no dead letter {one} on queue {args.queue!r}"]
+            if args.action == "list":
+                return EXIT_OK, letters, []
+            if args.action == "show":
+                return EXIT_OK, letters[0], []
+            if args.action == "purge":
+                return EXIT_OK, {"purged": await ops.purge(broker, one)}, []
+            done, problems = [], []
+            for letter in letters:
+                if letter.requeue_problem is not None:
+                    problems.append(f"{letter.id} not requeued: {letter.requeue_problem}")
+                    continue
+                entry = await ops.requeue(broker, letter)
+                if entry is None:
+                    problems.append(f"{letter.id} not requeued: it is gone (requeued or purged)")
+                else:
+                    done.append({"id": letter.id, "entry": entry, "request_id": letter.request_id})
+            return (EXIT_NOT_DONE if problems else EXIT_OK), {"requeued": done}, problems
+
+    status, result, problems = asyncio.run(act())
+    for line in problems:
+        print(f"toolnexus dead-letters: {line}", file=sys.stderr)
+    if result is None:
+        return status
+    if args.json:
+        shown = [r.to_json() for r in result] if isinstance(result, list) else result
+        print(json.dumps(shown.to_json() if isinstance(shown, ops.DeadLetter) else shown, indent=2))
+    elif args.action == "list":
+        print(
+            "\n".join(ops.dead_letter_line(r) for r in result)
+            or f"no dead letters on queue {args.queue!r}"
+        )
+    elif args.action == "show":
+        print(ops.dead_letter_text(result))
+    elif args.action == "purge":
+        print(f"purged {result['purged']} dead letter(s) of queue {args.queue!r}")
+    else:
+        for done in result["requeued"]:
+            print(f"{done['id']}: requeued as {done['entry']} ({done['request_id']})")
+    return status
+
+
 def _acl(args: argparse.Namespace) -> int:
     print(acl.users_acl(args.agent, args.responder, args.ops, args.namespace), end="")
     return 0
@@ -485,6 +584,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "check": _check,
     "audit": _audit,
     "acl": _acl,
+    "dead-letters": _dead_letters,
 }
 
 
@@ -510,7 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"toolnexus {args.command}: {_one_line(exc, args)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _not_text(args: argparse.Namespace) -> str | None:
