@@ -4,6 +4,7 @@ the real Redis, with responders and waiters in this test."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -18,7 +19,9 @@ from typing import Any
 import pytest
 
 import toolnexus
+from conftest import Fleet
 from toolnexus import Answer, Broker, Request, new_id
+from toolnexus.ask import REOPENED
 from toolnexus.cli import duration_s
 from toolnexus.keys import Keys
 from toolnexus.models import Hop
@@ -233,7 +236,8 @@ async def test_answer_resolves_a_waiting_request(
         got = await asyncio.wait_for(waiting, 20)
     assert done.returncode == 0, done.stderr
     outcome = "accepted" if expected.ok else expected.reason
-    assert done.stdout == f"{request.id}: {outcome}\n"
+    by = " by ops:bob" if "--person" in flags else ""
+    assert done.stdout == f"{request.id}: {outcome}{by}, taken by the waiter\n"
     assert (got.ok, got.data, got.reason) == (expected.ok, expected.data, expected.reason)
     assert got.person == ("ops:bob" if "--person" in flags else None)
 
@@ -267,6 +271,48 @@ async def test_answer_refusals_exit_1_with_the_reason(redis_url: str, namespace:
     unknown = await run("answer", "req-nobody", "--dismiss", *args)
     assert unknown.returncode == 1
     assert unknown.stderr == "toolnexus answer: req-nobody: refused: unknown request\n"
+
+
+async def test_answer_says_when_the_waiter_refuses_it(fleet: Fleet) -> None:
+    """Observation 4 of issue 25: an unsigned answer to an agent requiring signatures is
+    stored by Redis, then refused by the waiter, which opens the request again: exit 1,
+    saying so (it used to print "accepted" and exit 0). The signed answer after it is
+    taken."""
+    request = Request(id=new_id(), kind="approval", prompt="Deploy?")
+    async with fleet.agent() as agent:
+        waiting = asyncio.create_task(agent.wait_for(request, timeout_s=60))
+        while await agent.redis.xlen(agent.keys.requests) < 1:
+            await asyncio.sleep(0.02)
+        args = ["--url", fleet.url, "--namespace", "sec"]
+        unsigned = await run("answer", request.id, "--accept", *args)
+        assert unsigned.returncode == 1, unsigned
+        assert unsigned.stdout == ""
+        assert unsigned.stderr == f"toolnexus answer: {request.id}: refused: {REOPENED}\n"
+        assert not waiting.done()
+        async with fleet.responder() as bot:
+            signed = await bot.answer(Answer(id=request.id, ok=True))
+        assert signed is None and (await asyncio.wait_for(waiting, 20)).ok
+
+
+async def test_answer_sent_but_not_confirmed_exits_4(redis_url: str, namespace: str) -> None:
+    """A durable request nobody waits for now: the answer is stored, no waiter takes it."""
+    request = Request(id=new_id(), kind="approval", prompt="Later?", durable=True)
+    async with connected(redis_url, namespace) as broker:
+        waiting = asyncio.create_task(broker.wait_for(request, timeout_s=60))
+        while await broker.redis.xlen(broker.keys.requests) < 1:
+            await asyncio.sleep(0.02)
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+    args = broker_args(redis_url, namespace)
+    done = await run("answer", request.id, "--decline", "--confirm", "1s", *args)
+    assert done.returncode == 4, done
+    assert done.stderr.startswith(
+        f"toolnexus answer: {request.id}: sent, not confirmed: no waiter took it within 1 s"
+    )
+    async with connected(redis_url, namespace) as broker:  # attaching, it takes it
+        got = await asyncio.wait_for(broker.wait_for(request, timeout_s=60), 20)
+    assert got.reason == "declined"
 
 
 async def test_answer_usage_errors() -> None:

@@ -3,11 +3,15 @@
 ``ask`` publishes one request and waits; its exit status says how it ended
 (the ``EXIT_*`` codes of :mod:`toolnexus.exits`). ``answer`` resolves a request by id
 from anywhere, through :meth:`Broker.answer <toolnexus.Broker.answer>` (validated, and
-signed when ``TOOLNEXUS_SIGNING_KEY`` is set).
+signed when ``TOOLNEXUS_SIGNING_KEY`` is set), then watches what the waiter makes of it:
+its ``answered`` event says it took it; its request's state opened again says it refused
+it (a waiter checks signatures and allow-lists itself); neither in time, "not confirmed".
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -16,19 +20,21 @@ from typing import Any
 
 import msgspec
 
-from .broker import connect
-from .errors import BrokerUnavailable, ConfigurationError, InvalidAnswer, NotResolved
+from .broker import Broker, EventStream, connect
+from .errors import BrokerUnavailable, ConfigurationError, Contested, InvalidAnswer, NotResolved
 from .exits import (
     EXIT_ACCEPTED,
     EXIT_ANSWERED,
     EXIT_DECLINED,
     EXIT_NOT_ANSWERED,
+    EXIT_NOT_CONFIRMED,
     EXIT_REFUSED,
     EXIT_UNREACHABLE,
 )
 from .models import DECLINED, DISMISSED, UNAVAILABLE, Answer, Hop, OnExpiry, Request, Source, new_id
-from .ops import scrubbed
+from .ops import scrubbed, stored_answer
 from .question import question_schema
+from .redis_broker import RedisBroker
 from .serve import approvals_line
 
 
@@ -154,12 +160,74 @@ def the_answer(
     return Answer(id=request_id, ok=False, reason=reason, person=person)
 
 
-async def answer(url: str, options: dict[str, Any], given: Answer) -> int:
-    """Resolve ``given.id`` with ``given`` and say so; the exit status (see
-    :mod:`toolnexus.exits`)."""
+REOPENED = (
+    "the waiter refused it and opened the request again (its log says why: e.g. an answer "
+    "not signed, or signed by a key it does not trust)"
+)
+"""What ``answer`` says when the waiter refused the answer the broker stored."""
+
+CONFIRM_POLL_S = 0.1
+"""How often ``answer`` looks whether the waiter opened the request again (refused it)."""
+
+
+async def _fate(
+    broker: Broker, given: Answer, stored: bytes | None, events: EventStream, within_s: float
+) -> Answer | str | None:
+    """What the waiter made of ``given``, which the broker stored as ``stored`` (None: not
+    known here): the answer it took (its ``answered`` event), a refusal (the request opened
+    again: the state no longer holds ``stored``), or None if neither was seen within
+    ``within_s``."""
+
+    async def taken() -> Answer | None:
+        async for event in events:
+            if event.event == "answered" and event.id == given.id:
+                return event.answer
+        return None
+
+    seen = asyncio.create_task(taken())
     try:
-        async with connect(url, **options) as broker:
-            progress = await broker.answer(given)
+        async with asyncio.timeout(within_s):
+            while True:
+                done, _ = await asyncio.wait({seen}, timeout=CONFIRM_POLL_S)
+                if (
+                    stored is not None
+                    and isinstance(broker, RedisBroker)
+                    and await stored_answer(broker, given.id) != stored
+                ):
+                    return REOPENED
+                if done:
+                    return seen.result()
+    except TimeoutError:
+        return None
+    finally:
+        seen.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await seen
+
+
+async def answer(url: str, options: dict[str, Any], given: Answer, *, confirm_s: float) -> int:
+    """Resolve ``given.id`` with ``given``, wait up to ``confirm_s`` for its waiter to take
+    or refuse it, and say what became of it; the exit status (see :mod:`toolnexus.exits`).
+    """
+    try:
+        async with connect(url, **options) as broker, broker.events() as events:
+            fate: Answer | str | None = None
+            stored: bytes | None = None
+            try:
+                progress = await broker.answer(given)
+            except Contested:  # the waiter decides between them: see what it takes
+                fate = await _fate(broker, given, None, events, confirm_s)
+            else:
+                if progress is not None:  # a quorum's vote (SPEC §14) that did not decide it
+                    outcome = "accepted" if given.ok else str(given.reason)
+                    print(f"{given.id}: {outcome}, counted: {approvals_line(progress)}")
+                    return EXIT_ANSWERED
+                if isinstance(broker, RedisBroker):
+                    # the broker stored it: open again already means the waiter refused it
+                    stored = await stored_answer(broker, given.id)
+                    fate = REOPENED if stored is None else None
+                if fate is None:
+                    fate = await _fate(broker, given, stored, events, confirm_s)
     except BrokerUnavailable as exc:
         print(f"toolnexus answer: {scrubbed(exc, url)}", file=sys.stderr)
         return EXIT_UNREACHABLE
@@ -169,8 +237,25 @@ async def answer(url: str, options: dict[str, Any], given: Answer) -> int:
     except InvalidAnswer as exc:
         print(f"toolnexus answer: {given.id}: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    outcome = "accepted" if given.ok else str(given.reason)
-    if progress is not None:  # a quorum's vote (SPEC §14) that did not decide it
-        outcome += f", counted: {approvals_line(progress)}"
-    print(f"{given.id}: {outcome}")
+    if isinstance(fate, str):
+        print(f"toolnexus answer: {given.id}: refused: {fate}", file=sys.stderr)
+        return EXIT_REFUSED
+    if fate is None:
+        print(
+            f"toolnexus answer: {given.id}: sent, not confirmed: no waiter took it within "
+            f"{confirm_s:g} s (it may yet: a busy or restarting waiter, or a durable request "
+            "nobody waits for now)",
+            file=sys.stderr,
+        )
+        return EXIT_NOT_CONFIRMED
+    outcome = "accepted" if fate.ok else str(fate.reason)
+    by = f" by {fate.answered_by}" if fate.answered_by else ""
+    if (fate.ok, fate.reason) != (given.ok, given.reason):
+        print(
+            f"toolnexus answer: {given.id}: refused: the waiter took another answer "
+            f"({outcome}{by})",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
+    print(f"{given.id}: {outcome}{by}, taken by the waiter")
     return EXIT_ANSWERED

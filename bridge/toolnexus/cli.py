@@ -206,13 +206,18 @@ def _ops_parsers(commands: Any) -> None:
 
     answer = commands.add_parser(
         "answer",
-        help="answer a request by id: --accept [JSON], --decline or --dismiss",
+        help="answer a request by id (--accept [JSON], --decline or --dismiss) and confirm it",
         description=(
             "Resolve request ID: the answer is checked against the request's form and "
-            "signed when TOOLNEXUS_SIGNING_KEY is set. Exit status: 0 the answer resolved "
-            "the request; 1 refused (already answered, expired, withdrawn, unknown, not "
-            "allowed, or invalid for the form; the line says which); 2 bad usage; 3 the "
-            "broker unreachable."
+            "signed when TOOLNEXUS_SIGNING_KEY is set; then wait up to --confirm for the "
+            "waiting agent to take it (it checks signatures and allow-lists itself). Exit "
+            "status: 0 the waiter took it (the line says what it stored, and who answered), "
+            "or a quorum counted the vote; 1 refused, and the line says why: by the broker "
+            "(already answered, expired, withdrawn, unknown, not allowed, or invalid for "
+            "the form) or by the waiter (it opened the request again, or took another "
+            "answer); 2 bad usage; 3 the broker unreachable; 4 sent, not confirmed: no "
+            "waiter took it within --confirm (a busy or restarting waiter, a durable "
+            "request nobody waits for now: it may yet)."
         ),
     )
     answer.add_argument("id", metavar="ID", help="the request id (toolnexus ask prints it)")
@@ -229,6 +234,13 @@ def _ops_parsers(commands: Any) -> None:
     how.add_argument("--decline", action="store_true", help="answer an explicit no")
     how.add_argument("--dismiss", action="store_true", help="close it without a choice")
     answer.add_argument("--person", help="who answered (e.g. ops:alice), recorded and signed")
+    answer.add_argument(
+        "--confirm",
+        type=duration_s,
+        default=5.0,
+        metavar="DURATION",
+        help="how long to wait for the waiter to take or refuse it (default 5s)",
+    )
     _connection(answer)
 
     status = commands.add_parser(
@@ -469,7 +481,7 @@ def _answer(args: argparse.Namespace) -> int:
         decline=args.decline,
         person=args.person,
     )
-    return asyncio.run(answer(args.url, _options(args), given))
+    return asyncio.run(answer(args.url, _options(args), given, confirm_s=args.confirm))
 
 
 def _status(args: argparse.Namespace) -> int:

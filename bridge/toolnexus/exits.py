@@ -10,9 +10,10 @@ EXIT_ACCEPTED, EXIT_DECLINED, EXIT_NOT_ANSWERED = 0, 1, 2
 """``ask``: accepted (also by default on expiry); declined (also by default on expiry);
 expired, dismissed or withdrawn (and bad usage, as argparse exits)."""
 
-EXIT_ANSWERED, EXIT_REFUSED = 0, 1
-"""``answer``: the answer resolved the request; it was refused (already resolved, unknown,
-not allowed, or invalid for the form)."""
+EXIT_ANSWERED, EXIT_REFUSED, EXIT_NOT_CONFIRMED = 0, 1, 4
+"""``answer``: the waiter took the answer (or a quorum counted the vote); it was refused
+(by the broker: already resolved, unknown, not allowed, invalid for the form; or by the
+waiter, which opened the request again); it was sent but no waiter took it in time."""
 
 EXIT_NOT_DONE = 1
 """``dead-letters``: no dead letter has that id, or one asked for could not be requeued."""

@@ -726,3 +726,26 @@ def dead_letter_text(letter: DeadLetter) -> str:
         letter.raw.decode(errors="backslashreplace"),
     ]
     return "\n".join(lines)
+
+
+async def stored_answer(broker: RedisBroker, request_id: str) -> bytes | None:
+    """The answer the state of request ``request_id`` holds (found by its route), as
+    stored; None while it is open (a waiter opens it again when it refuses the answer
+    stored), or when the broker does not know it.
+
+    Raises:
+        BrokerUnavailable: Redis cannot be reached.
+    """
+    keys, redis_ = broker.keys, broker.redis
+    what = f"reading the state of {request_id}"
+    waiter = await _bounded(broker, what, redis_.get(keys.route(request_id)))
+    if not isinstance(waiter, bytes | str) or not WAITER_ID.fullmatch(_name(waiter)):
+        return None
+    state = keys.state(_name(waiter), request_id)
+    try:
+        status, answer = await _bounded(broker, what, redis_.hmget(state, ["s", "a"]))
+    except BrokerUnavailable as exc:
+        if _wrong_type(exc):
+            return None
+        raise
+    return answer if status not in (None, b"open") and isinstance(answer, bytes) else None
