@@ -24,7 +24,7 @@ from toolnexus import Answer, Broker, Request, new_id
 from toolnexus.ask import REOPENED
 from toolnexus.cli import duration_s
 from toolnexus.keys import Keys
-from toolnexus.models import Hop
+from toolnexus.models import Hop, Quorum, Source
 from toolnexus.ops import ConsumerStatus, GroupStatus, QueueStatus, QuorumStatus
 from toolnexus.redis_broker import RedisBroker
 
@@ -191,6 +191,61 @@ async def test_ask_escalates_to_the_queues_given(redis_url: str, namespace: str)
     assert "(queue desk, then oncall after 0.3 s)" in done.stderr
     bad = await run("ask", "Page?", "--escalate", "5m", *broker_args(redis_url, namespace))
     assert bad.returncode == 2 and "'5m' is not DURATION=QUEUE" in bad.stderr
+
+
+async def test_ask_says_everything_a_request_can(redis_url: str, namespace: str) -> None:
+    """Issue 25, observation 8: an authorization with its URL, the source's agent, server
+    and tool (responders' rules match them), meta and a quorum, from the command line."""
+    async with connected(redis_url, namespace) as broker:
+        asking = asyncio.create_task(
+            run(
+                "ask", "Connect GitHub?", "--link", "https://github.com/login/oauth?x=1",
+                "--agent", "ci-7", "--server", "gh", "--tool", "connect",
+                "--meta", "ticket=OPS-12", "--meta", "note=a=b", "--quorum", "1",
+                *broker_args(redis_url, namespace),
+            )
+        )  # fmt: skip
+        request = await answer_next(broker, "accept")
+        done = await asking
+        assert done.returncode == 0, done.stderr
+        assert request.kind == "authorization"
+        assert request.url == "https://github.com/login/oauth?x=1"
+        assert request.source == Source(server="gh", tool="connect", agent="ci-7")
+        assert request.meta == {"ticket": "OPS-12", "note": "a=b"}
+        assert request.quorum == Quorum(need=1, decline="veto")
+        asking = asyncio.create_task(
+            run(
+                "ask", "Roll back?", "--kind", "rollback", "--data", '{"to": "v1.2"}',
+                "--quorum", "1", "--quorum-decline", "count", "--timeout", "30s",
+                *broker_args(redis_url, namespace),
+            )
+        )  # fmt: skip
+        request = await answer_next(broker, "decline")
+        done = await asking
+    assert done.returncode == 1, done.stderr
+    assert request.kind == "rollback" and request.data == {"to": "v1.2"}
+    assert request.source == Source(agent="toolnexus ask") and request.url is None
+    assert request.quorum == Quorum(need=1, decline="count")
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--kind", "authorization"], "--kind authorization needs --link URL"),
+        (["--kind", "approval", "--choice", "a"], "--kind approval: a form (--schema, --choice)"),
+        (["--kind", "input"], "--kind input needs a form"),
+        (["--meta", "ticket"], "'ticket' is not KEY=VALUE"),
+        (["--quorum", "0"], "'0' is not a whole number of at least 1"),
+        (["--data", "{x"], "'{x' is not JSON"),
+        (["--data", "1", "--choice", "a"], "not allowed with argument"),
+    ],
+)
+async def test_ask_refuses_contradicting_options_in_one_line(flags: list[str], says: str) -> None:
+    done = await run("ask", "Deploy?", *flags, "--url", "redis://127.0.0.1:1/0")
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]  # (argparse prints its usage before it)
+    assert last.startswith("toolnexus ask: ") and says in last, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 async def test_ask_with_no_broker_exits_3() -> None:

@@ -21,7 +21,14 @@ from typing import Any
 import msgspec
 
 from .broker import Broker, EventStream, connect
-from .errors import BrokerUnavailable, ConfigurationError, Contested, InvalidAnswer, NotResolved
+from .errors import (
+    BrokerUnavailable,
+    ConfigurationError,
+    Contested,
+    InvalidAnswer,
+    InvalidRequest,
+    NotResolved,
+)
 from .exits import (
     EXIT_ACCEPTED,
     EXIT_ANSWERED,
@@ -31,7 +38,18 @@ from .exits import (
     EXIT_REFUSED,
     EXIT_UNREACHABLE,
 )
-from .models import DECLINED, DISMISSED, UNAVAILABLE, Answer, Hop, OnExpiry, Request, Source, new_id
+from .models import (
+    DECLINED,
+    DISMISSED,
+    UNAVAILABLE,
+    Answer,
+    Hop,
+    OnExpiry,
+    Quorum,
+    Request,
+    Source,
+    new_id,
+)
 from .ops import scrubbed, stored_answer
 from .question import question_schema
 from .redis_broker import RedisBroker
@@ -55,37 +73,68 @@ def load_schema(path: str) -> dict[str, Any]:
     return schema
 
 
+DEFAULT_AGENT = "toolnexus ask"
+"""The agent ``ask`` names in its requests' source unless ``--agent`` says."""
+
+
 def build_request(
     prompt: str,
     *,
     schema: dict[str, Any] | None = None,
     choices: Sequence[str] | None = None,
-    agent: str = "toolnexus ask",
+    kind: str | None = None,
+    url: str | None = None,
+    data: Any = None,
+    agent: str | None = None,
+    server: str | None = None,
+    tool: str | None = None,
+    meta: dict[str, Any] | None = None,
+    quorum: Quorum | None = None,
     request_id: str | None = None,
     on_expiry: OnExpiry | None = None,
     durable: bool = False,
     escalate: Sequence[Hop] | None = None,
 ) -> Request:
-    """The request ``ask`` publishes: an ``approval`` for a bare prompt, an ``input`` form for
-    a schema or for choices (a one-field form named ``answer``); with ``request_id`` (a
-    fresh one if None), ``on_expiry``, ``durable`` and ``escalate`` (its hops) as given
-    (SPEC §14).
+    """The request ``ask`` publishes: an ``input`` form for a schema or for choices (a
+    one-field form named ``answer``), an ``authorization`` with ``url`` (the page the person
+    goes to), else an ``approval``, or ``kind`` when given (a kind agreed on with the
+    responders, carrying ``data``); its source names ``agent`` (by default
+    :data:`DEFAULT_AGENT`), ``server`` and ``tool``; with ``request_id`` (a fresh one if
+    None), ``meta``, ``quorum``, ``on_expiry``, ``durable`` and ``escalate``
+    (its hops) as given (SPEC §14).
 
     Raises:
-        InvalidRequest: the schema is not a flat MCP form schema, or choices are empty.
+        InvalidRequest: the schema is not a flat MCP form schema, choices are empty, or the
+            options contradict each other: a form with a ``kind`` other than ``input`` or
+            with ``data``, an ``authorization`` without ``url``, ``input`` without a form.
     """
+    form = schema is not None or bool(choices)
+    implied = "input" if form else "authorization" if kind is None and url else "approval"
+    kind = kind or implied
+    if form and kind != "input":
+        raise InvalidRequest(f"--kind {kind}: a form (--schema, --choice) is an input request")
+    if form and data is not None:
+        raise InvalidRequest("--data: an input request's data is its form (--schema, --choice)")
+    if kind == "input" and not form:
+        raise InvalidRequest("--kind input needs a form: --schema FILE or --choice OPTION")
+    if kind == "authorization" and not url:
+        raise InvalidRequest("--kind authorization needs --link URL: the page to go to")
     common: dict[str, Any] = {
         "id": request_id or new_id(),
         "prompt": prompt,
-        "source": Source(agent=agent),
+        "url": url,
+        "source": Source(server=server, tool=tool, agent=agent or DEFAULT_AGENT),
+        "meta": dict(meta or {}),
+        "quorum": quorum,
         "on_expiry": on_expiry,
         "durable": durable,
         "escalate": list(escalate) if escalate else None,
     }
-    if schema is None and not choices:
-        return Request(kind="approval", **common)
-    form = question_schema(options=list(choices) if choices else None, schema=schema)
-    return Request(kind="input", data={"schema": form}, **common)
+    if form:
+        data = {
+            "schema": question_schema(options=list(choices) if choices else None, schema=schema)
+        }
+    return Request(kind=kind, data=data, **common)
 
 
 def exit_status(answer: Answer) -> int:

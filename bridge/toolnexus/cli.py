@@ -66,6 +66,23 @@ def _json_value(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"{text[:40]!r}...: JSON nested too deep") from None
 
 
+def _meta_item(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not KEY=VALUE (e.g. ticket=OPS-12)")
+    return key, value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number of at least 1")
+    return number
+
+
 def _connection(parser: argparse.ArgumentParser, *, queue: bool = True) -> None:
     """The options every command that talks to a broker takes."""
     group = parser.add_argument_group("broker")
@@ -160,7 +177,8 @@ def _ops_parsers(commands: Any) -> None:
         ),
     )
     ask.add_argument("prompt", help="the question, as the person will read it")
-    form = ask.add_mutually_exclusive_group()
+    what = ask.add_argument_group("what is asked")
+    form = what.add_mutually_exclusive_group()
     form.add_argument("--schema", metavar="FILE", help="a JSON Schema form to fill in")
     form.add_argument(
         "--choice",
@@ -168,6 +186,36 @@ def _ops_parsers(commands: Any) -> None:
         metavar="OPTION",
         help='an option to pick (repeat: --choice eu --choice us); data is {"answer": ...}',
     )
+    form.add_argument(
+        "--data",
+        type=_json_value,
+        default=None,
+        metavar="JSON",
+        help="the request's data, for a --kind agreed on with the responders (not a form)",
+    )
+    what.add_argument(
+        "--kind",
+        metavar="KIND",
+        help="approval (the default), input (with --schema or --choice: the default then), "
+        "authorization (with --link: the default then), or a kind the responders know",
+    )
+    what.add_argument(
+        "--link",
+        metavar="URL",
+        help="the page the person goes to: an authorization's (e.g. an OAuth consent page); "
+        "any request may carry one (--url is the broker's)",
+    )
+    what.add_argument(
+        "--meta",
+        action="append",
+        type=_meta_item,
+        metavar="KEY=VALUE",
+        help="a note for responders, in the request's meta (repeat; VALUE is text)",
+    )
+    who = ask.add_argument_group("who asks (the request's source: responders' rules match it)")
+    who.add_argument("--agent", metavar="NAME", help="the asking agent (default: 'toolnexus ask')")
+    who.add_argument("--server", metavar="NAME", help="the MCP server asking, if any")
+    who.add_argument("--tool", metavar="NAME", help="the tool asking, if any")
     ask.add_argument(
         "--timeout",
         type=duration_s,
@@ -187,6 +235,19 @@ def _ops_parsers(commands: Any) -> None:
         action="append",
         metavar="NAME",
         help="who may answer: a responder key name or person, * patterns (repeat)",
+    )
+    ask.add_argument(
+        "--quorum",
+        type=_positive_int,
+        metavar="N",
+        help="N accepting answers from distinct persons are needed (with --allow: who)",
+    )
+    ask.add_argument(
+        "--quorum-decline",
+        choices=("veto", "count"),
+        default="veto",
+        help="with --quorum: one decline declines it (veto, the default), or declines are "
+        "counted too and whichever side reaches N first decides (count)",
     )
     ask.add_argument(
         "--on-expiry",
@@ -443,7 +504,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _ask(args: argparse.Namespace) -> int:
     from .ask import ask, build_request, load_schema
-    from .models import OnExpiry
+    from .models import OnExpiry, Quorum
 
     schema = load_schema(args.schema) if args.schema else None
     on_expiry = None if args.on_expiry is None else OnExpiry(ok=args.on_expiry == "accept")
@@ -451,6 +512,14 @@ def _ask(args: argparse.Namespace) -> int:
         args.prompt,
         schema=schema,
         choices=args.choice,
+        kind=args.kind,
+        url=args.link,
+        data=args.data,
+        agent=args.agent,
+        server=args.server,
+        tool=args.tool,
+        meta=dict(args.meta or ()),
+        quorum=None if args.quorum is None else Quorum(args.quorum, args.quorum_decline),
         request_id=args.id,
         on_expiry=on_expiry,
         durable=args.durable,
