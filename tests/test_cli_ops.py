@@ -21,7 +21,7 @@ import pytest
 import toolnexus
 from conftest import Fleet
 from toolnexus import Answer, Broker, Request, new_id
-from toolnexus.ask import REOPENED
+from toolnexus.ask import reopened
 from toolnexus.cli import duration_s
 from toolnexus.keys import Keys
 from toolnexus.models import Hop, Quorum, Source
@@ -342,7 +342,8 @@ async def test_answer_says_when_the_waiter_refuses_it(fleet: Fleet) -> None:
         unsigned = await run("answer", request.id, "--accept", *args)
         assert unsigned.returncode == 1, unsigned
         assert unsigned.stdout == ""
-        assert unsigned.stderr == f"toolnexus answer: {request.id}: refused: {REOPENED}\n"
+        refused = reopened("missing signature")
+        assert unsigned.stderr == f"toolnexus answer: {request.id}: refused: {refused}\n"
         assert not waiting.done()
         async with fleet.responder() as bot:
             signed = await bot.answer(Answer(id=request.id, ok=True))

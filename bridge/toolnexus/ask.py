@@ -209,11 +209,12 @@ def the_answer(
     return Answer(id=request_id, ok=False, reason=reason, person=person)
 
 
-REOPENED = (
-    "the waiter refused it and opened the request again (its log says why: e.g. an answer "
-    "not signed, or signed by a key it does not trust)"
-)
-"""What ``answer`` says when the waiter refused the answer the broker stored."""
+def reopened(why: str | None) -> str:
+    """What ``answer`` says when the waiter refused the answer the broker stored, for reason
+    ``why`` (as the waiter recorded it in the request's state; None: not known)."""
+    because = f": {why}" if why else " (its log says why)"
+    return f"the waiter refused it and opened the request again{because}"
+
 
 CONFIRM_POLL_S = 0.1
 """How often ``answer`` looks whether the waiter opened the request again (refused it)."""
@@ -238,12 +239,10 @@ async def _fate(
         async with asyncio.timeout(within_s):
             while True:
                 done, _ = await asyncio.wait({seen}, timeout=CONFIRM_POLL_S)
-                if (
-                    stored is not None
-                    and isinstance(broker, RedisBroker)
-                    and await stored_answer(broker, given.id) != stored
-                ):
-                    return REOPENED
+                if stored is not None and isinstance(broker, RedisBroker):
+                    held, why = await stored_answer(broker, given.id)
+                    if held != stored:
+                        return reopened(why)
                 if done:
                     return seen.result()
     except TimeoutError:
@@ -273,8 +272,8 @@ async def answer(url: str, options: dict[str, Any], given: Answer, *, confirm_s:
                     return EXIT_ANSWERED
                 if isinstance(broker, RedisBroker):
                     # the broker stored it: open again already means the waiter refused it
-                    stored = await stored_answer(broker, given.id)
-                    fate = REOPENED if stored is None else None
+                    stored, why = await stored_answer(broker, given.id)
+                    fate = reopened(why) if stored is None else None
                 if fate is None:
                     fate = await _fate(broker, given, stored, events, confirm_s)
     except BrokerUnavailable as exc:

@@ -728,10 +728,11 @@ def dead_letter_text(letter: DeadLetter) -> str:
     return "\n".join(lines)
 
 
-async def stored_answer(broker: RedisBroker, request_id: str) -> bytes | None:
-    """The answer the state of request ``request_id`` holds (found by its route), as
-    stored; None while it is open (a waiter opens it again when it refuses the answer
-    stored), or when the broker does not know it.
+async def stored_answer(broker: RedisBroker, request_id: str) -> tuple[bytes | None, str | None]:
+    """What the state of request ``request_id`` (found by its route) says of its answer:
+    the answer it holds, as stored (None while it is open, or when the broker does not know
+    the request), and why its waiter last refused one and opened it again (None if never:
+    the ``REOPEN`` script records it).
 
     Raises:
         BrokerUnavailable: Redis cannot be reached.
@@ -740,12 +741,14 @@ async def stored_answer(broker: RedisBroker, request_id: str) -> bytes | None:
     what = f"reading the state of {request_id}"
     waiter = await _bounded(broker, what, redis_.get(keys.route(request_id)))
     if not isinstance(waiter, bytes | str) or not WAITER_ID.fullmatch(_name(waiter)):
-        return None
+        return None, None
     state = keys.state(_name(waiter), request_id)
     try:
-        status, answer = await _bounded(broker, what, redis_.hmget(state, ["s", "a"]))
+        status, answer, why = await _bounded(broker, what, redis_.hmget(state, ["s", "a", "w"]))
     except BrokerUnavailable as exc:
         if _wrong_type(exc):
-            return None
+            return None, None
         raise
-    return answer if status not in (None, b"open") and isinstance(answer, bytes) else None
+    held = answer if status not in (None, b"open") and isinstance(answer, bytes) else None
+    reason = " ".join(_name(why).split())[:200] if isinstance(why, bytes | str) else None
+    return held, reason or None
