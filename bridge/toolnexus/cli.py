@@ -647,7 +647,8 @@ def _dead_letters(args: argparse.Namespace) -> int:
         print(f"purged {result['purged']} dead letter(s) of queue {args.queue!r}")
     else:
         for done in result["requeued"]:
-            print(f"{done['id']}: requeued as {done['entry']} ({done['request_id']})")
+            held = f" ({done['request_id']})" if done["request_id"] else ""
+            print(f"{done['id']}: requeued as {done['entry']}{held}")
     return status
 
 
