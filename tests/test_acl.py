@@ -25,7 +25,7 @@ from toolnexus.acl import users_acl
 from toolnexus.cli import main as toolnexus_main
 from toolnexus.keys import WAITER_ID, Keys
 from toolnexus.models import OnExpiry
-from toolnexus.ops import read_status
+from toolnexus.ops import dead_letters, purge, read_status, redis_brokers, requeue
 from toolnexus.redis_broker import RedisBroker
 
 DEPLOY = Path(__file__).parents[1] / "deploy" / "redis"
@@ -408,6 +408,28 @@ async def test_responders_reclaim_and_dead_letter_with_their_own_rights(
     assert await denials(admin) == []
 
 
+async def test_ops_requeues_and_purges_dead_letters_with_its_own_rights(
+    acl_server: RedisServer, admin: aioredis.Redis, as_user: Any
+) -> None:
+    await as_user("agent").xadd(KEYS.requests, {"r": b"not a request"})
+    bot = connect(acl_server, "responder")
+    async with bot, bot.responder("ops", until_idle=True) as requests:
+        async for _ in requests:
+            raise AssertionError("garbage was taken")
+    async with redis_brokers(url(acl_server, "ops"), "toolnexus", [QUEUE]) as (ops,):
+        (letter,) = await dead_letters(ops)
+        assert letter.requeue_problem is None
+        assert await requeue(ops, letter) is not None
+        assert await requeue(ops, letter) is None  # once
+        assert await dead_letters(ops) == []
+        assert [f for _, f in await as_user("ops").xrange(KEYS.requests)] == [
+            {b"r": b"not a request"}
+        ]
+        assert await purge(ops, None) == 0
+        assert await denials(admin) == []
+        await noperm(ops.redis.xadd(KEYS.dead, {"error": "x"}))  # requeue only, not forge
+
+
 # -- and nothing beyond it ---------------------------------------------------------------
 
 
@@ -463,7 +485,6 @@ async def test_ops_reads_everything_and_writes_nothing(
             assert [g["name"] for g in groups] == [b"ops-group"]
             assert (await ops.xpending(KEYS.requests, "ops-group"))["pending"] == 1
             assert await ops.hget(KEYS.state(agent.waiter_id, request.id), "s") == b"open"
-            await noperm(ops.xadd(KEYS.requests, {"r": b"x"}))
             await noperm(ops.hset(KEYS.state(agent.waiter_id, request.id), "s", "answered"))
             await noperm(ops.xadd(KEYS.answers(agent.waiter_id), {"id": request.id}))
         await withdraw(waiting)

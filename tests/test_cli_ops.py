@@ -4,6 +4,7 @@ the real Redis, with responders and waiters in this test."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -18,10 +19,12 @@ from typing import Any
 import pytest
 
 import toolnexus
+from conftest import Fleet
 from toolnexus import Answer, Broker, Request, new_id
+from toolnexus.ask import reopened
 from toolnexus.cli import duration_s
 from toolnexus.keys import Keys
-from toolnexus.models import Hop
+from toolnexus.models import Hop, Quorum, Source
 from toolnexus.ops import ConsumerStatus, GroupStatus, QueueStatus, QuorumStatus
 from toolnexus.redis_broker import RedisBroker
 
@@ -190,6 +193,61 @@ async def test_ask_escalates_to_the_queues_given(redis_url: str, namespace: str)
     assert bad.returncode == 2 and "'5m' is not DURATION=QUEUE" in bad.stderr
 
 
+async def test_ask_says_everything_a_request_can(redis_url: str, namespace: str) -> None:
+    """Issue 25, observation 8: an authorization with its URL, the source's agent, server
+    and tool (responders' rules match them), meta and a quorum, from the command line."""
+    async with connected(redis_url, namespace) as broker:
+        asking = asyncio.create_task(
+            run(
+                "ask", "Connect GitHub?", "--link", "https://github.com/login/oauth?x=1",
+                "--agent", "ci-7", "--server", "gh", "--tool", "connect",
+                "--meta", "ticket=OPS-12", "--meta", "note=a=b", "--quorum", "1",
+                *broker_args(redis_url, namespace),
+            )
+        )  # fmt: skip
+        request = await answer_next(broker, "accept")
+        done = await asking
+        assert done.returncode == 0, done.stderr
+        assert request.kind == "authorization"
+        assert request.url == "https://github.com/login/oauth?x=1"
+        assert request.source == Source(server="gh", tool="connect", agent="ci-7")
+        assert request.meta == {"ticket": "OPS-12", "note": "a=b"}
+        assert request.quorum == Quorum(need=1, decline="veto")
+        asking = asyncio.create_task(
+            run(
+                "ask", "Roll back?", "--kind", "rollback", "--data", '{"to": "v1.2"}',
+                "--quorum", "1", "--quorum-decline", "count", "--timeout", "30s",
+                *broker_args(redis_url, namespace),
+            )
+        )  # fmt: skip
+        request = await answer_next(broker, "decline")
+        done = await asking
+    assert done.returncode == 1, done.stderr
+    assert request.kind == "rollback" and request.data == {"to": "v1.2"}
+    assert request.source == Source(agent="toolnexus ask") and request.url is None
+    assert request.quorum == Quorum(need=1, decline="count")
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--kind", "authorization"], "--kind authorization needs --link URL"),
+        (["--kind", "approval", "--choice", "a"], "--kind approval: a form (--schema, --choice)"),
+        (["--kind", "input"], "--kind input needs a form"),
+        (["--meta", "ticket"], "'ticket' is not KEY=VALUE"),
+        (["--quorum", "0"], "'0' is not a whole number of at least 1"),
+        (["--data", "{x"], "'{x' is not JSON"),
+        (["--data", "1", "--choice", "a"], "not allowed with argument"),
+    ],
+)
+async def test_ask_refuses_contradicting_options_in_one_line(flags: list[str], says: str) -> None:
+    done = await run("ask", "Deploy?", *flags, "--url", "redis://127.0.0.1:1/0")
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]  # (argparse prints its usage before it)
+    assert last.startswith("toolnexus ask: ") and says in last, done.stderr
+    assert "Traceback" not in done.stderr
+
+
 async def test_ask_with_no_broker_exits_3() -> None:
     done = await run("ask", "Deploy?", "--url", "redis://127.0.0.1:1/0")
     assert done.returncode == 3
@@ -233,7 +291,8 @@ async def test_answer_resolves_a_waiting_request(
         got = await asyncio.wait_for(waiting, 20)
     assert done.returncode == 0, done.stderr
     outcome = "accepted" if expected.ok else expected.reason
-    assert done.stdout == f"{request.id}: {outcome}\n"
+    by = " by ops:bob" if "--person" in flags else ""
+    assert done.stdout == f"{request.id}: {outcome}{by}, taken by the waiter\n"
     assert (got.ok, got.data, got.reason) == (expected.ok, expected.data, expected.reason)
     assert got.person == ("ops:bob" if "--person" in flags else None)
 
@@ -267,6 +326,49 @@ async def test_answer_refusals_exit_1_with_the_reason(redis_url: str, namespace:
     unknown = await run("answer", "req-nobody", "--dismiss", *args)
     assert unknown.returncode == 1
     assert unknown.stderr == "toolnexus answer: req-nobody: refused: unknown request\n"
+
+
+async def test_answer_says_when_the_waiter_refuses_it(fleet: Fleet) -> None:
+    """Observation 4 of issue 25: an unsigned answer to an agent requiring signatures is
+    stored by Redis, then refused by the waiter, which opens the request again: exit 1,
+    saying so (it used to print "accepted" and exit 0). The signed answer after it is
+    taken."""
+    request = Request(id=new_id(), kind="approval", prompt="Deploy?")
+    async with fleet.agent() as agent:
+        waiting = asyncio.create_task(agent.wait_for(request, timeout_s=60))
+        while await agent.redis.xlen(agent.keys.requests) < 1:
+            await asyncio.sleep(0.02)
+        args = ["--url", fleet.url, "--namespace", "sec"]
+        unsigned = await run("answer", request.id, "--accept", *args)
+        assert unsigned.returncode == 1, unsigned
+        assert unsigned.stdout == ""
+        refused = reopened("missing signature")
+        assert unsigned.stderr == f"toolnexus answer: {request.id}: refused: {refused}\n"
+        assert not waiting.done()
+        async with fleet.responder() as bot:
+            signed = await bot.answer(Answer(id=request.id, ok=True))
+        assert signed is None and (await asyncio.wait_for(waiting, 20)).ok
+
+
+async def test_answer_sent_but_not_confirmed_exits_4(redis_url: str, namespace: str) -> None:
+    """A durable request nobody waits for now: the answer is stored, no waiter takes it."""
+    request = Request(id=new_id(), kind="approval", prompt="Later?", durable=True)
+    async with connected(redis_url, namespace) as broker:
+        waiting = asyncio.create_task(broker.wait_for(request, timeout_s=60))
+        while await broker.redis.xlen(broker.keys.requests) < 1:
+            await asyncio.sleep(0.02)
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+    args = broker_args(redis_url, namespace)
+    done = await run("answer", request.id, "--decline", "--confirm", "1s", *args)
+    assert done.returncode == 4, done
+    assert done.stderr.startswith(
+        f"toolnexus answer: {request.id}: sent, not confirmed: no waiter took it within 1 s"
+    )
+    async with connected(redis_url, namespace) as broker:  # attaching, it takes it
+        got = await asyncio.wait_for(broker.wait_for(request, timeout_s=60), 20)
+    assert got.reason == "declined"
 
 
 async def test_answer_usage_errors() -> None:
@@ -500,3 +602,107 @@ async def test_answer_is_signed_with_the_configured_key(
     assert process.returncode == 0, err.decode()
     assert got.ok and got.responder == "ops-cli"
     assert got.signature is not None and got.signature.key == "ops-cli"
+
+
+# -- dead-letters ---------------------------------------------------------------------------
+
+
+async def test_dead_letters_lists_shows_requeues_and_purges(redis_url: str, namespace: str) -> None:
+    """An unsigned request that a responder requiring signatures dead-letters: listed and
+    shown with its request and error; requeued, it reaches a responder that takes it and
+    its waiter gets the answer; then the dead letters are empty."""
+    args = broker_args(redis_url, namespace)
+    strict = toolnexus.connect(
+        redis_url,
+        namespace=namespace,
+        signing_key=toolnexus.SigningKey.generate("strict-bot"),
+        trusted_keys=toolnexus.Keyring.of(toolnexus.SigningKey.generate("someone")),
+        require_signatures=True,
+        **FAST,
+    )
+    request = Request(id=new_id(), kind="approval", prompt="Requeue me?")
+    async with connected(redis_url, namespace) as broker, strict:
+        waiting = asyncio.create_task(broker.wait_for(request, timeout_s=60))
+        while await broker.redis.xlen(broker.keys.requests) < 1:
+            await asyncio.sleep(0.02)
+        async with strict.responder("strict", until_idle=True) as requests:
+            async for _ in requests:
+                raise AssertionError("an unsigned request reached a responder requiring them")
+        listed = await run("dead-letters", "list", *args)
+        assert listed.returncode == 0, listed.stderr
+        (line,) = listed.stdout.splitlines()
+        dead_id = line.split()[0]
+        assert f"{request.id} approval 'Requeue me?': " in line
+        shown = await run("dead-letters", "show", dead_id, "--json", *args)
+        assert shown.returncode == 0, shown.stderr
+        letter = json.loads(shown.stdout)
+        assert letter["id"] == dead_id and letter["request_id"] == request.id
+        assert letter["stream"] == broker.keys.requests and letter["requeue_problem"] is None
+        assert letter["truncated"] is False and letter["raw"].startswith("r=")
+        text = await run("dead-letters", "show", dead_id, *args)
+        assert f"request:  {request.id} (approval) 'Requeue me?'" in text.stdout
+        assert "requeue:  yes" in text.stdout
+
+        requeued = await run("dead-letters", "requeue", dead_id, *args)
+        assert requeued.returncode == 0, requeued.stderr
+        assert requeued.stdout.startswith(f"{dead_id}: requeued as ")
+        taken = await answer_next(broker, "accept")
+        assert taken.id == request.id
+        assert (await asyncio.wait_for(waiting, 20)).ok
+        again = await run("dead-letters", "requeue", dead_id, *args)
+        assert again.returncode == 1
+        assert again.stderr == (
+            f"toolnexus dead-letters: no dead letter {dead_id} on queue 'default'\n"
+        )
+        empty = await run("dead-letters", "list", *args)
+    assert empty.returncode == 0 and empty.stdout == "no dead letters on queue 'default'\n"
+
+
+async def test_dead_letters_refuses_to_requeue_what_it_cannot_rebuild(
+    redis_url: str, namespace: str
+) -> None:
+    args = broker_args(redis_url, namespace)
+    async with connected(redis_url, namespace) as broker:
+        dead, keys = broker.redis, broker.keys
+        cut = b"r=" + b"x" * 100 + b"... (9000 bytes in all)"
+        await dead.xadd(keys.dead, {"error": "bad", "stream": keys.requests, "entry": "1-0",
+                                    "raw": cut})  # fmt: skip
+        answers = keys.answers("agent.0123456789abcdef")
+        await dead.xadd(keys.dead, {"error": "undecodable answer", "stream": answers,
+                                    "entry": "2-0", "raw": b"id=x\na=\xff"})  # fmt: skip
+        await dead.xadd(keys.dead, {"error": "bad", "stream": keys.requests, "entry": "3-0",
+                                    "raw": b"r=\x81\xa2"})  # fmt: skip
+        listed = await run("dead-letters", "list", "--json", *args)
+        truncated, answer, whole = json.loads(listed.stdout)
+        assert (
+            truncated["truncated"] is True
+            and "first 102 of its 9000 bytes" in (truncated["requeue_problem"])
+        )
+        assert answer["raw"] == "id=x\na=\\xff" and answer["request_id"] is None
+        assert answer["requeue_problem"] == (
+            f"it came from {answers!r}, not from the request stream of queue 'default'"
+        )
+        one = await run("dead-letters", "requeue", truncated["id"], *args)
+        assert one.returncode == 1
+        assert one.stderr == (
+            f"toolnexus dead-letters: {truncated['id']} not requeued: "
+            f"{truncated['requeue_problem']}\n"
+        )
+        every = await run("dead-letters", "requeue", "--all", "--json", *args)
+        assert every.returncode == 1 and len(every.stderr.splitlines()) == 2
+        (done,) = json.loads(every.stdout)["requeued"]
+        assert done["id"] == whole["id"]
+        assert [f for _, f in await dead.xrange(keys.requests)] == [{b"r": b"\x81\xa2"}]
+        assert await dead.xlen(keys.dead) == 2
+
+        unknown = await run("dead-letters", "show", "not-an-id", *args)
+        assert unknown.returncode == 1 and "no dead letter not-an-id" in unknown.stderr
+        purged = await run("dead-letters", "purge", answer["id"], *args)
+        assert purged.returncode == 0 and "purged 1 dead letter(s)" in purged.stdout
+        purged = await run("dead-letters", "purge", "--all", "--json", *args)
+        assert json.loads(purged.stdout) == {"purged": 1}
+        assert await dead.xlen(keys.dead) == 0
+    usage = await run("dead-letters", "purge", *args)
+    assert usage.returncode == 2 and "one of the arguments" in usage.stderr
+    both = await run("dead-letters", "requeue", "1-0", "--all", *args)
+    assert both.returncode == 2 and "Traceback" not in both.stderr

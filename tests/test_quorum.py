@@ -197,7 +197,9 @@ async def test_two_of_three_where_one_person_answers_twice(
                     redis_url, namespace, request.id, "ops:bob", **keys.env("cli")
                 )
                 assert (code, err) == (0, ""), err
-                assert out.strip() == f"{request.id}: accepted"
+                assert (
+                    out.strip() == f"{request.id}: accepted by cli / ops:bob, taken by the waiter"
+                )
                 answer = await asyncio.wait_for(wait, 20)
         approved = await next_event(events, request.id, "approved")
         assert approvals_line(approved) == "1 of 2 approvals: web:alice"
@@ -224,7 +226,8 @@ async def test_a_decline_vetoes(redis_url: str, namespace: str) -> None:
                 code, out, err = await answer_command(
                     redis_url, namespace, request.id, "ops:carol", "--decline"
                 )
-                assert (code, out.strip(), err) == (0, f"{request.id}: declined", "")
+                taken = f"{request.id}: declined by ops:carol, taken by the waiter"
+                assert (code, out.strip(), err) == (0, taken, "")
                 answer = await asyncio.wait_for(wait, 20)
             code, _, err = await answer_command(redis_url, namespace, request.id, "ops:dave")
             assert (code, err.strip()) == (

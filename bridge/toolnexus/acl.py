@@ -13,7 +13,8 @@ Each user gets only the commands its role needs, each with the key patterns it n
 - a **responder** reads and acknowledges its consumer group's requests, answers (writes
   any waiter's state and reply stream, never reads a reply stream), dead-letters garbage,
   follows events, reads liveness marks and routes, keeps heartbeats and chat message maps.
-- **ops** reads every key of the namespace and may only clear dead letters.
+- **ops** reads every key of the namespace and may only clear dead letters and requeue
+  the requests they hold.
 
 The ``default`` user is off. No line holds a password: ``deploy/redis/set-passwords.sh``
 adds each user's as a hash, from ``REDIS_<USER>_PASSWORD`` (:func:`password_variable`).
@@ -63,9 +64,14 @@ OPS_RULES = (
     "+ping +hello +auth +select +client|setname +info +scan +type +ttl +pttl +exists +get "
     "+hget +hgetall +hkeys +hmget +hlen +hscan +xlen +xrange +xrevrange +xread +xinfo|stream "
     "+xinfo|groups +xinfo|consumers +xpending %R~<q>:* %R~<w>:* "
-    "(~<q>:dead +xdel +xtrim)"
+    "(~<q>:dead +xdel +xtrim) "
+    "(%W~<q>:requests +xadd) "
+    "(~<q>:dead ~<q>:requests +evalsha +script|load)"
 )
-"""An operator's rules: ``<w>`` is the hash tag of every waiter's keys."""
+"""An operator's rules: ``<w>`` is the hash tag of every waiter's keys. The last two
+selectors are ``toolnexus dead-letters requeue``'s: a script that deletes a dead letter and adds the
+request it held back to its stream (the request's original bytes, which responders verify
+again: an operator can add requests, never answer one)."""
 
 DEFAULT_USER = "user default off resetchannels -@all"
 

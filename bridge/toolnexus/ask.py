@@ -1,13 +1,17 @@
 """``toolnexus ask`` and ``toolnexus answer``: a human approval gate for shell pipelines.
 
 ``ask`` publishes one request and waits; its exit status says how it ended
-(:data:`EXIT_ACCEPTED` ... :data:`EXIT_UNREACHABLE`). ``answer`` resolves a request by id
+(the ``EXIT_*`` codes of :mod:`toolnexus.exits`). ``answer`` resolves a request by id
 from anywhere, through :meth:`Broker.answer <toolnexus.Broker.answer>` (validated, and
-signed when ``TOOLNEXUS_SIGNING_KEY`` is set).
+signed when ``TOOLNEXUS_SIGNING_KEY`` is set), then watches what the waiter makes of it:
+its ``answered`` event says it took it; its request's state opened again says it refused
+it (a waiter checks signatures and allow-lists itself); neither in time, "not confirmed".
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -16,21 +20,40 @@ from typing import Any
 
 import msgspec
 
-from .broker import connect
-from .errors import BrokerUnavailable, ConfigurationError, InvalidAnswer, NotResolved
-from .models import DECLINED, DISMISSED, UNAVAILABLE, Answer, Hop, OnExpiry, Request, Source, new_id
-from .ops import scrubbed
+from .broker import Broker, EventStream, connect
+from .errors import (
+    BrokerUnavailable,
+    ConfigurationError,
+    Contested,
+    InvalidAnswer,
+    InvalidRequest,
+    NotResolved,
+)
+from .exits import (
+    EXIT_ACCEPTED,
+    EXIT_ANSWERED,
+    EXIT_DECLINED,
+    EXIT_NOT_ANSWERED,
+    EXIT_NOT_CONFIRMED,
+    EXIT_REFUSED,
+    EXIT_UNREACHABLE,
+)
+from .models import (
+    DECLINED,
+    DISMISSED,
+    UNAVAILABLE,
+    Answer,
+    Hop,
+    OnExpiry,
+    Quorum,
+    Request,
+    Source,
+    new_id,
+)
+from .ops import scrubbed, stored_answer
 from .question import question_schema
+from .redis_broker import RedisBroker
 from .serve import approvals_line
-
-EXIT_ACCEPTED, EXIT_DECLINED, EXIT_NOT_ANSWERED, EXIT_UNREACHABLE = 0, 1, 2, 3
-"""``ask``: accepted (also by default on expiry); declined (also by default on expiry);
-expired, dismissed or withdrawn (and bad usage, as argparse exits); the broker could not
-be reached."""
-
-EXIT_ANSWERED, EXIT_REFUSED = 0, 1
-"""``answer``: the answer resolved the request; it was refused (already resolved, unknown,
-not allowed, or invalid for the form). Bad usage is 2 and an unreachable broker 3."""
 
 
 def load_schema(path: str) -> dict[str, Any]:
@@ -50,37 +73,68 @@ def load_schema(path: str) -> dict[str, Any]:
     return schema
 
 
+DEFAULT_AGENT = "toolnexus ask"
+"""The agent ``ask`` names in its requests' source unless ``--agent`` says."""
+
+
 def build_request(
     prompt: str,
     *,
     schema: dict[str, Any] | None = None,
     choices: Sequence[str] | None = None,
-    agent: str = "toolnexus ask",
+    kind: str | None = None,
+    url: str | None = None,
+    data: Any = None,
+    agent: str | None = None,
+    server: str | None = None,
+    tool: str | None = None,
+    meta: dict[str, Any] | None = None,
+    quorum: Quorum | None = None,
     request_id: str | None = None,
     on_expiry: OnExpiry | None = None,
     durable: bool = False,
     escalate: Sequence[Hop] | None = None,
 ) -> Request:
-    """The request ``ask`` publishes: an ``approval`` for a bare prompt, an ``input`` form for
-    a schema or for choices (a one-field form named ``answer``); with ``request_id`` (a
-    fresh one if None), ``on_expiry``, ``durable`` and ``escalate`` (its hops) as given
-    (SPEC §14).
+    """The request ``ask`` publishes: an ``input`` form for a schema or for choices (a
+    one-field form named ``answer``), an ``authorization`` with ``url`` (the page the person
+    goes to), else an ``approval``, or ``kind`` when given (a kind agreed on with the
+    responders, carrying ``data``); its source names ``agent`` (by default
+    :data:`DEFAULT_AGENT`), ``server`` and ``tool``; with ``request_id`` (a fresh one if
+    None), ``meta``, ``quorum``, ``on_expiry``, ``durable`` and ``escalate``
+    (its hops) as given (SPEC §14).
 
     Raises:
-        InvalidRequest: the schema is not a flat MCP form schema, or choices are empty.
+        InvalidRequest: the schema is not a flat MCP form schema, choices are empty, or the
+            options contradict each other: a form with a ``kind`` other than ``input`` or
+            with ``data``, an ``authorization`` without ``url``, ``input`` without a form.
     """
+    form = schema is not None or bool(choices)
+    implied = "input" if form else "authorization" if kind is None and url else "approval"
+    kind = kind or implied
+    if form and kind != "input":
+        raise InvalidRequest(f"--kind {kind}: a form (--schema, --choice) is an input request")
+    if form and data is not None:
+        raise InvalidRequest("--data: an input request's data is its form (--schema, --choice)")
+    if kind == "input" and not form:
+        raise InvalidRequest("--kind input needs a form: --schema FILE or --choice OPTION")
+    if kind == "authorization" and not url:
+        raise InvalidRequest("--kind authorization needs --link URL: the page to go to")
     common: dict[str, Any] = {
         "id": request_id or new_id(),
         "prompt": prompt,
-        "source": Source(agent=agent),
+        "url": url,
+        "source": Source(server=server, tool=tool, agent=agent or DEFAULT_AGENT),
+        "meta": dict(meta or {}),
+        "quorum": quorum,
         "on_expiry": on_expiry,
         "durable": durable,
         "escalate": list(escalate) if escalate else None,
     }
-    if schema is None and not choices:
-        return Request(kind="approval", **common)
-    form = question_schema(options=list(choices) if choices else None, schema=schema)
-    return Request(kind="input", data={"schema": form}, **common)
+    if form:
+        data = {
+            "schema": question_schema(options=list(choices) if choices else None, schema=schema)
+        }
+    return Request(kind=kind, data=data, **common)
 
 
 def exit_status(answer: Answer) -> int:
@@ -155,12 +209,73 @@ def the_answer(
     return Answer(id=request_id, ok=False, reason=reason, person=person)
 
 
-async def answer(url: str, options: dict[str, Any], given: Answer) -> int:
-    """Resolve ``given.id`` with ``given`` and say so; the exit status (see
-    :data:`EXIT_ANSWERED`)."""
+def reopened(why: str | None) -> str:
+    """What ``answer`` says when the waiter refused the answer the broker stored, for reason
+    ``why`` (as the waiter recorded it in the request's state; None: not known)."""
+    because = f": {why}" if why else " (its log says why)"
+    return f"the waiter refused it and opened the request again{because}"
+
+
+CONFIRM_POLL_S = 0.1
+"""How often ``answer`` looks whether the waiter opened the request again (refused it)."""
+
+
+async def _fate(
+    broker: Broker, given: Answer, stored: bytes | None, events: EventStream, within_s: float
+) -> Answer | str | None:
+    """What the waiter made of ``given``, which the broker stored as ``stored`` (None: not
+    known here): the answer it took (its ``answered`` event), a refusal (the request opened
+    again: the state no longer holds ``stored``), or None if neither was seen within
+    ``within_s``."""
+
+    async def taken() -> Answer | None:
+        async for event in events:
+            if event.event == "answered" and event.id == given.id:
+                return event.answer
+        return None
+
+    seen = asyncio.create_task(taken())
     try:
-        async with connect(url, **options) as broker:
-            progress = await broker.answer(given)
+        async with asyncio.timeout(within_s):
+            while True:
+                done, _ = await asyncio.wait({seen}, timeout=CONFIRM_POLL_S)
+                if stored is not None and isinstance(broker, RedisBroker):
+                    held, why = await stored_answer(broker, given.id)
+                    if held != stored:
+                        return reopened(why)
+                if done:
+                    return seen.result()
+    except TimeoutError:
+        return None
+    finally:
+        seen.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await seen
+
+
+async def answer(url: str, options: dict[str, Any], given: Answer, *, confirm_s: float) -> int:
+    """Resolve ``given.id`` with ``given``, wait up to ``confirm_s`` for its waiter to take
+    or refuse it, and say what became of it; the exit status (see :mod:`toolnexus.exits`).
+    """
+    try:
+        async with connect(url, **options) as broker, broker.events() as events:
+            fate: Answer | str | None = None
+            stored: bytes | None = None
+            try:
+                progress = await broker.answer(given)
+            except Contested:  # the waiter decides between them: see what it takes
+                fate = await _fate(broker, given, None, events, confirm_s)
+            else:
+                if progress is not None:  # a quorum's vote (SPEC §14) that did not decide it
+                    outcome = "accepted" if given.ok else str(given.reason)
+                    print(f"{given.id}: {outcome}, counted: {approvals_line(progress)}")
+                    return EXIT_ANSWERED
+                if isinstance(broker, RedisBroker):
+                    # the broker stored it: open again already means the waiter refused it
+                    stored, why = await stored_answer(broker, given.id)
+                    fate = reopened(why) if stored is None else None
+                if fate is None:
+                    fate = await _fate(broker, given, stored, events, confirm_s)
     except BrokerUnavailable as exc:
         print(f"toolnexus answer: {scrubbed(exc, url)}", file=sys.stderr)
         return EXIT_UNREACHABLE
@@ -170,8 +285,25 @@ async def answer(url: str, options: dict[str, Any], given: Answer) -> int:
     except InvalidAnswer as exc:
         print(f"toolnexus answer: {given.id}: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    outcome = "accepted" if given.ok else str(given.reason)
-    if progress is not None:  # a quorum's vote (SPEC §14) that did not decide it
-        outcome += f", counted: {approvals_line(progress)}"
-    print(f"{given.id}: {outcome}")
+    if isinstance(fate, str):
+        print(f"toolnexus answer: {given.id}: refused: {fate}", file=sys.stderr)
+        return EXIT_REFUSED
+    if fate is None:
+        print(
+            f"toolnexus answer: {given.id}: sent, not confirmed: no waiter took it within "
+            f"{confirm_s:g} s (it may yet: a busy or restarting waiter, or a durable request "
+            "nobody waits for now)",
+            file=sys.stderr,
+        )
+        return EXIT_NOT_CONFIRMED
+    outcome = "accepted" if fate.ok else str(fate.reason)
+    by = f" by {fate.answered_by}" if fate.answered_by else ""
+    if (fate.ok, fate.reason) != (given.ok, given.reason):
+        print(
+            f"toolnexus answer: {given.id}: refused: the waiter took another answer "
+            f"({outcome}{by})",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
+    print(f"{given.id}: {outcome}{by}, taken by the waiter")
     return EXIT_ANSWERED

@@ -24,6 +24,7 @@ from typing import Any
 
 from . import acl
 from .errors import BrokerUnavailable, ConfigurationError, ToolnexusError
+from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NOT_DONE, EXIT_OK, EXIT_UNREACHABLE
 from .hops import parse_duration
 from .models import Hop
 from .numeric import MAX_SECONDS, check_number
@@ -31,9 +32,6 @@ from .numeric import MAX_SECONDS, check_number
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 """Where ``ask``, ``answer``, ``status``, ``check`` and ``audit`` look for Redis when neither
 ``--url`` nor ``TOOLNEXUS_URL`` says."""
-
-EXIT_ERROR, EXIT_UNREACHABLE = 2, 3
-"""A bad option or file (argparse's status for bad usage); the broker cannot be reached."""
 
 
 def duration_s(text: str) -> float:
@@ -66,6 +64,23 @@ def _json_value(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"{text[:40]!r} is not JSON: {exc}") from None
     except RecursionError:
         raise argparse.ArgumentTypeError(f"{text[:40]!r}...: JSON nested too deep") from None
+
+
+def _meta_item(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not KEY=VALUE (e.g. ticket=OPS-12)")
+    return key, value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number of at least 1")
+    return number
 
 
 def _connection(parser: argparse.ArgumentParser, *, queue: bool = True) -> None:
@@ -162,7 +177,8 @@ def _ops_parsers(commands: Any) -> None:
         ),
     )
     ask.add_argument("prompt", help="the question, as the person will read it")
-    form = ask.add_mutually_exclusive_group()
+    what = ask.add_argument_group("what is asked")
+    form = what.add_mutually_exclusive_group()
     form.add_argument("--schema", metavar="FILE", help="a JSON Schema form to fill in")
     form.add_argument(
         "--choice",
@@ -170,6 +186,36 @@ def _ops_parsers(commands: Any) -> None:
         metavar="OPTION",
         help='an option to pick (repeat: --choice eu --choice us); data is {"answer": ...}',
     )
+    form.add_argument(
+        "--data",
+        type=_json_value,
+        default=None,
+        metavar="JSON",
+        help="the request's data, for a --kind agreed on with the responders (not a form)",
+    )
+    what.add_argument(
+        "--kind",
+        metavar="KIND",
+        help="approval (the default), input (with --schema or --choice: the default then), "
+        "authorization (with --link: the default then), or a kind the responders know",
+    )
+    what.add_argument(
+        "--link",
+        metavar="URL",
+        help="the page the person goes to: an authorization's (e.g. an OAuth consent page); "
+        "any request may carry one (--url is the broker's)",
+    )
+    what.add_argument(
+        "--meta",
+        action="append",
+        type=_meta_item,
+        metavar="KEY=VALUE",
+        help="a note for responders, in the request's meta (repeat; VALUE is text)",
+    )
+    who = ask.add_argument_group("who asks (the request's source: responders' rules match it)")
+    who.add_argument("--agent", metavar="NAME", help="the asking agent (default: 'toolnexus ask')")
+    who.add_argument("--server", metavar="NAME", help="the MCP server asking, if any")
+    who.add_argument("--tool", metavar="NAME", help="the tool asking, if any")
     ask.add_argument(
         "--timeout",
         type=duration_s,
@@ -191,6 +237,19 @@ def _ops_parsers(commands: Any) -> None:
         help="who may answer: a responder key name or person, * patterns (repeat)",
     )
     ask.add_argument(
+        "--quorum",
+        type=_positive_int,
+        metavar="N",
+        help="N accepting answers from distinct persons are needed (with --allow: who)",
+    )
+    ask.add_argument(
+        "--quorum-decline",
+        choices=("veto", "count"),
+        default="veto",
+        help="with --quorum: one decline declines it (veto, the default), or declines are "
+        "counted too and whichever side reaches N first decides (count)",
+    )
+    ask.add_argument(
         "--on-expiry",
         choices=("accept", "decline"),
         help="unanswered in time: accept (with the form's defaults) or decline, marked as a "
@@ -208,13 +267,18 @@ def _ops_parsers(commands: Any) -> None:
 
     answer = commands.add_parser(
         "answer",
-        help="answer a request by id: --accept [JSON], --decline or --dismiss",
+        help="answer a request by id (--accept [JSON], --decline or --dismiss) and confirm it",
         description=(
             "Resolve request ID: the answer is checked against the request's form and "
-            "signed when TOOLNEXUS_SIGNING_KEY is set. Exit status: 0 the answer resolved "
-            "the request; 1 refused (already answered, expired, withdrawn, unknown, not "
-            "allowed, or invalid for the form; the line says which); 2 bad usage; 3 the "
-            "broker unreachable."
+            "signed when TOOLNEXUS_SIGNING_KEY is set; then wait up to --confirm for the "
+            "waiting agent to take it (it checks signatures and allow-lists itself). Exit "
+            "status: 0 the waiter took it (the line says what it stored, and who answered), "
+            "or a quorum counted the vote; 1 refused, and the line says why: by the broker "
+            "(already answered, expired, withdrawn, unknown, not allowed, or invalid for "
+            "the form) or by the waiter (it opened the request again, or took another "
+            "answer); 2 bad usage; 3 the broker unreachable; 4 sent, not confirmed: no "
+            "waiter took it within --confirm (a busy or restarting waiter, a durable "
+            "request nobody waits for now: it may yet)."
         ),
     )
     answer.add_argument("id", metavar="ID", help="the request id (toolnexus ask prints it)")
@@ -231,6 +295,13 @@ def _ops_parsers(commands: Any) -> None:
     how.add_argument("--decline", action="store_true", help="answer an explicit no")
     how.add_argument("--dismiss", action="store_true", help="close it without a choice")
     answer.add_argument("--person", help="who answered (e.g. ops:alice), recorded and signed")
+    answer.add_argument(
+        "--confirm",
+        type=duration_s,
+        default=5.0,
+        metavar="DURATION",
+        help="how long to wait for the waiter to take or refuse it (default 5s)",
+    )
     _connection(answer)
 
     status = commands.add_parser(
@@ -298,6 +369,56 @@ def _ops_parsers(commands: Any) -> None:
     audit.add_argument("--id", default=None, help="only the records of this request")
     audit.add_argument("--json", action="store_true", help="print a JSON array of records")
     _connection(audit)
+
+    _dead_letters_parser(commands)
+
+
+def _dead_letters_parser(commands: Any) -> None:
+    dead = commands.add_parser(
+        "dead-letters",
+        help="list, show, requeue or purge a queue's dead letters",
+        description=(
+            "A queue's dead letters are the entries its responders could not take: a request "
+            "that is not readable, not signed, or signed by a key they do not trust; an "
+            "unreadable answer. Each is kept with the error, the stream and entry it came "
+            "from, and its original fields (bounded in size). Exit status: 0 done; 1 no "
+            "dead letter has that id, or one could not be requeued (the line says why); 2 "
+            "bad usage; 3 the broker unreachable."
+        ),
+    )
+    actions = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser(
+        "list",
+        help="one line each, oldest first: id, when, the request it held, the error",
+        description="List the queue's dead letters, oldest first.",
+    )
+    show = actions.add_parser(
+        "show", help="every field of one dead letter", description="Show one dead letter."
+    )
+    show.add_argument("id", metavar="ID", help="the dead letter's id (as list prints it)")
+    requeue = actions.add_parser(
+        "requeue",
+        help="put a dead-lettered request back on its queue",
+        description=(
+            "Put the request a dead letter holds back on the queue's request stream, as it "
+            "was (its signature too: responders verify it again, so first fix what refused "
+            "it, such as their trusted keys), and delete the dead letter. Only requests "
+            "can be requeued, and only whole ones: a dead letter whose original was cut "
+            "to the size limit is refused. Exit status 1 if one could not be."
+        ),
+    )
+    purge = actions.add_parser(
+        "purge",
+        help="delete dead letters",
+        description="Delete one dead letter, or with --all every one of the queue.",
+    )
+    for parser in (requeue, purge):
+        which = parser.add_mutually_exclusive_group(required=True)
+        which.add_argument("id", nargs="?", metavar="ID", help="the dead letter's id")
+        which.add_argument("--all", action="store_true", help="every dead letter of the queue")
+    for parser in (listing, show, requeue, purge):
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        _connection(parser)
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -383,7 +504,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _ask(args: argparse.Namespace) -> int:
     from .ask import ask, build_request, load_schema
-    from .models import OnExpiry
+    from .models import OnExpiry, Quorum
 
     schema = load_schema(args.schema) if args.schema else None
     on_expiry = None if args.on_expiry is None else OnExpiry(ok=args.on_expiry == "accept")
@@ -391,6 +512,14 @@ def _ask(args: argparse.Namespace) -> int:
         args.prompt,
         schema=schema,
         choices=args.choice,
+        kind=args.kind,
+        url=args.link,
+        data=args.data,
+        agent=args.agent,
+        server=args.server,
+        tool=args.tool,
+        meta=dict(args.meta or ()),
+        quorum=None if args.quorum is None else Quorum(args.quorum, args.quorum_decline),
         request_id=args.id,
         on_expiry=on_expiry,
         durable=args.durable,
@@ -421,7 +550,7 @@ def _answer(args: argparse.Namespace) -> int:
         decline=args.decline,
         person=args.person,
     )
-    return asyncio.run(answer(args.url, _options(args), given))
+    return asyncio.run(answer(args.url, _options(args), given, confirm_s=args.confirm))
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -471,6 +600,58 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dead_letters(args: argparse.Namespace) -> int:
+    from . import ops
+
+    async def act() -> tuple[int, Any, list[str]]:
+        """The exit status, what to print (JSON-able), and lines for stderr."""
+        async with ops.redis_brokers(args.url, args.namespace, [args.queue]) as (broker,):
+            one = getattr(args, "id", None)
+            letters = await ops.dead_letters(broker, one)
+            if one is not None and not letters:
+                return EXIT_NOT_DONE, None, [f"no dead letter {one} on queue {args.queue!r}"]
+            if args.action == "list":
+                return EXIT_OK, letters, []
+            if args.action == "show":
+                return EXIT_OK, letters[0], []
+            if args.action == "purge":
+                return EXIT_OK, {"purged": await ops.purge(broker, one)}, []
+            done, problems = [], []
+            for letter in letters:
+                if letter.requeue_problem is not None:
+                    problems.append(f"{letter.id} not requeued: {letter.requeue_problem}")
+                    continue
+                entry = await ops.requeue(broker, letter)
+                if entry is None:
+                    problems.append(f"{letter.id} not requeued: it is gone (requeued or purged)")
+                else:
+                    done.append({"id": letter.id, "entry": entry, "request_id": letter.request_id})
+            return (EXIT_NOT_DONE if problems else EXIT_OK), {"requeued": done}, problems
+
+    status, result, problems = asyncio.run(act())
+    for line in problems:
+        print(f"toolnexus dead-letters: {line}", file=sys.stderr)
+    if result is None:
+        return status
+    if args.json:
+        shown = [r.to_json() for r in result] if isinstance(result, list) else result
+        print(json.dumps(shown.to_json() if isinstance(shown, ops.DeadLetter) else shown, indent=2))
+    elif args.action == "list":
+        print(
+            "\n".join(ops.dead_letter_line(r) for r in result)
+            or f"no dead letters on queue {args.queue!r}"
+        )
+    elif args.action == "show":
+        print(ops.dead_letter_text(result))
+    elif args.action == "purge":
+        print(f"purged {result['purged']} dead letter(s) of queue {args.queue!r}")
+    else:
+        for done in result["requeued"]:
+            held = f" ({done['request_id']})" if done["request_id"] else ""
+            print(f"{done['id']}: requeued as {done['entry']}{held}")
+    return status
+
+
 def _acl(args: argparse.Namespace) -> int:
     print(acl.users_acl(args.agent, args.responder, args.ops, args.namespace), end="")
     return 0
@@ -485,6 +666,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "check": _check,
     "audit": _audit,
     "acl": _acl,
+    "dead-letters": _dead_letters,
 }
 
 
@@ -510,7 +692,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"toolnexus {args.command}: {_one_line(exc, args)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _not_text(args: argparse.Namespace) -> str | None:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import math
+import re
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
@@ -554,3 +555,200 @@ def _voters(record: AuditRecord) -> list[str]:
             continue
         voters.append(f"{'+' if vote.ok else '-'}{vote.answered_by or '?'}")
     return voters
+
+
+# -- dead letters -----------------------------------------------------------------------------
+
+REQUEUE_SCRIPT = """
+-- KEYS dead-letter stream, request stream; ARGV dead letter id, request bytes.
+-- Whoever deletes the dead letter first puts the request back: its new entry id, or
+-- false when the dead letter is gone (requeued or purged meanwhile).
+if redis.call('XDEL', KEYS[1], ARGV[1]) == 0 then
+  return false
+end
+return redis.call('XADD', KEYS[2], '*', 'r', ARGV[2])
+"""
+"""Requeue one dead letter, once however many operators do it at the same time."""
+
+_TRUNCATED = re.compile(rb"\.\.\. \((\d+) bytes in all\)\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """One entry of a queue's dead-letter stream: ``id`` (its entry id there), ``at`` (when,
+    Unix s), the ``error`` that put it there, the ``stream`` and ``entry`` id it came from,
+    ``raw`` (its original fields as ``name=value`` lines, bounded in size: ``truncated``
+    when cut), and what a readable request in it says (``request_id``, ``kind``, ``prompt``;
+    None when it holds none). ``requeue_problem``: why it cannot be requeued (None: it can)."""
+
+    id: str
+    at: float
+    error: str
+    stream: str
+    entry: str
+    raw: bytes
+    truncated: bool
+    request_id: str | None
+    kind: str | None
+    prompt: str | None
+    requeue_problem: str | None
+    request: bytes | None = None  # the request's bytes, when it can be requeued
+
+    def to_json(self) -> dict[str, Any]:
+        """The shape ``toolnexus dead-letters --json`` prints: every field, ``raw`` as text
+        (bytes that are not UTF-8 as ``\\xNN``), without the request's bytes."""
+        shown = asdict(self)
+        shown["raw"] = self.raw.decode(errors="backslashreplace")
+        del shown["request"]
+        return shown
+
+
+def _dead_letter(broker: RedisBroker, entry_id: Any, fields: dict[Any, Any]) -> DeadLetter:
+    raw: bytes = fields.get(b"raw", b"")
+    stream = _name(fields.get(b"stream", b""))
+    cut = _TRUNCATED.search(raw)
+    kept, total = (cut.start(), int(cut[1])) if cut else (len(raw), len(raw))
+    truncated = total > kept
+    request_bytes: bytes | None = None
+    problem: str | None = None
+    if stream != broker.keys.requests:
+        problem = (
+            f"it came from {stream!r}, not from the request stream of queue {broker.keys.queue!r}"
+        )
+    elif truncated:
+        problem = (
+            f"only the first {kept} of its {total} bytes were "
+            "kept (dead_letter_max_bytes): the request cannot be rebuilt"
+        )
+    elif not raw.startswith(b"r="):
+        problem = "it holds no request (a request entry is one field, r)"
+    else:
+        request_bytes = raw[2:]
+    request = None
+    if raw.startswith(b"r=") and not truncated:
+        with contextlib.suppress(DecodeError):
+            request = broker.codec.decode_as(raw[2:], Request)
+    return DeadLetter(
+        id=_name(entry_id),
+        at=int(_name(entry_id).partition("-")[0]) / 1000,
+        error=_name(fields.get(b"error", b"")),
+        stream=stream,
+        entry=_name(fields.get(b"entry", b"")),
+        raw=raw,
+        truncated=truncated,
+        request_id=request.id if request else None,
+        kind=request.kind if request else None,
+        prompt=request.prompt if request else None,
+        requeue_problem=problem,
+        request=request_bytes,
+    )
+
+
+async def dead_letters(broker: RedisBroker, entry_id: str | None = None) -> list[DeadLetter]:
+    """The dead letters of ``broker``'s queue, oldest first (only the one ``entry_id``, or
+    none if it has no such entry).
+
+    Raises:
+        BrokerUnavailable: Redis cannot be reached.
+    """
+    what = f"reading the dead letters of queue {broker.keys.queue!r}"
+    start, end = (entry_id, entry_id) if entry_id else ("-", "+")
+    try:
+        entries = await _bounded(broker, what, broker.redis.xrange(broker.keys.dead, start, end))
+    except BrokerUnavailable as exc:
+        if entry_id and isinstance(exc.__cause__, redis.exceptions.ResponseError):
+            return []  # not a stream entry id: no such dead letter
+        raise
+    return [_dead_letter(broker, entry, fields or {}) for entry, fields in entries or ()]
+
+
+async def requeue(broker: RedisBroker, letter: DeadLetter) -> str | None:
+    """Put the request of ``letter`` back on its request stream and delete the dead letter
+    (at once, and once); the new entry id, or None when the dead letter is gone already.
+
+    Raises:
+        ConfigurationError: ``letter`` cannot be requeued (its ``requeue_problem``).
+        BrokerUnavailable: Redis cannot be reached (or the user may not add requests).
+    """
+    if letter.request is None:
+        raise ConfigurationError(
+            f"dead letter {letter.id} cannot be requeued: {letter.requeue_problem}"
+        )
+    keys = broker.keys
+    script = broker.redis.register_script(REQUEUE_SCRIPT)
+    added = await _bounded(
+        broker,
+        f"requeueing dead letter {letter.id} of queue {keys.queue!r}",
+        script(keys=[keys.dead, keys.requests], args=[letter.id, letter.request]),
+    )
+    return None if added is None else _name(added)
+
+
+async def purge(broker: RedisBroker, entry_id: str | None) -> int:
+    """Delete dead letter ``entry_id`` (None: every dead letter of the queue); how many.
+
+    Raises:
+        BrokerUnavailable: Redis cannot be reached.
+    """
+    keys, redis_ = broker.keys, broker.redis
+    what = f"purging the dead letters of queue {keys.queue!r}"
+    if entry_id is None:
+        return int(await _bounded(broker, what, redis_.xtrim(keys.dead, maxlen=0)))
+    if not await dead_letters(broker, entry_id):
+        return 0  # (also for what is not an entry id, which XDEL refuses)
+    return int(await _bounded(broker, what, redis_.xdel(keys.dead, entry_id)))
+
+
+def dead_letter_line(letter: DeadLetter) -> str:
+    """One line for ``toolnexus dead-letters``: id, when, what it held, the error."""
+    held = (
+        f"{letter.request_id} {letter.kind} {letter.prompt[:40]!r}"
+        if letter.request_id is not None and letter.prompt is not None
+        else "(no readable request)"
+    )
+    return f"{letter.id} {utc_text(letter.at)} {held}: {letter.error}"
+
+
+def dead_letter_text(letter: DeadLetter) -> str:
+    """Every field of ``letter``, for ``toolnexus dead-letters show``."""
+    can = "yes" if letter.requeue_problem is None else f"no: {letter.requeue_problem}"
+    lines = [
+        f"id:       {letter.id}",
+        f"at:       {utc_text(letter.at)}",
+        f"error:    {letter.error}",
+        f"from:     {letter.stream} entry {letter.entry}",
+    ]
+    if letter.request_id is not None:
+        lines.append(f"request:  {letter.request_id} ({letter.kind}) {letter.prompt!r}")
+    lines += [
+        f"requeue:  {can}",
+        f"raw{' (truncated)' if letter.truncated else ''}:",
+        letter.raw.decode(errors="backslashreplace"),
+    ]
+    return "\n".join(lines)
+
+
+async def stored_answer(broker: RedisBroker, request_id: str) -> tuple[bytes | None, str | None]:
+    """What the state of request ``request_id`` (found by its route) says of its answer:
+    the answer it holds, as stored (None while it is open, or when the broker does not know
+    the request), and why its waiter last refused one and opened it again (None if never:
+    the ``REOPEN`` script records it).
+
+    Raises:
+        BrokerUnavailable: Redis cannot be reached.
+    """
+    keys, redis_ = broker.keys, broker.redis
+    what = f"reading the state of {request_id}"
+    waiter = await _bounded(broker, what, redis_.get(keys.route(request_id)))
+    if not isinstance(waiter, bytes | str) or not WAITER_ID.fullmatch(_name(waiter)):
+        return None, None
+    state = keys.state(_name(waiter), request_id)
+    try:
+        status, answer, why = await _bounded(broker, what, redis_.hmget(state, ["s", "a", "w"]))
+    except BrokerUnavailable as exc:
+        if _wrong_type(exc):
+            return None, None
+        raise
+    held = answer if status not in (None, b"open") and isinstance(answer, bytes) else None
+    reason = " ".join(_name(why).split())[:200] if isinstance(why, bytes | str) else None
+    return held, reason or None

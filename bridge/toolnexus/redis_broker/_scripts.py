@@ -406,12 +406,14 @@ REOPEN = BatchScript(
     "reopen",
     """
 -- On a waiter's slot. Shared: KEYS reply stream, liveness mark.
--- Item: KEYS state; ARGV refused answer. Opens the request again if its state still
--- holds exactly the answer the waiter refused (a forgery): 1 if reopened, else 0.
+-- Item: KEYS state; ARGV refused answer, why. Opens the request again if its state still
+-- holds exactly the answer the waiter refused (a forgery), recording why in field 'w' (for
+-- whoever sent it: toolnexus answer): 1 if reopened, else 0.
 local reopened = {}
 for i = 3, #KEYS do
-  if redis.call('HGET', KEYS[i], 'a') == ARGV[i - 2] then
-    redis.call('HSET', KEYS[i], 's', 'open')
+  local a = (i - 3) * 2
+  if redis.call('HGET', KEYS[i], 'a') == ARGV[a + 1] then
+    redis.call('HSET', KEYS[i], 's', 'open', 'w', ARGV[a + 2])
     redis.call('HDEL', KEYS[i], 'a')
     reopened[i - 2] = 1
   else
@@ -421,7 +423,7 @@ end
 return reopened
 """,
     keys_per_item=1,
-    args_per_item=1,
+    args_per_item=2,
 )
 
 VOTE = BatchScript(

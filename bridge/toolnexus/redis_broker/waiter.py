@@ -454,7 +454,7 @@ class Waiter:
                 wait.refusals = []
             wait.refusals.append(Refusal.of(answer, refusal))
             if reopen:
-                self._spawn(self._reopen(wait, raw))
+                self._spawn(self._reopen(wait, raw, refusal))
             return None
         if answer.defaulted or answer.approvals is not None:
             # Not signed, and never a responder's to give: a default is this waiter's own
@@ -482,11 +482,12 @@ class Waiter:
         republish = functools.partial(self.publisher.publish, wait, again=True) if reopen else None
         return await quorum.outcome(self.core, wait, request, raw, admit, republish)
 
-    async def _reopen(self, wait: Wait, refused: bytes) -> None:
-        """After ``refused``, the answer the state held, was refused: take an answer that
-        was contested with it, if one is valid (threat model S4); else open the request
-        again if its state still holds the refused answer, and publish it again
-        (responders acknowledged its entry when they answered)."""
+    async def _reopen(self, wait: Wait, refused: bytes, why: str) -> None:
+        """After ``refused``, the answer the state held, was refused (for reason ``why``):
+        take an answer that was contested with it, if one is valid (threat model S4); else
+        open the request again if its state still holds the refused answer, saying ``why``
+        in the state, and publish it again (responders acknowledged its entry when they
+        answered)."""
         core = self.core
         with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError):
             if not wait.quorum:
@@ -501,7 +502,7 @@ class Waiter:
                 (replies.key, replies.alive_key),
                 (),
                 (core.keys.state(replies.waiter, wait.request_id),),
-                (refused,),
+                (refused, why[:200]),
             )
             if reopened and not wait.answer.done():
                 log.warning("request %s opened again after a refused answer", wait.request_id)
