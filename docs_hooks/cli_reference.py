@@ -18,6 +18,7 @@ COMMANDS = [
     ["status"],
     ["check"],
     ["audit"],
+    ["dead-letters"],
     ["acl"],
     ["keygen"],
     ["demo"],
