@@ -121,6 +121,11 @@ class WorkerUnderTest(Protocol):
         """Stop whatever is still running (after a failure too)."""
 
 
+STARTUP_S = 40.0
+"""How long a worker process may take to start serving: on a loaded 2-core machine, loading
+its framework (aiogram, slack-bolt, starlette) alone has taken over 15 s."""
+
+
 async def eventually(
     check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 15
 ) -> None:
@@ -382,7 +387,7 @@ class AutoAdapter:
             *command, stderr=asyncio.subprocess.PIPE, env=clean_env()
         )
         self.reader = asyncio.create_task(self._read())
-        await eventually(self._serving, "the auto worker serving")
+        await eventually(self._serving, "the auto worker serving", STARTUP_S)
 
     async def _read(self) -> None:
         assert self.process is not None and self.process.stderr is not None
@@ -522,7 +527,7 @@ class WebAdapter:
             *command, stderr=asyncio.subprocess.PIPE, env=clean_env()
         )
         self.reader = asyncio.create_task(self._read())
-        await eventually(self._serving, "the web worker serving")
+        await eventually(self._serving, "the web worker serving", STARTUP_S)
         address = next(m[1] for line in self.lines if (m := re.search(r"page on (\S+/)", line)))
         self.playwright = await async_playwright().start()
         self.browser = await self.playwright.chromium.launch(
@@ -593,7 +598,7 @@ class _ChatAdapter:
             *command, stderr=asyncio.subprocess.PIPE, env=clean_env()
         )
         self.reader = asyncio.create_task(self._read())
-        await eventually(self._serving, f"the {self.group} bot serving")
+        await eventually(self._serving, f"the {self.group} bot serving", STARTUP_S)
 
     async def _read(self) -> None:
         assert self.process is not None and self.process.stderr is not None

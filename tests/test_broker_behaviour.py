@@ -112,7 +112,7 @@ async def test_one_consumer_of_a_group_gets_each_request(broker: Broker) -> None
         got = []
         while True:
             try:
-                got.append(await next_pending(responder, timeout_s=0.5))
+                got.append(await next_pending(responder, timeout_s=1.5))
             except TimeoutError:
                 return got
 
