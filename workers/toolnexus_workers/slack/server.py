@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Sequence
 
 from aiohttp import web
@@ -13,6 +12,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
 from toolnexus.keys import Keys
+from toolnexus.listening import listen
 
 from ..chat import Allowed, ChatServer, MessageMap
 from ..web.links import KNOWN_DOMAINS
@@ -98,7 +98,7 @@ class SlackServer(ChatServer):
             self._socket_mode = handler
             log.info("slack bot on Socket Mode (group %r)", self.service.group)
             return
-        sock = _listen(self.host, self.port)
+        sock = listen(self.host, self.port)
         self.port = sock.getsockname()[1]
         self._runner = web.AppRunner(self.app.web_app(path=self.path), access_log=None)
         await self._runner.setup()
@@ -129,22 +129,3 @@ def require_verification(signing_secret: str | None, app_token: str | None) -> N
             "(--signing-secret, SLACK_SIGNING_SECRET) for the HTTP endpoint, or an app-level "
             "token (--app-token, SLACK_APP_TOKEN) for Socket Mode"
         )
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, kind, proto)
-    except OSError as exc:
-        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from exc
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from exc
-    sock.setblocking(False)
-    return sock
