@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from .errors import (
     InvalidAnswer,
     InvalidRequest,
     NotResolved,
+    Refused,
 )
 from .exits import (
     EXIT_ACCEPTED,
@@ -36,6 +38,7 @@ from .exits import (
     EXIT_NOT_ANSWERED,
     EXIT_NOT_CONFIRMED,
     EXIT_REFUSED,
+    EXIT_REQUEST_REFUSED,
     EXIT_UNREACHABLE,
 )
 from .models import (
@@ -167,8 +170,39 @@ async def ask(
     status.
 
     Accepted: the answer's data as JSON on stdout (the whole answer with ``as_json``).
-    Otherwise one line on stderr says why (and ``as_json`` prints the answer too).
+    Otherwise one line on stderr says why (and ``as_json`` prints the answer too). A
+    responder that refuses the request (:class:`~toolnexus.Refused`: a missing or bad
+    signature, ...) ends it at once with :data:`EXIT_REQUEST_REFUSED`. The broker's warnings
+    (nobody reads the queue, a refusal that does not verify) are printed on stderr as they
+    come.
     """
+    with _warnings_on_stderr():
+        return await _ask(url, options, request, timeout_s=timeout_s, allow=allow, as_json=as_json)
+
+
+@contextlib.contextmanager
+def _warnings_on_stderr() -> Iterator[None]:
+    """While ``ask`` waits, toolnexus's warnings go to stderr as ``toolnexus ask: ...``."""
+    logger = logging.getLogger("toolnexus")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("toolnexus ask: %(message)s"))
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
+async def _ask(
+    url: str,
+    options: dict[str, Any],
+    request: Request,
+    *,
+    timeout_s: float | None,
+    allow: Sequence[str] | None,
+    as_json: bool,
+) -> int:
     try:
         async with connect(url, **options) as broker:
             durably = "durably " if request.durable else ""
@@ -186,6 +220,10 @@ async def ask(
     except BrokerUnavailable as exc:
         print(f"toolnexus ask: {scrubbed(exc, url)}", file=sys.stderr)
         return EXIT_UNREACHABLE
+    except Refused as exc:
+        verified = "" if exc.verified else " (unverified: not signed by a key this process trusts)"
+        print(f"toolnexus ask: {exc}{verified}", file=sys.stderr)
+        return EXIT_REQUEST_REFUSED
     if as_json:
         print(answer_json(answer))
     elif answer.ok:

@@ -9,19 +9,21 @@ later answer is refused with :class:`~toolnexus.AlreadyResolved`.
 from __future__ import annotations
 
 import abc
+import asyncio
+import logging
 import math
 import os
 import re
 import socket
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit, urlunsplit
 
 from .audit import AuditRecord
-from .errors import ConfigurationError, InvalidRequest
+from .errors import BrokerClosed, ConfigurationError, InvalidRequest, ToolnexusError
 from .models import DECLINED, DISMISSED, Answer, Event, Heartbeat, Request
 from .numeric import MAX_COUNT, check_number
 from .wire10 import Request10
@@ -213,16 +215,53 @@ class _Closing(abc.ABC):
         await self.aclose()
 
 
+HeartbeatInfo = Callable[[], Mapping[str, str | int | float]]
+"""What a responder's heartbeat tells operators (counters, host, pid, ...)."""
+
+HEARTBEAT_TTL_S = 30.0
+"""How long a responder's heartbeat lasts unrenewed; it is renewed every third of it."""
+
+_log = logging.getLogger("toolnexus")
+
+
 class Responder(_Closing):
     """An async iterator of the :class:`Pending` requests one consumer of a group should show.
 
     Several groups each see every request; within a group each request goes to one
     consumer. Use it as ``async with broker.responder("web") as r: async for p in r``.
     ``aclose()`` stops it; requests held and not yet answered go back to the group.
+
+    From its first read until ``aclose()``, it keeps a heartbeat (:meth:`Broker.heartbeat`)
+    good for ``heartbeat_ttl_s``, renewed every third of it, telling ``heartbeat_info()``
+    (by default its host and pid): ``toolnexus check`` and ``status`` see it alive, and
+    waiters publishing to its queue know someone reads it. Set both before its first read.
     """
 
     group: str
     consumer: str
+    heartbeat_ttl_s: float = HEARTBEAT_TTL_S
+    heartbeat_info: HeartbeatInfo | None = None
+
+    def heartbeat_details(self) -> Mapping[str, str | int | float]:
+        """What this responder's heartbeat says: ``heartbeat_info()``, or its host and pid."""
+        if self.heartbeat_info is not None:
+            return self.heartbeat_info()
+        return {"host": socket.gethostname(), "pid": os.getpid(), "worker": "responder"}
+
+    async def keep_heartbeat(
+        self, beat: Callable[[float, Mapping[str, str | int | float]], Awaitable[None]]
+    ) -> None:
+        """Renew this responder's heartbeat with ``beat(ttl_s, info)`` until cancelled; a
+        failure is logged and tried again at the next renewal."""
+        while True:
+            ttl_s = self.heartbeat_ttl_s
+            try:
+                await beat(ttl_s, self.heartbeat_details())
+            except BrokerClosed:
+                return
+            except ToolnexusError as exc:
+                _log.warning("%s/%s: heartbeat failed: %s", self.group, self.consumer, exc)
+            await asyncio.sleep(ttl_s / 3)
 
     def __aiter__(self) -> Self:
         return self

@@ -96,6 +96,24 @@ class Contested(NotResolved):
         )
 
 
+class Refused(NotResolved):
+    """A responder refused the request itself (it dead-lettered it): a missing or bad
+    signature, a key it does not trust, bytes it cannot read. ``reason`` says why, as the
+    responder said it; ``responder`` names it (its verified key name when ``verified``).
+    :meth:`Broker.wait_for <toolnexus.Broker.wait_for>` raises it instead of waiting for
+    the deadline; the request was withdrawn (a durable one stays open). With signatures
+    required, only a refusal signed by a trusted responder key ends a wait."""
+
+    def __init__(
+        self, request_id: str, reason: str, responder: str | None = None, verified: bool = False
+    ) -> None:
+        NotResolved.__init__(self, request_id, reason)
+        by = f" by {responder}" if responder else ""
+        self.args = (f"request {request_id!r} was refused{by}: {reason}",)
+        self.responder = responder
+        self.verified = verified
+
+
 class AlreadyVoted(NotResolved):
     """A vote on a request that needs a quorum (SPEC §14) that found a vote of the same
     ``voter`` (the person, else the responder: :func:`toolnexus.voting.voter_of`) stored.

@@ -18,6 +18,10 @@ waiter, which opened the request again); it was sent but no waiter took it in ti
 EXIT_NOT_DONE = 1
 """``dead-letters``: no dead letter has that id, or one asked for could not be requeued."""
 
+EXIT_REQUEST_REFUSED = 5
+"""``ask``: a responder refused the request itself (a missing or bad signature, a key it
+does not trust, bytes it cannot read): :class:`~toolnexus.errors.Refused`, said at once."""
+
 EXIT_ERROR = 2
 """A bad option or file (argparse's status for bad usage)."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,11 @@ from .signatures import REQUIRE_ENV, SIGNING_OPTIONS, signatures_required
 from .signing import allowed
 from .voting import approvals_of, decides, voter_of
 from .wire10 import Request10, as_request
+
+log = logging.getLogger("toolnexus.memory")
+
+LOOK_EVERY_S = 10.0
+"""How often at most a wait warns that no responder reads this broker (as on Redis)."""
 
 
 @dataclass(eq=False)
@@ -130,6 +136,8 @@ class MemoryBroker(Broker):
         self._responders: set[MemoryResponder] = set()
         self._audit: collections.deque[AuditRecord] = collections.deque(maxlen=AUDIT_RECORDS)
         self._heartbeats: dict[tuple[str, str], Heartbeat] = {}
+        self._warned_at = -LOOK_EVERY_S
+        self.namespace, self.queue = namespace or "toolnexus", queue or "default"
 
     # -- waiter side --------------------------------------------------------------
 
@@ -172,6 +180,7 @@ class MemoryBroker(Broker):
             self._states[request.id] = state
             for group in self._groups.values():
                 group.queue.put_nowait(request.id)
+            self._look_for_readers(request.id)
         deadline = state.request.expires_at or time.time()
         loop = asyncio.get_running_loop()
         taken = {hop.queue for hop in state.escalated}
@@ -198,6 +207,26 @@ class MemoryBroker(Broker):
             state.waiting = False
             for handle in hops:
                 handle.cancel()
+
+    def _look_for_readers(self, request_id: str) -> None:
+        """Warn (at most every :data:`LOOK_EVERY_S`) when no responder of this broker has
+        a fresh heartbeat: nobody reads the request."""
+        now = time.time()
+        if any(beat.expires_at > now for beat in self._heartbeats.values()):
+            return
+        if time.monotonic() - self._warned_at < LOOK_EVERY_S:
+            return
+        self._warned_at = time.monotonic()
+        log.warning(
+            "nobody reads queue %r of namespace %r on the embedded broker (%s): no responder "
+            "of this process has a fresh heartbeat, so request %s waits for one until its "
+            "deadline (an embedded broker is seen by this process alone: give responders "
+            "elsewhere a redis:// URL)",
+            self.queue,
+            self.namespace,
+            self.url,
+            request_id,
+        )
 
     def _hop(self, state: _State, hop: Hop) -> None:
         """An escalation hop is due: record it if the request is still open."""
@@ -394,9 +423,15 @@ class MemoryResponder(Responder):
         self._queue = broker._groups[group].queue
         self._held: dict[str, MemoryPending] = {}
         self._closed = False
+        self._beating: asyncio.Future[None] | None = None
         broker._responders.add(self)
 
+    async def _beat(self, ttl_s: float, info: Mapping[str, str | int | float]) -> None:
+        await self.broker.heartbeat(self.group, self.consumer, ttl_s=ttl_s, info=info)
+
     async def __anext__(self) -> MemoryPending:
+        if self._beating is None and not self._closed:
+            self._beating = asyncio.ensure_future(self.keep_heartbeat(self._beat))
         while not self._closed:
             if self.until_idle and self._queue.empty():
                 break
@@ -425,6 +460,9 @@ class MemoryResponder(Responder):
             return
         self._closed = True
         self.broker._responders.discard(self)
+        if self._beating is not None:  # it kept a heartbeat: it leaves
+            self._beating.cancel()
+            self.broker._heartbeats.pop((self.group, self.consumer), None)
         getter = getattr(self, "_getter", None)
         if getter is not None:
             getter.cancel()

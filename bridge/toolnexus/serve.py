@@ -42,7 +42,6 @@ from .errors import (
     ConfigurationError,
     InvalidAnswer,
     NotResolved,
-    ToolnexusError,
 )
 from .models import Answer, Event, EventType, Request
 from .numeric import MAX_COUNT, check_number
@@ -233,9 +232,10 @@ class Service:
         events = self.broker.events()  # before reading, so no resolution is missed
         responder = self.broker.responder(self.group, self.consumer, until_idle=until_idle)
         self.consumer = responder.consumer
+        # the responder keeps the heartbeat, with this service's counters
+        responder.heartbeat_ttl_s, responder.heartbeat_info = self.heartbeat_ttl_s, self._info
         helpers = [
             loop.create_task(self._follow(events), name=f"toolnexus-events-{self.group}"),
-            loop.create_task(self._beat(), name=f"toolnexus-heartbeat-{self.group}"),
         ]
         log.info("%s/%s serving %r", self.group, self.consumer, self.worker)
         try:
@@ -504,17 +504,6 @@ class Service:
             "worker": type(self.worker).__name__,
         }
 
-    async def _beat(self) -> None:
-        assert self.consumer is not None
-        while True:
-            try:
-                await self.broker.heartbeat(
-                    self.group, self.consumer, ttl_s=self.heartbeat_ttl_s, info=self._info()
-                )
-            except ToolnexusError as exc:
-                log.warning("%s/%s: heartbeat failed: %s", self.group, self.consumer, exc)
-            await asyncio.sleep(self.heartbeat_ttl_s / 3)
-
     async def _finish_tasks(self, *, until_stopped: bool) -> None:
         """Wait for running show() calls: with ``until_stopped``, until stop() is called;
         else for at most ``drain_s``, then cancel what is left."""
@@ -539,11 +528,7 @@ class Service:
                 task.cancel()
         self._deadlines.close()
         self._shown.clear()  # unanswered: closing the responder hands them back to the group
-        await _quietly(responder.aclose(), "closing the responder")
-        if self.consumer is not None:
-            await _quietly(
-                self.broker.heartbeat(self.group, self.consumer, ttl_s=0), "removing the heartbeat"
-            )
+        await _quietly(responder.aclose(), "closing the responder")  # its heartbeat too
 
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
         handled: list[int] = []

@@ -6,18 +6,23 @@ what it holds on another: requests resolved elsewhere are let go, requests past 
 deadline are expired, and requests whose waiter died are withdrawn. Entries of a
 consumer that died are reclaimed with ``XAUTOCLAIM`` once its lease lapses. Entries
 are acknowledged once the request is resolved or skipped. Entries that are not a
-readable request are moved to the dead-letter stream; reading goes on.
+readable request are moved to the dead-letter stream, and the waiter they name, if they
+name one, is told (a refusal on its reply stream, signed by this process's key when it has
+one: see :meth:`RedisResponder.refuse`); reading goes on. From its first read on, each
+consumer keeps a heartbeat (:meth:`~toolnexus.Responder.keep_heartbeat`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import deque
 from typing import Any, Literal
 
+import msgspec
 import redis.exceptions
 
 from ..broker import Pending, Responder
@@ -31,16 +36,39 @@ from ..errors import (
 )
 from ..keys import WAITER_ID, check_request_id
 from ..models import EXPIRED, WITHDRAWN, Answer, Event, Request
-from ..signing import allowed
+from ..signing import allowed, sign_refusal
 from ._connections import BlockingReader, Entries
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, run_to_completion, text
 from ._scripts import STATUS
 from .answering import checked_answer, finish, resolve_answer, waiter_of
+from .heartbeats import heartbeat
 
 log = logging.getLogger("toolnexus.redis")
 
 RENEW_CHUNK = 1000
 """Entries renewed by one ``XCLAIM``."""
+
+REFUSALS_KEPT = 1000
+"""A reply stream is trimmed to about this many entries by a refusal added to it."""
+
+
+def route_of(payload: bytes, format: str) -> tuple[str, str] | None:
+    """The request id and reply stream's waiter that the encoded request ``payload`` names,
+    read leniently (it may be a request this toolnexus cannot read otherwise), if both look
+    like an id and a waiter id."""
+    try:
+        decoded = (msgspec.msgpack if format == "msgpack" else msgspec.json).decode(payload)
+    except (msgspec.DecodeError, ValueError):
+        return None
+    body = decoded[1] if isinstance(decoded, list) and len(decoded) == 2 else None
+    if not isinstance(body, dict):
+        return None
+    request_id, waiter = body.get("id"), body.get("reply_to")
+    if not isinstance(request_id, str) or check_request_id(request_id) is not None:
+        return None
+    if not isinstance(waiter, str) or not WAITER_ID.fullmatch(waiter):
+        return None
+    return request_id, waiter
 
 
 class RedisPending(Pending):
@@ -98,7 +126,12 @@ class RedisResponder(Responder):
                     self._reader = self.core.blocking_reader()
                 if not self._tasks:
                     loop = asyncio.get_running_loop()
-                    self._tasks = [loop.create_task(self._renew()), loop.create_task(self._sweep())]
+                    beat = functools.partial(heartbeat, self.core, self.group, self.consumer)
+                    self._tasks = [
+                        loop.create_task(self._renew()),
+                        loop.create_task(self._sweep()),
+                        loop.create_task(self.keep_heartbeat(beat)),
+                    ]
                 await self._read()
                 backoff = None  # it worked: a failure from now on starts the backoff again
             except BrokerClosed:
@@ -168,8 +201,34 @@ class RedisResponder(Responder):
         except (DecodeError, SignatureError) as exc:
             self.core.move_to_dead_letters(self._stream, entry_id, fields, str(exc), self.group)
             self.dead_lettered += 1
+            why = exc.reason if isinstance(exc, SignatureError) else str(exc)
+            self.refuse(fields.get(b"r"), why)
             return None
         return request
+
+    def refuse(self, payload: bytes | None, reason: str) -> None:
+        """Tell the waiter of the request published as ``payload`` (dead-lettered here, for
+        ``reason``) that this responder refused it, on its reply stream: fields ``id``,
+        ``x`` (the reason), ``b`` (this consumer) and, when this process signs, ``k``,
+        ``s`` and ``d``, a signature bound to those bytes (:func:`sign_refusal`). Bytes
+        that name no waiter are only dead-lettered."""
+        if payload is None:
+            return
+        core = self.core
+        route = route_of(payload, core.codec.format)
+        if route is None:
+            return
+        request_id, waiter = route
+        reason = reason[:500]
+        fields: list[Any] = ["id", request_id, "x", reason, "b", self.name]
+        key = core.signatures.key
+        if key is not None:
+            signature = sign_refusal(request_id, payload, reason, key)
+            fields += ["k", signature.key, "s", signature.sig, "d", signature.digest]
+        stream = core.keys.answers(waiter)
+        call = core.pipeliner
+        call.post("XADD", stream, "MAXLEN", "~", REFUSALS_KEPT, "*", *fields, lazy=False)
+        call.post("PEXPIRE", stream, core.settings.retention_ms, lazy=False)
 
     async def _admit(self, entries: Entries, *, fresh: bool) -> None:
         """Queue the open requests among ``entries``; acknowledge or dead-letter the rest.
@@ -401,6 +460,9 @@ class RedisResponder(Responder):
 
     async def _close(self, ids: list[Any]) -> None:
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks and not self.core.closed:  # it kept a heartbeat: it leaves
+            with contextlib.suppress(Exception):
+                await heartbeat(self.core, self.group, self.consumer, 0, None)
         if ids and not self.core.closed:  # idle as if their lease had lapsed: reclaimable now
             with contextlib.suppress(Exception):
                 await self.core.bounded(

@@ -7,7 +7,11 @@ process's reply stream, read by one blocking reader that wakes every concurrent 
 mark; one timer serves every deadline. The reply stream belongs to this waiter alone
 and is read from its start, so an answer that arrives before the reader looks is never
 missed. Every entry of it may be garbage: such an entry is dead-lettered, the reader
-moves on, and the wait it names takes its outcome from the request's state.
+moves on, and the wait it names takes its outcome from the request's state. A responder
+that dead-lettered the request says so on the reply stream (a refusal): one signed by a
+trusted key, or any readable one when signatures are not required, ends the wait with
+:class:`~toolnexus.Refused` once the request is withdrawn (an answer that won first is
+returned instead); with signatures required, any other is a hint that is logged.
 
 Durable waits (SPEC §14) live under the agent's durable waiter of the queue, read by a second reader
 of this code from the first durable wait on (:mod:`.durable`).
@@ -28,12 +32,12 @@ import redis.exceptions
 
 from ..audit import REQUEST_KEPT_BYTES, AuditRecord, Refusal, kept_request
 from ..broker import deadline_of
-from ..errors import BrokerClosed, DecodeError, InvalidRequest, SignatureError
+from ..errors import BrokerClosed, DecodeError, InvalidRequest, Refused, SignatureError
 from ..hops import check_hops
 from ..keys import check_request_id, new_waiter_id
-from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request
+from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request, Signature
 from ..outcomes import check_on_expiry, expired_answer
-from ..signing import request_digest
+from ..signing import request_digest, verify_refusal
 from ..timers import Timers
 from ..wire10 import Request10, as_request
 from . import durable, quorum
@@ -67,6 +71,7 @@ class Waiter:
         self.waits: dict[str, Wait] = {}
         self.unreadable = 0  # reply-stream entries dead-lettered
         self.refused = 0  # answers refused by signature or allow-list checks
+        self._refusals: dict[str, Refused] = {}  # waits a responder refused, ending now
         self._own = ReplyStream(self.id, self.answers_key, self.alive_key, durable=False)
         shared = core.keys.durable_waiter(core.settings.agent)
         self._durable = ReplyStream(
@@ -100,8 +105,11 @@ class Waiter:
             raise
         finally:
             del self.waits[wait.request_id]
+            refusal = self._refusals.pop(wait.request_id, None)
         if answer is not None:
             return self._answered(wait, answer)
+        if refusal is not None:
+            return await self._refused(wait, refusal)
         return await self._expired(wait)
 
     def _open(
@@ -210,6 +218,17 @@ class Waiter:
             self._spawn(self._resolve_by_waiter(wait, "expired"))
             return unavailable
         return await asyncio.shield(self._spawn(self._end(wait, "expired")))
+
+    async def _refused(self, wait: Wait, refusal: Refused) -> Answer:
+        """A responder refused the request of ``wait``: withdraw it (a durable one stays
+        open, for a wait that attaches) and raise ``refusal``; an answer that won the race
+        is returned instead. Cancelling this call leaves the withdrawal to finish."""
+        if wait.replies.durable:
+            raise refusal
+        outcome = await asyncio.shield(self._spawn(self._end(wait, WITHDRAWN)))
+        if outcome.reason == WITHDRAWN and not outcome.ok:
+            raise refusal
+        return outcome
 
     async def _end(self, wait: Wait, status: Literal["expired", "withdrawn"]) -> Answer:
         """Resolve the request of ``wait`` as ``status`` (its deadline passed, or it was
@@ -622,6 +641,9 @@ class Waiter:
 
     def _take(self, replies: ReplyStream, entry_id: str, fields: dict[bytes, bytes]) -> None:
         """Hand the answer of one reply-stream entry to its wait; dead-letter garbage."""
+        if b"x" in fields:
+            self._take_refusal(replies, fields)
+            return
         request_id: str | None = None
         try:
             raw_id = fields.get(b"id")
@@ -660,6 +682,47 @@ class Waiter:
             taken = self._accept(wait, answer, payload)
             if taken is not None:
                 wait.answer.set_result(taken)
+
+    def _take_refusal(self, replies: ReplyStream, fields: dict[bytes, bytes]) -> None:
+        """A responder's refusal of a request (see :meth:`RedisResponder.refuse
+        <toolnexus.redis_broker.RedisResponder.refuse>`): it ends the wait if signed by a
+        trusted key for exactly the request this waiter published, or if signatures are not
+        required; otherwise it is only logged, as a hint (Redis is untrusted)."""
+        try:
+            request_id = fields.get(b"id", b"").decode()
+            reason = fields[b"x"].decode()
+            by = fields.get(b"b", b"").decode() or None
+            key = fields[b"k"].decode() if b"k" in fields else None
+        except UnicodeDecodeError:
+            log.warning("an unreadable refusal on the reply stream was let be")
+            return
+        wait = self.waits.get(request_id)
+        if wait is None or wait.replies is not replies or wait.answer.done():
+            return
+        signatures = self.core.signatures
+        name: str | None = None
+        problem = "missing signature"
+        if key is not None and b"s" in fields:
+            signature = Signature(key=key, sig=fields[b"s"], digest=fields.get(b"d"))
+            try:
+                payload = self.publisher.payload(wait)
+                name = verify_refusal(request_id, payload, reason, signature, signatures.keyring)
+            except SignatureError as exc:
+                problem = exc.reason
+        if name is None and signatures.required:
+            log.warning(
+                "a refusal of request %s that does not verify (%s) was let be, the wait goes "
+                "on; it said: %s (by %s)",
+                request_id,
+                problem,
+                reason[:200],
+                by or "nobody named",
+            )
+            return
+        who = name or by
+        log.info("request %s was refused by %s: %s", request_id, who or "a responder", reason)
+        self._refusals[request_id] = Refused(request_id, reason, who, name is not None)
+        wait.answer.set_result(None)
 
     async def _take_votes(self, wait: Wait, answer: Answer, raw: bytes) -> None:
         """Hand a quorum's outcome to its wait, once the votes are checked; if Redis is
