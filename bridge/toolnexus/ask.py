@@ -15,7 +15,7 @@ import contextlib
 import json
 import logging
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -216,14 +216,21 @@ async def _ask(
                 file=sys.stderr,
                 flush=True,
             )
-            answer = await broker.wait_for(request, timeout_s=timeout_s, allow=allow or None)
+            waiting = broker.wait_for(request, timeout_s=timeout_s, allow=allow or None)
+            outcome = await _unless_refused(broker, request.id, waiting)
     except BrokerUnavailable as exc:
         print(f"toolnexus ask: {scrubbed(exc, url)}", file=sys.stderr)
         return EXIT_UNREACHABLE
-    except Refused as exc:
-        verified = "" if exc.verified else " (unverified: not signed by a key this process trusts)"
-        print(f"toolnexus ask: {exc}{verified}", file=sys.stderr)
+    if isinstance(outcome, Refused):
+        unverified = "" if outcome.verified else " (unverified)"
+        left = "the durable request stays open" if request.durable else "withdrawn"
+        print(f"toolnexus ask: {outcome}{unverified}: {left}", file=sys.stderr)
         return EXIT_REQUEST_REFUSED
+    return _said(request, outcome, as_json)
+
+
+def _said(request: Request, answer: Answer, as_json: bool) -> int:
+    """Print what ``ask`` says of ``answer`` to ``request``; its exit status."""
     if as_json:
         print(answer_json(answer))
     elif answer.ok:
@@ -235,6 +242,37 @@ async def _ask(
         by = f" by {answer.answered_by}" if answer.answered_by else ""
         print(f"toolnexus ask: {request.id} {answer.reason}{by}", file=sys.stderr)
     return exit_status(answer)
+
+
+REFUSAL_GRACE_S = 2.0
+"""After a responder refused its request, how long ``ask`` still waits for an answer that
+was on its way (another group's) before it ends."""
+
+
+async def _unless_refused(
+    broker: Broker, request_id: str, waiting: Coroutine[Any, Any, Answer]
+) -> Answer | Refused:
+    """The answer ``waiting`` gives, or the refusal of a responder (see
+    :meth:`RedisBroker.refusal`) if no answer comes within :data:`REFUSAL_GRACE_S` after
+    it: the wait is then cancelled, which withdraws the request (a durable one stays open).
+    """
+    wait = asyncio.ensure_future(waiting)
+    if not isinstance(broker, RedisBroker):  # the embedded broker refuses nothing
+        return await wait
+    refused = broker.refusal(request_id)
+    try:
+        either: list[asyncio.Future[Any]] = [wait, refused]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not wait.done():
+            with contextlib.suppress(TimeoutError):
+                return await asyncio.wait_for(asyncio.shield(wait), REFUSAL_GRACE_S)
+            return refused.result()
+        return wait.result()
+    finally:
+        if not wait.done():
+            wait.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await wait
 
 
 def the_answer(

@@ -100,9 +100,9 @@ class Refused(NotResolved):
     """A responder refused the request itself (it dead-lettered it): a missing or bad
     signature, a key it does not trust, bytes it cannot read. ``reason`` says why, as the
     responder said it; ``responder`` names it (its verified key name when ``verified``).
-    :meth:`Broker.wait_for <toolnexus.Broker.wait_for>` raises it instead of waiting for
-    the deadline; the request was withdrawn (a durable one stays open). With signatures
-    required, only a refusal signed by a trusted responder key ends a wait."""
+    :meth:`RedisBroker.refusal <toolnexus.redis_broker.RedisBroker.refusal>` gives it while
+    the wait goes on; ``toolnexus ask`` ends with it. With signatures required, only a
+    refusal signed by a trusted responder key for exactly that request counts."""
 
     def __init__(
         self, request_id: str, reason: str, responder: str | None = None, verified: bool = False

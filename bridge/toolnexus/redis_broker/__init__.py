@@ -23,7 +23,7 @@ from typing import Any
 from ..audit import AuditRecord, decode_record
 from ..broker import Broker, check_audit_query, default_consumer_name, redacted
 from ..codec import MSGPACK, Codec
-from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, DecodeError
+from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, DecodeError, Refused
 from ..models import Answer, Event, Heartbeat, Request
 from ..signatures import SIGNING_OPTIONS, Signatures
 from ..signing import Keyring, SigningKey
@@ -165,6 +165,16 @@ class RedisBroker(Broker):
     ) -> Coroutine[Any, Any, Answer]:
         # The waiter's coroutine itself: no frame of this method lives on in every wait.
         return self.waiter.wait_for(request, timeout_s, allow, durable)
+
+    def refusal(self, request_id: str) -> asyncio.Future[Refused]:
+        """A future set to :class:`~toolnexus.Refused` if a responder refuses request
+        ``request_id``, which this broker is waiting for (it dead-lettered it: a missing or
+        bad signature, a key it does not trust, bytes it cannot read). With signatures
+        required, only a refusal signed by a trusted key for exactly this request counts.
+        The wait itself goes on (another group may take the request, an operator may
+        requeue it): ``toolnexus ask`` ends it. The future is cancelled when the wait ends.
+        """
+        return self.waiter.refusal(request_id)
 
     def responder(
         self,

@@ -46,9 +46,11 @@ NAMED_WORKERS = 5
 def unread_warning(
     namespace: str, queue: str, request_id: str, elsewhere: dict[tuple[str, str], list[Heartbeat]]
 ) -> str:
-    """The warning that nobody reads ``queue``: where the workers alive are instead."""
+    """The warning that nobody reads ``queue``: where the workers alive are instead (this
+    namespace's queues first)."""
     places = []
-    for (ns, q), beats in sorted(elsewhere.items()):
+    own_first = sorted(elsewhere.items(), key=lambda item: (item[0][0] != namespace, item[0]))
+    for (ns, q), beats in own_first:
         names = sorted(f"{b.group}/{b.consumer}" for b in beats)
         more = f" and {len(names) - NAMED_WORKERS} more" if len(names) > NAMED_WORKERS else ""
         where = f"queue {q!r}" if ns == namespace else f"namespace {ns!r} queue {q!r}"

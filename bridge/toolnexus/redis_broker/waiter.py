@@ -9,9 +9,10 @@ and is read from its start, so an answer that arrives before the reader looks is
 missed. Every entry of it may be garbage: such an entry is dead-lettered, the reader
 moves on, and the wait it names takes its outcome from the request's state. A responder
 that dead-lettered the request says so on the reply stream (a refusal): one signed by a
-trusted key, or any readable one when signatures are not required, ends the wait with
-:class:`~toolnexus.Refused` once the request is withdrawn (an answer that won first is
-returned instead); with signatures required, any other is a hint that is logged.
+trusted key, or any readable one when signatures are not required, is logged at once and
+given to whoever watches for it (:meth:`Waiter.refusal`: ``toolnexus ask`` ends), while
+the wait goes on (another group may take the request, an operator may requeue it); with
+signatures required, any other is a hint that is logged.
 
 Durable waits (SPEC §14) live under the agent's durable waiter of the queue, read by a second reader
 of this code from the first durable wait on (:mod:`.durable`).
@@ -71,7 +72,7 @@ class Waiter:
         self.waits: dict[str, Wait] = {}
         self.unreadable = 0  # reply-stream entries dead-lettered
         self.refused = 0  # answers refused by signature or allow-list checks
-        self._refusals: dict[str, Refused] = {}  # waits a responder refused, ending now
+        self._refusals: dict[str, asyncio.Future[Refused]] = {}  # see refusal()
         self._own = ReplyStream(self.id, self.answers_key, self.alive_key, durable=False)
         shared = core.keys.durable_waiter(core.settings.agent)
         self._durable = ReplyStream(
@@ -106,11 +107,20 @@ class Waiter:
         finally:
             del self.waits[wait.request_id]
             refusal = self._refusals.pop(wait.request_id, None)
+            if refusal is not None and not refusal.done():
+                refusal.cancel()
         if answer is not None:
             return self._answered(wait, answer)
-        if refusal is not None:
-            return await self._refused(wait, refusal)
         return await self._expired(wait)
+
+    def refusal(self, request_id: str) -> asyncio.Future[Refused]:
+        """A future that a responder's refusal of request ``request_id`` (waited for by
+        this waiter) sets, if one comes that counts (see :meth:`_take_refusal`); it is
+        cancelled when the wait ends."""
+        future = self._refusals.get(request_id)
+        if future is None:
+            future = self._refusals[request_id] = asyncio.get_running_loop().create_future()
+        return future
 
     def _open(
         self,
@@ -218,17 +228,6 @@ class Waiter:
             self._spawn(self._resolve_by_waiter(wait, "expired"))
             return unavailable
         return await asyncio.shield(self._spawn(self._end(wait, "expired")))
-
-    async def _refused(self, wait: Wait, refusal: Refused) -> Answer:
-        """A responder refused the request of ``wait``: withdraw it (a durable one stays
-        open, for a wait that attaches) and raise ``refusal``; an answer that won the race
-        is returned instead. Cancelling this call leaves the withdrawal to finish."""
-        if wait.replies.durable:
-            raise refusal
-        outcome = await asyncio.shield(self._spawn(self._end(wait, WITHDRAWN)))
-        if outcome.reason == WITHDRAWN and not outcome.ok:
-            raise refusal
-        return outcome
 
     async def _end(self, wait: Wait, status: Literal["expired", "withdrawn"]) -> Answer:
         """Resolve the request of ``wait`` as ``status`` (its deadline passed, or it was
@@ -685,9 +684,10 @@ class Waiter:
 
     def _take_refusal(self, replies: ReplyStream, fields: dict[bytes, bytes]) -> None:
         """A responder's refusal of a request (see :meth:`RedisResponder.refuse
-        <toolnexus.redis_broker.RedisResponder.refuse>`): it ends the wait if signed by a
-        trusted key for exactly the request this waiter published, or if signatures are not
-        required; otherwise it is only logged, as a hint (Redis is untrusted)."""
+        <toolnexus.redis_broker.RedisResponder.refuse>`): it counts (logged, and given to
+        :meth:`refusal`) if signed by a trusted key for exactly the request this waiter
+        published, or if signatures are not required; otherwise it is only logged, as a
+        hint (Redis is untrusted). Either way the wait goes on."""
         try:
             request_id = fields.get(b"id", b"").decode()
             reason = fields[b"x"].decode()
@@ -720,9 +720,17 @@ class Waiter:
             )
             return
         who = name or by
-        log.info("request %s was refused by %s: %s", request_id, who or "a responder", reason)
-        self._refusals[request_id] = Refused(request_id, reason, who, name is not None)
-        wait.answer.set_result(None)
+        log.warning(
+            "request %s was refused by %s: %s%s; it waits on, for another responder or a "
+            "requeue of its dead letter (toolnexus dead-letters)",
+            request_id,
+            who or "a responder",
+            reason,
+            "" if name is not None else " (unverified: not signed by a key this process trusts)",
+        )
+        future = self.refusal(request_id)
+        if not future.done():
+            future.set_result(Refused(request_id, reason, who, name is not None))
 
     async def _take_votes(self, wait: Wait, answer: Answer, raw: bytes) -> None:
         """Hand a quorum's outcome to its wait, once the votes are checked; if Redis is
