@@ -13,6 +13,7 @@ from ..errors import DecodeError
 from ..keys import WORKERS_PATTERN, queue_of_workers
 from ..models import Heartbeat
 from ..numeric import check_number
+from ._connections import username_of
 from ._core import Core, boundary, text
 
 ELSEWHERE_SCANS = 20
@@ -96,12 +97,13 @@ async def live_heartbeats(core: Core, key: str | None = None) -> list[Heartbeat]
 async def workers_elsewhere(core: Core) -> dict[tuple[str, str], list[Heartbeat]]:
     """The live workers of other queues and namespaces on this Redis, by (namespace, queue):
     bounded work (:data:`ELSEWHERE_SCANS`, :data:`ELSEWHERE_QUEUES`), for a warning. On a
-    Cluster, or for a user that may not ``SCAN``, none are found.
+    Cluster, or logged in as a named Redis user (an ACL, whose agents may not ``SCAN``:
+    a refused command would fill the ACL log), none are found.
 
     Raises:
         redis-py errors other than a refused command, BrokerClosed.
     """
-    if not core.one_server:
+    if not core.one_server or username_of(core.url, core.redis_options) not in (None, "default"):
         return {}
     own = core.keys.heartbeats()
     found: list[str] = []
