@@ -92,14 +92,14 @@ async def test_an_escalated_request_answered_leaves_nothing_open(
 
 async def test_a_quorum_reached_leaves_nothing_open(redis_url: str, namespace: str) -> None:
     request = Request(id=new_id(), kind="approval", prompt="Two of you?", quorum=Quorum(2))
-    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
-        async with broker.responder("web") as web, broker.responder("slack") as slack:
-            waiting = asyncio.create_task(broker.wait_for(request, timeout_s=60))
-            on_web = await asyncio.wait_for(anext(web), 20)
-            on_slack = await asyncio.wait_for(anext(slack), 20)
-            await on_web.accept(person="alice")
-            await on_slack.accept(person="bob")
-            assert (await asyncio.wait_for(waiting, 20)).ok
+    broker = toolnexus.connect(redis_url, namespace=namespace, **FAST)
+    async with broker, broker.responder("web") as web, broker.responder("slack") as slack:
+        waiting = asyncio.create_task(broker.wait_for(request, timeout_s=60))
+        on_web = await asyncio.wait_for(anext(web), 20)
+        on_slack = await asyncio.wait_for(anext(slack), 20)
+        await on_web.accept(person="alice")
+        await on_slack.accept(person="bob")
+        assert (await asyncio.wait_for(waiting, 20)).ok
     assert await nothing_open(redis_url, namespace, "default") == {"default": 0}
 
 
