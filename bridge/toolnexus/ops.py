@@ -223,9 +223,12 @@ def audit_object(record: AuditRecord, *, raw: bool = False) -> dict[str, Any]:
     ``outcome`` (as the text line says it) and each vote as ``{ok, responder, person}``;
     ``digest`` in hex. With ``raw``, the encoded ``request``, ``answer`` and ``votes`` as
     well (base64, as stored)."""
-    shown: dict[str, Any] = msgspec.to_builtins(record)
-    for name in ("request", "answer", "votes", "digest"):
-        shown.pop(name, None)
+    signed = ("request", "answer", "votes", "digest")
+    shown: dict[str, Any] = {
+        f.name: msgspec.to_builtins(getattr(record, f.name))
+        for f in msgspec.structs.fields(record)
+        if f.name not in signed
+    }
     shown["prompt"] = _prompt(record)
     shown["outcome"] = _outcome(record)
     shown["votes"] = [
@@ -234,8 +237,7 @@ def audit_object(record: AuditRecord, *, raw: bool = False) -> dict[str, Any]:
     ]
     shown["digest"] = record.digest.hex() if record.digest is not None else None
     if raw:
-        encoded: dict[str, Any] = msgspec.to_builtins(record)
-        shown["raw"] = {n: encoded.get(n) for n in ("request", "answer", "votes", "digest")}
+        shown["raw"] = {n: msgspec.to_builtins(getattr(record, n)) for n in signed}
     return shown
 
 
