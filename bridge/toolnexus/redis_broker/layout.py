@@ -38,6 +38,10 @@ DECLINE_VOTE: Final = "n:"
 OPEN: Final = "open"
 """The status of a request nobody resolved yet."""
 
+REPLY_ID, REPLY_ANSWER, REPLY_CONTESTED = "id", "a", "c"
+"""The fields of a reply-stream entry: the request's id, the encoded answer, and ``'1'`` for
+an answer contested with the one its state holds."""
+
 ENTRY_REQUEST: Final = "r"
 """The one field of a request-stream entry (and of an audit-stream entry): the encoded
 request (record)."""
@@ -48,6 +52,13 @@ ENTRY_EVENT: Final = "e"
 DEAD_RAW, DEAD_ERROR, DEAD_STREAM, DEAD_ENTRY = "raw", "error", "stream", "entry"
 """The fields of a dead-letter entry: the original fields (``name=value`` lines, bounded),
 the error that put it there, the stream and entry id it came from."""
+
+# The same as bytes, for what redis-py returns.
+STATUS_B, ANSWER_B, OPEN_B = STATUS.encode(), ANSWER.encode(), OPEN.encode()
+CONTESTED_B, ACCEPT_VOTE_B = CONTESTED.encode(), ACCEPT_VOTE.encode()
+DECLINE_VOTE_B = DECLINE_VOTE.encode()
+REPLY_ID_B, REPLY_ANSWER_B = REPLY_ID.encode(), REPLY_ANSWER.encode()
+REPLY_CONTESTED_B = REPLY_CONTESTED.encode()
 
 _LUA_NAMES: Final = {
     "F_STATUS": STATUS,
@@ -64,6 +75,14 @@ _LUA_NAMES: Final = {
     "F_NO": DECLINE_VOTE,
     "S_OPEN": OPEN,
     "E_REQUEST": ENTRY_REQUEST,
+    "E_EVENT": ENTRY_EVENT,
+    "R_ID": REPLY_ID,
+    "R_ANSWER": REPLY_ANSWER,
+    "R_CONTESTED": REPLY_CONTESTED,
+    "D_RAW": DEAD_RAW,
+    "D_ERROR": DEAD_ERROR,
+    "D_STREAM": DEAD_STREAM,
+    "D_ENTRY": DEAD_ENTRY,
 }
 
 LUA_FIELDS: Final = (

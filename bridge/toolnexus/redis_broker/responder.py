@@ -36,6 +36,7 @@ from ._connections import BlockingReader, Entries
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, run_to_completion, text
 from ._scripts import STATUS
 from .answering import checked_answer, finish, resolve_answer, waiter_of
+from .layout import OPEN_B
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -204,7 +205,7 @@ class RedisResponder(Responder):
         if unsure:
             states = await self._states([request for _, request in unsure])
             for (entry_id, request), (status, alive) in zip(unsure, states, strict=True):
-                if status != b"open":
+                if status != OPEN_B:
                     done.append(entry_id)
                 elif not alive or now >= (request.expires_at or float("inf")):
                     outcome: Literal["expired", "withdrawn"] = WITHDRAWN if not alive else EXPIRED
@@ -351,7 +352,7 @@ class RedisResponder(Responder):
         states = await self._states([pending.request for pending in held])
         now = time.time()
         for pending, (status, alive) in zip(held, states, strict=True):
-            if status != b"open":
+            if status != OPEN_B:
                 self.release(pending)
             elif not alive or now >= (pending.request.expires_at or float("inf")):
                 outcome: Literal["expired", "withdrawn"] = WITHDRAWN if not alive else EXPIRED
