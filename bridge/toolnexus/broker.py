@@ -146,6 +146,9 @@ class Pending(abc.ABC):
 
     request: Request
     responder_name: str
+    signer: str | None = None
+    """The name of the trusted key whose signature on the request this responder verified;
+    ``None`` when it is unsigned or its signature was not checked (no trusted keys)."""
 
     @abc.abstractmethod
     async def answer(self, answer: Answer) -> Event | None:
