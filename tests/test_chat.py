@@ -53,9 +53,9 @@ def test_only_configured_users_may_answer() -> None:
 
 
 def test_the_message_map_key_is_in_the_queues_slot() -> None:
-    assert Keys("ns", "q").chat("slack") == "{ns:q:q}:chat:slack"
-    with pytest.raises(ConfigurationError, match="chat worker name"):
-        Keys("ns", "q").chat("sl:ack")
+    assert Keys("ns", "q").store("slack") == "{ns:q:q}:store:slack"
+    with pytest.raises(ConfigurationError, match="store name"):
+        Keys("ns", "q").store("sl:ack")
 
 
 def test_a_reply_is_read_as_its_field_asks() -> None:

@@ -35,9 +35,10 @@ from .events import RedisEvents
 from .heartbeats import heartbeat, heartbeats
 from .inspect import DeadLetter, QueueStatus, dead_letters, inspect_queue
 from .responder import RedisPending, RedisResponder
+from .store import RedisStore
 from .waiter import Waiter
 
-__all__ = ["RedisBroker", "RedisEvents", "RedisPending", "RedisResponder"]
+__all__ = ["RedisBroker", "RedisEvents", "RedisPending", "RedisResponder", "RedisStore"]
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -230,6 +231,11 @@ class RedisBroker(Broker):
             BrokerUnavailable: Redis cannot be reached.
         """
         return await dead_letters(self.core, entry_id)
+
+    def store(self, name: str) -> RedisStore:
+        if self.core.closed:
+            raise BrokerClosed("the broker is closed")
+        return RedisStore(self.core, name)
 
     async def audit(
         self, *, since: float | None = None, request_id: str | None = None, limit: int = 10_000

@@ -21,6 +21,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from toolnexus import Broker, Pending
 from toolnexus.errors import InvalidAnswer
+from toolnexus.rendering import KNOWN_DOMAINS, Field, field_errors, form_data, message_for_field
 
 from ..chat import (
     Allowed,
@@ -32,8 +33,6 @@ from ..chat import (
     declining,
     field_line,
 )
-from ..web.forms import Field, field_errors, form_data, message_for_field
-from ..web.links import KNOWN_DOMAINS
 
 log = logging.getLogger("toolnexus.slack")
 

@@ -89,8 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _serve(broker: Broker, args: argparse.Namespace) -> int:
+    from toolnexus.rendering import KNOWN_DOMAINS
+
     from .access import Access, load_users
-    from .links import KNOWN_DOMAINS
     from .server import WebServer
 
     users = load_users(args.users) if args.users else None

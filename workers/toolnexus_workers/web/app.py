@@ -46,11 +46,22 @@ from toolnexus.errors import (
     NotResolved,
 )
 from toolnexus.listening import is_loopback
+from toolnexus.rendering import (
+    KNOWN_DOMAINS,
+    Field,
+    Link,
+    Submitted,
+    check_link,
+    escalated_note,
+    field_errors,
+    form_data,
+    form_fields,
+    message_for_field,
+    standing_notes,
+)
 
 from .access import Access, SignIn
-from .board import Board, Change, escalated_note, standing_notes
-from .forms import Field, Submitted, field_errors, form_data, form_fields, message_for_field
-from .links import KNOWN_DOMAINS, Link, check_link
+from .board import Board, Change
 
 HERE = Path(__file__).parent
 SESSION_COOKIE = "toolnexus_session"

@@ -16,12 +16,12 @@ import uvicorn
 from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
 from toolnexus.listening import listen
+from toolnexus.rendering import KNOWN_DOMAINS
 from toolnexus.serve import Service
 
 from .access import Access, check_listen
 from .app import WebPage
 from .board import Board, WebWorker
-from .links import KNOWN_DOMAINS
 
 log = logging.getLogger("toolnexus.web")
 
