@@ -265,10 +265,13 @@ def check_store_entry(key: str, value: bytes | str | None = None) -> bytes | Non
         )
     try:
         key.encode()
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(f"store key {key!r:.80}: {exc}") from None
+    try:
         if isinstance(value, str):
             value = value.encode()
     except UnicodeEncodeError as exc:
-        raise ConfigurationError(f"store key {key!r:.80}: {exc}") from None
+        raise ConfigurationError(f"store value of {key!r:.80}: {exc}") from None
     if value is not None and not isinstance(value, bytes):
         raise ConfigurationError(
             f"a store value must be bytes or str, not {type(value).__name__} (key {key!r:.80})"
