@@ -3,7 +3,7 @@ both pass, through the fake-chat protocol of tests/chat_fakes.py (a local server
 the Slack Web API, with clicks POSTed to the bot's Bolt endpoint signed as Slack signs
 them; a local server speaking the Telegram Bot API, long-polled for clicks and replies).
 Requests go through the real Redis, agents wait in other processes where it matters; the
-last tests run both bots on a Redis Cluster and over TLS."""
+last tests run both bots on a Redis Cluster, over TLS and on the embedded broker."""
 
 from __future__ import annotations
 
@@ -316,12 +316,12 @@ async def test_an_escalated_request_says_so_and_stays_answerable(
         assert (await wait).ok
 
 
-# -- other Redis topologies: the bots keep their messages through the broker ---------------
+# -- other brokers: the bots keep their messages through the broker's store --------------
 
 
 async def answered_and_restarted(url: str, chat: ChatFake, **options: Any) -> None:
     """A request answered by a click, then the restart test, on a broker at ``url``."""
-    async with toolnexus.connect(url, namespace=f"chat{new_id()[:8]}", **FAST, **options) as b:
+    async with toolnexus.connect(url, namespace=f"chat{new_id()[:8]}", **options) as b:
         request = ask("Over another topology?")
         async with chat.server(b), waiting(b, request) as wait:
             message = await shown(chat, request)
@@ -336,7 +336,11 @@ async def test_both_bots_run_on_a_redis_cluster(
     redis_cluster: LocalCluster, chat: ChatFake
 ) -> None:
     assert redis_cluster.url.startswith("redis+cluster://")
-    await answered_and_restarted(redis_cluster.url, chat)
+    await answered_and_restarted(redis_cluster.url, chat, **FAST)
+
+
+async def test_both_bots_run_on_the_embedded_broker(chat: ChatFake) -> None:
+    await answered_and_restarted("memory://", chat)
 
 
 @pytest.fixture
@@ -371,4 +375,4 @@ async def test_both_bots_run_over_tls(
 ) -> None:
     server, client = tls
     assert server.url.startswith("rediss://")
-    await answered_and_restarted(server.url, chat, **client)
+    await answered_and_restarted(server.url, chat, **FAST, **client)

@@ -304,7 +304,7 @@ class Store(abc.ABC):
         Raises:
             ConfigurationError: a bad key (:func:`check_store_entry`).
             BrokerUnavailable: the broker stayed unreachable.
-            BrokerClosed: the broker was closed.
+            BrokerClosed: the Redis broker was closed.
         """
 
     @abc.abstractmethod
@@ -317,7 +317,7 @@ class Store(abc.ABC):
             ConfigurationError: a bad key or value (:func:`check_store_entry`), or
                 ``ttl_s`` not a positive number of seconds.
             BrokerUnavailable: the broker stayed unreachable.
-            BrokerClosed: the broker was closed.
+            BrokerClosed: the Redis broker was closed.
         """
 
     @abc.abstractmethod
@@ -327,7 +327,7 @@ class Store(abc.ABC):
         Raises:
             ConfigurationError: a bad key.
             BrokerUnavailable: the broker stayed unreachable.
-            BrokerClosed: the broker was closed.
+            BrokerClosed: the Redis broker was closed.
         """
 
     @abc.abstractmethod
@@ -336,7 +336,7 @@ class Store(abc.ABC):
 
         Raises:
             BrokerUnavailable: the broker stayed unreachable.
-            BrokerClosed: the broker was closed.
+            BrokerClosed: the Redis broker was closed.
         """
 
     def __repr__(self) -> str:
