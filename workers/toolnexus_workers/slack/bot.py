@@ -181,7 +181,8 @@ def _input(index: int, f: Field) -> dict[str, Any]:
 
 
 def submitted(fields: Sequence[Field], values: Mapping[str, Any]) -> dict[str, list[str]]:
-    """A modal's ``view.state.values`` as the submitted form :mod:`..web.forms` reads."""
+    """A modal's ``view.state.values`` as the submitted form
+    :func:`toolnexus.rendering.form_data` reads."""
     sent: dict[str, list[str]] = {}
     for index, f in enumerate(fields):
         value = values.get(f"f{index}", {}).get("v", {})

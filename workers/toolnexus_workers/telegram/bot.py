@@ -120,7 +120,8 @@ def question(conversation: Conversation) -> str:
 
 
 def read_reply(f: Field, text: str) -> dict[str, list[str]] | None:
-    """``text`` as the submitted form :mod:`..web.forms` reads for ``f`` (None: ``-``).
+    """``text`` as the submitted form :func:`toolnexus.rendering.form_data` reads for ``f``
+    (None: ``-``).
 
     A choice is its number or its label; anything else is kept as sent for the
     schema check to name.
