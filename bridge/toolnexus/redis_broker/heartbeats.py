@@ -22,6 +22,12 @@ ELSEWHERE_SCANS = 20
 ELSEWHERE_QUEUES = 20
 """Other queues' heartbeats read at most."""
 
+DROP_OUT_S = 300.0
+"""A consumer of a group that has no live heartbeat, holds no request and has not read for
+this long (5 minutes) is a stopped worker: ``toolnexus status`` and
+:meth:`RedisBroker.inspect <toolnexus.redis_broker.RedisBroker.inspect>` leave it out.
+One that holds requests stays listed, as "no heartbeat (gone?)", until they are claimed."""
+
 
 async def heartbeat(
     core: Core,

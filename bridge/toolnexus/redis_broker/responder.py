@@ -42,6 +42,15 @@ from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, run_to_completion
 from ._scripts import STATUS
 from .answering import checked_answer, finish, resolve_answer, waiter_of
 from .heartbeats import heartbeat
+from .layout import (
+    OPEN_B,
+    REFUSAL_BY,
+    REFUSAL_DIGEST,
+    REFUSAL_KEY,
+    REFUSAL_REASON,
+    REFUSAL_SIG,
+    REPLY_ID,
+)
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -72,9 +81,12 @@ def route_of(payload: bytes, format: str) -> tuple[str, str] | None:
 
 
 class RedisPending(Pending):
-    def __init__(self, responder: RedisResponder, request: Request, entry_id: str) -> None:
+    def __init__(
+        self, responder: RedisResponder, request: Request, entry_id: str, signer: str | None
+    ) -> None:
         self.request = request
         self.entry_id = entry_id
+        self.signer = signer
         self.responder_name = responder.name
         self._responder = responder
         self._queued = True  # in the responder's ready queue, not yet delivered
@@ -185,8 +197,11 @@ class RedisResponder(Responder):
         self._idle = not entries
         await self._admit(entries, fresh=True)
 
-    def _parse(self, entry_id: str, fields: dict[bytes, bytes]) -> Request | None:
-        """The request of one entry, or None after moving a bad entry to the dead letters."""
+    def _parse(
+        self, entry_id: str, fields: dict[bytes, bytes]
+    ) -> tuple[Request, str | None] | None:
+        """The request of one entry and the key that verifiably signed it, or None after
+        moving a bad entry to the dead letters."""
         try:
             payload = fields.get(b"r")
             if payload is None:
@@ -197,21 +212,21 @@ class RedisResponder(Responder):
                 raise DecodeError(problem)
             if request.reply_to is None or not WAITER_ID.fullmatch(request.reply_to):
                 raise DecodeError("the request has no valid reply_to: no broker published it")
-            self.core.signatures.admit_request(request)
+            signer = self.core.signatures.admit_request(request)
         except (DecodeError, SignatureError) as exc:
             self.core.move_to_dead_letters(self._stream, entry_id, fields, str(exc), self.group)
             self.dead_lettered += 1
             why = exc.reason if isinstance(exc, SignatureError) else str(exc)
             self.refuse(fields.get(b"r"), why)
             return None
-        return request
+        return request, signer
 
     def refuse(self, payload: bytes | None, reason: str) -> None:
         """Tell the waiter of the request published as ``payload`` (dead-lettered here, for
-        ``reason``) that this responder refused it, on its reply stream: fields ``id``,
-        ``x`` (the reason), ``b`` (this consumer) and, when this process signs, ``k``,
-        ``s`` and ``d``, a signature bound to those bytes (:func:`sign_refusal`). Bytes
-        that name no waiter are only dead-lettered."""
+        ``reason``) that this responder refused it, on its reply stream (fields
+        ``REFUSAL_*`` of :mod:`.layout`): the reason, this consumer and, when this process
+        signs, a signature bound to those bytes (:func:`sign_refusal`). Bytes that name no
+        waiter are only dead-lettered."""
         if payload is None:
             return
         core = self.core
@@ -220,11 +235,12 @@ class RedisResponder(Responder):
             return
         request_id, waiter = route
         reason = reason[:500]
-        fields: list[Any] = ["id", request_id, "x", reason, "b", self.name]
+        fields: list[Any] = [REPLY_ID, request_id, REFUSAL_REASON, reason, REFUSAL_BY, self.name]
         key = core.signatures.key
         if key is not None:
             signature = sign_refusal(request_id, payload, reason, key)
-            fields += ["k", signature.key, "s", signature.sig, "d", signature.digest]
+            fields += [REFUSAL_KEY, signature.key, REFUSAL_SIG, signature.sig]
+            fields += [REFUSAL_DIGEST, signature.digest]
         stream = core.keys.answers(waiter)
         call = core.pipeliner
         call.post("XADD", stream, "MAXLEN", "~", REFUSALS_KEPT, "*", *fields, lazy=False)
@@ -238,17 +254,18 @@ class RedisResponder(Responder):
         Others (re-read or reclaimed) may have been resolved since: their state is read.
         """
         now = time.time()
-        admitted: list[tuple[str, Request]] = []
-        unsure: list[tuple[str, Request]] = []
+        admitted: list[tuple[str, Request, str | None]] = []
+        unsure: list[tuple[str, Request, str | None]] = []
         done: list[str] = []
         for raw_id, fields in entries:
             entry_id = text(raw_id)
             if not fields:  # deleted or trimmed while pending: nothing left to show
                 done.append(entry_id)
                 continue
-            request = self._parse(entry_id, fields)
-            if request is None:
+            parsed = self._parse(entry_id, fields)
+            if parsed is None:
                 continue
+            request, signer = parsed
             if not self._may_answer(request):
                 done.append(entry_id)  # its allow-list leaves this responder out
                 continue
@@ -257,22 +274,22 @@ class RedisResponder(Responder):
                 if held.entry_id != entry_id:
                     done.append(entry_id)  # a duplicate XADD of a request we already show
             elif fresh and now < (request.expires_at or float("inf")):
-                admitted.append((entry_id, request))
+                admitted.append((entry_id, request, signer))
             else:
-                unsure.append((entry_id, request))
+                unsure.append((entry_id, request, signer))
         if unsure:
-            states = await self._states([request for _, request in unsure])
-            for (entry_id, request), (status, alive) in zip(unsure, states, strict=True):
-                if status != b"open":
+            states = await self._states([request for _, request, _ in unsure])
+            for (entry_id, request, signer), (status, alive) in zip(unsure, states, strict=True):
+                if status != OPEN_B:
                     done.append(entry_id)
                 elif not alive or now >= (request.expires_at or float("inf")):
                     outcome: Literal["expired", "withdrawn"] = WITHDRAWN if not alive else EXPIRED
                     await finish(self.core, request, outcome, entry_id)
                     done.append(entry_id)
                 else:
-                    admitted.append((entry_id, request))
-        for entry_id, request in admitted:
-            pending = RedisPending(self, request, entry_id)
+                    admitted.append((entry_id, request, signer))
+        for entry_id, request, signer in admitted:
+            pending = RedisPending(self, request, entry_id, signer)
             self._held[request.id] = pending
             self._ready.append(pending)
         if done:
@@ -410,7 +427,7 @@ class RedisResponder(Responder):
         states = await self._states([pending.request for pending in held])
         now = time.time()
         for pending, (status, alive) in zip(held, states, strict=True):
-            if status != b"open":
+            if status != OPEN_B:
                 self.release(pending)
             elif not alive or now >= (pending.request.expires_at or float("inf")):
                 outcome: Literal["expired", "withdrawn"] = WITHDRAWN if not alive else EXPIRED

@@ -47,6 +47,22 @@ from ._scripts import ENDED, REOPEN, TAKE
 from ._wait import Wait, audit_of, ended, expire, status_of
 from .durable import ReplyStream
 from .escalation import Escalator, parse_queues_field
+from .layout import (
+    ANSWER,
+    ANSWER_B,
+    CONTESTED_B,
+    OPEN_B,
+    REFUSAL_BY_B,
+    REFUSAL_DIGEST_B,
+    REFUSAL_KEY_B,
+    REFUSAL_REASON_B,
+    REFUSAL_SIG_B,
+    REPLY_ANSWER_B,
+    REPLY_CONTESTED_B,
+    REPLY_ID_B,
+    STATUS,
+    STATUS_B,
+)
 from .publishing import Publisher
 
 log = logging.getLogger("toolnexus.redis")
@@ -538,11 +554,11 @@ class Waiter:
         core, replies = self.core, wait.replies
         state = core.keys.state(replies.waiter, wait.request_id)
         fields: dict[bytes, bytes] = await core.command("HGETALL", state)
-        stored = fields.get(b"a") if fields.get(b"s") != b"open" else None
+        stored = fields.get(ANSWER_B) if fields.get(STATUS_B) != OPEN_B else None
         contested: list[tuple[float, Answer, bytes]] = []
         candidates: list[tuple[Answer, bytes]] = []
         for name, raw in fields.items():
-            if (raw is not stored and not name.startswith(b"c:")) or raw == refused:
+            if (raw is not stored and not name.startswith(CONTESTED_B)) or raw == refused:
                 continue
             try:
                 answer = core.codec.decode_as(raw, Answer)
@@ -640,19 +656,19 @@ class Waiter:
 
     def _take(self, replies: ReplyStream, entry_id: str, fields: dict[bytes, bytes]) -> None:
         """Hand the answer of one reply-stream entry to its wait; dead-letter garbage."""
-        if b"x" in fields:
+        if REFUSAL_REASON_B in fields:
             self._take_refusal(replies, fields)
             return
         request_id: str | None = None
         try:
-            raw_id = fields.get(b"id")
+            raw_id = fields.get(REPLY_ID_B)
             if raw_id is None:
                 raise DecodeError("the entry has no 'id' field")
             try:
                 request_id = raw_id.decode()
             except UnicodeDecodeError:
                 raise DecodeError("the entry's 'id' field is not UTF-8 text") from None
-            payload = fields.get(b"a")
+            payload = fields.get(REPLY_ANSWER_B)
             if payload is None:
                 raise DecodeError("the entry has no 'a' field holding an answer")
             answer = self.core.codec.decode_as(payload, Answer)
@@ -672,7 +688,7 @@ class Waiter:
             return
         if wait.quorum:
             self._spawn(self._take_votes(wait, answer, payload))
-        elif b"c" in fields:  # contested (see the RESOLVE script): the state holds another
+        elif REPLY_CONTESTED_B in fields:  # contested (see RESOLVE): the state holds another
             taken = self._accept(wait, answer, payload, reopen=False)
             if taken is not None:
                 wait.answer.set_result(taken)
@@ -689,10 +705,10 @@ class Waiter:
         published, or if signatures are not required; otherwise it is only logged, as a
         hint (Redis is untrusted). Either way the wait goes on."""
         try:
-            request_id = fields.get(b"id", b"").decode()
-            reason = fields[b"x"].decode()
-            by = fields.get(b"b", b"").decode() or None
-            key = fields[b"k"].decode() if b"k" in fields else None
+            request_id = fields.get(REPLY_ID_B, b"").decode()
+            reason = fields[REFUSAL_REASON_B].decode()
+            by = fields.get(REFUSAL_BY_B, b"").decode() or None
+            key = fields[REFUSAL_KEY_B].decode() if REFUSAL_KEY_B in fields else None
         except UnicodeDecodeError:
             log.warning("an unreadable refusal on the reply stream was let be")
             return
@@ -702,8 +718,9 @@ class Waiter:
         signatures = self.core.signatures
         name: str | None = None
         problem = "missing signature"
-        if key is not None and b"s" in fields:
-            signature = Signature(key=key, sig=fields[b"s"], digest=fields.get(b"d"))
+        if key is not None and REFUSAL_SIG_B in fields:
+            sig, digest = fields[REFUSAL_SIG_B], fields.get(REFUSAL_DIGEST_B)
+            signature = Signature(key=key, sig=sig, digest=digest)
             try:
                 payload = self.publisher.payload(wait)
                 name = verify_refusal(request_id, payload, reason, signature, signatures.keyring)
@@ -746,8 +763,8 @@ class Waiter:
         with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError):
             if wait.quorum:
                 state = self.core.keys.state(wait.replies.waiter, wait.request_id)
-                status, stored = await self.core.command("HMGET", state, "s", "a")
-                if stored is None or status == b"open":
+                status, stored = await self.core.command("HMGET", state, STATUS, ANSWER)
+                if stored is None or status == OPEN_B:
                     return
                 try:
                     answer = self.core.codec.decode_as(stored, Answer)

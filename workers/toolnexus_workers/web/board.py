@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from toolnexus import Event, Pending, Request
+from toolnexus import Event, Pending
+from toolnexus.rendering import escalated_note, gone_note
 from toolnexus.serve import Worker, approvals_line
 
 FOLLOWER_BACKLOG = 1000
@@ -165,36 +166,3 @@ class WebWorker(Worker):
 
     async def escalated(self, pending: Pending, event: Event) -> None:
         self.board.escalate(pending.request.id, event.queue or "another queue")
-
-
-def standing_notes(request: Request) -> list[str]:
-    """What to know of a request beyond its question (SPEC §14): what happens if nobody
-    answers in time, and whether it outlives the agent's restarts."""
-    notes = []
-    if request.on_expiry is not None:
-        outcome = "accepted" if request.on_expiry.ok else "declined"
-        notes.append(f"If nobody answers in time, it is {outcome} by default.")
-    if request.durable:
-        notes.append("Durable: it stays open while the agent restarts.")
-    return notes
-
-
-def gone_note(event: Event) -> str:
-    """Why a request left the page, in a few words."""
-    if event.event == "answered":
-        answer = event.answer
-        who = answer and (answer.person or answer.responder)
-        return f"Answered elsewhere{f' by {who}' if who else ''}."
-    if event.event == "expired":
-        if event.answer is not None and event.answer.defaulted:  # SPEC §14: no person's answer
-            outcome = "accepted" if event.answer.ok else "declined"
-            return f"Expired: nobody answered in time; {outcome} by default."
-        return "Expired: nobody answered in time."
-    if event.event == "withdrawn":
-        return "Withdrawn: the agent stopped waiting."
-    return f"Closed ({event.event})."
-
-
-def escalated_note(queues: Sequence[str]) -> str:
-    """What a request still open here says once it escalated to ``queues`` (SPEC §14)."""
-    return f"Escalated to {', '.join(queues)}: still open here too."
