@@ -51,6 +51,8 @@ class Call:
     name: str
     timeout_s: float | None
     clock: Clock | None = None
+    durable: str | None = None
+    """The caller's id for a task-backed call that outlives this process (see mcp_tasks)."""
     active: bool = True
     waits: set[Wait] = field(default_factory=set)
 

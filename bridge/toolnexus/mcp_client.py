@@ -77,6 +77,7 @@ from .errors import ConfigurationError, NotResolved
 from .mcp_callback import ElicitationCallback, check_options
 from .mcp_config import McpConfig, McpToolset, ServerEntry, load_config
 from .mcp_errors import McpError, UrlElicitationRequired, translated
+from .mcp_tasks import Shape, Tasks
 from .models import WITHDRAWN, Answer, Request, WaitFor
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,7 @@ class _Session:
         self.on_complete = on_complete
         self.server_name = label
         self.client: Client | None = None
+        self.tasks: Tasks | None = None
         self._inflight: set[Call] = set()
         self._authorizations: OrderedDict[str, str] = OrderedDict()
 
@@ -126,8 +128,10 @@ class _Session:
         arguments: dict[str, Any],
         timeout_s: float | None,
         read_timeout_s: float | None,
+        durable: str | None = None,
     ) -> CallToolResult:
         call = Call(name, timeout_s if timeout_s is not None else self.timeout_s)
+        call.durable = durable
         read_timeout = read_timeout_s if read_timeout_s is not None else self.read_timeout_s
         token = current_call.set(call)
         self._inflight.add(call)
@@ -144,7 +148,10 @@ class _Session:
             current_call.reset(token)
 
     async def _send(self, call: Call, arguments: dict[str, Any]) -> CallToolResult:
-        assert self.client is not None
+        assert self.client is not None and self.tasks is not None
+        resumed = await self.tasks.resume(self.client.session, call)
+        if resumed is not None:
+            return resumed
         rounds = 0
         while True:
             try:
@@ -189,9 +196,12 @@ class _Session:
         """The SDK's elicitation callback: legacy requests and 2026-07-28 input requests."""
         return await self.answer(params, current_call.get())
 
-    async def answer(self, params: Any, hint: Call | None) -> ElicitResult | ErrorData:
+    async def answer(
+        self, params: Any, hint: Call | None, shape: Shape | None = None
+    ) -> ElicitResult | ErrorData:
         """Ask for one elicitation made during ``hint`` (or an unknown call) through the
-        session's :class:`~toolnexus.mcp_callback.ElicitationCallback`."""
+        session's :class:`~toolnexus.mcp_callback.ElicitationCallback`; ``shape`` adjusts
+        its request and sees its answer (a task's input request)."""
         assert self.asker is not None
         if hint is not None and not hint.active:
             return ElicitResult(action="cancel")
@@ -199,7 +209,12 @@ class _Session:
         only = next(iter(calls)) if len(calls) == 1 else None
 
         async def wait(request: Request) -> Answer:
-            return await self._wait(request, calls)
+            if shape is None:
+                return await self._wait(request, calls)
+            request = shape.request(request)
+            answer = await self._wait(request, calls)
+            shape.answered(request, answer)
+            return answer
 
         return await self.asker.ask(
             params,
@@ -301,18 +316,28 @@ class McpTool:
         *,
         timeout_s: float | None = None,
         read_timeout_s: float | None = None,
+        durable: str | None = None,
     ) -> CallToolResult:
         """Call the tool; ``timeout_s`` bounds each person's answer and ``read_timeout_s`` the
         server's own time, for this call only (``load_mcp``'s values when ``None``).
 
+        ``durable`` names a task-backed call that outlives this process: its task and
+        questions are kept in the broker (see :mod:`toolnexus.mcp_tasks`); calling again
+        with the same ``durable`` id from any process of the same agent goes on with it.
+
         Raises:
             McpError: a protocol error (also an ``mcp.shared.exceptions.MCPError``),
                 including ``-32001`` when the read timeout passes, ``-32603`` for a reply
-                that does not conform to the protocol, and :class:`UrlElicitationRequired`
-                (``-32042``) when a required URL elicitation was not accepted.
+                that does not conform to the protocol, :class:`UrlElicitationRequired`
+                (``-32042``) when a required URL elicitation was not accepted, and
+                :class:`~toolnexus.mcp_tasks.TaskCancelled` for a task that was cancelled.
+            ConfigurationError: ``durable`` is not a non-empty string, or ``wait_for`` is
+                not a broker's.
         """
+        assert self._session.tasks is not None
+        self._session.tasks.check_durable(durable)
         return await self._session.call_tool(
-            self.name, dict(arguments or {}), timeout_s, read_timeout_s
+            self.name, dict(arguments or {}), timeout_s, read_timeout_s, durable
         )
 
     @property
@@ -503,6 +528,10 @@ async def _load_one(
         on_complete=on_complete,
         label=label,
     )
+    owner = getattr(options.wait_for, "__self__", None)
+    session.tasks = Tasks(
+        session, agent=options.agent, broker=owner if isinstance(owner, Broker) else None
+    )
     async with AsyncExitStack() as stack:
         client = await _connect(stack, how, session, options.mode)
         session.client = client
@@ -525,6 +554,7 @@ async def _connect(
             read_timeout_seconds=session.read_timeout_s,
             elicitation_callback=session.elicitation_callback if session.asker else None,
             message_handler=session.message_handler,
+            extensions=[session.tasks.extension] if session.tasks is not None else None,
         )
 
     try:
