@@ -52,6 +52,7 @@ from typing import Any, TypeAlias, overload
 
 import anyio
 import anyio.abc
+import msgspec
 import pydantic
 from mcp import Client
 from mcp.client import ClientRequestContext, IncomingMessage
@@ -211,10 +212,11 @@ class _Session:
         async def wait(request: Request) -> Answer:
             if shape is None:
                 return await self._wait(request, calls)
-            request = shape.request(request)
-            answer = await self._wait(request, calls)
-            shape.answered(request, answer)
-            return answer
+            shaped = shape.request(request)
+            answer = await self._wait(shaped, calls)
+            shape.answered(shaped, answer)
+            # checked against the request as asked for: under the id the shape may change
+            return msgspec.structs.replace(answer, id=request.id)
 
         return await self.asker.ask(
             params,

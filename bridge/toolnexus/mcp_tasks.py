@@ -390,7 +390,8 @@ class Tasks:
         if shape.withdrawn:
             raise TaskCancelled(
                 drive.task_id,
-                f"the question {key!r} of task {drive.task_id} was withdrawn: the task is cancelled",
+                f"the question {key!r} of task {drive.task_id} was withdrawn: "
+                "the task is cancelled",
                 server=self._asker.server_name,
             )
         async with drive.lock:

@@ -1,0 +1,220 @@
+"""The Tasks extension under load_mcp (issue 26, parts 4 and 5), against our own Tasks server
+(tests/mcp_task_server.py) in another process over streamable HTTP, with responders in
+other processes through Redis; a durable call survives a ``kill -9`` of its agent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from mcp_types import CallToolResult
+
+import toolnexus
+from mcp_helpers import FAST
+from mcp_processes import SERVERS, responder_process, task_server_http
+from toolnexus import Broker, ConfigurationError, McpError, load_mcp
+from toolnexus.mcp_tasks import STORE_NAME, TaskCancelled
+
+pytestmark = pytest.mark.redis
+
+NAME = "Name for the booking?"
+SEATS = "How many seats?"
+RULES: dict[str, Any] = {NAME: {"accept": {"name": "Ada"}}, SEATS: {"accept": {"value": 3}}}
+
+
+def text(result: CallToolResult) -> str:
+    return result.content[0].text  # type: ignore[union-attr]
+
+
+async def journal(tools: Any) -> dict[str, Any]:
+    return json.loads(text(await tools["journal"]()))  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def task_url() -> Iterator[str]:
+    with task_server_http() as url:
+        yield url
+
+
+@pytest.fixture
+async def rbroker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
+        yield broker
+
+
+async def test_a_task_backed_call_returns_the_tools_result(
+    task_url: str, rbroker: Broker, redis_url: str, namespace: str
+) -> None:
+    with responder_process(redis_url, namespace, RULES) as responder:
+        async with load_mcp(
+            task_url, wait_for=rbroker.wait_for, mode="2026-07-28", agent="a-1", timeout_s=100
+        ) as tools:
+            result = await asyncio.wait_for(tools["book"](), 30)
+            seen = await journal(tools)
+    assert text(result) == "booked 3 seats for Ada"
+    # both questions of the task were put to responders, each naming the task and its key
+    asked = {item["prompt"]: item for item in responder.seen}
+    assert set(asked) == {NAME, SEATS}
+    task_id = asked[NAME]["meta"]["mcp_task"]
+    assert {item["meta"]["input_key"] for item in asked.values()} == {"name", "seats"}
+    assert {item["tool"] for item in asked.values()} == {"book"}
+    assert {item["agent"] for item in asked.values()} == {"a-1"}
+    # each answer went back alone (answered keys are not sent again), echoing the newest state
+    updates = [u for u in seen["updates"] if u["task"] == task_id]
+    assert sorted(key for update in updates for key in update["keys"]) == ["name", "seats"]
+    assert all(len(update["keys"]) == 1 for update in updates)
+    assert {update["state"] for update in updates} == {f"{task_id}/round-1"}
+    # the extension was declared on the call
+    assert {"tool": "book", "declared": True} in seen["declared"]
+
+
+async def test_a_decline_goes_back_as_a_decline_for_its_key(
+    task_url: str, rbroker: Broker, redis_url: str, namespace: str
+) -> None:
+    rules = {NAME: "decline", SEATS: {"accept": {"value": 2}}}
+    with responder_process(redis_url, namespace, rules):
+        async with load_mcp(task_url, wait_for=rbroker.wait_for, mode="2026-07-28") as tools:
+            result = await asyncio.wait_for(tools["book"](), 30)
+    assert json.loads(text(result)) == {"name": "decline", "seats": "accept"}
+
+
+async def test_the_tasks_ttl_bounds_the_questions_deadline(
+    task_url: str, rbroker: Broker, redis_url: str, namespace: str
+) -> None:
+    with responder_process(redis_url, namespace, {"Quick?": "decline"}) as responder:
+        async with load_mcp(
+            task_url, wait_for=rbroker.wait_for, mode="2026-07-28", timeout_s=600
+        ) as tools:
+            assert text(await asyncio.wait_for(tools["short_ttl"](), 30)) == "decline"
+    assert 0 <= responder.by_prompt("Quick?")["timeout_s"] <= 4
+
+
+async def test_failed_and_cancelled_tasks_raise_toolnexus_errors(task_url: str) -> None:
+    async with load_mcp(task_url, mode="2026-07-28") as tools:
+        with pytest.raises(McpError, match="the kitchen is closed") as failed:
+            await asyncio.wait_for(tools["fail_task"](), 30)
+        assert failed.value.code == -32000
+        with pytest.raises(TaskCancelled, match="was cancelled"):
+            await asyncio.wait_for(tools["self_cancel"](), 30)
+
+
+async def test_the_read_timeout_bounds_each_poll_not_the_tasks_work(task_url: str) -> None:
+    async with load_mcp(task_url, mode="2026-07-28", read_timeout_s=0.4) as tools:
+        assert text(await asyncio.wait_for(tools["brew"](seconds=1.2), 30)) == "brewed"
+
+
+async def test_cancelling_the_call_cancels_the_task_and_withdraws_its_question(
+    task_url: str, rbroker: Broker, redis_url: str, namespace: str
+) -> None:
+    with responder_process(redis_url, namespace, {"Hold on?": "hold"}) as responder:
+        async with load_mcp(task_url, wait_for=rbroker.wait_for, mode="2026-07-28") as tools:
+            call = asyncio.create_task(tools["ask_hold"]())
+            for _ in range(200):
+                if responder.seen:
+                    break
+                await asyncio.sleep(0.05)
+            task_id = responder.by_prompt("Hold on?")["meta"]["mcp_task"]
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            assert task_id in (await journal(tools))["cancels"]
+            request_id = responder.by_prompt("Hold on?")["id"]
+            for _ in range(100):
+                if any(
+                    e["id"] == request_id and e["event"] == "withdrawn" for e in responder.events
+                ):
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                pytest.fail(f"no withdrawn event for {request_id}: {responder.events}")
+
+
+async def test_durable_needs_a_brokers_wait_for(task_url: str) -> None:
+    async def wait_for(request: toolnexus.Request) -> toolnexus.Answer:
+        return toolnexus.Answer(id=request.id, ok=False, reason="declined")
+
+    async with load_mcp(task_url, wait_for=wait_for, mode="2026-07-28") as tools:
+        with pytest.raises(ConfigurationError, match="broker's wait_for"):
+            await tools["book"].call(durable="x")
+        with pytest.raises(ConfigurationError, match="non-empty string"):
+            await tools["book"].call(durable="")
+
+
+class Agent:
+    """tests/servers/task_agent.py in its own process; ``lines`` what it printed."""
+
+    def __init__(self, *args: str) -> None:
+        command = [sys.executable, str(SERVERS / "task_agent.py"), *args]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        self.lines: list[Any] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(json.loads(line))
+
+    async def printed(self, predicate: Any, timeout_s: float = 30) -> Any:
+        for _ in range(int(timeout_s / 0.05)):
+            for line in self.lines:
+                if predicate(line):
+                    return line
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"the agent printed {self.lines}, exit {self.process.poll()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)
+        self._reader.join(5)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+async def test_a_durable_task_survives_a_killed_agent(
+    task_url: str, rbroker: Broker, redis_url: str, namespace: str
+) -> None:
+    args = (task_url, redis_url, namespace, "booking-42")
+    first = Agent(*args)
+    try:
+        async with rbroker.responder("person") as requests:
+            seen = []
+            async for pending in requests:  # the first agent asks both questions; nobody answers
+                seen.append(pending)
+                if len(seen) == 2:
+                    break
+            task_id = seen[0].request.meta["mcp_task"]
+            assert all(p.request.durable for p in seen)
+            record = await rbroker.store(STORE_NAME).items()
+            assert [json.loads(value)["task_id"] for value in record.values()] == [task_id]
+            os.kill(first.process.pid, signal.SIGKILL)  # kill -9, mid-task
+            assert first.process.wait(10) == -signal.SIGKILL
+            # the person answers one question while no agent runs
+            by_prompt = {p.request.prompt: p for p in seen}
+            await by_prompt[NAME].accept({"name": "Grace"}, person="tester")
+            second = Agent(*args)  # the same agent, started again
+            try:
+                await second.printed(lambda line: line == "calling")
+                await asyncio.sleep(0.5)
+                await by_prompt[SEATS].accept({"value": 5}, person="tester")
+                done = await second.printed(lambda line: isinstance(line, dict))
+            finally:
+                second.stop()
+    finally:
+        first.stop()
+    assert done == {"text": "booked 5 seats for Grace"}
+    # the same task, not a new one: the server made no second task for this call
+    async with load_mcp(task_url, mode="2026-07-28") as tools:
+        seen_updates = [u for u in (await journal(tools))["updates"] if u["task"] == task_id]
+    assert sorted(key for u in seen_updates for key in u["keys"]) == ["name", "seats"]
+    # the record is gone once the task ended
+    assert await rbroker.store(STORE_NAME).items() == {}
