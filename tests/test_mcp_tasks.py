@@ -1,6 +1,9 @@
-"""The Tasks extension under load_mcp (issue 26, parts 4 and 5), against our own Tasks server
-(tests/mcp_task_server.py) in another process over streamable HTTP, with responders in
-other processes through Redis; a durable call survives a ``kill -9`` of its agent."""
+"""Several input requests at once and the Tasks extension under load_mcp (issue 26, parts 3-5).
+
+Part 3 against the SDK's ``MCPServer`` (tests/mcp_helpers.py) over streamable HTTP; parts 4
+and 5 against our own Tasks server (tests/mcp_task_server.py) in another process, with
+responders in other processes through Redis; a durable call survives a ``kill -9`` of its
+agent."""
 
 from __future__ import annotations
 
@@ -18,9 +21,9 @@ import pytest
 from mcp_types import CallToolResult
 
 import toolnexus
-from mcp_helpers import FAST
+from mcp_helpers import FAST, answering, http_server, make_server
 from mcp_processes import SERVERS, responder_process, task_server_http
-from toolnexus import Broker, ConfigurationError, McpError, load_mcp
+from toolnexus import Broker, ConfigurationError, McpError, Pending, load_mcp
 from toolnexus.mcp_tasks import STORE_NAME, TaskCancelled
 
 pytestmark = pytest.mark.redis
@@ -48,6 +51,85 @@ def task_url() -> Iterator[str]:
 async def rbroker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
     async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
         yield broker
+
+
+# -- several input requests of one InputRequiredResult (part 3) ----------------------------
+
+
+@pytest.fixture(scope="module")
+def sdk_url() -> Iterator[str]:
+    with http_server(make_server().server) as url:
+        yield url
+
+
+async def test_the_requests_of_one_result_are_published_together_and_answered_in_any_order(
+    sdk_url: str, rbroker: Broker
+) -> None:
+    held: list[Pending] = []
+
+    async def handle(pending: Pending) -> None:
+        held.append(pending)
+        if len(held) == 3:  # all three are out before any has an answer
+            for each in reversed(held):
+                await each.accept({"x": each.request.prompt})
+
+    async with (
+        answering(rbroker, handle) as seen,
+        load_mcp(sdk_url, wait_for=rbroker.wait_for, mode="2026-07-28") as tools,
+    ):
+        result = json.loads(text(await asyncio.wait_for(tools["ask_three"](label="p"), 30)))
+    assert result["state_echoed"] is True  # retried once, with the request state as given
+    assert {key: result[key]["content"]["x"] for key in "abc"} == {k: f"p:{k}" for k in "abc"}
+    assert sorted(r.meta["input_key"] for r in seen) == ["a", "b", "c"]
+    assert len({r.meta["input_group"] for r in seen}) == 1
+
+
+async def test_a_decline_or_an_expiry_of_one_request_is_sent_for_its_key(
+    sdk_url: str, rbroker: Broker
+) -> None:
+    async def handle(pending: Pending) -> None:
+        prompt = pending.request.prompt
+        if prompt.endswith(":a"):
+            await pending.accept({"x": "yes"})
+        elif prompt.endswith(":b"):
+            await pending.decline()
+        # ":c" is left to expire
+
+    async with (
+        answering(rbroker, handle),
+        load_mcp(sdk_url, wait_for=rbroker.wait_for, mode="2026-07-28", timeout_s=1.5) as tools,
+    ):
+        result = json.loads(text(await asyncio.wait_for(tools["ask_three"](label="m"), 30)))
+    assert result["state_echoed"] is True
+    assert {key: result[key]["action"] for key in "abc"} == {
+        "a": "accept",
+        "b": "decline",
+        "c": "cancel",
+    }
+
+
+async def test_concurrent_calls_get_their_own_answers(sdk_url: str, rbroker: Broker) -> None:
+    async def handle(pending: Pending) -> None:
+        await pending.accept({"x": pending.request.prompt})
+
+    async with (
+        answering(rbroker, handle) as seen,
+        load_mcp(sdk_url, wait_for=rbroker.wait_for, mode="2026-07-28") as tools,
+    ):
+        results = await asyncio.wait_for(
+            asyncio.gather(*(tools["ask_three"](label=label) for label in "pqr")), 30
+        )
+    for label, result in zip("pqr", results, strict=True):
+        got = json.loads(text(result))
+        assert got["state_echoed"] is True
+        assert {key: got[key]["content"]["x"] for key in "abc"} == {
+            key: f"{label}:{key}" for key in "abc"
+        }
+    groups = {r.prompt[0]: r.meta["input_group"] for r in seen}
+    assert len(set(groups.values())) == 3  # each call's requests form a group of their own
+
+
+# -- the Tasks extension (part 4) ------------------------------------------------------------
 
 
 async def test_a_task_backed_call_returns_the_tools_result(
@@ -178,6 +260,9 @@ class Agent:
         self._reader.join(5)
         if self.process.stdout is not None:
             self.process.stdout.close()
+
+
+# -- a durable task-backed call survives its agent (part 5) ----------------------------------
 
 
 async def test_a_durable_task_survives_a_killed_agent(

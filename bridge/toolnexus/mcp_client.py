@@ -70,6 +70,7 @@ from mcp_types import (
     ErrorData,
     Tool,
 )
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ._mcp_calls import Call, Clock, Wait, current_call
 from ._mcp_transport import ServerSpec, Target, target
@@ -78,6 +79,7 @@ from .errors import ConfigurationError, NotResolved
 from .mcp_callback import ElicitationCallback, check_options
 from .mcp_config import McpConfig, McpToolset, ServerEntry, load_config
 from .mcp_errors import McpError, UrlElicitationRequired, translated
+from .mcp_source import input_request_meta
 from .mcp_tasks import Shape, Tasks
 from .models import WITHDRAWN, Answer, Request, WaitFor
 
@@ -194,8 +196,16 @@ class _Session:
     async def elicitation_callback(
         self, context: ClientRequestContext, params: ElicitRequestParams
     ) -> ElicitResult | ErrorData:
-        """The SDK's elicitation callback: legacy requests and 2026-07-28 input requests."""
-        return await self.answer(params, current_call.get())
+        """The SDK's elicitation callback: legacy requests and 2026-07-28 input requests
+        (whose ``request_id`` is the key in their ``InputRequiredResult``: the requests of
+        one call carry its group and their key, see :func:`input_request_meta`)."""
+        call = current_call.get()
+        key = context.request_id
+        client = self.client
+        modern = client is not None and client.protocol_version in MODERN_PROTOCOL_VERSIONS
+        if call is not None and modern and isinstance(key, str):
+            return await self.answer(params, call, _Grouped(input_request_meta(call.group, key)))
+        return await self.answer(params, call)
 
     async def answer(
         self, params: Any, hint: Call | None, shape: Shape | None = None
@@ -268,6 +278,19 @@ class _Session:
             await self.on_complete(request_id)
         except NotResolved as exc:
             log.debug("completion of %s ignored: %s", request_id, exc)
+
+
+class _Grouped:
+    """The shape of one input request of an ``InputRequiredResult``: its group and key."""
+
+    def __init__(self, meta: dict[str, str]) -> None:
+        self._meta = meta
+
+    def request(self, request: Request) -> Request:
+        return msgspec.structs.replace(request, meta={**request.meta, **self._meta})
+
+    def answered(self, request: Request, answer: Answer) -> None:
+        pass
 
 
 def _url_elicitation_required(exc: MCPError) -> UrlElicitationRequiredError | None:

@@ -63,6 +63,7 @@ from pydantic.alias_generators import to_camel
 from ._mcp_calls import Call, current_call
 from .errors import ConfigurationError
 from .mcp_errors import McpError
+from .mcp_source import input_request_meta
 from .models import WITHDRAWN, Answer
 from .models import Request as Question
 
@@ -234,7 +235,11 @@ class _QuestionShape:
 
     def request(self, request: Question) -> Question:
         drive = self._drive
-        meta = {**request.meta, "mcp_task": drive.task_id, "input_key": self._key}
+        meta = {
+            **request.meta,
+            "mcp_task": drive.task_id,
+            **input_request_meta(drive.task_id, self._key),
+        }
         expires_at = request.expires_at
         if drive.expires_at is not None:
             expires_at = (
