@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -303,3 +305,17 @@ async def test_a_durable_task_survives_a_killed_agent(
     assert sorted(key for u in seen_updates for key in u["keys"]) == ["name", "seats"]
     # the record is gone once the task ended
     assert await rbroker.store(STORE_NAME).items() == {}
+
+
+def test_the_tasks_example_runs(task_url: str) -> None:
+    page = (Path(__file__).parents[1] / "docs" / "how-to" / "mcp-servers.md").read_text()
+    found = re.search(r"## Tasks: .*?```python\n(.*?)```", page, flags=re.S)
+    assert found is not None
+    done = subprocess.run(
+        [sys.executable, "-c", found.group(1), task_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["booked 2 seats for Ada"]
