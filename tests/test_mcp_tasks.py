@@ -232,6 +232,40 @@ async def test_durable_needs_a_brokers_wait_for(task_url: str) -> None:
             await tools["book"].call(durable="")
 
 
+async def test_a_durable_call_left_behind_goes_on_and_a_lost_task_is_forgotten(
+    task_url: str, rbroker: Broker
+) -> None:
+    store = rbroker.store(STORE_NAME)
+    async with (
+        rbroker.responder("person") as questions,
+        load_mcp(task_url, wait_for=rbroker.wait_for, mode="2026-07-28") as tools,
+    ):
+        call = asyncio.create_task(tools["ask_hold"].call(durable="left"))
+        pending = await asyncio.wait_for(anext(questions), 30)
+        call.cancel()  # a durable call's task is left for the next call, not cancelled
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        task_id = pending.request.meta["mcp_task"]
+        assert task_id not in (await journal(tools))["cancels"]
+        assert len(await store.items()) == 1
+        again = asyncio.create_task(tools["ask_hold"].call(durable="left"))
+        await asyncio.sleep(0.5)
+        await pending.accept({"ok": True}, person="tester")  # the same question, still open
+        assert text(await asyncio.wait_for(again, 30)) == "accept"
+        assert await store.items() == {}
+        call = asyncio.create_task(tools["ask_hold"].call(durable="lost"))
+        await asyncio.wait_for(anext(questions), 30)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    with task_server_http() as fresh:  # a server that never had that task ("task-server" too)
+        async with load_mcp(fresh, wait_for=rbroker.wait_for, mode="2026-07-28") as tools:
+            with pytest.raises(McpError, match="Task not found") as lost:
+                await tools["ask_hold"].call(durable="lost")
+    assert lost.value.code == -32602
+    assert await store.items() == {}  # forgotten: the next call starts a new task
+
+
 class Agent:
     """tests/servers/task_agent.py in its own process; ``lines`` what it printed."""
 

@@ -47,8 +47,10 @@ import anyio
 import anyio.abc
 import msgspec
 from mcp.client import ClaimContext, ClientExtension, ClientSession, ResultClaim
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INTERNAL_ERROR,
+    INVALID_PARAMS,
     METHOD_NOT_FOUND,
     CallToolResult,
     ElicitResult,
@@ -194,6 +196,9 @@ class _Drive:
     expires_at: float | None = None
     ttl_s: float | None = None
     terminal: bool = False
+    given_up: bool = False
+    """This side ends the task (a question withdrawn, one it cannot answer)."""
+    saved: bytes = b""
     lock: anyio.Lock = field(default_factory=anyio.Lock)
 
     def observe(self, snapshot: _Snapshot) -> None:
@@ -305,7 +310,12 @@ class Tasks:
         drive = _Drive(record.task_id, call, session, key, record.request_state)
         drive.answered = set(record.answered)
         drive.asked = set(record.answered)
-        result = await self._run(drive, None)
+        try:
+            result = await self._run(drive, None)
+        except* MCPError as errors:
+            if any(getattr(e, "code", None) == INVALID_PARAMS for e in errors.exceptions):
+                await self._store().delete(key)  # the server no longer knows the task
+            raise
         if not result.is_error:  # as the SDK does for a claimed result
             await session.validate_tool_result(call.name, result)
         return result
@@ -329,8 +339,11 @@ class Tasks:
         try:
             return await self._poll(drive, first)
         except BaseException:
-            if not drive.terminal and drive.durable_key is None:
+            # a durable call's task is left to the next call, unless this side gave it up
+            if not drive.terminal and (drive.durable_key is None or drive.given_up):
                 await self._cancel(drive)
+                if drive.durable_key is not None:
+                    await self._store().delete(drive.durable_key)
             raise
         finally:
             if clock is not None:
@@ -380,6 +393,7 @@ class Tasks:
         method = request.get("method") if isinstance(request, dict) else None
         params = request.get("params") if isinstance(request, dict) else None
         if method != "elicitation/create" or not isinstance(params, dict):
+            drive.given_up = True
             raise McpError(
                 METHOD_NOT_FOUND,
                 f"task {drive.task_id} asks {method!r} (input {key!r}): only elicitation/create "
@@ -389,10 +403,12 @@ class Tasks:
         shape = _QuestionShape(drive, key, self._agent, self._asker.server_name)
         response = await self._asker.answer(params, drive.call, shape)
         if isinstance(response, ErrorData):
+            drive.given_up = True
             raise McpError(
                 response.code, response.message, response.data, server=self._asker.server_name
             )
         if shape.withdrawn:
+            drive.given_up = True
             raise TaskCancelled(
                 drive.task_id,
                 f"the question {key!r} of task {drive.task_id} was withdrawn: "
@@ -449,8 +465,12 @@ class Tasks:
         if drive.durable_key is None or drive.terminal:
             return
         record = _Record(drive.task_id, drive.request_state, sorted(drive.answered))
+        encoded = msgspec.json.encode(record)
+        if encoded == drive.saved:  # a poll that changed nothing writes nothing
+            return
         ttl_s = drive.ttl_s if drive.ttl_s else UNLIMITED_TTL_S
-        await self._store().set(drive.durable_key, msgspec.json.encode(record), ttl_s=ttl_s)
+        await self._store().set(drive.durable_key, encoded, ttl_s=ttl_s)
+        drive.saved = encoded
 
 
 class _Extension(ClientExtension):
