@@ -10,7 +10,8 @@ becomes a task: ``tools/call`` returns ``resultType: "task"`` at once, the job r
 background, and ``tasks/get``, ``tasks/update`` and ``tasks/cancel`` are served. An
 ``input_required`` task also carries a ``requestState`` that changes with every question
 round (the schema has none; it lets a test see the newest one echoed). The ``journal`` tool
-returns what the server saw: updates (keys, echoed state), cancels, declared capabilities.
+returns what the server saw: updates (keys, echoed state), cancels, declared capabilities,
+and how many times each task was polled.
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ class TasksExtension(Extension):
 
     def __init__(self) -> None:
         self.tasks: dict[str, Task] = {}
-        self.journal: dict[str, list[Any]] = {"updates": [], "cancels": [], "declared": []}
+        self.journal: dict[str, Any] = {"updates": [], "cancels": [], "declared": [], "gets": {}}
         self._ids = itertools.count(1)
 
     def methods(self) -> list[MethodBinding]:
@@ -198,7 +199,9 @@ class TasksExtension(Extension):
         return task
 
     async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
-        return {"resultType": "complete", **self._task(params).wire()}
+        task = self._task(params)
+        self.journal["gets"][task.id] = self.journal["gets"].get(task.id, 0) + 1
+        return {"resultType": "complete", **task.wire()}
 
     async def update(
         self, ctx: ServerRequestContext[Any, Any], params: UpdateParams

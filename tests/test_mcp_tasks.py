@@ -190,9 +190,16 @@ async def test_failed_and_cancelled_tasks_raise_toolnexus_errors(task_url: str) 
             await asyncio.wait_for(tools["self_cancel"](), 30)
 
 
-async def test_the_read_timeout_bounds_each_poll_not_the_tasks_work(task_url: str) -> None:
+async def test_polls_follow_the_servers_interval_and_the_read_timeout_bounds_each_poll(
+    task_url: str,
+) -> None:
     async with load_mcp(task_url, mode="2026-07-28", read_timeout_s=0.4) as tools:
+        before = set((await journal(tools))["gets"])
         assert text(await asyncio.wait_for(tools["brew"](seconds=1.2), 30)) == "brewed"
+        gets = {k: n for k, n in (await journal(tools))["gets"].items() if k not in before}
+    # 1.2 s of work polled every 100 ms (pollIntervalMs): about 12 polls, not a busy loop
+    # and not the 1 s default
+    assert len(gets) == 1 and 5 <= next(iter(gets.values())) <= 14, gets
 
 
 async def test_cancelling_the_call_cancels_the_task_and_withdraws_its_question(
@@ -219,6 +226,16 @@ async def test_cancelling_the_call_cancels_the_task_and_withdraws_its_question(
                 await asyncio.sleep(0.05)
             else:
                 pytest.fail(f"no withdrawn event for {request_id}: {responder.events}")
+
+
+async def test_a_withdrawn_question_cancels_the_task(task_url: str) -> None:
+    async def wait_for(request: toolnexus.Request) -> toolnexus.Answer:
+        return toolnexus.Answer(id=request.id, ok=False, reason="withdrawn")
+
+    async with load_mcp(task_url, wait_for=wait_for, mode="2026-07-28") as tools:
+        with pytest.raises(TaskCancelled, match=r"'hold' of task .* was withdrawn") as ended:
+            await asyncio.wait_for(tools["ask_hold"](), 30)
+        assert ended.value.task_id in (await journal(tools))["cancels"]
 
 
 async def test_durable_needs_a_brokers_wait_for(task_url: str) -> None:
