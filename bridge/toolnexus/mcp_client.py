@@ -8,7 +8,10 @@ the same code as the public :func:`~toolnexus.elicitation_callback`):
 - ``elicitation/create`` (protocol ≤ 2025-11-25), form and URL mode: the SDK's
   elicitation callback.
 - ``InputRequiredResult`` input requests (2026-07-28): the SDK's multi-round-trip
-  driver hands each embedded elicitation to that same callback, then retries the call.
+  driver hands every embedded elicitation to that same callback at once (each request
+  carries its key and the call's group in ``meta``), then retries the call.
+- A task (``resultType: "task"``, the Tasks extension declared on every 2026-07-28
+  request): driven to the tool's result by :class:`~toolnexus.mcp_tasks.Tasks`.
 - The ``-32042`` URL-elicitation-required error: each listed URL elicitation becomes
   an ``authorization`` request; once all are accepted the call is sent again (at most
   :data:`MAX_URL_ROUNDS` times). If one is declined or cancelled, the others are

@@ -358,7 +358,7 @@ class Tasks:
                         drive, _GetTask(params=_TaskParams(task_id=drive.task_id)), _Snapshot
                     )
                 drive.observe(snapshot)
-                await self._keep(drive, snapshot)
+                await self._keep(drive)
                 if snapshot.status == "completed":
                     result = CallToolResult.model_validate(snapshot.result or {})
                     break
@@ -453,7 +453,7 @@ class Tasks:
     def _durable_key(self, call: Call) -> str:
         return _digest(self._agent, self._asker.server_name, call.name, call.durable)
 
-    async def _keep(self, drive: _Drive, snapshot: _Snapshot) -> None:
+    async def _keep(self, drive: _Drive) -> None:
         if drive.durable_key is None:
             return
         if drive.terminal:
