@@ -28,6 +28,7 @@ from .signatures import SIGNING_OPTIONS
 
 __all__ = [
     "DEFAULT_URL",
+    "EMBEDDED_URL",
     "REDIS_OPTIONS",
     "URL_VARIABLE",
     "RedisSettings",
@@ -96,6 +97,7 @@ DURABILITY = ("none", "wait")
 """``none``: a write counts once its master took it. ``wait``: every pipeline of writes
 also waits (``WAIT``) for ``wait_replicas`` replicas of each master it wrote to, at most
 ``wait_timeout_ms``; it narrows what a failover can lose, never closes it."""
+
 
 @dataclass(frozen=True, slots=True)
 class RedisSettings:
@@ -252,22 +254,34 @@ class RedisSettings:
         return [f.name for f in fields(self) if getattr(self, f.name) != getattr(default, f.name)]
 
 
-def connection_parser(*, queue: str | None = "request queue", keys: bool = True) -> (
-    argparse.ArgumentParser
-):
+EMBEDDED_URL = "memory://"
+"""The embedded broker: in this process only. ``toolnexus demo``'s broker when neither
+``--url`` nor ``TOOLNEXUS_URL`` says (a demo needs nothing but this package)."""
+
+
+def connection_parser(
+    *,
+    queue: str | None = "request queue",
+    queue_default: str = "default",
+    keys: bool = True,
+    embedded: bool = False,
+) -> argparse.ArgumentParser:
     """The parent parser of every command and worker that talks to a broker (use it as
     ``ArgumentParser(parents=[connection_parser()])``): ``--url``, ``--namespace``, with
-    ``queue`` (its help text) ``--queue``, with ``keys`` the signature flags
-    ``--signing-key``, ``--trusted-keys`` and ``--require-signatures``. Each falls back
-    to its ``TOOLNEXUS_*`` variable (the signature flags: :func:`~toolnexus.connect` reads
-    those itself). :func:`connection_options` turns them into ``connect()``'s options.
-    TLS files and ACL credentials come with the URL (``rediss://user:password@...``)."""
+    ``queue`` (its help text) ``--queue`` (else ``queue_default``), with ``keys`` the
+    signature flags ``--signing-key``, ``--trusted-keys`` and ``--require-signatures``.
+    Each falls back to its ``TOOLNEXUS_*`` variable (the signature flags:
+    :func:`~toolnexus.connect` reads those itself), ``--url`` then to
+    :data:`DEFAULT_URL` (with ``embedded``, to :data:`EMBEDDED_URL`).
+    :func:`connection_options` turns them into ``connect()``'s options. TLS files and ACL
+    credentials come with the URL (``rediss://user:password@...``) or the environment."""
     parser = argparse.ArgumentParser(add_help=False)
     group = parser.add_argument_group("broker")
+    fallback = EMBEDDED_URL if embedded else DEFAULT_URL
     group.add_argument(
         "--url",
-        default=default_url(),
-        help=f"broker URL (default: ${URL_VARIABLE}, else {DEFAULT_URL})",
+        default=os.environ.get(URL_VARIABLE) or fallback,
+        help=f"broker URL (default: ${URL_VARIABLE}, else {fallback})",
     )
     group.add_argument(
         "--namespace",
@@ -277,8 +291,8 @@ def connection_parser(*, queue: str | None = "request queue", keys: bool = True)
     if queue is not None:
         group.add_argument(
             "--queue",
-            default=os.environ.get("TOOLNEXUS_QUEUE") or "default",
-            help=f"{queue} (default: $TOOLNEXUS_QUEUE, else default)",
+            default=os.environ.get("TOOLNEXUS_QUEUE") or queue_default,
+            help=f"{queue} (default: $TOOLNEXUS_QUEUE, else {queue_default})",
         )
     if keys:
         group.add_argument(

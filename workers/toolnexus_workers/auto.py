@@ -25,7 +25,6 @@ import asyncio
 import fnmatch
 import logging
 import re
-import sys
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,15 +41,9 @@ from toolnexus import (
     Request,
     Worker,
 )
+from toolnexus.exits import EXIT_OK, failed
 
-from .options import (
-    EXIT_CONFIGURATION,
-    EXIT_OK,
-    configure_logging,
-    run_main,
-    service,
-    worker_parser,
-)
+from .options import configure_logging, run_main, service, worker_parser
 
 log = logging.getLogger("toolnexus.auto")
 
@@ -355,8 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rules = Rules.load(args.rules)
     except RulesError as exc:
-        print(f"{parser.prog}: {exc}", file=sys.stderr)
-        return EXIT_CONFIGURATION
+        return failed(parser.prog, exc)
     if args.check:
         print(f"{rules.source}: {len(rules)} rules, all valid")
         return EXIT_OK

@@ -18,10 +18,11 @@ import time
 from collections.abc import Callable, Sequence
 
 from toolnexus import Broker, Event, Pending, Service, Worker
+from toolnexus.exits import EXIT_OK
 from toolnexus.serve import approvals_line
 from toolnexus.terminal import Terminal
 
-from .options import EXIT_OK, configure_logging, run_main, service, worker_parser
+from .options import configure_logging, run_main, service, worker_parser
 
 QUIT_WITHIN_S = 2.0
 """A second Ctrl-C this soon after the first quits, even while a request is asked."""

@@ -43,6 +43,7 @@ __all__ = ["RedisBroker", "RedisEvents", "RedisPending", "RedisResponder"]
 
 log = logging.getLogger("toolnexus.redis")
 
+
 class RedisBroker(Broker):
     """Broker on Redis Streams, as its :class:`~toolnexus.RedisSettings` say (given as
     ``settings``, or field by field as keyword arguments: ``lease_ms=60_000``; redis-py

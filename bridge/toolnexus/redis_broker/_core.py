@@ -12,8 +12,8 @@ import contextlib
 import logging
 import os
 import time
-from dataclasses import replace
 from collections.abc import Awaitable, Coroutine
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import redis.exceptions
@@ -25,8 +25,8 @@ from ..codec import Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, ToolnexusError
 from ..keys import DEFAULT_AGENT, Keys, agent_problem
 from ..models import Event
-from ..signatures import Signatures
 from ..settings import RedisSettings
+from ..signatures import Signatures
 from ._connections import BlockingReader, Client, Connector, username_of
 from ._pipeliner import Pipeliner
 from ._scripts import (
