@@ -366,7 +366,7 @@ class Broker(_Closing):
 
 
 def connect(
-    url: str | None = None, settings: RedisSettings | None = None, **options: Any
+    url: str | None = None, *, settings: RedisSettings | None = None, **options: Any
 ) -> Broker:
     """A broker for ``url``: ``memory://`` (in-process), ``redis://`` / ``rediss://`` (one
     Redis server), ``redis+cluster://host:port,host:port`` (a Redis Cluster, by any of its
@@ -396,11 +396,11 @@ def connect(
     if scheme == "memory":
         from .memory import MemoryBroker
 
-        return MemoryBroker(url, settings, **options)
+        return MemoryBroker(url, settings=settings, **options)
     if scheme in REDIS_SCHEMES:
         from .redis_broker import RedisBroker
 
-        return RedisBroker(url, settings, **options)
+        return RedisBroker(url, settings=settings, **options)
     raise ConfigurationError(
         f"unknown broker URL scheme {scheme!r} in {url!r}: use memory://, redis://, rediss://, "
         "redis+cluster://, rediss+cluster://, redis+sentinel:// or rediss+sentinel://"

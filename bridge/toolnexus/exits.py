@@ -70,10 +70,11 @@ EXIT_CODES: dict[type[BaseException], int] = {
 takes the status of its nearest listed ancestor."""
 
 
-def exit_code(error: BaseException) -> int:
-    """The exit status for ``error`` (:data:`EXIT_CODES`; an error outside the tree:
-    :data:`EXIT_ERROR`)."""
-    for cls in type(error).__mro__:
+def exit_code(error: BaseException | type[BaseException]) -> int:
+    """The exit status for ``error``, an error or its class (:data:`EXIT_CODES`; an error
+    outside the tree: :data:`EXIT_ERROR`)."""
+    kind = error if isinstance(error, type) else type(error)
+    for cls in kind.__mro__:
         if cls in EXIT_CODES:
             return EXIT_CODES[cls]
     return EXIT_ERROR

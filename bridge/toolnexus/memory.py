@@ -99,8 +99,8 @@ class MemoryBroker(Broker):
     def __init__(
         self,
         url: str = "memory://",
-        settings: RedisSettings | None = None,
         *,
+        settings: RedisSettings | None = None,
         default_timeout_s: float | None = None,
         retention_s: float | None = None,
         namespace: str | None = None,
@@ -122,14 +122,16 @@ class MemoryBroker(Broker):
                 "namespace": namespace,
                 "queue": queue,
             }
-            twice = [name for name, value in given.items() if value is not None]
+            changed = settings.changed()
+            twice = [name for name, value in given.items() if value is not None and name in changed]
             if twice:
                 raise ConfigurationError(
                     f"{', '.join(twice)}: given both in settings= and as a keyword; give each once"
                 )
-            options.update((name, getattr(settings, name)) for name in settings.changed())
-            default_timeout_s, retention_s = settings.default_timeout_s, settings.retention_s
-            namespace, queue = settings.namespace, settings.queue
+            options.update((name, getattr(settings, name)) for name in changed)
+            default_timeout_s = default_timeout_s or settings.default_timeout_s
+            retention_s = retention_s or settings.retention_s
+            namespace, queue = namespace or settings.namespace, queue or settings.queue
             for name in MEMORY_OPTIONS:
                 options.pop(name, None)
         if options:

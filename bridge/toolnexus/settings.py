@@ -217,7 +217,8 @@ class RedisSettings:
 
         Raises:
             ConfigurationError: an option neither a field nor a redis-py connection option,
-                a field given both in ``settings`` and as a keyword, or a bad value.
+                a field set in ``settings`` (to other than its default) and given as a
+                keyword too, or a bad value.
         """
         names = set(cls.names())
         unknown = sorted(set(options) - names - REDIS_OPTIONS)
@@ -239,7 +240,9 @@ class RedisSettings:
             raise ConfigurationError(
                 f"settings must be a RedisSettings, not {type(settings).__name__}"
             )
-        twice = sorted(set(own) | (set(passed) & set(settings.redis_options)))
+        twice = sorted(
+            (set(own) & set(settings.changed())) | (set(passed) & set(settings.redis_options))
+        )
         if twice:
             raise ConfigurationError(
                 f"{', '.join(twice)}: given both in settings= and as a keyword; give each once"

@@ -130,9 +130,9 @@ def _stop_unless_cancelled(runner: Service) -> Callable[[asyncio.Future[None]], 
     return stop
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``toolnexus worker terminal``: answer requests at this terminal."""
-    parser = worker_parser(
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``toolnexus worker terminal``."""
+    return worker_parser(
         "terminal",
         "Answer requests at this terminal, one at a time: forms field by field, "
         "authorizations after seeing their URL. Ctrl-C dismisses the request being asked; "
@@ -141,6 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         concurrency=None,
         drain_s=0.0,
     )
-    args = parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``toolnexus worker terminal``: answer requests at this terminal."""
+    args = parser().parse_args(argv)
     configure_logging(args, default=logging.WARNING)
     return run_main(args, lambda broker: _serve(broker, args))

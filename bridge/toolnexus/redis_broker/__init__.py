@@ -65,8 +65,8 @@ class RedisBroker(Broker):
     def __init__(
         self,
         url: str,
-        settings: RedisSettings | None = None,
         *,
+        settings: RedisSettings | None = None,
         codec: Codec = MSGPACK,
         signing_key: SigningKey | str | os.PathLike[str] | None = None,
         trusted_keys: Keyring | str | os.PathLike[str] | None = None,
