@@ -44,6 +44,7 @@ from .models import (
 from .question import QUESTION_TOOL, QuestionResult, question, question_tool
 from .schema import validate_form
 from .serve import Service, Worker, serve
+from .settings import RedisSettings
 from .signatures import Signatures
 from .signing import Keyring, SigningKey
 
@@ -123,6 +124,7 @@ __all__ = [
     "Pending",
     "QuestionResult",
     "Quorum",
+    "RedisSettings",
     "Request",
     "Responder",
     "ServerUnavailable",
