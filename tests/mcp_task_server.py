@@ -11,7 +11,8 @@ background, and ``tasks/get``, ``tasks/update`` and ``tasks/cancel`` are served.
 ``input_required`` task also carries a ``requestState`` that changes with every question
 round (the schema has none; it lets a test see the newest one echoed). The ``journal`` tool
 returns what the server saw: updates (keys, echoed state), cancels, declared capabilities,
-and how many times each task was polled.
+how many times each task was polled, and tasks/* requests whose ``Mcp-Name`` header was not
+their task id.
 """
 
 from __future__ import annotations
@@ -180,7 +181,13 @@ class TasksExtension(Extension):
 
     def __init__(self) -> None:
         self.tasks: dict[str, Task] = {}
-        self.journal: dict[str, Any] = {"updates": [], "cancels": [], "declared": [], "gets": {}}
+        self.journal: dict[str, Any] = {
+            "updates": [],
+            "cancels": [],
+            "declared": [],
+            "gets": {},
+            "misrouted": [],
+        }
         self._ids = itertools.count(1)
 
     def methods(self) -> list[MethodBinding]:
@@ -190,7 +197,11 @@ class TasksExtension(Extension):
             MethodBinding("tasks/cancel", TaskParams, self.cancel),
         ]
 
-    def _task(self, params: TaskParams) -> Task:
+    def _task(self, params: TaskParams, ctx: ServerRequestContext[Any, Any]) -> Task:
+        headers = getattr(ctx.request, "headers", None)
+        routed = None if headers is None else headers.get("mcp-name")
+        if routed != params.task_id:  # SEP-2663: Mcp-Name is the task id on tasks/*
+            self.journal["misrouted"].append({"task": params.task_id, "mcp-name": routed})
         task = self.tasks.get(params.task_id)
         if task is None:
             from mcp.shared.exceptions import MCPError
@@ -199,14 +210,14 @@ class TasksExtension(Extension):
         return task
 
     async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
-        task = self._task(params)
+        task = self._task(params, ctx)
         self.journal["gets"][task.id] = self.journal["gets"].get(task.id, 0) + 1
         return {"resultType": "complete", **task.wire()}
 
     async def update(
         self, ctx: ServerRequestContext[Any, Any], params: UpdateParams
     ) -> HandlerResult:
-        task = self._task(params)
+        task = self._task(params, ctx)
         self.journal["updates"].append(
             {"task": task.id, "keys": sorted(params.input_responses), "state": params.request_state}
         )
@@ -220,7 +231,7 @@ class TasksExtension(Extension):
     async def cancel(
         self, ctx: ServerRequestContext[Any, Any], params: TaskParams
     ) -> HandlerResult:
-        task = self._task(params)
+        task = self._task(params, ctx)
         self.journal["cancels"].append(task.id)
         if task.job is not None:
             task.job.cancel()

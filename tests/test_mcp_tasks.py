@@ -156,8 +156,10 @@ async def test_a_task_backed_call_returns_the_tools_result(
     assert sorted(key for update in updates for key in update["keys"]) == ["name", "seats"]
     assert all(len(update["keys"]) == 1 for update in updates)
     assert {update["state"] for update in updates} == {f"{task_id}/round-1"}
-    # the extension was declared on the call
+    # the extension was declared on the call; tasks/* were routed by their task id
     assert {"tool": "book", "declared": True} in seen["declared"]
+    assert seen["gets"][task_id] >= 1
+    assert seen["misrouted"] == []
 
 
 async def test_a_decline_goes_back_as_a_decline_for_its_key(
