@@ -122,7 +122,8 @@ class ElicitServer:
 
 def make_server(name: str = "test-elicit") -> ElicitServer:
     """Tools: ask_form, ask_url (then notifies completion), needs_auth (-32042), echo,
-    fail, slow, capabilities, ask_twice (two forms at once on 2026-07-28)."""
+    fail, slow, capabilities, ask_twice (two forms at once on 2026-07-28), ask_three (three
+    forms and a request state)."""
     server = MCPServer(name)
     state = ElicitServer(server)
 
@@ -198,6 +199,31 @@ def make_server(name: str = "test-elicit") -> ElicitServer:
                 )
                 for key in "ab"
             }
+        )
+
+    @server.tool()
+    async def ask_three(ctx: Context, label: str) -> str | InputRequiredResult:
+        """Three forms in one result (2026-07-28), with a request state to echo exactly."""
+        responses = ctx.input_responses or {}
+        expected = f"state/{label}/\u00fc \u00e9+=/"
+        if set(responses) >= {"a", "b", "c"}:
+            return json.dumps(
+                {
+                    "state_echoed": ctx.request_state == expected,
+                    **{k: responses[k].model_dump(mode="json", exclude_none=True) for k in "abc"},
+                }
+            )
+        schema = {"type": "object", "properties": {"x": {"type": "string"}}}
+        return InputRequiredResult(
+            input_requests={
+                key: ElicitRequest(
+                    params=ElicitRequestFormParams(
+                        message=f"{label}:{key}", requested_schema=schema
+                    )
+                )
+                for key in "abc"
+            },
+            request_state=expected,
         )
 
     return state

@@ -19,6 +19,7 @@ SERVERS = Path(__file__).resolve().parent / "servers"
 FASTMCP = [sys.executable, str(SERVERS / "fastmcp_server.py")]
 WIRE = [sys.executable, str(SERVERS / "wire_server.py")]
 MCP1 = [sys.executable, str(SERVERS / "mcp1_server.py")]
+TASK_SERVER = [sys.executable, str(Path(__file__).resolve().parent / "mcp_task_server.py")]
 
 BOOKING = "Your booking details?"
 SEATS = "How many seats?"
@@ -103,9 +104,21 @@ def responder_process(
 def fastmcp_http(name: str = "fastmcp-elicit") -> Iterator[str]:
     """The fastmcp test server over streamable HTTP in its own process; yields its URL."""
     port = free_port()
-    process = subprocess.Popen(
-        [*FASTMCP, "--http", str(port), "--name", name], env={**os.environ, "NO_COLOR": "1"}
-    )
+    with _http_process([*FASTMCP, "--http", str(port), "--name", name], port) as url:
+        yield url
+
+
+@contextmanager
+def task_server_http() -> Iterator[str]:
+    """``tests/mcp_task_server.py`` (the Tasks extension) in its own process; yields its URL."""
+    port = free_port()
+    with _http_process([*TASK_SERVER, str(port)], port) as url:
+        yield url
+
+
+@contextmanager
+def _http_process(command: list[str], port: int) -> Iterator[str]:
+    process = subprocess.Popen(command, env={**os.environ, "NO_COLOR": "1"})
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -113,7 +126,7 @@ def fastmcp_http(name: str = "fastmcp-elicit") -> Iterator[str]:
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
             if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the fastmcp HTTP server did not start")
+                raise RuntimeError(f"the HTTP server {command[1]} did not start")
             time.sleep(0.1)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:

@@ -45,6 +45,7 @@ from .models import (
 from .question import QUESTION_TOOL, QuestionResult, question, question_tool
 from .schema import validate_form
 from .serve import Service, Worker, serve
+from .settings import RedisSettings
 from .signatures import Signatures
 from .signing import Keyring, SigningKey
 
@@ -124,6 +125,7 @@ __all__ = [
     "Pending",
     "QuestionResult",
     "Quorum",
+    "RedisSettings",
     "Refused",
     "Request",
     "Responder",

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from .models import new_id
+
 current_call: contextvars.ContextVar[Call | None] = contextvars.ContextVar(
     "toolnexus_mcp_call", default=None
 )
@@ -51,6 +53,10 @@ class Call:
     name: str
     timeout_s: float | None
     clock: Clock | None = None
+    durable: str | None = None
+    group: str = field(default_factory=lambda: new_id("call"))
+    """Names the input requests this call asks together (``Request.meta["input_group"]``)."""
+    """The caller's id for a task-backed call that outlives this process (see mcp_tasks)."""
     active: bool = True
     waits: set[Wait] = field(default_factory=set)
 

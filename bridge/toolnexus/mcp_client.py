@@ -8,7 +8,10 @@ the same code as the public :func:`~toolnexus.elicitation_callback`):
 - ``elicitation/create`` (protocol ≤ 2025-11-25), form and URL mode: the SDK's
   elicitation callback.
 - ``InputRequiredResult`` input requests (2026-07-28): the SDK's multi-round-trip
-  driver hands each embedded elicitation to that same callback, then retries the call.
+  driver hands every embedded elicitation to that same callback at once (each request
+  carries its key and the call's group in ``meta``), then retries the call.
+- A task (``resultType: "task"``, the Tasks extension declared on every 2026-07-28
+  request): driven to the tool's result by :class:`~toolnexus.mcp_tasks.Tasks`.
 - The ``-32042`` URL-elicitation-required error: each listed URL elicitation becomes
   an ``authorization`` request; once all are accepted the call is sent again (at most
   :data:`MAX_URL_ROUNDS` times). If one is declined or cancelled, the others are
@@ -52,6 +55,7 @@ from typing import Any, TypeAlias, overload
 
 import anyio
 import anyio.abc
+import msgspec
 import pydantic
 from mcp import Client
 from mcp.client import ClientRequestContext, IncomingMessage
@@ -69,6 +73,7 @@ from mcp_types import (
     ErrorData,
     Tool,
 )
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ._mcp_calls import Call, Clock, Wait, current_call
 from ._mcp_transport import ServerSpec, Target, target
@@ -77,6 +82,8 @@ from .errors import ConfigurationError, NotResolved
 from .mcp_callback import ElicitationCallback, check_options
 from .mcp_config import McpConfig, McpToolset, ServerEntry, load_config
 from .mcp_errors import McpError, UrlElicitationRequired, translated
+from .mcp_source import input_request_meta
+from .mcp_tasks import Shape, Tasks
 from .models import WITHDRAWN, Answer, Request, WaitFor
 
 log = logging.getLogger(__name__)
@@ -115,6 +122,7 @@ class _Session:
         self.on_complete = on_complete
         self.server_name = label
         self.client: Client | None = None
+        self.tasks: Tasks | None = None
         self._inflight: set[Call] = set()
         self._authorizations: OrderedDict[str, str] = OrderedDict()
 
@@ -126,8 +134,10 @@ class _Session:
         arguments: dict[str, Any],
         timeout_s: float | None,
         read_timeout_s: float | None,
+        durable: str | None = None,
     ) -> CallToolResult:
         call = Call(name, timeout_s if timeout_s is not None else self.timeout_s)
+        call.durable = durable
         read_timeout = read_timeout_s if read_timeout_s is not None else self.read_timeout_s
         token = current_call.set(call)
         self._inflight.add(call)
@@ -144,7 +154,10 @@ class _Session:
             current_call.reset(token)
 
     async def _send(self, call: Call, arguments: dict[str, Any]) -> CallToolResult:
-        assert self.client is not None
+        assert self.client is not None and self.tasks is not None
+        resumed = await self.tasks.resume(self.client.session, call)
+        if resumed is not None:
+            return resumed
         rounds = 0
         while True:
             try:
@@ -186,12 +199,23 @@ class _Session:
     async def elicitation_callback(
         self, context: ClientRequestContext, params: ElicitRequestParams
     ) -> ElicitResult | ErrorData:
-        """The SDK's elicitation callback: legacy requests and 2026-07-28 input requests."""
-        return await self.answer(params, current_call.get())
+        """The SDK's elicitation callback: legacy requests and 2026-07-28 input requests
+        (whose ``request_id`` is the key in their ``InputRequiredResult``: the requests of
+        one call carry its group and their key, see :func:`input_request_meta`)."""
+        call = current_call.get()
+        key = context.request_id
+        client = self.client
+        modern = client is not None and client.protocol_version in MODERN_PROTOCOL_VERSIONS
+        if call is not None and modern and isinstance(key, str):
+            return await self.answer(params, call, _Grouped(input_request_meta(call.group, key)))
+        return await self.answer(params, call)
 
-    async def answer(self, params: Any, hint: Call | None) -> ElicitResult | ErrorData:
+    async def answer(
+        self, params: Any, hint: Call | None, shape: Shape | None = None
+    ) -> ElicitResult | ErrorData:
         """Ask for one elicitation made during ``hint`` (or an unknown call) through the
-        session's :class:`~toolnexus.mcp_callback.ElicitationCallback`."""
+        session's :class:`~toolnexus.mcp_callback.ElicitationCallback`; ``shape`` adjusts
+        its request and sees its answer (a task's input request)."""
         assert self.asker is not None
         if hint is not None and not hint.active:
             return ElicitResult(action="cancel")
@@ -199,7 +223,13 @@ class _Session:
         only = next(iter(calls)) if len(calls) == 1 else None
 
         async def wait(request: Request) -> Answer:
-            return await self._wait(request, calls)
+            if shape is None:
+                return await self._wait(request, calls)
+            shaped = shape.request(request)
+            answer = await self._wait(shaped, calls)
+            shape.answered(shaped, answer)
+            # checked against the request as asked for: under the id the shape may change
+            return msgspec.structs.replace(answer, id=request.id)
 
         return await self.asker.ask(
             params,
@@ -253,6 +283,19 @@ class _Session:
             log.debug("completion of %s ignored: %s", request_id, exc)
 
 
+class _Grouped:
+    """The shape of one input request of an ``InputRequiredResult``: its group and key."""
+
+    def __init__(self, meta: dict[str, str]) -> None:
+        self._meta = meta
+
+    def request(self, request: Request) -> Request:
+        return msgspec.structs.replace(request, meta={**request.meta, **self._meta})
+
+    def answered(self, request: Request, answer: Answer) -> None:
+        pass
+
+
 def _url_elicitation_required(exc: MCPError) -> UrlElicitationRequiredError | None:
     """The typed ``-32042`` error (``exc`` itself if it is one); None if it lists no URL."""
     error = exc
@@ -301,18 +344,28 @@ class McpTool:
         *,
         timeout_s: float | None = None,
         read_timeout_s: float | None = None,
+        durable: str | None = None,
     ) -> CallToolResult:
         """Call the tool; ``timeout_s`` bounds each person's answer and ``read_timeout_s`` the
         server's own time, for this call only (``load_mcp``'s values when ``None``).
 
+        ``durable`` names a task-backed call that outlives this process: its task and
+        questions are kept in the broker (see :mod:`toolnexus.mcp_tasks`); calling again
+        with the same ``durable`` id from any process of the same agent goes on with it.
+
         Raises:
             McpError: a protocol error (also an ``mcp.shared.exceptions.MCPError``),
                 including ``-32001`` when the read timeout passes, ``-32603`` for a reply
-                that does not conform to the protocol, and :class:`UrlElicitationRequired`
-                (``-32042``) when a required URL elicitation was not accepted.
+                that does not conform to the protocol, :class:`UrlElicitationRequired`
+                (``-32042``) when a required URL elicitation was not accepted, and
+                :class:`~toolnexus.mcp_tasks.TaskCancelled` for a task that was cancelled.
+            ConfigurationError: ``durable`` is not a non-empty string, or ``wait_for`` is
+                not a broker's.
         """
+        assert self._session.tasks is not None
+        self._session.tasks.check_durable(durable)
         return await self._session.call_tool(
-            self.name, dict(arguments or {}), timeout_s, read_timeout_s
+            self.name, dict(arguments or {}), timeout_s, read_timeout_s, durable
         )
 
     @property
@@ -503,6 +556,10 @@ async def _load_one(
         on_complete=on_complete,
         label=label,
     )
+    owner = getattr(options.wait_for, "__self__", None)
+    session.tasks = Tasks(
+        session, agent=options.agent, broker=owner if isinstance(owner, Broker) else None
+    )
     async with AsyncExitStack() as stack:
         client = await _connect(stack, how, session, options.mode)
         session.client = client
@@ -525,6 +582,7 @@ async def _connect(
             read_timeout_seconds=session.read_timeout_s,
             elicitation_callback=session.elicitation_callback if session.asker else None,
             message_handler=session.message_handler,
+            extensions=[session.tasks.extension] if session.tasks is not None else None,
         )
 
     try:

@@ -80,6 +80,14 @@ def elicitation_to_request(
     )
 
 
+def input_request_meta(group: str, key: str) -> dict[str, str]:
+    """``Request.meta`` entries for one of several input requests asked together (the
+    input requests of one 2026-07-28 ``InputRequiredResult`` or of one task): ``group``
+    names what they belong to, ``key`` the server's key of this one. Responders may show
+    the requests of a group together; each is answered on its own, in any order."""
+    return {"input_group": group, "input_key": key}
+
+
 def answer_to_elicit_result(answer: Answer, *, url_mode: bool = False) -> ElicitResult:
     """Map an :class:`Answer` to the SDK's ``ElicitResult``: accept, decline or cancel.
 

@@ -82,7 +82,7 @@ class Waiter:
 
     def __init__(self, core: Core) -> None:
         self.core = core
-        self.id = new_waiter_id(core.settings.agent)
+        self.id = new_waiter_id(core.agent)
         self.answers_key = core.keys.answers(self.id)
         self.alive_key = core.keys.alive(self.id)
         self.waits: dict[str, Wait] = {}
@@ -90,7 +90,7 @@ class Waiter:
         self.refused = 0  # answers refused by signature or allow-list checks
         self._refusals: dict[str, asyncio.Future[Refused]] = {}  # see refusal()
         self._own = ReplyStream(self.id, self.answers_key, self.alive_key, durable=False)
-        shared = core.keys.durable_waiter(core.settings.agent)
+        shared = core.keys.durable_waiter(core.agent)
         self._durable = ReplyStream(
             shared, core.keys.answers(shared), core.keys.alive(shared), durable=True
         )
