@@ -22,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .audit import AuditRecord
 from .errors import ConfigurationError, InvalidRequest
-from .models import DECLINED, DISMISSED, Answer, Event, Heartbeat, Request
+from .models import DECLINED, DISMISSED, Answer, ApprovedEvent, Event, Heartbeat, Request
 from .numeric import MAX_COUNT, check_number
 from .wire10 import Request10
 
@@ -148,7 +148,7 @@ class Pending(abc.ABC):
     responder_name: str
 
     @abc.abstractmethod
-    async def answer(self, answer: Answer) -> Event | None:
+    async def answer(self, answer: Answer) -> ApprovedEvent | None:
         """Resolve the request with ``answer`` (the first valid answer wins).
 
         For a request that needs a quorum (SPEC §14) the answer is a vote: one that counted
@@ -174,19 +174,19 @@ class Pending(abc.ABC):
     async def skip(self) -> None:
         """Let this responder group pass on the request without answering it."""
 
-    async def accept(self, data: Any = None, *, person: str | None = None) -> Event | None:
+    async def accept(self, data: Any = None, *, person: str | None = None) -> ApprovedEvent | None:
         """Answer yes, with ``data`` for a form (see :meth:`answer` for the result and errors).
 
         ``person`` names who answered behind this responder (a web login, ``slack:U123``).
         """
         return await self.answer(Answer(id=self.request.id, ok=True, data=data, person=person))
 
-    async def decline(self, *, person: str | None = None) -> Event | None:
+    async def decline(self, *, person: str | None = None) -> ApprovedEvent | None:
         """Answer an explicit no (see :meth:`answer` for the result and errors)."""
         answer = Answer(id=self.request.id, ok=False, reason=DECLINED, person=person)
         return await self.answer(answer)
 
-    async def dismiss(self, *, person: str | None = None) -> Event | None:
+    async def dismiss(self, *, person: str | None = None) -> ApprovedEvent | None:
         """Close the request without a choice (see :meth:`answer` for the result and errors)."""
         answer = Answer(id=self.request.id, ok=False, reason=DISMISSED, person=person)
         return await self.answer(answer)
@@ -305,7 +305,7 @@ class Broker(_Closing):
         """
 
     @abc.abstractmethod
-    async def answer(self, answer: Answer) -> Event | None:
+    async def answer(self, answer: Answer) -> ApprovedEvent | None:
         """Resolve the request ``answer.id`` from anywhere; for a quorum, vote on it (see
         :meth:`Pending.answer`: the ``approved`` event of a vote that did not decide).
 

@@ -17,7 +17,15 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 
-from toolnexus import Broker, Event, Pending, Service, Worker
+from toolnexus import (
+    ApprovedEvent,
+    Broker,
+    EndedEvent,
+    EscalatedEvent,
+    Pending,
+    Service,
+    Worker,
+)
 from toolnexus.serve import approvals_line
 from toolnexus.terminal import Terminal
 
@@ -55,7 +63,7 @@ class TerminalWorker(Worker):
             self.asking = None
         self.waiting()
 
-    async def gone(self, pending: Pending, event: Event) -> None:
+    async def gone(self, pending: Pending, event: EndedEvent) -> None:
         if pending.request.id in self._told:
             self._told.discard(pending.request.id)
             return
@@ -65,13 +73,13 @@ class TerminalWorker(Worker):
         self.terminal.discard_typed_ahead()
         self.waiting()
 
-    async def progress(self, pending: Pending, event: Event) -> None:
+    async def progress(self, pending: Pending, event: ApprovedEvent) -> None:
         """A quorum's vote counted, here or elsewhere (SPEC §14): say how many approved."""
         if self.asking is None:
             prompt = pending.request.prompt or pending.request.id
             self.terminal.say(f"  🗳️ {prompt}: {approvals_line(event)}")
 
-    async def escalated(self, pending: Pending, event: Event) -> None:
+    async def escalated(self, pending: Pending, event: EscalatedEvent) -> None:
         what = pending.request.prompt or pending.request.id
         self.terminal.say(f"  ⏫ escalated to {event.queue}: {what} (still open here)")
 

@@ -13,7 +13,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from toolnexus import Event, Pending, Request
+from toolnexus import (
+    AnsweredEvent,
+    ApprovedEvent,
+    EndedEvent,
+    EscalatedEvent,
+    ExpiredEvent,
+    Pending,
+    Request,
+    WithdrawnEvent,
+)
 from toolnexus.serve import Worker, approvals_line
 
 FOLLOWER_BACKLOG = 1000
@@ -82,11 +91,11 @@ class Board:
         self._publish(Change("gone", pending, note))
         return True
 
-    def progress(self, event: Event) -> None:
+    def progress(self, event: ApprovedEvent) -> None:
         """A vote on a quorum request was counted (SPEC §14): pages show ``event``'s count
         and approvers on its card, which stays for other persons to vote on."""
         pending = self._shown.get(event.id)
-        if pending is not None and event.count is not None:
+        if pending is not None:
             self._approvals[event.id] = approvals_line(event)
             self._publish(Change("progress", pending, self._approvals[event.id]))
 
@@ -157,13 +166,13 @@ class WebWorker(Worker):
     def __repr__(self) -> str:
         return f"<WebWorker showing {len(self.board)}>"
 
-    async def gone(self, pending: Pending, event: Event) -> None:
+    async def gone(self, pending: Pending, event: EndedEvent) -> None:
         self.board.remove(pending.request.id, gone_note(event))
 
-    async def progress(self, pending: Pending, event: Event) -> None:
+    async def progress(self, pending: Pending, event: ApprovedEvent) -> None:
         self.board.progress(event)
 
-    async def escalated(self, pending: Pending, event: Event) -> None:
+    async def escalated(self, pending: Pending, event: EscalatedEvent) -> None:
         self.board.escalate(pending.request.id, event.queue or "another queue")
 
 
@@ -179,20 +188,19 @@ def standing_notes(request: Request) -> list[str]:
     return notes
 
 
-def gone_note(event: Event) -> str:
+def gone_note(event: EndedEvent) -> str:
     """Why a request left the page, in a few words."""
-    if event.event == "answered":
-        answer = event.answer
-        who = answer and (answer.person or answer.responder)
-        return f"Answered elsewhere{f' by {who}' if who else ''}."
-    if event.event == "expired":
-        if event.answer is not None and event.answer.defaulted:  # SPEC §14: no person's answer
-            outcome = "accepted" if event.answer.ok else "declined"
+    match event:
+        case AnsweredEvent(answer=answer):
+            who = answer and (answer.person or answer.responder)
+            return f"Answered elsewhere{f' by {who}' if who else ''}."
+        case ExpiredEvent(answer=answer) if answer is not None and answer.defaulted:
+            outcome = "accepted" if answer.ok else "declined"  # SPEC §14: no person's answer
             return f"Expired: nobody answered in time; {outcome} by default."
-        return "Expired: nobody answered in time."
-    if event.event == "withdrawn":
-        return "Withdrawn: the agent stopped waiting."
-    return f"Closed ({event.event})."
+        case ExpiredEvent():
+            return "Expired: nobody answered in time."
+        case WithdrawnEvent():
+            return "Withdrawn: the agent stopped waiting."
 
 
 def escalated_note(queues: Sequence[str]) -> str:
