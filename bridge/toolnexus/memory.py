@@ -301,7 +301,9 @@ class MemoryBroker(Broker):
                 if same:
                     return None  # this very answer resolved it: a retry
                 raise AlreadyResolved(answer.id, Status(admission.outcome.value))
-            case _:  # unknown, or contested: never without a deadline, which needs a state
+            case Outcome.CONTESTED if state is not None:  # the state is genuine: it lost
+                raise AlreadyResolved(answer.id, state.status)
+            case _:  # unknown (never contested without a deadline, which needs a state)
                 raise UnknownRequest(answer.id)
         checked = check_answer(state.request, answer, responder)
         MSGPACK.encode_answer(checked)  # the size limit the Redis broker has
