@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
 
 from .audit import AuditRecord
@@ -44,17 +44,6 @@ DEFAULT_TIMEOUT_S = 600.0
 
 RETENTION_S = 24 * 3600.0
 """How long a resolved request is remembered (so that late answers are refused by name)."""
-
-Resolution = Literal["answered", "expired", "withdrawn"]
-"""How a request was resolved: by an answer, by its deadline, or by its waiter leaving."""
-
-NOT_RESOLVED_REASONS: dict[str, str] = {
-    "answered": "already answered",
-    "expired": "expired",
-    "withdrawn": "withdrawn",
-}
-"""What a losing answer is told, by the status of the request it tried to answer."""
-
 
 _USERINFO = re.compile(r"(//[^/@]*?:)[^/@]*@")
 

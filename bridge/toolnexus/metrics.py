@@ -153,7 +153,7 @@ class Metrics:
                 answer = await wait_for(request)
             outcome, reason = outcome_of(answer)
             self.resolved.labels(queue, outcome, reason).inc()
-            if outcome == "answered":
+            if outcome == Status.ANSWERED:
                 self.time_to_answer.labels(queue).observe(time.monotonic() - started)
             return answer
 

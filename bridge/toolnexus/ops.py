@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import msgspec
 import redis.exceptions
 
+from . import lifecycle
 from .audit import AuditRecord
 from .broker import connect, redacted
 from .codec import JSON, MSGPACK
@@ -30,6 +31,8 @@ from .keys import WAITER_ID, Keys
 from .models import Answer, Heartbeat, Request
 from .redis_broker import RedisBroker
 from .redis_broker.escalation import parse_queues_field
+
+_OPEN = lifecycle.Status.OPEN.encode()  # a state's status field (s) of an open request
 
 T = TypeVar("T")
 
@@ -284,7 +287,7 @@ async def _quorums(broker: RedisBroker) -> list[QuorumStatus]:
         state = keys.state(waiter, request.id)
         try:
             status = await _bounded(broker, what, redis_.hget(state, "s"))
-            if status != b"open":
+            if status != _OPEN:
                 continue
             names = [_name(n) for n in await _bounded(broker, what, redis_.hkeys(state))]
         except BrokerUnavailable as exc:
@@ -318,7 +321,7 @@ async def _durable_open(broker: RedisBroker) -> int:
             for state in states[start : start + 1000]:
                 pipe.hget(state, "s")
             # (a key of another type is an error in its place, not an open request)
-            count += sum(1 for s in await pipe.execute(raise_on_error=False) if s == b"open")
+            count += sum(1 for s in await pipe.execute(raise_on_error=False) if s == _OPEN)
     return count
 
 
@@ -749,6 +752,6 @@ async def stored_answer(broker: RedisBroker, request_id: str) -> tuple[bytes | N
         if _wrong_type(exc):
             return None, None
         raise
-    held = answer if status not in (None, b"open") and isinstance(answer, bytes) else None
+    held = answer if status not in (None, _OPEN) and isinstance(answer, bytes) else None
     reason = " ".join(_name(why).split())[:200] if isinstance(why, bytes | str) else None
     return held, reason or None

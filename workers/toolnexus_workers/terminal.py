@@ -22,6 +22,7 @@ from toolnexus import (
     Broker,
     EndedEvent,
     EscalatedEvent,
+    EventType,
     Pending,
     Service,
     Worker,
@@ -35,9 +36,9 @@ QUIT_WITHIN_S = 2.0
 """A second Ctrl-C this soon after the first quits, even while a request is asked."""
 
 WHY_GONE = {
-    "answered": "answered elsewhere",
-    "expired": "expired",
-    "withdrawn": "withdrawn by the asker",
+    EventType.ANSWERED: "answered elsewhere",
+    EventType.EXPIRED: "expired",
+    EventType.WITHDRAWN: "withdrawn by the asker",
 }
 
 

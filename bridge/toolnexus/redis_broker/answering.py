@@ -174,7 +174,7 @@ async def _verdict(core: Core, request: Request, payload: bytes) -> Literal[True
             status, stored = await core.command("HMGET", state, "s", "a")
         except CONNECTION_ERRORS:
             continue
-        if stored == payload and status == b"answered":
+        if stored == payload and status == Status.ANSWERED.encode():
             return True
         winner = genuine(core, request, stored) if stored is not None else None
         if winner is not None:

@@ -40,6 +40,9 @@ from .answering import checked_answer, finish, resolve_answer, waiter_of
 
 log = logging.getLogger("toolnexus.redis")
 
+OPEN = Status.OPEN.encode()
+"""The status field of an open request's state."""
+
 RENEW_CHUNK = 1000
 """Entries renewed by one ``XCLAIM``."""
 
@@ -207,7 +210,7 @@ class RedisResponder(Responder):
         if unsure:
             states = await self._states([request for _, request in unsure])
             for (entry_id, request), (status, alive, past) in zip(unsure, states, strict=True):
-                if status != b"open" or (
+                if status != OPEN or (
                     (not alive or past) and await self._end(request, alive, entry_id)
                 ):
                     done.append(entry_id)
@@ -364,7 +367,7 @@ class RedisResponder(Responder):
             return
         states = await self._states([pending.request for pending in held])
         for pending, (status, alive, past) in zip(held, states, strict=True):
-            if status != b"open" or (
+            if status != OPEN or (
                 (not alive or past) and await self._end(pending.request, alive, pending.entry_id)
             ):
                 self.release(pending)

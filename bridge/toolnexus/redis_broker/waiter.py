@@ -306,7 +306,7 @@ class Waiter:
             wait.checked = self._checks(request)
             wait.quorum = request.quorum is not None
             reached = parse_queues_field(stored.queues)  # hints: see Escalator.plan
-            if stored.status == "open":  # published already if its route says so
+            if stored.status == Status.OPEN:  # published already if its route says so
                 wait.reached = reached
                 wait.entry_id = next(
                     (e.encode() for q, e in reached if q == core.keys.queue and e), None
@@ -529,7 +529,7 @@ class Waiter:
         core, replies = self.core, wait.replies
         state = core.keys.state(replies.waiter, wait.request_id)
         fields: dict[bytes, bytes] = await core.command("HGETALL", state)
-        stored = fields.get(b"a") if fields.get(b"s") != b"open" else None
+        stored = fields.get(b"a") if fields.get(b"s") != Status.OPEN.encode() else None
         contested: list[tuple[float, Answer, bytes]] = []
         candidates: list[tuple[Answer, bytes]] = []
         for name, raw in fields.items():
@@ -685,7 +685,7 @@ class Waiter:
             if wait.quorum:
                 state = self.core.keys.state(wait.replies.waiter, wait.request_id)
                 status, stored = await self.core.command("HMGET", state, "s", "a")
-                if stored is None or status == b"open":
+                if stored is None or status == Status.OPEN.encode():
                     return
                 try:
                     answer = self.core.codec.decode_as(stored, Answer)
