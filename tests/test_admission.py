@@ -35,6 +35,8 @@ from toolnexus import (
     new_id,
 )
 from toolnexus.keys import Keys
+from toolnexus.redis_broker import RedisBroker
+from toolnexus.redis_broker.answering import finish
 from toolnexus.lifecycle import Admission, Item, Outcome, Status, admit
 from toolnexus.redis_broker._scripts import ADMIT
 
@@ -316,3 +318,21 @@ async def each_broker(
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
 async def test_both_brokers_tell_a_responder_the_same(each_broker: Broker, case: Case) -> None:
     assert await _case(each_broker, case) == case.told
+
+
+async def test_a_responder_cannot_expire_a_request_before_its_deadline_by_redis_time(
+    redis_url: str, namespace: str
+) -> None:
+    """What a responder whose clock runs ahead would do, ending a request it takes for late:
+    Redis time judges, and the request stays open for its answer."""
+    async with toolnexus.connect(redis_url, namespace=namespace, block_ms=100) as broker:
+        assert isinstance(broker, RedisBroker)
+        async with broker.responder("web") as web:
+            request = Request(id=new_id("adm"), kind="approval", prompt="Deploy?")
+            wait = asyncio.create_task(broker.wait_for(request, timeout_s=30))
+            pending = await _next(web)
+            assert not await finish(broker.core, pending.request, Status.EXPIRED)
+            state = broker.keys.state(pending.request.reply_to or "", request.id)
+            assert await broker.redis.hget(state, "s") == b"open"
+            await pending.accept(person="a")
+            assert (await wait).ok
