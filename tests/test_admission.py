@@ -35,10 +35,10 @@ from toolnexus import (
     new_id,
 )
 from toolnexus.keys import Keys
-from toolnexus.redis_broker import RedisBroker
-from toolnexus.redis_broker.answering import finish
 from toolnexus.lifecycle import Admission, Item, Outcome, Status, admit
+from toolnexus.redis_broker import RedisBroker
 from toolnexus.redis_broker._scripts import ADMIT
+from toolnexus.redis_broker.answering import finish
 
 pytestmark = pytest.mark.redis
 
