@@ -1,9 +1,13 @@
-"""Local HTTP servers speaking the Slack Web API and the Telegram Bot API shapes.
+"""Local HTTP servers speaking the Slack Web API and the Telegram Bot API shapes, and the
+fake-chat protocol (:class:`ChatFake`) the one chat suite (tests/test_chat_bots.py) drives
+both bots through.
 
 Neither service can be reached from here, so the bots talk to these instead (both
 libraries take another base URL). Each records the calls it gets; the Slack one also
 signs interaction payloads as Slack does, and the Telegram one hands out updates
-through ``getUpdates`` long polling.
+through ``getUpdates`` long polling. :class:`SlackChat` and :class:`TelegramChat` are
+the adapters: what a person does (click, pick, fill in a form) and sees (a message, its
+controls, what they are told privately), each in its platform's own words.
 """
 
 from __future__ import annotations
@@ -15,13 +19,18 @@ import hmac
 import itertools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol
 from urllib.parse import urlencode
 
 import httpx2 as httpx
 from aiohttp import web
+
+from toolnexus import Broker, Request
+from toolnexus_workers.chat import ChatServer
+from toolnexus_workers.slack.server import SlackServer
+from toolnexus_workers.telegram.server import TelegramServer
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 BOT_TOKEN = "xoxb-test-token"
@@ -387,3 +396,378 @@ def actions(message: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Every interactive element of a Slack message's blocks."""
     blocks = (message or {}).get("blocks", [])
     return [e for b in blocks if b.get("type") == "actions" for e in b.get("elements", [])]
+
+
+# -- the fake-chat protocol -------------------------------------------------------------
+
+
+@dataclass
+class Click:
+    """A person's click as the chat sent it: who, and how to find what they were told."""
+
+    user: str
+    token: Any  # Slack: (ephemerals before it, the endpoint's reply); Telegram: the query id
+
+
+class ChatFake(Protocol):
+    """A chat platform faked for one test, as the chat suite drives it. Messages are the
+    platform's own (a Slack message dict, a :class:`TelegramMessage`); actions are named
+    alike on both: ``accept``, ``decline``, ``done``, ``form``, ``choice:<position>``."""
+
+    platform: str
+    allowed: str
+    other: str
+    home: object
+    """Where the bot posts: a Slack channel, a Telegram chat."""
+    posted_method: str
+    edited_method: str
+    missing: ClassVar[Sequence[tuple[tuple[str, ...], str]]]
+    """Command lines of ``toolnexus worker <platform>`` missing something, and what the
+    error then names; the last one lacks only the allowed users."""
+
+    def server(self, broker: Broker, **options: Any) -> ChatServer: ...
+    def message_about(self, text: str) -> Any: ...
+    def text(self, message: Any) -> str: ...
+    def controls(self, message: Any) -> list[dict[str, Any]]: ...
+    def labels(self, message: Any) -> list[str]: ...
+    def where(self, message: Any) -> object: ...
+    def approval_controls(self, request: Request) -> list[tuple[str, str]]: ...
+    def control_ids(self, message: Any) -> list[tuple[str, str]]: ...
+    def edits_of(self, message: Any) -> list[Call]: ...
+    def named(self, method: str) -> list[Call]: ...
+    async def click(self, user: str, message: Any, request: Request, action: str) -> Click: ...
+    async def told(self, click: Click) -> str: ...
+    async def told_privately(self, click: Click) -> str: ...
+    async def quiet(self, click: Click) -> None: ...
+    async def forge(self, message: Any, request: Request) -> None: ...
+    def check_link_controls(self, message: Any, url: str) -> None: ...
+    def choices(self, message: Any) -> list[tuple[str, bool]]: ...
+    async def pick(
+        self, user: str, message: Any, request: Request, positions: set[int]
+    ) -> None: ...
+    async def fill_form(self, message: Any, request: Request, answered: Any) -> dict[str, Any]: ...
+
+
+SLACK_ACTIONS = {"accept": "tnx.accept", "decline": "tnx.decline", "done": "tnx.done"}
+TELEGRAM_ACTIONS = {"accept": "a", "decline": "d", "done": "k", "form": "f"}
+
+
+class SlackChat(FakeSlack):
+    """Slack through its Web API (:class:`FakeSlack`) and the bot's Bolt endpoint, where
+    clicks are POSTed signed as Slack signs them."""
+
+    platform, allowed, other, home = "slack", "UALLOW", "UOTHER", "C1"
+    posted_method, edited_method = "chat.postMessage", "chat.update"
+    missing: ClassVar[Sequence[tuple[tuple[str, ...], str]]] = (
+        ((), "no Slack bot token"),
+        (("--bot-token", "xoxb-1"), "--signing-secret"),
+        (("--bot-token", "x", "--signing-secret", "s"), "no Slack channel"),
+        (("--bot-token", "x", "--signing-secret", "s", "--channel", "C1"), "--allow-user"),
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running: Any = None
+
+    def server(self, broker: Broker, **options: Any) -> ChatServer:
+        self.running = SlackServer(
+            broker,
+            bot_token=BOT_TOKEN,
+            signing_secret=SIGNING_SECRET,
+            channel=self.home,
+            allowed=[self.allowed],
+            port=0,
+            api_url=self.url,
+            drain_s=2,
+            **options,
+        )
+        return self.running  # type: ignore[no-any-return]
+
+    def text(self, message: Any) -> str:
+        return str((message or {}).get("text", ""))
+
+    def controls(self, message: Any) -> list[dict[str, Any]]:
+        return actions(message)
+
+    def labels(self, message: Any) -> list[str]:
+        return [e["text"]["text"] for e in actions(message)]
+
+    def where(self, message: Any) -> object:
+        return message["channel"]
+
+    def approval_controls(self, request: Request) -> list[tuple[str, str]]:
+        return [("tnx.accept", request.id), ("tnx.decline", request.id)]
+
+    def control_ids(self, message: Any) -> list[tuple[str, str]]:
+        return [(e["action_id"], e["value"]) for e in actions(message)]
+
+    def edits_of(self, message: Any) -> list[Call]:
+        return [c for c in self.named("chat.update") if c.params["ts"] == message["ts"]]
+
+    async def click(self, user: str, message: Any, request: Request, action: str) -> Click:
+        name = SLACK_ACTIONS.get(action) or "tnx." + action.replace(":", ".")
+        before = len(self.ephemerals(user))
+        reply = await post_interaction(
+            self.running.url, block_actions(user, message, name, request.id)
+        )
+        return Click(user, (before, reply))
+
+    async def told(self, click: Click) -> str:
+        before = click.token[0]
+        await eventually(lambda: len(self.ephemerals(click.user)) > before, "an ephemeral sent")
+        return self.ephemerals(click.user)[before]
+
+    async def told_privately(self, click: Click) -> str:
+        return await self.told(click)  # an ephemeral: shown to that person only
+
+    async def quiet(self, click: Click) -> None:
+        assert click.token[1].status_code == 200
+
+    async def forge(self, message: Any, request: Request) -> None:
+        """A forged click (the wrong signing secret) is refused by Bolt before anything."""
+        forged = block_actions(self.allowed, message, "tnx.accept", request.id)
+        reply = await post_interaction(self.running.url, forged, secret="not-the-secret")
+        assert reply.status_code == 401
+
+    def check_link_controls(self, message: Any, url: str) -> None:
+        controls = actions(message)
+        assert controls[0]["url"] == url
+        assert [c["action_id"] for c in controls] == ["tnx.link", "tnx.done", "tnx.decline"]
+
+    def choices(self, message: Any) -> list[tuple[str, bool]]:
+        menu = actions(message)[0]
+        assert menu["type"] == "multi_static_select"
+        chosen = {o["value"] for o in menu.get("initial_options", ())}
+        return [(o["text"]["text"], o["value"] in chosen) for o in menu["options"]]
+
+    async def pick(self, user: str, message: Any, request: Request, positions: set[int]) -> None:
+        picked = {
+            "tnx.controls": {
+                "tnx.pick": {
+                    "type": "multi_static_select",
+                    "selected_options": [{"value": str(p)} for p in sorted(positions)],
+                }
+            }
+        }
+        click = block_actions(user, message, "tnx.send", request.id, state=picked)
+        await post_interaction(self.running.url, click)
+
+    async def fill_form(self, message: Any, request: Request, answered: Any) -> dict[str, Any]:
+        """A modal whose mistakes are shown and whose submission answers; the data sent."""
+        url = self.running.url
+        await post_interaction(url, block_actions(self.allowed, message, "tnx.form", request.id))
+        await eventually(lambda: bool(self.named("views.open")), "the modal opened")
+        opened = self.named("views.open")[0].params
+        view = opened["view"]
+        inputs = {b["label"]["text"]: b for b in view["blocks"] if b["type"] == "input"}
+        assert list(inputs) == [
+            "Name",
+            "Email",
+            "Day",
+            "Guests",
+            "Budget",
+            "Terrace",
+            "Menu",
+            "Extras",
+        ]
+        kinds = {label: b["element"]["type"] for label, b in inputs.items()}
+        assert kinds == {
+            "Name": "plain_text_input",
+            "Email": "email_text_input",
+            "Day": "datepicker",
+            "Guests": "number_input",
+            "Budget": "number_input",
+            "Terrace": "checkboxes",
+            "Menu": "static_select",
+            "Extras": "multi_static_select",
+        }
+        assert inputs["Guests"]["element"]["initial_value"] == "2"  # the default, offered
+        assert inputs["Name"]["optional"] is False and inputs["Budget"]["optional"] is True
+
+        def values(name: str, guests: str) -> dict[str, Any]:
+            return {
+                "f0": {"v": {"type": "plain_text_input", "value": name}},
+                "f1": {"v": {"type": "email_text_input", "value": "ada@example.org"}},
+                "f2": {"v": {"type": "datepicker", "selected_date": "2026-05-01"}},
+                "f3": {"v": {"type": "number_input", "value": guests}},
+                "f4": {"v": {"type": "number_input", "value": "99.5"}},
+                "f5": {"v": {"type": "checkboxes", "selected_options": [{"value": "0"}]}},
+                "f6": {"v": {"type": "static_select", "selected_option": {"value": "1"}}},
+                "f7": {
+                    "v": {
+                        "type": "multi_static_select",
+                        "selected_options": [{"value": "0"}, {"value": "1"}],
+                    }
+                },
+            }
+
+        wrong = await post_interaction(url, view_submission(self.allowed, view, values("A", "40")))
+        errors = wrong.json()
+        assert errors["response_action"] == "errors"
+        assert "shorter than the minimum length of 2" in errors["errors"]["f0"]
+        assert "12" in errors["errors"]["f3"]
+        assert not answered()
+        right = await post_interaction(url, view_submission(self.allowed, view, values("Ada", "4")))
+        assert right.status_code == 200 and not right.content.strip(b" {}")
+        return {
+            "name": "Ada",
+            "email": "ada@example.org",
+            "day": "2026-05-01",
+            "guests": 4,
+            "budget": 99.5,
+            "terrace": True,
+            "menu": "fish",
+            "extras": ["cake", "wine"],
+        }
+
+
+class TelegramChat(FakeTelegram):
+    """Telegram through its Bot API (:class:`FakeTelegram`): clicks and replies are
+    updates the bot long-polls for."""
+
+    platform, allowed, other, home = "telegram", "555", "666", -1001
+    posted_method, edited_method = "sendMessage", "editMessageText"
+    missing: ClassVar[Sequence[tuple[tuple[str, ...], str]]] = (
+        ((), "no Telegram bot token"),
+        (("--bot-token", TELEGRAM_TOKEN), "no Telegram chat"),
+        (("--bot-token", TELEGRAM_TOKEN, "--chat", "ops"), "is a number"),
+        (("--bot-token", TELEGRAM_TOKEN, "--chat", "-100"), "--allow-user"),
+    )
+
+    def server(self, broker: Broker, **options: Any) -> ChatServer:
+        return TelegramServer(
+            broker,
+            bot_token=TELEGRAM_TOKEN,
+            chat_id=self.home,
+            allowed=[self.allowed],
+            api_url=self.url,
+            polling_timeout_s=1,
+            drain_s=2,
+            **options,
+        )
+
+    def text(self, message: Any) -> str:
+        return "" if message is None else str(message.text)
+
+    def controls(self, message: Any) -> list[dict[str, Any]]:
+        return [] if message is None else buttons(message.markup)
+
+    def labels(self, message: Any) -> list[str]:
+        return [b["text"] for b in self.controls(message)]
+
+    def where(self, message: Any) -> object:
+        return message.chat_id
+
+    def approval_controls(self, request: Request) -> list[tuple[str, str]]:
+        return [("Accept", "a"), ("Decline", "d")]
+
+    def control_ids(self, message: Any) -> list[tuple[str, str]]:
+        return [(b["text"], b["callback_data"]) for b in self.controls(message)]
+
+    def edits_of(self, message: Any) -> list[Call]:
+        return [
+            c
+            for c in self.named("editMessageText")
+            if int(c.params["message_id"]) == message.message_id
+        ]
+
+    async def click(self, user: str, message: Any, request: Request, action: str) -> Click:
+        data = TELEGRAM_ACTIONS.get(action) or "c" + action.removeprefix("choice:")
+        return Click(user, super().click(int(user), message, data))
+
+    async def _answer(self, click: Click) -> dict[str, Any]:
+        query = click.token
+        await eventually(lambda: self.answer_to(query) is not None, f"query {query} answered")
+        answer = self.answer_to(query)
+        assert answer is not None
+        return answer
+
+    async def told(self, click: Click) -> str:
+        return str((await self._answer(click))["text"])
+
+    async def told_privately(self, click: Click) -> str:
+        answer = await self._answer(click)
+        assert str(answer["show_alert"]).lower() == "true"  # shown to that person only
+        return str(answer["text"])
+
+    async def quiet(self, click: Click) -> None:
+        assert (await self._answer(click)).get("show_alert") in (None, False, "false")
+
+    async def forge(self, message: Any, request: Request) -> None:
+        """Nothing to forge: clicks come from the Bot API over the bot's own polling."""
+
+    def check_link_controls(self, message: Any, url: str) -> None:
+        controls = buttons(message.markup)
+        assert controls[0] == {"text": "Open link", "url": url}
+        assert [b.get("callback_data") for b in controls[1:]] == ["k", "d"]
+
+    def choices(self, message: Any) -> list[tuple[str, bool]]:
+        toggles = buttons(message.markup)[:-2]
+        assert [b["text"] for b in buttons(message.markup)[-2:]] == ["Done", "Decline"]
+        return [(b["text"][2:], b["text"].startswith("☑")) for b in toggles]
+
+    async def pick(self, user: str, message: Any, request: Request, positions: set[int]) -> None:
+        """Toggle the options whose state differs from ``positions``, then press Done."""
+        ticked = {i for i, (_, on) in enumerate(self.choices(message)) if on}
+        for position in sorted(ticked ^ positions):
+            await self._answer(Click(user, super().click(int(user), message, f"t{position}")))
+        now = self.message_about(request.prompt)
+        assert now is not None
+        assert [on for _, on in self.choices(now)] == [
+            i in positions for i in range(len(self.choices(now)))
+        ]
+        super().click(int(user), message, "s")
+
+    async def fill_form(self, message: Any, request: Request, answered: Any) -> dict[str, Any]:
+        """A reply sequence that asks again after a mistake; the data sent."""
+        chat, allowed, other = self.home, int(self.allowed), int(self.other)
+        super().click(allowed, message, "f")
+        asked = 0
+
+        async def question(containing: str) -> str:
+            nonlocal asked
+            await eventually(
+                lambda: len(self.sent(chat)) > asked + 1, f"a question about {containing}"
+            )
+            asked += 1
+            text = self.sent(chat)[asked]
+            assert containing in text, text
+            return text
+
+        assert "1/8 Name" in await question("Name")
+        self.say(other, chat, "Mallory")  # someone else's message is not an answer
+        self.say(allowed, chat, "A")
+        assert "shorter than the minimum length of 2" in await question("1/8 Name")
+        self.say(allowed, chat, "Ada")
+        await question("2/8 Email")
+        self.say(allowed, chat, "not an email")
+        await question("2/8 Email")
+        self.say(allowed, chat, "ada@example.org")
+        await question("3/8 Day")
+        self.say(allowed, chat, "2026-05-01")
+        assert "Default: 2" in await question("4/8 Guests")
+        self.say(allowed, chat, "-")  # the default
+        await question("5/8 Budget")
+        self.say(allowed, chat, "99.5")
+        assert "yes or no" in await question("6/8 Terrace")
+        self.say(allowed, chat, "maybe")
+        assert "neither yes nor no" in await question("6/8 Terrace")
+        self.say(allowed, chat, "yes")
+        menu = await question("7/8 Menu")
+        assert "2. fish" in menu
+        self.say(allowed, chat, "4")
+        await question("7/8 Menu")  # no option 4: asked again
+        assert not answered()
+        self.say(allowed, chat, "2")
+        await question("8/8 Extras")
+        self.say(allowed, chat, "1, wine")
+        return {
+            "name": "Ada",
+            "email": "ada@example.org",
+            "day": "2026-05-01",
+            "guests": 2,
+            "budget": 99.5,
+            "terrace": True,
+            "menu": "fish",
+            "extras": ["cake", "wine"],
+        }

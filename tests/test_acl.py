@@ -538,7 +538,7 @@ async def test_what_acls_cannot_prevent(acl_server: RedisServer, as_user: Any) -
 
 
 async def test_a_chat_bot_keeps_its_message_map_as_a_responder(as_user: Any) -> None:
-    messages = KEYS.chat("slack")
+    messages = KEYS.store("slack")
     responder, agent = as_user("responder"), as_user("agent")
     assert await responder.hset(messages, "req-1", '{"channel": "C1", "ts": "1.2"}') == 1
     assert await responder.expire(messages, 60)

@@ -38,6 +38,7 @@ from toolnexus.keys import Keys
 from toolnexus.lifecycle import Admission, Item, Outcome, Status, admit
 from toolnexus.redis_broker import RedisBroker
 from toolnexus.redis_broker._scripts import ADMIT
+from toolnexus.redis_broker.layout import LUA_FIELDS
 from toolnexus.redis_broker.answering import finish
 
 pytestmark = pytest.mark.redis
@@ -47,7 +48,8 @@ WAITER = "0123456789abcdef"
 # -- the rule: the Lua snippet and the Python function ----------------------------------
 
 HARNESS = (
-    ADMIT
+    LUA_FIELDS
+    + ADMIT
     + """
 -- KEYS reply stream, liveness mark, state; ARGV item, id, answer, deadline_ms
 local reply = admit(KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], KEYS)

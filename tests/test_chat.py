@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
+import toolnexus_workers
 from toolnexus import ConfigurationError, Request, Source
 from toolnexus.keys import Keys
 from toolnexus_workers.chat import Allowed, time_left, view_of
@@ -53,9 +57,9 @@ def test_only_configured_users_may_answer() -> None:
 
 
 def test_the_message_map_key_is_in_the_queues_slot() -> None:
-    assert Keys("ns", "q").chat("slack") == "{ns:q:q}:chat:slack"
-    with pytest.raises(ConfigurationError, match="chat worker name"):
-        Keys("ns", "q").chat("sl:ack")
+    assert Keys("ns", "q").store("slack") == "{ns:q:q}:store:slack"
+    with pytest.raises(ConfigurationError, match="store name"):
+        Keys("ns", "q").store("sl:ack")
 
 
 def test_a_reply_is_read_as_its_field_asks() -> None:
@@ -74,3 +78,25 @@ def test_a_reply_is_read_as_its_field_asks() -> None:
         read_reply(ok, "maybe")
     assert read_reply(tags, "1, c") == {"field.tags": ["0", "2"]}
     assert read_reply(tags, "-") is None
+
+
+def test_workers_reach_redis_and_render_only_through_the_bridge() -> None:
+    """No worker opens a Redis client of its own (the broker's store keeps their state, on
+    every topology it speaks), and no chat bot imports the web worker: what they share
+    for rendering is ``toolnexus.rendering``."""
+    workers = Path(toolnexus_workers.__file__).parent
+    own_redis, web_internals = [], []
+    for path in sorted(workers.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [("." * node.level) + (node.module or "")]
+            where = str(path.relative_to(workers))
+            own_redis += [f"{where}: {n}" for n in names if n.split(".")[0] == "redis"]
+            if not where.startswith("web/"):
+                ours = [n.lstrip(".") for n in names if n.startswith((".", "toolnexus_workers"))]
+                web_internals += [f"{where}: {n}" for n in ours if "web" in n.split(".")]
+    assert own_redis == []
+    assert web_internals == []

@@ -12,10 +12,10 @@ import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 import toolnexus
@@ -25,8 +25,8 @@ from toolnexus.ask import reopened
 from toolnexus.cli import duration_s
 from toolnexus.keys import Keys
 from toolnexus.models import Hop, Quorum, Source
-from toolnexus.ops import ConsumerStatus, GroupStatus, QueueStatus, QuorumStatus
 from toolnexus.redis_broker import RedisBroker
+from toolnexus.redis_broker.inspect import ConsumerStatus, GroupStatus, QueueStatus, QuorumStatus
 
 pytestmark = pytest.mark.redis
 
@@ -566,7 +566,7 @@ def test_the_reference_documents_every_status_field() -> None:
         ("queues[].quorums[].", QuorumStatus),
     ]:
         nested = ("groups", "consumers", "quorums")
-        expected |= {prefix + f.name for f in fields(kind) if f.name not in nested}
+        expected |= {prefix + f.name for f in msgspec.structs.fields(kind) if f.name not in nested}
     assert documented == expected
 
 

@@ -143,9 +143,10 @@ def test_the_kubernetes_manifests_have_probes_resources_a_budget_and_policies() 
     for generator in kustomization["configMapGenerator"]:
         for entry in generator["files"]:
             assert (DEPLOY / "kubernetes" / entry.split("=", 1)[1]).is_file(), entry
-    deployments = {d["metadata"]["name"]: d for d in by_kind["Deployment"]}
-    assert sorted(deployments) == ["toolnexus-auto", "toolnexus-web"]
-    for deployment in deployments.values():
+    deployments = {d["metadata"]["name"]: d for d in by_kind["Deployment"] + by_kind["StatefulSet"]}
+    assert sorted(deployments) == ["redis", "toolnexus-auto", "toolnexus-web"]
+    for name in ("toolnexus-auto", "toolnexus-web"):
+        deployment = deployments[name]
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         (container,) = pod["containers"]
@@ -154,8 +155,7 @@ def test_the_kubernetes_manifests_have_probes_resources_a_budget_and_policies() 
         assert "readinessProbe" in container
         assert {"requests", "limits"} <= set(container["resources"])
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    (statefulset,) = by_kind["StatefulSet"]
-    assert statefulset["spec"]["template"]["spec"]["containers"][0]["command"][:2] == [
+    assert deployments["redis"]["spec"]["template"]["spec"]["containers"][0]["command"][:2] == [
         "redis-server",
         "/etc/toolnexus/redis.conf",
     ]
@@ -166,6 +166,26 @@ def test_the_kubernetes_manifests_have_probes_resources_a_budget_and_policies() 
     policies = {p["metadata"]["name"]: p for p in by_kind["NetworkPolicy"]}
     assert policies["redis"]["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 6379}]
     assert "Egress" in policies["toolnexus-workers"]["spec"]["policyTypes"]
+    # agents outside the cluster reach Redis, and only Redis, from the networks named
+    agents = policies["redis-agents"]["spec"]
+    assert agents["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "redis"}
+    assert agents["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 6379}]
+    services = {s["metadata"]["name"]: s["spec"] for s in by_kind["Service"]}
+    ranges = [
+        block["ipBlock"]["cidr"] for block in agents["ingress"][0]["from"] if "ipBlock" in block
+    ]
+    assert services["redis-agents"]["loadBalancerSourceRanges"] == ranges
+    # every web replica is a group of its own, with one session secret, behind TLS
+    web = deployments["toolnexus-web"]
+    (container,) = web["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[args.index("--group") + 1] == "$(POD_NAME)" and web["spec"]["replicas"] == 2
+    env = {e["name"] for e in container["env"]}
+    assert {"POD_NAME", "TOOLNEXUS_WEB_SESSION_SECRET"} <= env
+    (ingress,) = by_kind["Ingress"]
+    assert ingress["spec"]["tls"][0]["secretName"] == "toolnexus-web-tls"
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend["name"] == "toolnexus-web"
 
 
 # -- the smoke test ---------------------------------------------------------------------------

@@ -33,8 +33,8 @@ from toolnexus.mcp_source import answer_to_elicit_result
 from toolnexus.models import OnExpiry
 from toolnexus.ops import audit_text, read_status, status_text
 from toolnexus.outcomes import expired_answer
+from toolnexus.rendering import gone_note, standing_notes
 from toolnexus_workers.chat import header
-from toolnexus_workers.web.board import gone_note, standing_notes
 
 FORM = {
     "type": "object",

@@ -24,11 +24,10 @@ from conformance import CHROMIUM, CHROMIUM_ARGS
 from conftest import FAST
 from toolnexus import Answer, Broker, ConfigurationError, Quorum, Request, Source, new_id
 from toolnexus.models import Hop
+from toolnexus.rendering import check_link, form_data, form_fields
 from toolnexus_workers.web.access import Access, hash_password, load_users, verify_password
 from toolnexus_workers.web.app import CONTENT_SECURITY_POLICY
 from toolnexus_workers.web.board import FOLLOWER_BACKLOG, Board
-from toolnexus_workers.web.forms import form_data, form_fields
-from toolnexus_workers.web.links import check_link
 from toolnexus_workers.web.server import WebServer
 
 TOKEN = "s3cret-token-for-the-tests"

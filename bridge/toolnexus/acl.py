@@ -12,7 +12,8 @@ Each user gets only the commands its role needs, each with the key patterns it n
   to another agent's answers, states or durable requests.
 - a **responder** reads and acknowledges its consumer group's requests, answers (writes
   any waiter's state and reply stream, never reads a reply stream), dead-letters garbage,
-  follows events, reads liveness marks and routes, keeps heartbeats and chat message maps.
+  follows events, reads liveness marks and routes, keeps heartbeats and workers' stores
+  (chat message maps).
 - **ops** reads every key of the namespace and may only clear dead letters and requeue
   the requests they hold.
 
@@ -56,7 +57,7 @@ RESPONDER_RULES = (
     "(~<q>:workers +hset +hdel +hgetall +pexpire) "
     "(%R~<q>:requests %R~<q>:dead +xlen) "
     "(~<q>:events +xdel +pexpire) "
-    "(~<q>:chat:* +hget +hset +hdel +hgetall +expire)"
+    "(~<q>:store:* +hget +hset +hdel +hgetall +expire)"
 )
 """A responder's rules: ``<w>`` is the hash tag of every waiter's keys."""
 

@@ -135,6 +135,9 @@ class Pending(abc.ABC):
 
     request: Request
     responder_name: str
+    signer: str | None = None
+    """The name of the trusted key whose signature on the request this responder verified;
+    ``None`` when it is unsigned or its signature was not checked (no trusted keys)."""
 
     @abc.abstractmethod
     async def answer(self, answer: Answer) -> ApprovedEvent | None:
@@ -228,6 +231,105 @@ class EventStream(_Closing):
 
     @abc.abstractmethod
     async def __anext__(self) -> Event: ...
+
+
+MAX_STORE_KEY_CHARS = 1000
+MAX_STORE_VALUE_BYTES = 64 * 1024
+"""The longest key and value a :class:`Store` keeps: it holds a worker's small state
+(where a message is), not payloads."""
+
+
+def check_store_entry(key: str, value: bytes | str | None = None) -> bytes | None:
+    """Refuse a :class:`Store` key or value no store keeps; return the value as bytes.
+
+    Raises:
+        ConfigurationError: ``key`` is not a string of 1 to :data:`MAX_STORE_KEY_CHARS`
+            characters, ``value`` is not bytes or str, is longer than
+            :data:`MAX_STORE_VALUE_BYTES`, or either is text that is not Unicode.
+    """
+    if not isinstance(key, str) or not 0 < len(key) <= MAX_STORE_KEY_CHARS:
+        raise ConfigurationError(
+            f"a store key must be a string of 1 to {MAX_STORE_KEY_CHARS} characters, "
+            f"not {key!r:.80}"
+        )
+    try:
+        key.encode()
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(f"store key {key!r:.80}: {exc}") from None
+    try:
+        if isinstance(value, str):
+            value = value.encode()
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(f"store value of {key!r:.80}: {exc}") from None
+    if value is not None and not isinstance(value, bytes):
+        raise ConfigurationError(
+            f"a store value must be bytes or str, not {type(value).__name__} (key {key!r:.80})"
+        )
+    if value is not None and len(value) > MAX_STORE_VALUE_BYTES:
+        raise ConfigurationError(
+            f"store value of {key!r:.80} has {len(value)} bytes: at most "
+            f"{MAX_STORE_VALUE_BYTES} are kept"
+        )
+    return value
+
+
+class Store(abc.ABC):
+    """A worker's small state kept by the broker: a named map of string keys to bytes
+    that expires as a whole (see :meth:`Broker.store`).
+
+    On Redis it is one hash under the broker's namespace and queue
+    (:meth:`toolnexus.keys.Keys.store`), so every topology the broker speaks (one server,
+    Cluster, Sentinel, TLS, ACL users) holds it, and each call is retried while Redis is
+    away as the broker's own answers are (for up to ``answer_patience_s``). Redis is
+    shared with everyone who may write there: read what a store returns as untrusted.
+    """
+
+    name: str
+
+    @abc.abstractmethod
+    async def get(self, key: str) -> bytes | None:
+        """The value of ``key``, or None if it has none (or the store expired).
+
+        Raises:
+            ConfigurationError: a bad key (:func:`check_store_entry`).
+            BrokerUnavailable: the broker stayed unreachable.
+            BrokerClosed: the Redis broker was closed.
+        """
+
+    @abc.abstractmethod
+    async def set(self, key: str, value: bytes | str, *, ttl_s: float) -> None:
+        """Keep ``value`` (str is kept as UTF-8) under ``key``, and the whole store for at
+        least ``ttl_s`` seconds from now: every write extends the store's life, none
+        shortens it; when it lapses, every entry goes with it.
+
+        Raises:
+            ConfigurationError: a bad key or value (:func:`check_store_entry`), or
+                ``ttl_s`` not a positive number of seconds.
+            BrokerUnavailable: the broker stayed unreachable.
+            BrokerClosed: the Redis broker was closed.
+        """
+
+    @abc.abstractmethod
+    async def delete(self, key: str) -> None:
+        """Forget ``key`` (nothing happens if it has no value).
+
+        Raises:
+            ConfigurationError: a bad key.
+            BrokerUnavailable: the broker stayed unreachable.
+            BrokerClosed: the Redis broker was closed.
+        """
+
+    @abc.abstractmethod
+    async def items(self) -> dict[str, bytes]:
+        """Every key and value kept (entries whose key is not UTF-8 are left out).
+
+        Raises:
+            BrokerUnavailable: the broker stayed unreachable.
+            BrokerClosed: the Redis broker was closed.
+        """
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
 
 
 class Broker(_Closing):
@@ -340,6 +442,16 @@ class Broker(_Closing):
 
         Raises:
             BrokerUnavailable: the broker cannot be reached.
+        """
+
+    @abc.abstractmethod
+    def store(self, name: str) -> Store:
+        """The :class:`Store` named ``name`` of this broker's namespace and queue (a chat
+        bot's messages: ``broker.store("slack")``); stores of one name are the same store,
+        from any process of the queue.
+
+        Raises:
+            ConfigurationError: ``name`` is empty or has braces, colons or whitespace.
         """
 
     @abc.abstractmethod

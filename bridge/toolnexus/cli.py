@@ -368,6 +368,11 @@ def _ops_parsers(commands: Any) -> None:
     )
     audit.add_argument("--id", default=None, help="only the records of this request")
     audit.add_argument("--json", action="store_true", help="print a JSON array of records")
+    audit.add_argument(
+        "--raw",
+        action="store_true",
+        help="with --json: also the signed bytes of each record (base64), to verify offline",
+    )
     _connection(audit)
 
     _dead_letters_parser(commands)
@@ -554,7 +559,7 @@ def _answer(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from .ops import discover_queues, read_status, status_text
+    from .ops import closed_pipe_is_the_end, discover_queues, read_status, status_text
 
     async def once() -> str:
         queues = args.queue or await discover_queues(args.url, args.namespace)
@@ -563,16 +568,18 @@ def _status(args: argparse.Namespace) -> int:
             return json.dumps(status.to_json(), indent=None if args.watch else 2)
         return status_text(status)
 
-    if not args.watch:
-        print(asyncio.run(once()))
-        return 0
-    try:
-        while True:
-            shown = asyncio.run(once())
-            print(shown if args.json else f"\x1b[H\x1b[J{shown}", flush=True)
-            time.sleep(args.interval)
-    except KeyboardInterrupt:
-        return 0
+    with closed_pipe_is_the_end():
+        if not args.watch:
+            print(asyncio.run(once()), flush=True)
+            return EXIT_OK
+        try:
+            while True:
+                shown = asyncio.run(once())
+                print(shown if args.json else f"\x1b[H\x1b[J{shown}", flush=True)
+                time.sleep(args.interval)
+        except KeyboardInterrupt:
+            return EXIT_OK  # the way to stop watching
+    return EXIT_OK  # the reader closed the pipe: it has seen enough
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -580,11 +587,11 @@ def _check(args: argparse.Namespace) -> int:
 
     ok, line = asyncio.run(check(args.url, args.namespace, args.queue, args.worker, here=args.here))
     print(line if ok else f"toolnexus check: {line}", file=sys.stdout if ok else sys.stderr)
-    return 0 if ok else 1
+    return EXIT_OK if ok else EXIT_NOT_DONE
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from .ops import audit_json, audit_text, redis_brokers
+    from .ops import audit_json, audit_text, closed_pipe_is_the_end, redis_brokers
 
     async def read() -> list[Any]:
         async with redis_brokers(args.url, args.namespace, [args.queue]) as (broker,):
@@ -592,12 +599,14 @@ def _audit(args: argparse.Namespace) -> int:
             return await broker.audit(since=since, request_id=args.id)
 
     records = asyncio.run(read())
-    if args.json:
-        print(audit_json(records))
-    else:
-        for record in records:
-            print(audit_text(record))
-    return 0
+    with closed_pipe_is_the_end():
+        if args.json:
+            print(audit_json(records, raw=getattr(args, "raw", False)), flush=True)
+        else:
+            for record in records:
+                print(audit_text(record))
+            sys.stdout.flush()
+    return EXIT_OK
 
 
 def _dead_letters(args: argparse.Namespace) -> int:
@@ -607,7 +616,7 @@ def _dead_letters(args: argparse.Namespace) -> int:
         """The exit status, what to print (JSON-able), and lines for stderr."""
         async with ops.redis_brokers(args.url, args.namespace, [args.queue]) as (broker,):
             one = getattr(args, "id", None)
-            letters = await ops.dead_letters(broker, one)
+            letters = await broker.dead_letters(one)
             if one is not None and not letters:
                 return EXIT_NOT_DONE, None, [f"no dead letter {one} on queue {args.queue!r}"]
             if args.action == "list":
@@ -633,22 +642,27 @@ def _dead_letters(args: argparse.Namespace) -> int:
         print(f"toolnexus dead-letters: {line}", file=sys.stderr)
     if result is None:
         return status
-    if args.json:
-        shown = [r.to_json() for r in result] if isinstance(result, list) else result
-        print(json.dumps(shown.to_json() if isinstance(shown, ops.DeadLetter) else shown, indent=2))
-    elif args.action == "list":
-        print(
-            "\n".join(ops.dead_letter_line(r) for r in result)
-            or f"no dead letters on queue {args.queue!r}"
-        )
-    elif args.action == "show":
-        print(ops.dead_letter_text(result))
-    elif args.action == "purge":
-        print(f"purged {result['purged']} dead letter(s) of queue {args.queue!r}")
-    else:
-        for done in result["requeued"]:
-            held = f" ({done['request_id']})" if done["request_id"] else ""
-            print(f"{done['id']}: requeued as {done['entry']}{held}")
+    with ops.closed_pipe_is_the_end():
+        if args.json:
+            if isinstance(result, list):
+                shown: Any = [r.to_json() for r in result]
+            else:
+                shown = result if isinstance(result, dict) else result.to_json()
+            print(json.dumps(shown, indent=2))
+        elif args.action == "list":
+            print(
+                "\n".join(ops.dead_letter_line(r) for r in result)
+                or f"no dead letters on queue {args.queue!r}"
+            )
+        elif args.action == "show":
+            print(ops.dead_letter_text(result))
+        elif args.action == "purge":
+            print(f"purged {result['purged']} dead letter(s) of queue {args.queue!r}")
+        else:
+            for done in result["requeued"]:
+                held = f" ({done['request_id']})" if done["request_id"] else ""
+                print(f"{done['id']}: requeued as {done['entry']}{held}")
+        sys.stdout.flush()
     return status
 
 

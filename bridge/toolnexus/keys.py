@@ -16,7 +16,9 @@ step touches share a slot, while queues and waiters spread over slots:
                                set only if absent or already that waiter's, so an id
                                is owned by the waiter that published it first
 - ``{ns:q:<queue>}:workers``    heartbeats of the queue's responder workers (``group/consumer``)
-- ``{ns:q:<queue>}:chat:<name>`` a chat worker's messages: request id -> where its message is
+- ``{ns:q:<queue>}:store:<name>`` a worker's store (:meth:`toolnexus.Broker.store`): a hash
+                               that expires as a whole (a chat bot's messages: request
+                               id -> where its message is)
 
 A waiter id is ``<agent>.<16 hex digits>``: the agent that waits (the broker option
 ``agent``, see :func:`agent_problem`) comes first, so that one ACL key pattern,
@@ -181,14 +183,14 @@ class Keys:
                 return queue
         return None
 
-    def chat(self, name: str) -> str:
-        """The hash of chat worker ``name``'s messages (``slack``, ``telegram``): field a
-        request id, value where that request's message is (in the queue's slot).
+    def store(self, name: str) -> str:
+        """The hash of the worker store ``name`` (:meth:`toolnexus.Broker.store`; the chat
+        bots' ``slack``, ``telegram``): field a key, value bytes (in the queue's slot).
 
         Raises:
             ConfigurationError: ``name`` is empty or has braces, colons or whitespace.
         """
-        return f"{self._tag}:chat:{_check_name('chat worker name', name)}"
+        return f"{self._tag}:store:{_check_name('store name', name)}"
 
     def __repr__(self) -> str:
         return f"Keys(namespace={self.namespace!r}, queue={self.queue!r})"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,8 +27,10 @@ from .broker import (
     EventStream,
     Pending,
     Responder,
+    Store,
     check_audit_query,
     check_same_question,
+    check_store_entry,
     deadline_of,
     default_consumer_name,
 )
@@ -141,6 +144,7 @@ class MemoryBroker(Broker):
         self._responders: set[MemoryResponder] = set()
         self._audit: collections.deque[AuditRecord] = collections.deque(maxlen=AUDIT_RECORDS)
         self._heartbeats: dict[tuple[str, str], Heartbeat] = {}
+        self._stores: dict[str, MemoryStore] = {}
 
     # -- waiter side --------------------------------------------------------------
 
@@ -390,6 +394,12 @@ class MemoryBroker(Broker):
             del self._heartbeats[key]
         return list(self._heartbeats.values())
 
+    # -- stores -------------------------------------------------------------------
+
+    def store(self, name: str) -> MemoryStore:
+        Keys().store(name)  # the names the Redis broker takes
+        return self._stores.setdefault(name, MemoryStore(name))
+
     async def aclose(self) -> None:
         """Withdraw the waits still open (they end with ``BrokerClosed``, and their ends are
         audited, as on the Redis broker), then stop. A durable request stays open."""
@@ -417,6 +427,41 @@ def _same(state: _State, answer: Answer, responder: str | None) -> bool:
         state.answer is not None
         and msgspec.structs.replace(state.answer, approvals=None) == checked
     )
+
+
+class MemoryStore(Store):
+    """A :class:`~toolnexus.broker.Store` in this process: a dict that expires as a
+    whole, as the Redis broker's hash does."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._entries: dict[str, bytes] = {}
+        self._expires_at = 0.0  # time.monotonic()
+
+    def _live(self) -> dict[str, bytes]:
+        if self._entries and time.monotonic() >= self._expires_at:
+            self._entries.clear()
+        return self._entries
+
+    async def get(self, key: str) -> bytes | None:
+        check_store_entry(key)
+        return self._live().get(key)
+
+    async def set(self, key: str, value: bytes | str, *, ttl_s: float) -> None:
+        data = check_store_entry(key, value)
+        check_number("ttl_s", ttl_s)
+        assert data is not None
+        entries = self._live()
+        until = time.monotonic() + max(1, math.ceil(ttl_s))  # whole seconds, as on Redis
+        self._expires_at = max(self._expires_at, until) if entries else until
+        entries[key] = data
+
+    async def delete(self, key: str) -> None:
+        check_store_entry(key)
+        self._live().pop(key, None)
+
+    async def items(self) -> dict[str, bytes]:
+        return dict(self._live())
 
 
 class MemoryPending(Pending):

@@ -154,6 +154,7 @@ class _Shown(Pending):
     def __init__(self, service: Service, inner: Pending) -> None:
         self.request = inner.request
         self.responder_name = inner.responder_name
+        self.signer = inner.signer
         self.inner = inner
         self.service = service
         self.task: asyncio.Task[None] | None = None

@@ -3,9 +3,9 @@ controls it gets, who may answer, and where its message is kept across restarts.
 
 A :class:`ChatBot` is a :class:`~toolnexus.serve.Worker` that posts one message per
 delivered request and edits it when the request ends. The map request id -> message
-lives in a Redis hash (:meth:`toolnexus.keys.Keys.chat`), so a restarted bot edits
-its earlier messages instead of posting new ones, and closes those whose requests
-were resolved while it was away (it reads their outcome in the audit trail).
+lives in the broker's store named after the bot's group (:meth:`toolnexus.Broker.store`),
+so a restarted bot edits its earlier messages instead of posting new ones, and closes
+those whose requests were resolved while it was away (it reads their outcome in the audit trail).
 """
 
 from __future__ import annotations
@@ -21,13 +21,6 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from toolnexus import (
     Answer,
     ApprovedEvent,
@@ -40,21 +33,26 @@ from toolnexus import (
     Status,
     WithdrawnEvent,
 )
+from toolnexus.broker import Store
 from toolnexus.errors import (
     AlreadyVoted,
-    BrokerUnavailable,
     ConfigurationError,
     InvalidAnswer,
     InvalidRequest,
     NotResolved,
     ToolnexusError,
 )
-from toolnexus.keys import Keys
+from toolnexus.rendering import (
+    KNOWN_DOMAINS,
+    Field,
+    Link,
+    check_link,
+    escalated_note,
+    form_fields,
+    gone_note,
+    standing_notes,
+)
 from toolnexus.serve import Service, Worker, approvals_line
-
-from .web.board import escalated_note, gone_note, standing_notes
-from .web.forms import Field, form_fields
-from .web.links import KNOWN_DOMAINS, Link, check_link
 
 log = logging.getLogger("toolnexus.chat")
 
@@ -240,59 +238,60 @@ class Allowed:
 
 
 class MessageMap:
-    """The Redis hash of a chat bot's messages: request id -> :data:`Ref` (JSON).
+    """A chat bot's messages, in its broker's store (:meth:`toolnexus.Broker.store`, named
+    after its group): request id -> :data:`Ref` (JSON).
 
-    Best effort: the map only lets a restarted bot find its messages, so a Redis error
-    is logged (after a few retries) and never stops a request from being shown.
+    Best effort: the map only lets a restarted bot find its messages, so a broker error
+    (after the broker's own retries) is logged and never stops a request from being shown.
+    What the store returns is read as untrusted: an entry that is not a :data:`Ref` is
+    skipped.
     """
 
-    def __init__(self, url: str, keys: Keys, name: str) -> None:
-        self.key = keys.chat(name)
-        retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=5)
-        self.redis: aioredis.Redis = aioredis.Redis.from_url(
-            url, retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError]
-        )
+    def __init__(self, store: Store) -> None:
+        self.store = store
 
     async def put(self, request_id: str, ref: Ref) -> None:
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.hset(self.key, request_id, json.dumps(ref))
-                pipe.expire(self.key, REF_TTL_S)
-                await pipe.execute()
-        except RedisError as exc:
+            await self.store.set(request_id, json.dumps(ref), ttl_s=REF_TTL_S)
+        except ToolnexusError as exc:
             log.warning("%s: keeping where its message is failed: %s", request_id, exc)
 
     async def get(self, request_id: str) -> Ref | None:
         try:
-            raw = await self.redis.hget(self.key, request_id)
-        except RedisError as exc:
+            raw = await self.store.get(request_id)
+        except ToolnexusError as exc:
             log.warning("%s: looking up an earlier message failed: %s", request_id, exc)
             return None
-        return None if raw is None else _ref(raw)
+        return None if raw is None else _ref(request_id, raw)
 
     async def drop(self, request_id: str) -> None:
         try:
-            await self.redis.hdel(self.key, request_id)
-        except RedisError as exc:
+            await self.store.delete(request_id)
+        except ToolnexusError as exc:
             log.warning("%s: forgetting its message failed: %s", request_id, exc)
 
     async def all(self) -> dict[str, Ref]:
-        """Every kept message (at start: a Redis error here is raised, as
-        :class:`~toolnexus.errors.BrokerUnavailable`)."""
-        try:
-            raw: dict[bytes, bytes] = await self.redis.hgetall(self.key)  # type: ignore[assignment]
-        except RedisError as exc:
-            raise BrokerUnavailable(f"reading the chat messages kept in Redis: {exc}") from exc
-        return {k.decode(): _ref(v) for k, v in raw.items()}
+        """Every kept message.
 
-    async def aclose(self) -> None:
-        await self.redis.aclose()
+        Raises:
+            BrokerUnavailable: the broker stayed unreachable (at start: the bot does not
+                run without knowing its earlier messages).
+        """
+        refs = {
+            request_id: _ref(request_id, raw)
+            for request_id, raw in (await self.store.items()).items()
+        }
+        return {request_id: ref for request_id, ref in refs.items() if ref is not None}
 
 
-def _ref(raw: bytes | str) -> Ref:
-    value = json.loads(raw)
+def _ref(request_id: str, raw: bytes) -> Ref | None:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
     if not isinstance(value, dict):
-        raise ValueError(f"a message reference must be a JSON object, not {raw!r}")
+        log.warning("%s: skipping a kept message that is not a JSON object: %.80r", request_id, raw)
+        return None
     return value
 
 
@@ -503,12 +502,10 @@ def split_ids(text: str | None) -> list[str]:
 
 def server_options(args: argparse.Namespace) -> dict[str, Any]:
     """What every chat server takes from the worker flags they share: the known domains
-    (``--known-domain`` added), where it reads (namespace, queue, group, consumer) and how
-    it serves (concurrency, drain, heartbeat)."""
+    (``--known-domain`` added), where it reads (group, consumer: the namespace and queue
+    are the broker's) and how it serves (concurrency, drain, heartbeat)."""
     return {
         "known_domains": KNOWN_DOMAINS + tuple(d.lower() for d in args.known_domain),
-        "namespace": args.namespace,
-        "queue": args.queue,
         "group": args.group,
         "consumer": args.consumer,
         "concurrency": args.concurrency,
@@ -589,7 +586,6 @@ class ChatServer(abc.ABC):
                 await self._serving
         finally:
             await self.close_transport()
-            await self.bot.messages.aclose()
 
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT (running requests drain, held ones go back)."""

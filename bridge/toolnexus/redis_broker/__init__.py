@@ -33,10 +33,12 @@ from ._core import REDIS_OPTIONS, Core, Settings, boundary, default_agent, ms, r
 from .answering import answer_by_id
 from .events import RedisEvents
 from .heartbeats import heartbeat, heartbeats
+from .inspect import DeadLetter, QueueStatus, dead_letters, inspect_queue
 from .responder import RedisPending, RedisResponder
+from .store import RedisStore
 from .waiter import Waiter
 
-__all__ = ["RedisBroker", "RedisEvents", "RedisPending", "RedisResponder"]
+__all__ = ["RedisBroker", "RedisEvents", "RedisPending", "RedisResponder", "RedisStore"]
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -210,6 +212,30 @@ class RedisBroker(Broker):
 
     async def heartbeats(self) -> list[Heartbeat]:
         return await heartbeats(self.core)
+
+    async def inspect(self) -> QueueStatus:
+        """What this broker's queue holds now: its consumer groups and their consumers (with
+        heartbeats), open requests, quorums, escalations, durable waits, dead letters
+        counted (see :mod:`toolnexus.redis_broker.inspect`).
+
+        Raises:
+            BrokerUnavailable: Redis cannot be reached.
+        """
+        return await inspect_queue(self.core)
+
+    async def dead_letters(self, entry_id: str | None = None) -> list[DeadLetter]:
+        """The dead letters of this broker's queue, oldest first (only the one ``entry_id``,
+        or none if there is no such entry).
+
+        Raises:
+            BrokerUnavailable: Redis cannot be reached.
+        """
+        return await dead_letters(self.core, entry_id)
+
+    def store(self, name: str) -> RedisStore:
+        if self.core.closed:
+            raise BrokerClosed("the broker is closed")
+        return RedisStore(self.core, name)
 
     async def audit(
         self, *, since: float | None = None, request_id: str | None = None, limit: int = 10_000

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ..lifecycle import Outcome
+from .layout import LUA_FIELDS
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class BatchScript:
     sha: str = field(init=False)
 
     def __post_init__(self) -> None:
+        # every script starts with the names of the state layout (layout.LUA_FIELDS)
+        object.__setattr__(self, "source", LUA_FIELDS + self.source)
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
 
 
@@ -55,7 +58,7 @@ ADMIT = """
 -- never took it (an edited state), it checks it.
 local now, alive = nil, nil
 local function admit(key, item, id, answer, deadline_arg, answers)
-  local st = redis.call('HMGET', key, 's', 'x', 'd')
+  local st = redis.call('HMGET', key, F_STATUS, F_DEADLINE, F_DURABLE)
   if item ~= 'end' and not now then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -70,20 +73,20 @@ local function admit(key, item, id, answer, deadline_arg, answers)
   local before = now and now < deadline
   if not st[1] then
     if contests and before then
-      redis.call('XADD', answers[1], '*', 'id', id, 'a', answer, 'c', '1')
+      redis.call('XADD', answers[1], '*', R_ID, id, R_ANSWER, answer, R_CONTESTED, '1')
       return {'contested'}
     end
     return {'unknown'}
   end
-  if st[1] ~= 'open' then
-    local stored = redis.call('HGET', key, 'a')
+  if st[1] ~= S_OPEN then
+    local stored = redis.call('HGET', key, F_ANSWER)
     if answering and stored then
-      redis.call('XADD', answers[1], '*', 'id', id, 'a', stored)
+      redis.call('XADD', answers[1], '*', R_ID, id, R_ANSWER, stored)
     end
     if contests and stored ~= answer and before then
-      redis.call('XADD', answers[1], '*', 'id', id, 'a', answer, 'c', '1')
+      redis.call('XADD', answers[1], '*', R_ID, id, R_ANSWER, answer, R_CONTESTED, '1')
       if redis.call('HLEN', key) < 16 then
-        redis.call('HSET', key, 'c:' .. redis.sha1hex(answer), answer)
+        redis.call('HSET', key, F_CONTESTED .. redis.sha1hex(answer), answer)
       end
       return {'contested', stored}
     end
@@ -120,14 +123,15 @@ local opened = {}
 for i = 3, #KEYS do
   local a = 1 + (i - 3) * 4
   if redis.call('EXISTS', KEYS[i]) == 0 then
-    redis.call('HSET', KEYS[i], 's', 'open', 'x', ARGV[a + 1], 'req', ARGV[a + 2])
+    redis.call('HSET', KEYS[i], F_STATUS, S_OPEN, F_DEADLINE, ARGV[a + 1], F_REQUEST, ARGV[a + 2])
     if ARGV[a + 4] == '1' then
-      redis.call('HSET', KEYS[i], 'd', '1')
+      redis.call('HSET', KEYS[i], F_DURABLE, '1')
     end
     redis.call('PEXPIRE', KEYS[i], ARGV[a + 3])
     opened[i - 2] = 1
   elseif ARGV[a + 4] == '1' then
-    opened[i - 2] = redis.call('HMGET', KEYS[i], 's', 'x', 'req', 'a', 'q')
+    opened[i - 2] = redis.call(
+      'HMGET', KEYS[i], F_STATUS, F_DEADLINE, F_REQUEST, F_ANSWER, F_QUEUES)
   else
     opened[i - 2] = 0
   end
@@ -162,7 +166,7 @@ for i = 2, #KEYS do
   elseif owner and ARGV[a + 3] == '1' then
     ids[i - 1] = false
   else
-    ids[i - 1] = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'r', ARGV[a + 1])
+    ids[i - 1] = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', E_REQUEST, ARGV[a + 1])
     redis.call('SET', KEYS[i], ARGV[2], 'PX', ARGV[a + 2])
   end
 end
@@ -199,16 +203,18 @@ for j = 1, (#KEYS - 3) / 2 do
   else
     if redis.call('EXISTS', state) == 0 then
       if ARGV[a + 4] == '1' then
-        redis.call('HSET', state, 's', 'open', 'x', ARGV[a + 1], 'req', request, 'd', '1')
+        redis.call(
+          'HSET', state, F_STATUS, S_OPEN, F_DEADLINE, ARGV[a + 1], F_REQUEST, request,
+          F_DURABLE, '1')
       else
-        redis.call('HSET', state, 's', 'open', 'x', ARGV[a + 1], 'req', request)
+        redis.call('HSET', state, F_STATUS, S_OPEN, F_DEADLINE, ARGV[a + 1], F_REQUEST, request)
       end
       redis.call('PEXPIRE', state, ttl_ms)
     end
     if owner and ARGV[a + 5] == '1' then
       ids[j] = false
     else
-      ids[j] = redis.call('XADD', KEYS[3], 'MINID', '~', ARGV[2], '*', 'r', request)
+      ids[j] = redis.call('XADD', KEYS[3], 'MINID', '~', ARGV[2], '*', E_REQUEST, request)
       redis.call('SET', route, ARGV[3], 'PX', ttl_ms)
     end
   end
@@ -233,7 +239,7 @@ RENEW = BatchScript(
 local renewed = {}
 for i = 3, #KEYS do
   local a = (i - 3) * 6
-  local st = redis.call('HMGET', KEYS[i], 'req', 's')
+  local st = redis.call('HMGET', KEYS[i], F_REQUEST, F_STATUS)
   if st[1] == ARGV[a + 1] and st[2] == ARGV[a + 2] then
     if ARGV[a + 6] == '1' then
       local fields = redis.call('HGETALL', KEYS[i])  -- (an agent's rights have no DEL)
@@ -241,9 +247,11 @@ for i = 3, #KEYS do
         redis.call('HDEL', KEYS[i], fields[f])
       end
     else
-      redis.call('HDEL', KEYS[i], 'a')
+      redis.call('HDEL', KEYS[i], F_ANSWER)
     end
-    redis.call('HSET', KEYS[i], 's', 'open', 'x', ARGV[a + 4], 'req', ARGV[a + 3], 'd', '1')
+    redis.call(
+      'HSET', KEYS[i], F_STATUS, S_OPEN, F_DEADLINE, ARGV[a + 4], F_REQUEST, ARGV[a + 3],
+      F_DURABLE, '1')
     redis.call('PEXPIRE', KEYS[i], ARGV[a + 5])
     renewed[i - 2] = 1
   else
@@ -268,7 +276,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local statuses = {}
 for i = 3, #KEYS do
-  local st = redis.call('HMGET', KEYS[i], 's', 'd')
+  local st = redis.call('HMGET', KEYS[i], F_STATUS, F_DURABLE)
   statuses[i - 2] = {st[1], st[2] and 1 or alive, now}
 end
 return statuses
@@ -335,9 +343,9 @@ for i = first, #KEYS do
   end
   local reply = admit(KEYS[i], item, id, answer, ARGV[a + 6], KEYS)
   if not reply then
-    redis.call('HSET', KEYS[i], 's', status, 'a', answer)
+    redis.call('HSET', KEYS[i], F_STATUS, status, F_ANSWER, answer)
     redis.call('PEXPIRE', KEYS[i], ARGV[1])
-    redis.call('XADD', KEYS[1], '*', 'id', id, 'a', answer)
+    redis.call('XADD', KEYS[1], '*', R_ID, id, R_ANSWER, answer)
     reply = {'ok'}
   end
   local group, entry = ARGV[a + 4], ARGV[a + 5]
@@ -375,7 +383,7 @@ local published = false
 local audited = false
 for a = 5, #ARGV, 5 do
   if ARGV[a] ~= '' then
-    redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'e', ARGV[a])
+    redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', E_EVENT, ARGV[a])
     published = true
   end
   if ARGV[a + 2] ~= '' then
@@ -385,7 +393,7 @@ for a = 5, #ARGV, 5 do
     table.insert(deletes, ARGV[a + 3])
   end
   if ARGV[a + 4] ~= '' then
-    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'r', ARGV[a + 4])
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', E_REQUEST, ARGV[a + 4])
     audited = true
   end
   n = n + 1
@@ -415,7 +423,7 @@ for a = 2, #ARGV, 4 do
   local id = ARGV[a]
   if redis.call('XDEL', KEYS[2], id) == 1 then
     redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
-      'error', ARGV[a + 2], 'stream', KEYS[2], 'entry', id, 'raw', ARGV[a + 3])
+      D_ERROR, ARGV[a + 2], D_STREAM, KEYS[2], D_ENTRY, id, D_RAW, ARGV[a + 3])
     moved[#moved + 1] = 1
   else
     moved[#moved + 1] = 0
@@ -441,9 +449,9 @@ REOPEN = BatchScript(
 local reopened = {}
 for i = 3, #KEYS do
   local a = (i - 3) * 2
-  if redis.call('HGET', KEYS[i], 'a') == ARGV[a + 1] then
-    redis.call('HSET', KEYS[i], 's', 'open', 'w', ARGV[a + 2])
-    redis.call('HDEL', KEYS[i], 'a')
+  if redis.call('HGET', KEYS[i], F_ANSWER) == ARGV[a + 1] then
+    redis.call('HSET', KEYS[i], F_STATUS, S_OPEN, F_WHY, ARGV[a + 2])
+    redis.call('HDEL', KEYS[i], F_ANSWER)
     reopened[i - 2] = 1
   else
     reopened[i - 2] = 0
@@ -487,7 +495,7 @@ for i = 3, #KEYS do
   if refused then
     replies[i - 2] = refused
   else
-    local slots = {'y:' .. voter, 'n:' .. voter}
+    local slots = {F_YES .. voter, F_NO .. voter}
     if replaces ~= '' then
       for _, slot in ipairs(slots) do
         if redis.call('HGET', KEYS[i], slot) == replaces then
@@ -497,7 +505,7 @@ for i = 3, #KEYS do
     end
     local mine = redis.call('HGET', KEYS[i], slots[1]) or redis.call('HGET', KEYS[i], slots[2])
     if mine and mine ~= answer then
-      redis.call('XADD', KEYS[1], '*', 'id', id, 'a', answer)
+      redis.call('XADD', KEYS[1], '*', R_ID, id, R_ANSWER, answer)
       replies[i - 2] = {'contested', mine}
     else
       if not mine then
@@ -506,18 +514,18 @@ for i = 3, #KEYS do
       local accepts, declines, approvers = 0, 0, {}
       for _, name in ipairs(redis.call('HKEYS', KEYS[i])) do
         local prefix = string.sub(name, 1, 2)
-        if prefix == 'y:' then
+        if prefix == F_YES then
           accepts = accepts + 1
           approvers[#approvers + 1] = string.sub(name, 3)
-        elseif prefix == 'n:' then
+        elseif prefix == F_NO then
           declines = declines + 1
         end
       end
       if not mine and (
           (yes and accepts >= need) or (not yes and (mode == 'veto' or declines >= need))) then
-        redis.call('HSET', KEYS[i], 's', 'answered', 'a', answer)
+        redis.call('HSET', KEYS[i], F_STATUS, 'answered', F_ANSWER, answer)
         redis.call('PEXPIRE', KEYS[i], ARGV[1])
-        redis.call('XADD', KEYS[1], '*', 'id', id, 'a', answer)
+        redis.call('XADD', KEYS[1], '*', R_ID, id, R_ANSWER, answer)
         replies[i - 2] = {'ok'}
       else
         replies[i - 2] = {'counted', accepts, declines, unpack(approvers)}
@@ -547,10 +555,10 @@ for i = 3, #KEYS do
   if field ~= '' and redis.call('HGET', KEYS[i], field) == refused then
     redis.call('HDEL', KEYS[i], field)
   end
-  if decided ~= '' and redis.call('HGET', KEYS[i], 's') == 'answered'
-      and redis.call('HGET', KEYS[i], 'a') == decided then
-    redis.call('HSET', KEYS[i], 's', 'open')
-    redis.call('HDEL', KEYS[i], 'a')
+  if decided ~= '' and redis.call('HGET', KEYS[i], F_STATUS) == 'answered'
+      and redis.call('HGET', KEYS[i], F_ANSWER) == decided then
+    redis.call('HSET', KEYS[i], F_STATUS, S_OPEN)
+    redis.call('HDEL', KEYS[i], F_ANSWER)
     reopened[i - 2] = 1
   else
     reopened[i - 2] = 0
@@ -571,7 +579,7 @@ TAKE = BatchScript(
 -- as answered and an attach finds it. Each reply: 1.
 local taken = {}
 for i = 3, #KEYS do
-  redis.call('HSET', KEYS[i], 's', 'answered', 'a', ARGV[i - 1])
+  redis.call('HSET', KEYS[i], F_STATUS, 'answered', F_ANSWER, ARGV[i - 1])
   redis.call('PEXPIRE', KEYS[i], ARGV[1])
   taken[i - 2] = 1
 end
@@ -591,7 +599,7 @@ REACHED = BatchScript(
 local recorded = {}
 for i = 3, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 1 then
-    redis.call('HSET', KEYS[i], 'q', ARGV[i - 2])
+    redis.call('HSET', KEYS[i], F_QUEUES, ARGV[i - 2])
     recorded[i - 2] = 1
   else
     recorded[i - 2] = 0
@@ -613,10 +621,10 @@ ENDED = BatchScript(
 local done = {}
 for i = 3, #KEYS do
   local a = (i - 3) * 2
-  local st = redis.call('HGET', KEYS[i], 's')
-  if st and st ~= 'open' and redis.call('HEXISTS', KEYS[i], 'req') == 1 then
-    redis.call('HSET', KEYS[i], 'ex', ARGV[a + 1], 'dg', ARGV[a + 2])
-    redis.call('HDEL', KEYS[i], 'req')
+  local st = redis.call('HGET', KEYS[i], F_STATUS)
+  if st and st ~= S_OPEN and redis.call('HEXISTS', KEYS[i], F_REQUEST) == 1 then
+    redis.call('HSET', KEYS[i], F_EXCERPT, ARGV[a + 1], F_DIGEST, ARGV[a + 2])
+    redis.call('HDEL', KEYS[i], F_REQUEST)
     done[i - 2] = 1
   else
     done[i - 2] = 0

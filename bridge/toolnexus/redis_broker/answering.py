@@ -28,6 +28,7 @@ from ..schema import check_answer
 from ..signing import allowed, request_digest, verify_answer
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, text
 from .escalation import settle_reached
+from .layout import ANSWER, REQUEST, STATUS
 from .quorum import cast_vote
 
 
@@ -171,7 +172,7 @@ async def _verdict(core: Core, request: Request, payload: bytes) -> Literal[True
     while time.monotonic() < give_up:
         await asyncio.sleep(VERDICT_POLL_S)
         try:
-            status, stored = await core.command("HMGET", state, "s", "a")
+            status, stored = await core.command("HMGET", state, STATUS, ANSWER)
         except CONNECTION_ERRORS:
             continue
         if stored == payload and status == Status.ANSWERED.encode():
@@ -232,7 +233,7 @@ async def answer_by_id(core: Core, answer: Answer) -> ApprovedEvent | None:
         if not WAITER_ID.fullmatch(waiter):
             raise UnknownRequest(answer.id)
         state = core.keys.state(waiter, answer.id)
-        status, raw_request = await core.command("HMGET", state, "s", "req")
+        status, raw_request = await core.command("HMGET", state, STATUS, REQUEST)
         if raw_request is None:  # gone, or ended and holding an excerpt of it (S8)
             said = status.decode("latin-1") if status else None
             if said not in RESOLUTIONS:

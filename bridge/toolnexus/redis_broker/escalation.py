@@ -31,6 +31,7 @@ from ..models import EscalatedEvent, Event, Hop, Request
 from ..timers import Timers
 from ._core import CONNECTION_ERRORS, Core, ms, text
 from ._scripts import PUBLISH, REACHED
+from .layout import QUEUES
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -238,7 +239,7 @@ async def settle_reached(core: Core, request: Request, event: Event, entry: str 
         return
     state = core.keys.state(request.reply_to, request.id)
     try:
-        reached = parse_queues_field(await core.command("HGET", state, "q"))
+        reached = parse_queues_field(await core.command("HGET", state, QUEUES))
     except (redis.exceptions.RedisError, OSError, BrokerClosed) as exc:
         log.warning("settling %s on the queues it escalated to: %s", request.id, exc)
         return

@@ -11,6 +11,12 @@ from ..models import Heartbeat
 from ..numeric import check_number
 from ._core import Core, boundary
 
+DROP_OUT_S = 300.0
+"""A consumer of a group that has no live heartbeat, holds no request and has not read for
+this long (5 minutes) is a stopped worker: ``toolnexus status`` and
+:meth:`RedisBroker.inspect <toolnexus.redis_broker.RedisBroker.inspect>` leave it out.
+One that holds requests stays listed, as "no heartbeat (gone?)", until they are claimed."""
+
 
 async def heartbeat(
     core: Core,

@@ -135,6 +135,9 @@ class Publisher:
             if not wait.keeps:
                 wait.payload = None  # encoded again if it must be published again
             if entry:  # (a durable request published by an earlier wait gives none)
+                if wait.entry_id is not None and wait.entry_id != entry:
+                    # published again (reopened): its old entry would stay open for good
+                    self.core.settle(delete=wait.entry_id)
                 wait.entry_id = entry
                 if wait.replies.durable:  # where it is, for the next wait that attaches
                     reached = wait.escalation.reached if wait.escalation is not None else ()

@@ -47,6 +47,7 @@ from ..voting import approvals_of, decides, voter_of
 from ._core import CONNECTION_ERRORS, Core, ms, text
 from ._scripts import OUTCOMES, UNVOTE, VOTE
 from ._wait import Wait
+from .layout import ACCEPT_VOTE_B, ANSWER, ANSWER_B, DECLINE_VOTE_B, OPEN_B, STATUS, STATUS_B
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -65,7 +66,9 @@ key name), or None if refused (the waiter records why)."""
 def slot_of(vote: Answer) -> bytes:
     """The field of a request's state that holds ``vote``: ``y:`` (an accept) or ``n:`` (a
     decline) and its voter (see :func:`toolnexus.voting.voter_of`)."""
-    return (b"y:" if vote.ok else b"n:") + voter_of(vote).encode(errors="surrogatepass")
+    return (ACCEPT_VOTE_B if vote.ok else DECLINE_VOTE_B) + voter_of(vote).encode(
+        errors="surrogatepass"
+    )
 
 
 def _said(reply: list[Any]) -> str:
@@ -181,12 +184,12 @@ async def _verdict(core: Core, request: Request, answer: Answer, payload: bytes)
     assert request.reply_to is not None
     state = core.keys.state(request.reply_to, request.id)
     slot = slot_of(answer)
-    slots = (b"y:" + slot[2:], b"n:" + slot[2:])
+    slots = (ACCEPT_VOTE_B + slot[2:], DECLINE_VOTE_B + slot[2:])
     give_up = time.monotonic() + core.settings.answer_patience_s
     while time.monotonic() < give_up:
         await asyncio.sleep(VERDICT_POLL_S)
         try:
-            status, stored, *mine = await core.command("HMGET", state, "s", "a", *slots)
+            status, stored, *mine = await core.command("HMGET", state, STATUS, ANSWER, *slots)
         except CONNECTION_ERRORS:
             continue
         if status is None:
@@ -219,11 +222,11 @@ async def _read(core: Core, waiter: str, request_id: str) -> _State:
     state = _State()
     for key, value in items:
         name = key if isinstance(key, bytes) else key.encode()
-        if name[:2] in (b"y:", b"n:"):
+        if name[:2] in (ACCEPT_VOTE_B, DECLINE_VOTE_B):
             state.votes[name] = value
-        elif name == b"s":
+        elif name == STATUS_B:
             state.status = value
-        elif name == b"a":
+        elif name == ANSWER_B:
             state.answer = value
     return state
 
@@ -362,7 +365,7 @@ async def outcome(
         wait.votes = [raw for raw, _ in checked.counted]
     if taken is not None:
         return taken
-    if state.status == Status.OPEN.encode():
+    if state.status == OPEN_B:
         await _recount(core, wait, request, vote, admit, checked)
         return None
     if republish is None:

@@ -37,20 +37,21 @@ from ._connections import BlockingReader, Entries
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, ms, run_to_completion, text
 from ._scripts import STATUS
 from .answering import checked_answer, finish, resolve_answer, waiter_of
+from .layout import OPEN_B
 
 log = logging.getLogger("toolnexus.redis")
-
-OPEN = Status.OPEN.encode()
-"""The status field of an open request's state."""
 
 RENEW_CHUNK = 1000
 """Entries renewed by one ``XCLAIM``."""
 
 
 class RedisPending(Pending):
-    def __init__(self, responder: RedisResponder, request: Request, entry_id: str) -> None:
+    def __init__(
+        self, responder: RedisResponder, request: Request, entry_id: str, signer: str | None
+    ) -> None:
         self.request = request
         self.entry_id = entry_id
+        self.signer = signer
         self.responder_name = responder.name
         self._responder = responder
         self._queued = True  # in the responder's ready queue, not yet delivered
@@ -156,8 +157,11 @@ class RedisResponder(Responder):
         self._idle = not entries
         await self._admit(entries, fresh=True)
 
-    def _parse(self, entry_id: str, fields: dict[bytes, bytes]) -> Request | None:
-        """The request of one entry, or None after moving a bad entry to the dead letters."""
+    def _parse(
+        self, entry_id: str, fields: dict[bytes, bytes]
+    ) -> tuple[Request, str | None] | None:
+        """The request of one entry and the key that verifiably signed it, or None after
+        moving a bad entry to the dead letters."""
         try:
             payload = fields.get(b"r")
             if payload is None:
@@ -168,12 +172,12 @@ class RedisResponder(Responder):
                 raise DecodeError(problem)
             if request.reply_to is None or not WAITER_ID.fullmatch(request.reply_to):
                 raise DecodeError("the request has no valid reply_to: no broker published it")
-            self.core.signatures.admit_request(request)
+            signer = self.core.signatures.admit_request(request)
         except (DecodeError, SignatureError) as exc:
             self.core.move_to_dead_letters(self._stream, entry_id, fields, str(exc), self.group)
             self.dead_lettered += 1
             return None
-        return request
+        return request, signer
 
     async def _admit(self, entries: Entries, *, fresh: bool) -> None:
         """Queue the open requests among ``entries``; acknowledge or dead-letter the rest.
@@ -183,17 +187,18 @@ class RedisResponder(Responder):
         Others (re-read or reclaimed) may have been resolved since: their state is read.
         """
         now = time.time()
-        admitted: list[tuple[str, Request]] = []
-        unsure: list[tuple[str, Request]] = []
+        admitted: list[tuple[str, Request, str | None]] = []
+        unsure: list[tuple[str, Request, str | None]] = []
         done: list[str] = []
         for raw_id, fields in entries:
             entry_id = text(raw_id)
             if not fields:  # deleted or trimmed while pending: nothing left to show
                 done.append(entry_id)
                 continue
-            request = self._parse(entry_id, fields)
-            if request is None:
+            parsed = self._parse(entry_id, fields)
+            if parsed is None:
                 continue
+            request, signer = parsed
             if not self._may_answer(request):
                 done.append(entry_id)  # its allow-list leaves this responder out
                 continue
@@ -204,20 +209,22 @@ class RedisResponder(Responder):
             elif fresh and now < (request.expires_at or float("inf")):
                 # (this clock only spares a round trip: one that runs slow shows a late
                 # request, whose answer Redis time refuses; one that runs fast asks Redis)
-                admitted.append((entry_id, request))
+                admitted.append((entry_id, request, signer))
             else:
-                unsure.append((entry_id, request))
+                unsure.append((entry_id, request, signer))
         if unsure:
-            states = await self._states([request for _, request in unsure])
-            for (entry_id, request), (status, alive, past) in zip(unsure, states, strict=True):
-                if status != OPEN or (
+            states = await self._states([request for _, request, _ in unsure])
+            for (entry_id, request, signer), (status, alive, past) in zip(
+                unsure, states, strict=True
+            ):
+                if status != OPEN_B or (
                     (not alive or past) and await self._end(request, alive, entry_id)
                 ):
                     done.append(entry_id)
                 else:
-                    admitted.append((entry_id, request))
-        for entry_id, request in admitted:
-            pending = RedisPending(self, request, entry_id)
+                    admitted.append((entry_id, request, signer))
+        for entry_id, request, signer in admitted:
+            pending = RedisPending(self, request, entry_id, signer)
             self._held[request.id] = pending
             self._ready.append(pending)
         if done:
@@ -367,7 +374,7 @@ class RedisResponder(Responder):
             return
         states = await self._states([pending.request for pending in held])
         for pending, (status, alive, past) in zip(held, states, strict=True):
-            if status != OPEN or (
+            if status != OPEN_B or (
                 (not alive or past) and await self._end(pending.request, alive, pending.entry_id)
             ):
                 self.release(pending)

@@ -52,6 +52,17 @@ from ._scripts import ENDED, REOPEN, TAKE
 from ._wait import Wait, audit_of, ended, expire, status_of
 from .durable import ReplyStream
 from .escalation import Escalator, parse_queues_field
+from .layout import (
+    ANSWER,
+    ANSWER_B,
+    CONTESTED_B,
+    OPEN_B,
+    REPLY_ANSWER_B,
+    REPLY_CONTESTED_B,
+    REPLY_ID_B,
+    STATUS,
+    STATUS_B,
+)
 from .publishing import Publisher
 
 log = logging.getLogger("toolnexus.redis")
@@ -529,11 +540,11 @@ class Waiter:
         core, replies = self.core, wait.replies
         state = core.keys.state(replies.waiter, wait.request_id)
         fields: dict[bytes, bytes] = await core.command("HGETALL", state)
-        stored = fields.get(b"a") if fields.get(b"s") != Status.OPEN.encode() else None
+        stored = fields.get(ANSWER_B) if fields.get(STATUS_B) != OPEN_B else None
         contested: list[tuple[float, Answer, bytes]] = []
         candidates: list[tuple[Answer, bytes]] = []
         for name, raw in fields.items():
-            if (raw is not stored and not name.startswith(b"c:")) or raw == refused:
+            if (raw is not stored and not name.startswith(CONTESTED_B)) or raw == refused:
                 continue
             try:
                 answer = core.codec.decode_as(raw, Answer)
@@ -633,14 +644,14 @@ class Waiter:
         """Hand the answer of one reply-stream entry to its wait; dead-letter garbage."""
         request_id: str | None = None
         try:
-            raw_id = fields.get(b"id")
+            raw_id = fields.get(REPLY_ID_B)
             if raw_id is None:
                 raise DecodeError("the entry has no 'id' field")
             try:
                 request_id = raw_id.decode()
             except UnicodeDecodeError:
                 raise DecodeError("the entry's 'id' field is not UTF-8 text") from None
-            payload = fields.get(b"a")
+            payload = fields.get(REPLY_ANSWER_B)
             if payload is None:
                 raise DecodeError("the entry has no 'a' field holding an answer")
             answer = self.core.codec.decode_as(payload, Answer)
@@ -660,7 +671,7 @@ class Waiter:
             return
         if wait.quorum:
             self._spawn(self._take_votes(wait, answer, payload))
-        elif b"c" in fields:  # contested (see the RESOLVE script): the state holds another
+        elif REPLY_CONTESTED_B in fields:  # contested (see RESOLVE): the state holds another
             taken = self._accept(wait, answer, payload, reopen=False)
             if taken is not None:
                 wait.answer.set_result(taken)
@@ -684,8 +695,8 @@ class Waiter:
         with contextlib.suppress(*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError):
             if wait.quorum:
                 state = self.core.keys.state(wait.replies.waiter, wait.request_id)
-                status, stored = await self.core.command("HMGET", state, "s", "a")
-                if stored is None or status == Status.OPEN.encode():
+                status, stored = await self.core.command("HMGET", state, STATUS, ANSWER)
+                if stored is None or status == OPEN_B:
                     return
                 try:
                     answer = self.core.codec.decode_as(stored, Answer)

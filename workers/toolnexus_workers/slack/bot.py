@@ -21,6 +21,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from toolnexus import Broker, Pending
 from toolnexus.errors import InvalidAnswer
+from toolnexus.rendering import KNOWN_DOMAINS, Field, field_errors, form_data, message_for_field
 
 from ..chat import (
     Allowed,
@@ -32,8 +33,6 @@ from ..chat import (
     declining,
     field_line,
 )
-from ..web.forms import Field, field_errors, form_data, message_for_field
-from ..web.links import KNOWN_DOMAINS
 
 log = logging.getLogger("toolnexus.slack")
 
@@ -182,7 +181,8 @@ def _input(index: int, f: Field) -> dict[str, Any]:
 
 
 def submitted(fields: Sequence[Field], values: Mapping[str, Any]) -> dict[str, list[str]]:
-    """A modal's ``view.state.values`` as the submitted form :mod:`..web.forms` reads."""
+    """A modal's ``view.state.values`` as the submitted form
+    :func:`toolnexus.rendering.form_data` reads."""
     sent: dict[str, list[str]] = {}
     for index, f in enumerate(fields):
         value = values.get(f"f{index}", {}).get("v", {})

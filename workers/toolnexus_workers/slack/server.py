@@ -11,11 +11,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
-from toolnexus.keys import Keys
 from toolnexus.listening import listen
+from toolnexus.rendering import KNOWN_DOMAINS
 
 from ..chat import Allowed, ChatServer, MessageMap
-from ..web.links import KNOWN_DOMAINS
 from .bot import SlackBot
 
 log = logging.getLogger("toolnexus.slack")
@@ -46,8 +45,6 @@ class SlackServer(ChatServer):
         path: str = "/slack/events",
         api_url: str = "https://slack.com/api/",
         known_domains: tuple[str, ...] = KNOWN_DOMAINS,
-        namespace: str = "toolnexus",
-        queue: str = "default",
         group: str = SlackBot.group,
         consumer: str | None = None,
         concurrency: int = 100,
@@ -65,7 +62,7 @@ class SlackServer(ChatServer):
         self.host, self.port, self.path = host, port, path
         bot = SlackBot(
             broker,
-            MessageMap(broker.url, Keys(namespace, queue), group),
+            MessageMap(broker.store(group)),
             Allowed("slack", allowed),
             app=self.app,
             channel=channel,

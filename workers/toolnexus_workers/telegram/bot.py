@@ -19,6 +19,7 @@ from aiogram.types import CallbackQuery, InlineKeyboardButton, InlineKeyboardMar
 
 from toolnexus import Broker, EndedEvent, Pending
 from toolnexus.errors import InvalidAnswer
+from toolnexus.rendering import KNOWN_DOMAINS, Field, field_errors, form_data, gone_note
 
 from ..chat import (
     TOO_LATE,
@@ -33,9 +34,6 @@ from ..chat import (
     field_line,
     view_of,
 )
-from ..web.board import gone_note
-from ..web.forms import Field, field_errors, form_data
-from ..web.links import KNOWN_DOMAINS
 
 log = logging.getLogger("toolnexus.telegram")
 
@@ -122,7 +120,8 @@ def question(conversation: Conversation) -> str:
 
 
 def read_reply(f: Field, text: str) -> dict[str, list[str]] | None:
-    """``text`` as the submitted form :mod:`..web.forms` reads for ``f`` (None: ``-``).
+    """``text`` as the submitted form :func:`toolnexus.rendering.form_data` reads for ``f``
+    (None: ``-``).
 
     A choice is its number or its label; anything else is kept as sent for the
     schema check to name.

@@ -13,10 +13,9 @@ from aiogram.utils.token import TokenValidationError
 
 from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
-from toolnexus.keys import Keys
+from toolnexus.rendering import KNOWN_DOMAINS
 
 from ..chat import Allowed, ChatServer, MessageMap
-from ..web.links import KNOWN_DOMAINS
 from .bot import TelegramBot
 
 log = logging.getLogger("toolnexus.telegram")
@@ -40,8 +39,6 @@ class TelegramServer(ChatServer):
         api_url: str = "https://api.telegram.org",
         polling_timeout_s: int = 10,
         known_domains: tuple[str, ...] = KNOWN_DOMAINS,
-        namespace: str = "toolnexus",
-        queue: str = "default",
         group: str = TelegramBot.group,
         consumer: str | None = None,
         concurrency: int = 100,
@@ -57,7 +54,7 @@ class TelegramServer(ChatServer):
         self.polling_timeout_s = polling_timeout_s
         telegram = TelegramBot(
             broker,
-            MessageMap(broker.url, Keys(namespace, queue), group),
+            MessageMap(broker.store(group)),
             Allowed("telegram", allowed),
             bot=self.telegram,
             dispatcher=self.dispatcher,

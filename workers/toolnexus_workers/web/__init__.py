@@ -26,6 +26,7 @@ from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
 
 from ..options import run_checked, watch_service, worker_parser
+from .access import SESSION_SECRET_ENV
 
 _EXTRA = ("starlette", "uvicorn", "sse_starlette", "jinja2")
 
@@ -51,6 +52,12 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         default=os.environ.get("TOOLNEXUS_WEB_USERS"),
         help="TOML file of logins, [users] name = 'hash' (default: $TOOLNEXUS_WEB_USERS)",
+    )
+    page.add_argument(
+        "--session-secret",
+        default=os.environ.get(SESSION_SECRET_ENV),
+        help="secret that signs sessions; give every replica the same one so each accepts "
+        f"the others' sign-ins (default: ${SESSION_SECRET_ENV}; else one per process)",
     )
     page.add_argument(
         "--known-domain",
@@ -82,8 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _serve(broker: Broker, args: argparse.Namespace) -> int:
+    from toolnexus.rendering import KNOWN_DOMAINS
+
     from .access import Access, load_users
-    from .links import KNOWN_DOMAINS
     from .server import WebServer
 
     users = load_users(args.users) if args.users else None
@@ -91,7 +99,9 @@ async def _serve(broker: Broker, args: argparse.Namespace) -> int:
         broker,
         host=args.host,
         port=args.port,
-        access=Access(token=args.token or None, users=users),
+        access=Access(
+            token=args.token or None, users=users, session_secret=args.session_secret or None
+        ),
         known_domains=KNOWN_DOMAINS + tuple(d.lower() for d in args.known_domain),
         group=args.group,
         consumer=args.consumer,

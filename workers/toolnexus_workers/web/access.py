@@ -7,7 +7,12 @@ A users file is TOML with one password hash per login, made by
     [users]
     alice = "scrypt:16384:8:1:9c0f…:5be1…"
 
-Sessions live in memory: restarting the worker signs everyone out.
+Sessions are signed cookies (HMAC-SHA256 over who, the CSRF token and the expiry): every
+replica holding the same session secret (``--session-secret`` /
+``TOOLNEXUS_WEB_SESSION_SECRET``) accepts them, and a restart signs nobody out. Without
+a secret each process draws its own, and its sessions are its own. Signing out ends the
+session on the replica that was asked; a copy of the cookie kept elsewhere lasts until
+it expires (:data:`SESSION_TTL_S`) on the other replicas.
 
 Sign-ins are rate limited (threat model S11): after :data:`NAME_FREE_FAILURES` wrong
 passwords for one name, or :data:`CLIENT_FREE_FAILURES` wrong sign-ins from one client
@@ -20,10 +25,13 @@ in worker threads, :data:`HASHING_AT_ONCE` at a time, so the page keeps answerin
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import functools
 import hashlib
 import hmac
 import ipaddress
+import json
 import math
 import secrets
 import time
@@ -38,6 +46,12 @@ from toolnexus.listening import check_token
 
 SESSION_TTL_S = 12 * 3600.0
 """How long a sign-in lasts."""
+
+SESSION_SECRET_ENV = "TOOLNEXUS_WEB_SESSION_SECRET"
+"""The environment variable holding the secret that signs sessions (shared by replicas)."""
+
+MIN_SECRET_CHARS = 16
+"""The shortest session secret accepted."""
 
 TOKEN_PERSON = "web:token"
 """The answer's ``person`` for someone signed in with the shared bearer token."""
@@ -153,14 +167,30 @@ class Access:
     (``open``); :func:`check_listen` refuses that off loopback.
     """
 
-    def __init__(self, *, token: str | None = None, users: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        users: dict[str, str] | None = None,
+        session_secret: str | None = None,
+    ) -> None:
         if token is not None:
             check_token(token, "the web token")
+        if session_secret is not None and len(session_secret) < MIN_SECRET_CHARS:
+            raise ConfigurationError(
+                f"the session secret must have at least {MIN_SECRET_CHARS} characters "
+                f"(--session-secret or ${SESSION_SECRET_ENV}); make one with "
+                "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+            )
         self.token = token
         self.users = dict(users or {})
         for name, stored in self.users.items():
             _parse_hash(stored, name)
-        self._sessions: dict[str, Session] = {}
+        self.shared_sessions = session_secret is not None
+        """Whether sessions are signed with a given secret (so other replicas accept them)."""
+        secret = session_secret.encode() if session_secret else secrets.token_bytes(32)
+        self._session_key = hmac.digest(secret, b"toolnexus web sessions", "sha256")
+        self._signed_out: dict[str, float] = {}  # session nonce -> its expiry
         self.names = Backoff(NAME_FREE_FAILURES)
         self.clients = Backoff(CLIENT_FREE_FAILURES)
         self._hashing = asyncio.Semaphore(HASHING_AT_ONCE)
@@ -230,24 +260,46 @@ class Access:
         return f"web:{name}" if verify_password(password, stored) else None
 
     def sign_in(self, person: str) -> str:
-        """Open a session for ``person``; return its id (the cookie's value)."""
-        now = time.time()
-        for sid in [sid for sid, s in self._sessions.items() if s.expires_at <= now]:
-            del self._sessions[sid]
-        sid = secrets.token_urlsafe(32)
-        self._sessions[sid] = Session(person, secrets.token_urlsafe(32), now + SESSION_TTL_S)
-        return sid
+        """Open a session for ``person``; return its signed token (the cookie's value)."""
+        fields = [person, secrets.token_urlsafe(32), int(time.time() + SESSION_TTL_S)]
+        body = _b64(json.dumps(fields).encode())
+        return f"{body}.{_b64(self._mac(body))}"
 
     def session(self, sid: str | None) -> Session | None:
-        """The live session with id ``sid``, if any."""
-        session = self._sessions.get(sid or "")
-        if session is None or session.expires_at <= time.time():
+        """The live session of the signed token ``sid``, if it is one this page signed."""
+        body, _, mac = (sid or "").partition(".")
+        try:
+            if not hmac.compare_digest(_unb64(mac), self._mac(body)):
+                return None
+            person, csrf, expires = json.loads(_unb64(body))
+        except ValueError:  # not base64, not JSON (UnicodeDecodeError too), not 3 fields
             return None
-        return session
+        if not (isinstance(person, str) and isinstance(csrf, str) and type(expires) is int):
+            return None
+        if expires <= time.time() or csrf in self._signed_out or not self._admits(person):
+            return None
+        return Session(person, csrf, float(expires))
+
+    def _admits(self, person: str) -> bool:
+        """Whether ``person`` may still sign in here (a login removed from the users file,
+        or a token no longer configured, ends its sessions)."""
+        if person == TOKEN_PERSON:
+            return self.token is not None
+        return person.startswith("web:") and person[4:] in self.users
 
     def sign_out(self, sid: str | None) -> None:
-        """End the session ``sid`` (nothing if there is none)."""
-        self._sessions.pop(sid or "", None)
+        """End the session ``sid`` here (nothing if there is none)."""
+        session = self.session(sid)
+        if session is None:
+            return
+        now = time.time()
+        for csrf in [c for c, until in self._signed_out.items() if until <= now]:
+            del self._signed_out[csrf]
+        if len(self._signed_out) < MAX_TRACKED:
+            self._signed_out[session.csrf] = session.expires_at
+
+    def _mac(self, body: str) -> bytes:
+        return hmac.digest(self._session_key, body.encode(), "sha256")
 
 
 def check_listen(host: str, access: Access) -> None:
@@ -336,6 +388,17 @@ def _parse_hash(stored: str, name: str) -> tuple[int, int, int, bytes, bytes]:
 @functools.cache
 def _dummy_hash() -> str:
     return hash_password(secrets.token_urlsafe())
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError("not base64") from exc
 
 
 def _digest(key: str) -> bytes:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.requests import Request as HttpRequest
@@ -44,11 +46,22 @@ from toolnexus.errors import (
     NotResolved,
 )
 from toolnexus.listening import is_loopback
+from toolnexus.rendering import (
+    KNOWN_DOMAINS,
+    Field,
+    Link,
+    Submitted,
+    check_link,
+    escalated_note,
+    field_errors,
+    form_data,
+    form_fields,
+    message_for_field,
+    standing_notes,
+)
 
 from .access import Access, SignIn
-from .board import Board, Change, escalated_note, standing_notes
-from .forms import Field, Submitted, field_errors, form_data, form_fields, message_for_field
-from .links import KNOWN_DOMAINS, Link, check_link
+from .board import Board, Change
 
 HERE = Path(__file__).parent
 SESSION_COOKIE = "toolnexus_session"
@@ -111,6 +124,8 @@ class Card:
     notes: list[str] = field(default_factory=list)  # default on expiry, durable (SPEC §14)
     approvals: str | None = None  # a quorum's progress (SPEC §14): "1 of 2 approvals: ..."
     escalated: str = ""  # where it escalated to while shown here (SPEC §14), as a note
+    signer: str | None = None  # the trusted key whose signature on the request verified
+    name: str = ""  # what notes call it: kind, source and prompt
 
 
 class SecurityHeaders:
@@ -159,6 +174,7 @@ class WebPage:
             trim_blocks=True,
             lstrip_blocks=True,
         )
+        self.templates.filters["breakable"] = breakable
 
     def app(self) -> ASGIApp:
         """The ASGI application."""
@@ -387,7 +403,8 @@ class WebPage:
             self.board.progress(progress)
             note = f"{done}: your vote is counted ({self.board.approvals(request_id)})."
             return self.outcome(fetch, who, "voted", note, self.card(req))
-        self.board.remove(request_id, f"{done} here{f' by {who.person}' if who.person else ''}.")
+        by = f" by {who.person}" if who.person else ""
+        self.board.remove(request_id, f"{done} on this page{by}, in another tab or browser.")
         return self.outcome(fetch, who, "sent", note_text(req, f"{done}: the agent is told."))
 
     def outcome(
@@ -434,7 +451,12 @@ class WebPage:
             else:
                 for index, f in enumerate(fields):
                     text, chosen = f.state(submitted)
-                    views.append(FieldView(f, f"{key}-f{index}", text, chosen, errors.get(f.name)))
+                    message = errors.get(f.name)
+                    if message is not None:
+                        message = labelled(message, fields)
+                    views.append(FieldView(f, f"{key}-f{index}", text, chosen, message))
+                if error is not None:
+                    error = labelled(error, fields)
         source = request.source
         who = [
             (label, value)
@@ -450,6 +472,7 @@ class WebPage:
             link = check_link(request.url, self.known_domains)
         asked = datetime.fromtimestamp(request.created_at, UTC)
         escalated = self.board.escalations(request.id)
+        shown = self.board.get(request.id)
         return Card(
             request=request,
             key=key,
@@ -465,6 +488,8 @@ class WebPage:
             or (f"0 of {request.quorum.need} approvals" if request.quorum else None),
             notes=standing_notes(request),
             escalated=escalated_note(escalated) if escalated else "",
+            signer=shown.signer if shown is not None else None,
+            name=request_name(request),
         )
 
 
@@ -487,11 +512,42 @@ def time_left(expires_at: float | None) -> str:
     return f"{left_s // 3600} h {left_s % 3600 // 60} min left"
 
 
-def note_text(request: Request, note: str) -> str:
-    """``note`` about ``request``, naming it by its prompt."""
+def request_name(request: Request) -> str:
+    """What a note calls ``request``: its kind, where it comes from and its prompt, e.g.
+    ``Question from agent ci-bot (tool deploy): “Ship it?”``."""
+    kind = _KINDS.get(request.kind, request.kind.title())
+    source = request.source
+    origin = source.agent or source.server
+    name = f"{kind} from {'agent' if source.agent else 'server'} {origin}" if origin else kind
+    if source.tool:
+        name += f" (tool {source.tool})"
     prompt = " ".join(request.prompt.split())
-    name = prompt if len(prompt) <= 60 else prompt[:59] + "…"
-    return f"“{name}”: {note}" if name else note
+    if prompt:
+        name += f": “{prompt if len(prompt) <= 60 else prompt[:59] + '…'}”"
+    return name
+
+
+def note_text(request: Request, note: str) -> str:
+    """``note`` about ``request``, naming it (see :func:`request_name`)."""
+    return f"{request_name(request)} — {note}"
+
+
+def labelled(message: str, fields: Sequence[Field]) -> str:
+    """``message`` with each field named by its label rather than its key (``field
+    'max_cost' is required`` → ``“Maximum cost” is required``)."""
+    for f in fields:
+        message = message.replace(f"field {f.name!r}", f"“{f.title}”")
+    return message
+
+
+_BREAKS = re.compile(r"(?<=[/?&=#.\-_~:@])")
+
+
+def breakable(text: str) -> Markup:
+    """``text`` (a piece of a URL), escaped, with a line break allowed after each ``/``,
+    ``.``, ``?``, ``&``, ... (``<wbr>``), so a narrow screen breaks it where a reader
+    expects rather than in the middle of a name."""
+    return Markup("<wbr>").join(_BREAKS.split(text))
 
 
 async def read_form(request: HttpRequest) -> Submitted | None:

@@ -9,20 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from toolnexus import (
-    AnsweredEvent,
-    ApprovedEvent,
-    EndedEvent,
-    EscalatedEvent,
-    ExpiredEvent,
-    Pending,
-    Request,
-    WithdrawnEvent,
-)
+from toolnexus import ApprovedEvent, EndedEvent, EscalatedEvent, Pending
+from toolnexus.rendering import escalated_note, gone_note
 from toolnexus.serve import Worker, approvals_line
 
 FOLLOWER_BACKLOG = 1000
@@ -174,35 +166,3 @@ class WebWorker(Worker):
 
     async def escalated(self, pending: Pending, event: EscalatedEvent) -> None:
         self.board.escalate(pending.request.id, event.queue or "another queue")
-
-
-def standing_notes(request: Request) -> list[str]:
-    """What to know of a request beyond its question (SPEC §14): what happens if nobody
-    answers in time, and whether it outlives the agent's restarts."""
-    notes = []
-    if request.on_expiry is not None:
-        outcome = "accepted" if request.on_expiry.ok else "declined"
-        notes.append(f"If nobody answers in time, it is {outcome} by default.")
-    if request.durable:
-        notes.append("Durable: it stays open while the agent restarts.")
-    return notes
-
-
-def gone_note(event: EndedEvent) -> str:
-    """Why a request left the page, in a few words."""
-    match event:
-        case AnsweredEvent(answer=answer):
-            who = answer and (answer.person or answer.responder)
-            return f"Answered elsewhere{f' by {who}' if who else ''}."
-        case ExpiredEvent(answer=answer) if answer is not None and answer.defaulted:
-            outcome = "accepted" if answer.ok else "declined"  # SPEC §14: no person's answer
-            return f"Expired: nobody answered in time; {outcome} by default."
-        case ExpiredEvent():
-            return "Expired: nobody answered in time."
-        case WithdrawnEvent():
-            return "Withdrawn: the agent stopped waiting."
-
-
-def escalated_note(queues: Sequence[str]) -> str:
-    """What a request still open here says once it escalated to ``queues`` (SPEC §14)."""
-    return f"Escalated to {', '.join(queues)}: still open here too."

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Self
@@ -13,13 +14,14 @@ from typing import Self
 import uvicorn
 
 from toolnexus import Broker
+from toolnexus.errors import ConfigurationError
 from toolnexus.listening import listen
+from toolnexus.rendering import KNOWN_DOMAINS
 from toolnexus.serve import Service
 
 from .access import Access, check_listen
 from .app import WebPage
 from .board import Board, WebWorker
-from .links import KNOWN_DOMAINS
 
 log = logging.getLogger("toolnexus.web")
 
@@ -37,6 +39,11 @@ class WebServer:
 
     ``port=0`` picks a free port (see :attr:`url`). Use ``async with WebServer(...)``
     (started on entry, stopped on exit) or :meth:`run` (until SIGTERM/SIGINT).
+
+    One page per consumer group: a group hands each request to one of its consumers, so
+    two pages in one group would each show part of the requests. :meth:`start` refuses
+    when another consumer of the group keeps a fresh heartbeat; run replicas in groups of
+    their own (every group sees every request) with one ``--session-secret``.
 
     Raises:
         ConfigurationError: ``access`` is open (no token, no users) on a non-loopback
@@ -84,8 +91,11 @@ class WebServer:
         """Listen, then serve the page and show requests in the background.
 
         Raises:
-            ConfigurationError: the address cannot be listened on.
+            ConfigurationError: the address cannot be listened on, or another consumer of
+                this page's group is alive (see the class).
+            BrokerUnavailable: the broker cannot be reached.
         """
+        await self._check_alone()
         self._socket = listen(self.host, self.port)
         self.port = self._socket.getsockname()[1]
         config = uvicorn.Config(
@@ -102,6 +112,23 @@ class WebServer:
             loop.create_task(self.service.run(handle_signals=handle_signals), name="web-service"),
         ]
         log.info("web page on %s (group %r of %s)", self.url, self.service.group, self.broker.url)
+
+    async def _check_alone(self) -> None:
+        group, me = self.service.group, self.service.consumer
+        others = [
+            beat
+            for beat in await self.broker.heartbeats()
+            if beat.group == group and beat.consumer != me
+        ]
+        if others:
+            beat = min(others, key=lambda b: b.expires_at)
+            raise ConfigurationError(
+                f"group {group!r} already has a web page: consumer {beat.consumer!r} keeps a "
+                f"heartbeat (until {max(0, int(beat.expires_at - time.time()))} s from now if "
+                "it is gone). A group gives each request to one consumer, so two pages in it "
+                "would each show part of them: give this replica a group of its own "
+                f"(--group {group}-2) and every replica the same --session-secret"
+            )
 
     async def wait(self) -> None:
         """Wait until either half ends (the service on SIGTERM), then stop the other."""

@@ -66,11 +66,42 @@
     else list.append(card);
   }
 
+  function typedIn(card) {
+    for (const input of card.querySelectorAll("form.answer input:not([type=hidden])")) {
+      if (input.type === "checkbox" ? input.checked !== input.defaultChecked
+        : input.value !== input.defaultValue) return true;
+    }
+    for (const option of card.querySelectorAll("form.answer option")) {
+      if (option.selected !== option.defaultSelected) return true;
+    }
+    return false;
+  }
+
+  function keep(card, text) {
+    // A request that left while an answer was being typed in it: kept, greyed, until dismissed.
+    card.classList.add("is-gone");
+    for (const element of card.querySelectorAll("input, select, button")) element.disabled = true;
+    const line = document.createElement("p");
+    line.className = "gone-note";
+    line.setAttribute("role", "status");
+    line.textContent = `${text} What you typed is kept here, but it can no longer be sent.`;
+    card.querySelector("header.meta").after(line);
+    const actions = card.querySelector(".actions");
+    const remove = document.createElement("button");
+    remove.type = "button";
+    remove.className = "remove";
+    remove.textContent = "Remove";
+    actions.replaceChildren(remove);
+  }
+
   function gone(key, text) {
     const card = document.getElementById(key);
-    if (!card) return;
-    card.remove();
-    note(key, text);
+    if (!card || card.classList.contains("is-gone")) return;
+    if (typedIn(card)) keep(card, text);
+    else {
+      card.remove();
+      note(key, text);
+    }
     refresh();
   }
 
@@ -86,7 +117,9 @@
   function reset(html) {
     const fresh = cards(fragment(html));
     const keys = new Set(fresh.map((card) => card.id));
-    for (const card of cards(list)) if (!keys.has(card.id)) card.remove();
+    for (const card of cards(list)) {
+      if (!keys.has(card.id) && !card.classList.contains("is-gone")) card.remove();
+    }
     for (const card of fresh) insert(card);
     refresh();
   }
@@ -103,6 +136,13 @@
     element.textContent = text;
     for (const button of form.querySelectorAll("button")) button.disabled = false;
   }
+
+  list.addEventListener("click", (event) => {
+    const remove = event.target.closest("button.remove");
+    if (!remove) return;
+    remove.closest("article.request").remove();
+    refresh();
+  });
 
   list.addEventListener("submit", async (event) => {
     const form = event.target.closest("form.answer");

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from toolnexus.errors import InvalidAnswer
-from toolnexus.schema import check_schema, options, validate_form
+from ..errors import InvalidAnswer
+from ..schema import check_schema, options, validate_form
 
 Widget = Literal[
     "text", "email", "url", "date", "date-time", "number", "integer", "checkbox", "select", "checks"

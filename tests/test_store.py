@@ -1,0 +1,131 @@
+"""Worker stores (``broker.store(name)``): a named map of keys to bytes that expires as a
+whole, the same on both brokers; on Redis one hash in the queue's slot, retried by the
+broker's own policy while Redis is away."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+import pytest
+from redis.crc import key_slot
+
+import toolnexus
+from conftest import FAST, RedisServer
+from toolnexus import Broker, BrokerClosed, BrokerUnavailable, ConfigurationError
+from toolnexus.broker import MAX_STORE_VALUE_BYTES
+from toolnexus.keys import Keys
+from toolnexus.redis_broker import RedisBroker
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_a_store_keeps_bytes_and_text_by_key_and_forgets_on_delete(broker: Broker) -> None:
+    store = broker.store("bot")
+    assert await store.get("req-1") is None and await store.items() == {}
+    await store.set("req-1", '{"channel": "C1"}', ttl_s=60)
+    await store.set("req-2", b"\x00\xffraw", ttl_s=60)
+    await store.set("réq-3", "naïve ✓", ttl_s=60)
+    assert await store.get("req-1") == b'{"channel": "C1"}'
+    assert await broker.store("bot").get("req-2") == b"\x00\xffraw"  # one name, one store
+    assert await broker.store("other").items() == {}  # another name, another store
+    assert await store.items() == {
+        "req-1": b'{"channel": "C1"}',
+        "req-2": b"\x00\xffraw",
+        "réq-3": "naïve ✓".encode(),
+    }
+    await store.set("req-1", "again", ttl_s=60)
+    assert await store.get("req-1") == b"again"
+    await store.delete("req-1")
+    await store.delete("never-set")  # nothing to forget: no error
+    assert await store.get("req-1") is None
+    assert sorted(await store.items()) == ["req-2", "réq-3"]
+    assert repr(store).endswith("'bot'>")
+
+
+async def test_a_store_expires_as_a_whole_and_a_write_never_shortens_it(broker: Broker) -> None:
+    short, extended = broker.store("short"), broker.store("extended")
+    await short.set("a", "1", ttl_s=0.2)  # whole seconds, rounded up: at least 1 s
+    await extended.set("a", "1", ttl_s=0.5)
+    await extended.set("b", "2", ttl_s=30)  # extends the whole store
+    await extended.set("c", "3", ttl_s=1)  # does not shorten it
+    assert await short.get("a") == b"1"
+    await asyncio.sleep(1.3)
+    assert await short.get("a") is None and await short.items() == {}
+    assert sorted(await extended.items()) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda s: s.get(""), "a store key must be a string of 1 to 1000 characters"),
+        (lambda s: s.delete("k" * 1001), "a store key must be a string of 1 to 1000"),
+        (lambda s: s.get("\ud800"), "store key"),
+        (lambda s: s.set("k", 7, ttl_s=1), "a store value must be bytes or str, not int"),
+        (lambda s: s.set("k", "\ud800", ttl_s=1), "store value of 'k'"),
+        (lambda s: s.set("k", b"x" * (MAX_STORE_VALUE_BYTES + 1), ttl_s=1), "at most 65536"),
+        (lambda s: s.set("k", "v", ttl_s=0), "ttl_s"),
+        (lambda s: s.set("k", "v", ttl_s=math.nan), "ttl_s"),
+    ],
+)
+async def test_bad_keys_values_and_ttls_are_refused_by_name(
+    broker: Broker, call: object, match: str
+) -> None:
+    store = broker.store("bot")
+    with pytest.raises(ConfigurationError, match=match):
+        await call(store)  # type: ignore[operator]
+    assert await store.items() == {}
+
+
+@pytest.mark.parametrize("name", ["", "a:b", "{x}", "a b"])
+def test_a_store_name_that_cannot_be_part_of_a_key_is_refused(broker: Broker, name: str) -> None:
+    with pytest.raises(ConfigurationError, match="store name"):
+        broker.store(name)
+
+
+@pytest.mark.redis
+async def test_on_redis_a_store_is_one_hash_in_the_queues_slot_with_a_ttl(
+    redis_url: str, namespace: str
+) -> None:
+    async with toolnexus.connect(redis_url, namespace=namespace, queue="q1", **FAST) as broker:
+        assert isinstance(broker, RedisBroker)
+        key = Keys(namespace, "q1").store("slack")
+        assert key == f"{{{namespace}:q:q1}}:store:slack"
+        assert key_slot(key.encode()) == key_slot(broker.keys.requests.encode())
+        await broker.store("slack").set("req-1", "{}", ttl_s=3600)
+        assert await broker.redis.hgetall(key) == {b"req-1": b"{}"}
+        assert 3590 < await broker.redis.ttl(key) <= 3600
+        await broker.store("slack").set("req-2", "{}", ttl_s=60)
+        assert await broker.redis.ttl(key) > 3590  # not shortened
+        # what Redis holds is untrusted: a field nobody could ask for is left out
+        await broker.redis.hset(key, b"\xff\xfe", b"garbage")
+        assert sorted(await broker.store("slack").items()) == ["req-1", "req-2"]
+
+
+@pytest.mark.redis
+async def test_a_store_call_waits_out_a_short_outage_then_says_unavailable(
+    redis_server: RedisServer,
+) -> None:
+    options = {**FAST, "answer_patience_s": 1.0, "connect_timeout_s": 0.5}
+    async with toolnexus.connect(redis_server.url, **options) as broker:
+        store = broker.store("bot")
+        await store.set("req-1", "kept", ttl_s=60)
+        redis_server.stop()
+        restarted = asyncio.get_running_loop().run_in_executor(None, _restart, redis_server, 0.4)
+        assert await store.get("req-1") == b"kept"  # retried until Redis was back (AOF)
+        await restarted
+        redis_server.kill()
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailable, match="store 'bot': reading 'req-1'"):
+            await store.get("req-1")
+        assert 0.9 < time.monotonic() - started < 10  # retried for answer_patience_s
+    with pytest.raises(BrokerClosed):
+        broker.store("bot")
+    with pytest.raises(BrokerClosed):
+        await store.get("req-1")
+
+
+def _restart(server: RedisServer, after_s: float) -> None:
+    time.sleep(after_s)
+    server.start()
