@@ -38,8 +38,8 @@ from toolnexus.keys import Keys
 from toolnexus.lifecycle import Admission, Item, Outcome, Status, admit
 from toolnexus.redis_broker import RedisBroker
 from toolnexus.redis_broker._scripts import ADMIT
-from toolnexus.redis_broker.layout import LUA_FIELDS
 from toolnexus.redis_broker.answering import finish
+from toolnexus.redis_broker.layout import LUA_FIELDS
 
 pytestmark = pytest.mark.redis
 

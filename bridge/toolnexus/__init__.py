@@ -52,6 +52,7 @@ from .models import (
 from .question import QUESTION_TOOL, QuestionResult, question, question_tool
 from .schema import validate_form
 from .serve import Service, Worker, serve
+from .settings import RedisSettings
 from .signatures import Signatures
 from .signing import Keyring, SigningKey
 
@@ -139,6 +140,7 @@ __all__ = [
     "QuestionResult",
     "Quorum",
     "Reason",
+    "RedisSettings",
     "Request",
     "Responder",
     "ServerUnavailable",

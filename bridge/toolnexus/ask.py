@@ -37,6 +37,8 @@ from .exits import (
     EXIT_NOT_CONFIRMED,
     EXIT_REFUSED,
     EXIT_UNREACHABLE,
+    exit_code,
+    failed,
 )
 from .models import (
     DECLINED,
@@ -51,7 +53,7 @@ from .models import (
     Source,
     new_id,
 )
-from .ops import scrubbed, stored_answer
+from .ops import stored_answer
 from .question import question_schema
 from .redis_broker import RedisBroker
 from .serve import approvals_line
@@ -185,8 +187,7 @@ async def ask(
             )
             answer = await broker.wait_for(request, timeout_s=timeout_s, allow=allow or None)
     except BrokerUnavailable as exc:
-        print(f"toolnexus ask: {scrubbed(exc, url)}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return failed("toolnexus ask", exc, url)
     if as_json:
         print(answer_json(answer))
     elif answer.ok:
@@ -278,14 +279,13 @@ async def answer(url: str, options: dict[str, Any], given: Answer, *, confirm_s:
                 if fate is None:
                     fate = await _fate(broker, given, stored, events, confirm_s)
     except BrokerUnavailable as exc:
-        print(f"toolnexus answer: {scrubbed(exc, url)}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return failed("toolnexus answer", exc, url)
     except NotResolved as exc:
         print(f"toolnexus answer: {given.id}: refused: {exc.reason}", file=sys.stderr)
-        return EXIT_REFUSED
+        return exit_code(exc)
     except InvalidAnswer as exc:
         print(f"toolnexus answer: {given.id}: refused: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+        return exit_code(exc)
     if isinstance(fate, str):
         print(f"toolnexus answer: {given.id}: refused: {fate}", file=sys.stderr)
         return EXIT_REFUSED

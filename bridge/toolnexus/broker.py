@@ -24,6 +24,7 @@ from .audit import AuditRecord
 from .errors import ConfigurationError, InvalidRequest
 from .models import DECLINED, DISMISSED, Answer, ApprovedEvent, Event, Heartbeat, Request
 from .numeric import MAX_COUNT, check_number
+from .settings import RedisSettings, default_url
 from .wire10 import Request10
 
 REDIS_SCHEMES = frozenset(
@@ -462,23 +463,30 @@ class Broker(_Closing):
         return f"<{type(self).__name__} {redacted(self.url)}>"
 
 
-def connect(url: str | None = None, **options: Any) -> Broker:
+def connect(
+    url: str | None = None, *, settings: RedisSettings | None = None, **options: Any
+) -> Broker:
     """A broker for ``url``: ``memory://`` (in-process), ``redis://`` / ``rediss://`` (one
     Redis server), ``redis+cluster://host:port,host:port`` (a Redis Cluster, by any of its
     nodes) or ``redis+sentinel://host:port,host:port/master-name`` (the master the
     Sentinels name); ``rediss+cluster://`` and ``rediss+sentinel://`` speak TLS. See
     :mod:`toolnexus.redis_broker._connections`.
 
-    With no URL, ``TOOLNEXUS_URL`` is read, else ``memory://`` is used. Options go
-    to the backend (for Redis: ``namespace``, ``queue``, ``lease_ms``, ...).
+    With no URL, ``TOOLNEXUS_URL`` is read, else
+    :data:`~toolnexus.settings.DEFAULT_URL` (Redis on this machine) is used. ``settings``
+    are the Redis broker's (:class:`~toolnexus.RedisSettings`); ``options`` are keyword
+    arguments: each field of those settings by name (``namespace="ops"``,
+    ``lease_ms=60_000``), redis-py connection options (``username``, ``ssl_ca_certs``, ...),
+    and ``codec``, ``signing_key``, ``trusted_keys``, ``require_signatures``.
 
     Raises:
         ConfigurationError: the URL scheme is not one toolnexus knows, or an option the
             backend does not know or cannot honour (``memory://`` refuses the Redis
-            broker's options and every signature setting, ``TOOLNEXUS_REQUIRE_SIGNATURES=1``
-            included, rather than run unsigned), or a bad value.
+            broker's options, a field of ``settings`` other than its own set to other than
+            its default, and every signature setting, ``TOOLNEXUS_REQUIRE_SIGNATURES=1``
+            included, rather than run unsigned), or a bad value; the message names it.
     """
-    url = url or os.environ.get("TOOLNEXUS_URL") or "memory://"
+    url = url or default_url()
     try:
         scheme = urlsplit(url).scheme
     except ValueError as exc:
@@ -486,11 +494,11 @@ def connect(url: str | None = None, **options: Any) -> Broker:
     if scheme == "memory":
         from .memory import MemoryBroker
 
-        return MemoryBroker(url, **options)
+        return MemoryBroker(url, settings=settings, **options)
     if scheme in REDIS_SCHEMES:
         from .redis_broker import RedisBroker
 
-        return RedisBroker(url, **options)
+        return RedisBroker(url, settings=settings, **options)
     raise ConfigurationError(
         f"unknown broker URL scheme {scheme!r} in {url!r}: use memory://, redis://, rediss://, "
         "redis+cluster://, rediss+cluster://, redis+sentinel:// or rediss+sentinel://"

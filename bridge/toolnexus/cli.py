@@ -7,7 +7,10 @@ operators. This module holds only the parser and the dispatch.
 entry point (so workers depend on this package, never the other way round).
 
 Configuration comes from flags, then ``TOOLNEXUS_*`` environment variables
-(``TOOLNEXUS_URL`` for the broker), then the embedded default ``memory://``.
+(``TOOLNEXUS_URL`` for the broker), then the defaults of :mod:`.settings` (Redis on this
+machine; ``demo`` runs on the embedded ``memory://``). Every command that talks to a broker
+takes the same flags (:func:`~toolnexus.settings.connection_parser`), and every error ends
+it with the status :mod:`.exits` maps it to.
 """
 
 from __future__ import annotations
@@ -23,15 +26,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import acl
-from .errors import BrokerUnavailable, ConfigurationError, ToolnexusError
-from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NOT_DONE, EXIT_OK, EXIT_UNREACHABLE
+from .errors import ConfigurationError, ToolnexusError
+from .exits import EXIT_ERROR, EXIT_NOT_DONE, EXIT_OK, failed
 from .hops import parse_duration
 from .models import Hop
 from .numeric import MAX_SECONDS, check_number
-
-DEFAULT_URL = "redis://127.0.0.1:6379/0"
-"""Where ``ask``, ``answer``, ``status``, ``check`` and ``audit`` look for Redis when neither
-``--url`` nor ``TOOLNEXUS_URL`` says."""
+from .settings import connection_options, connection_parser
 
 
 def duration_s(text: str) -> float:
@@ -83,27 +83,6 @@ def _positive_int(text: str) -> int:
     return number
 
 
-def _connection(parser: argparse.ArgumentParser, *, queue: bool = True) -> None:
-    """The options every command that talks to a broker takes."""
-    group = parser.add_argument_group("broker")
-    group.add_argument(
-        "--url",
-        default=os.environ.get("TOOLNEXUS_URL") or DEFAULT_URL,
-        help=f"broker URL (default: $TOOLNEXUS_URL, else {DEFAULT_URL})",
-    )
-    group.add_argument(
-        "--namespace",
-        default=os.environ.get("TOOLNEXUS_NAMESPACE") or "toolnexus",
-        help="Redis key namespace (default: $TOOLNEXUS_NAMESPACE, else toolnexus)",
-    )
-    if queue:
-        group.add_argument(
-            "--queue",
-            default=os.environ.get("TOOLNEXUS_QUEUE") or "default",
-            help="request queue (default: $TOOLNEXUS_QUEUE, else default)",
-        )
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolnexus",
@@ -112,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = commands.add_parser(
         "demo",
+        parents=[connection_parser(keys=False, embedded=True, queue_default="demo")],
         help="run a whole round trip: an MCP server asks, a responder answers",
         description=(
             "Run the example MCP booking server, an agent calling its tool through "
@@ -128,13 +108,6 @@ def _parser() -> argparse.ArgumentParser:
             "(responder workers on the --url broker answer)"
         ),
     )
-    demo.add_argument(
-        "--url",
-        default=None,
-        help="broker URL: memory:// (default, or $TOOLNEXUS_URL) or redis://host:6379/0",
-    )
-    demo.add_argument("--namespace", default="toolnexus", help="Redis key namespace")
-    demo.add_argument("--queue", default="demo", help="request queue")
     demo.add_argument("--restaurant", default="Chez Toolnexus", help="where to book")
     keygen = commands.add_parser(
         "keygen",
@@ -167,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
 def _ops_parsers(commands: Any) -> None:
     ask = commands.add_parser(
         "ask",
+        parents=[connection_parser()],
         help="ask a question and wait: exit 0 accepted, 1 declined, 2 not answered, 3 no broker",
         description=(
             "Publish a question and wait for a responder's answer: an approval gate for shell "
@@ -263,10 +237,10 @@ def _ops_parsers(commands: Any) -> None:
     )
     ask.add_argument("--id", metavar="ID", help="the request id (default: a fresh one)")
     ask.add_argument("--json", action="store_true", help="print the whole answer as JSON")
-    _connection(ask)
 
     answer = commands.add_parser(
         "answer",
+        parents=[connection_parser()],
         help="answer a request by id (--accept [JSON], --decline or --dismiss) and confirm it",
         description=(
             "Resolve request ID: the answer is checked against the request's form and "
@@ -302,10 +276,10 @@ def _ops_parsers(commands: Any) -> None:
         metavar="DURATION",
         help="how long to wait for the waiter to take or refuse it (default 5s)",
     )
-    _connection(answer)
 
     status = commands.add_parser(
         "status",
+        parents=[connection_parser(queue=None, keys=False)],
         help="queues, groups, consumers, heartbeats, dead letters and waiters",
         description=(
             "Per queue and consumer group: open requests and the oldest one's age, "
@@ -323,7 +297,6 @@ def _ops_parsers(commands: Any) -> None:
         metavar="DURATION",
         help="with --watch: how often to refresh (default 2s)",
     )
-    _connection(status, queue=False)
     status.add_argument(
         "--queue",
         action="append",
@@ -333,6 +306,7 @@ def _ops_parsers(commands: Any) -> None:
 
     check = commands.add_parser(
         "check",
+        parents=[connection_parser(keys=False)],
         help="health probe: exit 0 when Redis answers and the workers have heartbeats",
         description=(
             "Exit 0 when Redis is reachable and the workers named (GROUP, any consumer of "
@@ -352,10 +326,10 @@ def _ops_parsers(commands: Any) -> None:
         action="store_true",
         help="count only workers running on this host (a container's own health check)",
     )
-    _connection(check)
 
     audit = commands.add_parser(
         "audit",
+        parents=[connection_parser(keys=False)],
         help="the audit trail: how each request was resolved, and by whom",
         description="Print the audit records of resolved requests, oldest first.",
     )
@@ -373,7 +347,6 @@ def _ops_parsers(commands: Any) -> None:
         action="store_true",
         help="with --json: also the signed bytes of each record (base64), to verify offline",
     )
-    _connection(audit)
 
     _dead_letters_parser(commands)
 
@@ -394,15 +367,20 @@ def _dead_letters_parser(commands: Any) -> None:
     actions = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser(
         "list",
+        parents=[connection_parser(keys=False)],
         help="one line each, oldest first: id, when, the request it held, the error",
         description="List the queue's dead letters, oldest first.",
     )
     show = actions.add_parser(
-        "show", help="every field of one dead letter", description="Show one dead letter."
+        "show",
+        parents=[connection_parser(keys=False)],
+        help="every field of one dead letter",
+        description="Show one dead letter.",
     )
     show.add_argument("id", metavar="ID", help="the dead letter's id (as list prints it)")
     requeue = actions.add_parser(
         "requeue",
+        parents=[connection_parser(keys=False)],
         help="put a dead-lettered request back on its queue",
         description=(
             "Put the request a dead letter holds back on the queue's request stream, as it "
@@ -414,6 +392,7 @@ def _dead_letters_parser(commands: Any) -> None:
     )
     purge = actions.add_parser(
         "purge",
+        parents=[connection_parser(keys=False)],
         help="delete dead letters",
         description="Delete one dead letter, or with --all every one of the queue.",
     )
@@ -423,7 +402,6 @@ def _dead_letters_parser(commands: Any) -> None:
         which.add_argument("--all", action="store_true", help="every dead letter of the queue")
     for parser in (listing, show, requeue, purge):
         parser.add_argument("--json", action="store_true", help="print JSON")
-        _connection(parser)
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -465,7 +443,7 @@ def _worker(args: argparse.Namespace) -> int:
     if entry is None:
         known = ", ".join(sorted(workers)) or "none"
         print(f"toolnexus: no worker named {args.name!r} (installed: {known})", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     try:
         main: Callable[[Sequence[str]], int] = entry.load()
     except ModuleNotFoundError as exc:
@@ -478,7 +456,7 @@ def _worker(args: argparse.Namespace) -> int:
             f"toolnexus worker {entry.name} needs {missing!r}, which is not installed{fix}",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_ERROR
     return main(args.args)
 
 
@@ -501,10 +479,6 @@ async def _demo(args: argparse.Namespace) -> int:
 
 def _run_demo(args: argparse.Namespace) -> int:
     return asyncio.run(_demo(args))
-
-
-def _options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"namespace": args.namespace, "queue": args.queue}
 
 
 def _ask(args: argparse.Namespace) -> int:
@@ -535,7 +509,7 @@ def _ask(args: argparse.Namespace) -> int:
     return asyncio.run(
         ask(
             args.url,
-            _options(args),
+            connection_options(args),
             request,
             timeout_s=timeout_s,
             allow=args.allow,
@@ -555,7 +529,7 @@ def _answer(args: argparse.Namespace) -> int:
         decline=args.decline,
         person=args.person,
     )
-    return asyncio.run(answer(args.url, _options(args), given, confirm_s=args.confirm))
+    return asyncio.run(answer(args.url, connection_options(args), given, confirm_s=args.confirm))
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -699,14 +673,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     try:
         return _COMMANDS[args.command](args)
-    except BrokerUnavailable as exc:
-        print(f"toolnexus {args.command}: {_one_line(exc, args)}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    except ToolnexusError as exc:
-        print(f"toolnexus {args.command}: {_one_line(exc, args)}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    except (ToolnexusError, KeyboardInterrupt) as exc:
+        return failed(f"toolnexus {args.command}", exc, getattr(args, "url", None))
 
 
 def _not_text(args: argparse.Namespace) -> str | None:
@@ -720,16 +688,6 @@ def _not_text(args: argparse.Namespace) -> str | None:
                 except UnicodeEncodeError:
                     return name
     return None
-
-
-def _one_line(exc: BaseException, args: argparse.Namespace) -> str:
-    """The error as one line, without the password of the broker URL."""
-    url = getattr(args, "url", None)
-    if url:
-        from .ops import scrubbed
-
-        return scrubbed(exc, url)
-    return " ".join(str(exc).split())
 
 
 if __name__ == "__main__":

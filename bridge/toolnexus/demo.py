@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import sys
 import uuid
 from typing import Any, TextIO
@@ -34,6 +35,7 @@ from .errors import ConfigurationError
 from .mcp_client import load_mcp
 from .models import Answer, Request
 from .schema import options
+from .settings import EMBEDDED_URL, URL_VARIABLE
 from .terminal import Terminal
 
 BOOKING_FORM: dict[str, Any] = {
@@ -261,7 +263,8 @@ async def run_demo(
     output: TextIO | None = None,
     **broker_options: Any,
 ) -> CallToolResult:
-    """The whole round trip on ``url`` (``memory://`` by default): returns the tool's result.
+    """The whole round trip on ``url`` (else ``TOOLNEXUS_URL``, else the embedded
+    ``memory://``: :data:`~toolnexus.settings.EMBEDDED_URL`): returns the tool's result.
 
     ``responder`` is ``"terminal"`` (a person at ``stdin``/``output``), ``"auto"``, or
     ``"none"``: responder workers elsewhere answer (a Redis URL, then).
@@ -278,6 +281,7 @@ async def run_demo(
     terminal = Terminal(stdin=stdin or sys.stdin, output=output)
     agent = f"demo-{uuid.uuid4().hex[:8]}"
     broker_options.setdefault("queue", "demo")
+    url = url or os.environ.get(URL_VARIABLE) or EMBEDDED_URL
     async with connect(url, **broker_options) as broker, anyio.create_task_group() as tasks:
         if responder != "none":
             tasks.start_soon(_respond, broker, responder, agent, terminal, output)

@@ -63,6 +63,7 @@ from .models import (
 from .numeric import check_number
 from .outcomes import check_on_expiry, expired_answer
 from .schema import check_answer
+from .settings import RedisSettings
 from .signatures import REQUIRE_ENV, SIGNING_OPTIONS, signatures_required
 from .signing import allowed
 from .voting import approvals_of, decides, voter_of
@@ -97,7 +98,9 @@ the same options reach either broker: one embedded broker is one namespace and o
 class MemoryBroker(Broker):
     """In-process broker; ``connect("memory://")`` makes one. Options: ``default_timeout_s``
     and ``retention_s`` (as the Redis broker's), ``namespace`` and ``queue`` (see
-    :data:`MEMORY_OPTIONS`). It does not sign: everything in it is one process, so it
+    :data:`MEMORY_OPTIONS`), as keywords or as the same fields of a
+    :class:`~toolnexus.RedisSettings` (``settings``), whose other fields must keep their
+    defaults. It does not sign: everything in it is one process, so it
     refuses signature settings rather than run unsigned.
 
     Raises:
@@ -111,8 +114,9 @@ class MemoryBroker(Broker):
         self,
         url: str = "memory://",
         *,
-        default_timeout_s: float = DEFAULT_TIMEOUT_S,
-        retention_s: float = RETENTION_S,
+        settings: RedisSettings | None = None,
+        default_timeout_s: float | None = None,
+        retention_s: float | None = None,
         namespace: str | None = None,
         queue: str | None = None,
         **options: Any,
@@ -123,14 +127,37 @@ class MemoryBroker(Broker):
             raise ConfigurationError(
                 f"the embedded broker ({url}) cannot sign or verify ({asked}): everything in "
                 "it is one process. Give a redis:// URL (or TOOLNEXUS_URL) for signatures, "
-                f"or leave them unset (connect() without a URL uses memory://)"
+                "or leave them unset"
             )
+        if settings is not None:  # the fields it honours, as if given one by one
+            given = {
+                "default_timeout_s": default_timeout_s,
+                "retention_s": retention_s,
+                "namespace": namespace,
+                "queue": queue,
+            }
+            changed = settings.changed()
+            twice = [name for name, value in given.items() if value is not None and name in changed]
+            if twice:
+                raise ConfigurationError(
+                    f"{', '.join(twice)}: given both in settings= and as a keyword; give each once"
+                )
+            options.update((name, getattr(settings, name)) for name in changed)
+            default_timeout_s = default_timeout_s or settings.default_timeout_s
+            retention_s = retention_s or settings.retention_s
+            namespace, queue = namespace or settings.namespace, queue or settings.queue
+            for name in MEMORY_OPTIONS:
+                options.pop(name, None)
         if options:
             raise ConfigurationError(
                 f"the embedded broker ({url}) cannot honour option"
                 f"{'s' if len(options) > 1 else ''} {', '.join(sorted(options))}: its options "
                 f"are {', '.join(MEMORY_OPTIONS)} (the others are the Redis broker's)"
             )
+        if default_timeout_s is None:
+            default_timeout_s = DEFAULT_TIMEOUT_S
+        if retention_s is None:
+            retention_s = RETENTION_S
         check_number("option default_timeout_s", default_timeout_s)
         check_number("option retention_s", retention_s)
         Keys(namespace or "toolnexus", queue or "default")  # names the Redis broker takes

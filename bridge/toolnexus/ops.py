@@ -27,6 +27,7 @@ from .audit import AuditRecord
 from .broker import connect, redacted
 from .codec import JSON, MSGPACK
 from .errors import BrokerUnavailable, ConfigurationError, DecodeError
+from .exits import one_line
 from .models import Answer, Request
 from .redis_broker import RedisBroker
 from .redis_broker import inspect as state
@@ -34,12 +35,6 @@ from .redis_broker.inspect import DeadLetter, Status
 from .redis_broker.layout import LUA_FIELDS
 
 T = TypeVar("T")
-
-
-def scrubbed(message: object, url: str) -> str:
-    """``message`` as one line, with ``url``'s password replaced by ``***`` (errors quote
-    the URL, and a health check's output is kept by the container engine)."""
-    return " ".join(str(message).replace(url, redacted(url)).split())
 
 
 @contextlib.asynccontextmanager
@@ -189,7 +184,7 @@ async def check(
         async with redis_brokers(url, namespace, [queue]) as (broker,):
             beats = await broker.heartbeats()
     except BrokerUnavailable as exc:
-        return False, f"Redis is not reachable: {scrubbed(exc, url)}"
+        return False, f"Redis is not reachable: {one_line(exc, url)}"
     host = socket.gethostname()
     if here:
         beats = [b for b in beats if b.info.get("host") == host]

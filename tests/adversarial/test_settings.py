@@ -7,12 +7,14 @@ Threat-model line S9; issue #24 observation 9.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 import toolnexus
-from toolnexus import ConfigurationError, SigningKey
+from toolnexus import ConfigurationError, RedisSettings, SigningKey
+from toolnexus.redis_broker import RedisBroker
 
 pytestmark = pytest.mark.redis
 
@@ -97,3 +99,73 @@ def test_the_embedded_broker_checks_the_names_it_takes() -> None:
     """S9, observation 9: a namespace the Redis broker refuses was taken in memory."""
     with pytest.raises(ConfigurationError, match="namespace 'a:b'"):
         toolnexus.connect("memory://", namespace="a:b")
+
+
+# -- RedisSettings (issue #32, observation 4): typed, and refused where not honoured ------
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        (RedisSettings(lease_ms=600, block_ms=100), "block_ms, lease_ms"),
+        (RedisSettings(durability="wait"), "durability"),
+        (RedisSettings(redis_options={"username": "ops"}), "redis_options"),
+        (RedisSettings(agent="agent-7"), "agent"),
+    ],
+    ids=["leases", "durability", "connection", "agent"],
+)
+def test_the_embedded_broker_refuses_settings_it_cannot_honour(
+    settings: RedisSettings, named: str
+) -> None:
+    """observation 4: the embedded broker swallowed what it could not honour."""
+    with pytest.raises(ConfigurationError, match=named) as refused:
+        toolnexus.connect("memory://", settings=settings)
+    assert "default_timeout_s, namespace, queue, retention_s" in str(refused.value)
+
+
+def test_the_embedded_broker_honours_its_own_settings() -> None:
+    settings = RedisSettings(namespace="ops", queue="q", default_timeout_s=5, retention_s=9)
+    broker = toolnexus.connect("memory://", settings=settings)
+    assert (broker.default_timeout_s, broker.retention_s) == (5, 9)  # type: ignore[attr-defined]
+    with pytest.raises(ConfigurationError, match="namespace 'a:b'"):
+        toolnexus.connect("memory://", settings=RedisSettings(namespace="a:b"))
+
+
+@pytest.mark.parametrize("url", ["memory://", REDIS])
+def test_a_setting_given_twice_is_refused(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="namespace: given both in settings="):
+        toolnexus.connect(url, settings=RedisSettings(namespace="a"), namespace="b")
+
+
+async def test_settings_and_keywords_make_the_same_broker() -> None:
+    typed = toolnexus.connect(REDIS, settings=RedisSettings(lease_ms=60_000, block_ms=500))
+    keywords = toolnexus.connect(REDIS, lease_ms=60_000, block_ms=500)
+    mixed = toolnexus.connect(REDIS, settings=RedisSettings(lease_ms=60_000), block_ms=500)
+    try:
+        assert isinstance(typed, RedisBroker) and isinstance(keywords, RedisBroker)
+        assert isinstance(mixed, RedisBroker)
+        assert typed.settings == keywords.settings == mixed.settings
+        assert (typed.settings.lease_ms, typed.settings.block_ms) == (60_000, 500)
+    finally:
+        for broker in (typed, keywords, mixed):
+            await broker.aclose()
+
+
+@pytest.mark.parametrize(("url", "name", "value"), [b for b in BAD_NUMBERS if b[0] == REDIS])
+def test_settings_are_checked_when_made(url: str, name: str, value: object) -> None:
+    with pytest.raises(ConfigurationError, match=f"{name}="):
+        options: dict[str, Any] = {name: value}
+        RedisSettings(**options)
+
+
+def test_settings_are_frozen_and_hide_passwords() -> None:
+    settings = RedisSettings(redis_options={"username": "ops", "password": "s3cret"})
+    assert "s3cret" not in repr(settings)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.lease_ms = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        settings.redis_options["password"] = "other"  # type: ignore[index]
+    with pytest.raises(ConfigurationError, match="unknown redis_options pasword"):
+        RedisSettings(redis_options={"pasword": "s3cret"})
+    with pytest.raises(ConfigurationError, match="settings must be a RedisSettings, not dict"):
+        toolnexus.connect(REDIS, settings={"lease_ms": 1})  # type: ignore[arg-type]

@@ -21,11 +21,11 @@ invalid, the request is left for a person.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import fnmatch
 import logging
 import re
-import sys
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,15 +42,9 @@ from toolnexus import (
     Request,
     Worker,
 )
+from toolnexus.exits import EXIT_OK, failed
 
-from .options import (
-    EXIT_CONFIGURATION,
-    EXIT_OK,
-    configure_logging,
-    run_main,
-    service,
-    worker_parser,
-)
+from .options import configure_logging, run_main, service, worker_parser
 
 log = logging.getLogger("toolnexus.auto")
 
@@ -338,25 +332,29 @@ def _describe(request: Request) -> str:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``toolnexus worker auto``: answer requests by the rules in a TOML file."""
-    parser = worker_parser(
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``toolnexus worker auto``."""
+    p = worker_parser(
         "auto",
         "Answer requests unattended by rules (TOML): first match wins; accept with data "
         "or the schema's defaults, decline, or skip to leave the request for a person.",
         group="auto",
     )
-    parser.add_argument("--rules", required=True, type=Path, help="the rules file (TOML)")
-    parser.add_argument(
+    p.add_argument("--rules", required=True, type=Path, help="the rules file (TOML)")
+    p.add_argument(
         "--check", action="store_true", help="check the rules file, print a summary and exit"
     )
-    args = parser.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``toolnexus worker auto``: answer requests by the rules in a TOML file."""
+    args = parser().parse_args(argv)
     configure_logging(args)
     try:
         rules = Rules.load(args.rules)
     except RulesError as exc:
-        print(f"{parser.prog}: {exc}", file=sys.stderr)
-        return EXIT_CONFIGURATION
+        return failed(args.prog, exc)
     if args.check:
         print(f"{rules.source}: {len(rules)} rules, all valid")
         return EXIT_OK
@@ -373,4 +371,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_main(args, work)
 
 
-__all__ = ["AutoWorker", "Rule", "Rules", "RulesError", "main"]
+__all__ = ["AutoWorker", "Rule", "Rules", "RulesError", "main", "parser"]

@@ -17,7 +17,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
@@ -512,18 +512,6 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
         "drain_s": args.drain_s,
         "heartbeat_ttl_s": args.heartbeat_ttl_s,
     }
-
-
-def require_extra(extra: str, modules: Sequence[str]) -> None:
-    """Raises: ConfigurationError naming the install command when a module is missing."""
-    import importlib.util
-
-    missing = [name for name in modules if importlib.util.find_spec(name) is None]
-    if missing:
-        raise ConfigurationError(
-            f"the {extra} worker needs {', '.join(missing)}: "
-            f"pip install 'toolnexus-bridge[{extra}]'"
-        )
 
 
 class ChatServer(abc.ABC):

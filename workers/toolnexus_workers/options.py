@@ -1,8 +1,9 @@
 """What every worker takes on its command line, and running one until SIGTERM.
 
-Flags fall back to ``TOOLNEXUS_*`` environment variables: ``--url`` to
-``TOOLNEXUS_URL`` (else ``redis://127.0.0.1:6379/0``), ``--namespace`` to
-``TOOLNEXUS_NAMESPACE``, ``--queue`` to ``TOOLNEXUS_QUEUE``, ``--metrics-port``,
+The broker flags are the ones every ``toolnexus`` command takes
+(:func:`toolnexus.settings.connection_parser`: ``--url``, ``--namespace``, ``--queue`` and
+the signature flags, each falling back to its ``TOOLNEXUS_*`` variable), and a worker ends
+on an error with the status :mod:`toolnexus.exits` maps it to. Besides: ``--metrics-port``,
 ``--metrics-host`` and ``--metrics-token`` to ``TOOLNEXUS_METRICS_PORT``, ``_HOST`` and
 ``_TOKEN``, ``--log-json`` to ``TOOLNEXUS_LOG_JSON``.
 
@@ -20,31 +21,32 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import importlib.util
 import json
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import toolnexus
-from toolnexus import (
-    Broker,
-    BrokerUnavailable,
-    ConfigurationError,
-    Service,
-    ToolnexusError,
-    Worker,
-)
+from toolnexus import Broker, ConfigurationError, Service, ToolnexusError, Worker
+from toolnexus.exits import failed
 from toolnexus.metrics import Metrics
-from toolnexus.ops import scrubbed
+from toolnexus.settings import connection_options, connection_parser
 
-DEFAULT_URL = "redis://127.0.0.1:6379/0"
-"""Where a worker looks for Redis when neither ``--url`` nor ``TOOLNEXUS_URL`` says."""
-
-EXIT_OK, EXIT_CONFIGURATION, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 2, 3, 130
-"""Exit statuses: stopped cleanly; bad flags or files; the broker could not be reached;
-Ctrl-C before serving began."""
+__all__ = [
+    "JsonFormatter",
+    "add_listen_flags",
+    "broker_options",
+    "configure_logging",
+    "require_extra",
+    "run_checked",
+    "run_main",
+    "service",
+    "watch_service",
+    "worker_parser",
+]
 
 
 def worker_parser(
@@ -56,53 +58,22 @@ def worker_parser(
     drain_s: float = 10.0,
 ) -> argparse.ArgumentParser:
     """A parser with the options every worker takes; ``concurrency=None`` offers none."""
-    parser = argparse.ArgumentParser(prog=f"toolnexus worker {name}", description=description)
-    broker = parser.add_argument_group("broker")
-    broker.add_argument(
-        "--url",
-        default=os.environ.get("TOOLNEXUS_URL") or DEFAULT_URL,
-        help=f"broker URL (default: $TOOLNEXUS_URL, else {DEFAULT_URL})",
-    )
-    broker.add_argument(
-        "--namespace",
-        default=os.environ.get("TOOLNEXUS_NAMESPACE") or "toolnexus",
-        help="Redis key namespace (default: $TOOLNEXUS_NAMESPACE, else toolnexus)",
-    )
-    broker.add_argument(
-        "--queue",
-        default=os.environ.get("TOOLNEXUS_QUEUE") or "default",
-        help="request queue to answer (default: $TOOLNEXUS_QUEUE, else default)",
-    )
-    broker.add_argument(
-        "--signing-key",
-        default=None,
-        help="this worker's private key file: its answers are signed "
-        "(default: $TOOLNEXUS_SIGNING_KEY; toolnexus keygen makes one)",
-    )
-    broker.add_argument(
-        "--trusted-keys",
-        default=None,
-        help="agents' public keys, a directory of .pub files or a file of NAME KEY lines "
-        "(default: $TOOLNEXUS_TRUSTED_KEYS)",
-    )
-    broker.add_argument(
-        "--require-signatures",
-        action="store_true",
-        default=None,
-        help="show only requests signed by a trusted agent key "
-        "(default: $TOOLNEXUS_REQUIRE_SIGNATURES)",
-    )
-    broker.add_argument(
-        "--lease-ms",
-        type=_positive(int),
-        default=None,
-        help="how long a held request is leased before others may reclaim it (30000)",
+    parser = argparse.ArgumentParser(
+        prog=f"toolnexus worker {name}",
+        description=description,
+        parents=[connection_parser(queue="request queue to answer")],
     )
     worker = parser.add_argument_group("worker")
     worker.add_argument(
         "--group",
         default=group,
         help=f"consumer group: one per channel; every group sees every request ({group})",
+    )
+    worker.add_argument(
+        "--lease-ms",
+        type=_positive(int),
+        default=None,
+        help="how long a held request is leased before others may reclaim it (30000)",
     )
     worker.add_argument(
         "--consumer", default=None, help="consumer name in the group (default: host-pid-random)"
@@ -217,18 +188,17 @@ def watch_service(args: argparse.Namespace, runner: Service) -> None:
 
 def broker_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options of :func:`toolnexus.connect` the parsed flags ask for."""
-    options: dict[str, Any] = {"namespace": args.namespace, "queue": args.queue}
-    for name in ("lease_ms", "signing_key", "trusted_keys", "require_signatures"):
-        if getattr(args, name) is not None:  # else connect() reads TOOLNEXUS_* itself
-            options[name] = getattr(args, name)
+    options = connection_options(args)
+    if args.lease_ms is not None:
+        options["lease_ms"] = args.lease_ms
     return options
 
 
 def run_main(args: argparse.Namespace, work: Callable[[Broker], Awaitable[int]]) -> int:
     """Connect as ``args`` say, run ``work(broker)`` and return an exit status for it.
 
-    A :class:`~toolnexus.ToolnexusError` is printed as one line: status 3 when the broker
-    cannot be reached, 2 for anything else (a bad option).
+    A :class:`~toolnexus.ToolnexusError` is printed as one line and mapped to its status by
+    :func:`toolnexus.exits.failed` (3 when the broker cannot be reached, 2 for a bad option).
     """
 
     async def main() -> int:
@@ -249,14 +219,8 @@ def run_main(args: argparse.Namespace, work: Callable[[Broker], Awaitable[int]])
 
     try:
         return _run(main(), getattr(args, "uvloop", "no"))
-    except BrokerUnavailable as exc:
-        print(f"{_prog(args)}: {scrubbed(exc, args.url)}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    except ToolnexusError as exc:
-        print(f"{_prog(args)}: {scrubbed(exc, args.url)}", file=sys.stderr)
-        return EXIT_CONFIGURATION
-    except KeyboardInterrupt:  # before the worker's own signal handling was in place
-        return EXIT_INTERRUPTED
+    except (ToolnexusError, KeyboardInterrupt) as exc:  # Ctrl-C: before the worker's own
+        return failed(_prog(args), exc, args.url)  # signal handling was in place
 
 
 def _run(main: Coroutine[Any, Any, int], use_uvloop: str) -> int:
@@ -290,9 +254,25 @@ def run_checked(
     try:
         check(args)
     except ConfigurationError as exc:
-        sys.stderr.write(f"{_prog(args)}: {exc}\n")
-        return EXIT_CONFIGURATION
+        return failed(_prog(args), exc)
     return run_main(args, lambda broker: serve(broker, args))
+
+
+def require_extra(extra: str, modules: Sequence[str]) -> None:
+    """Raises: ConfigurationError naming the install command when a module is missing."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigurationError(
+            f"the {extra} worker needs {', '.join(missing)}: "
+            f"pip install 'toolnexus-bridge[{extra}]'"
+        )
+
+
+def add_listen_flags(group: Any, *, port: int) -> None:
+    """``--host`` (127.0.0.1) and ``--port`` (``port``) in the argument ``group``: where a
+    worker that serves HTTP listens."""
+    group.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    group.add_argument("--port", type=int, default=port, help=f"port to listen on ({port})")
 
 
 def _prog(args: argparse.Namespace) -> str:

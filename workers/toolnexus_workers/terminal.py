@@ -27,10 +27,11 @@ from toolnexus import (
     Service,
     Worker,
 )
+from toolnexus.exits import EXIT_OK
 from toolnexus.serve import approvals_line
 from toolnexus.terminal import Terminal
 
-from .options import EXIT_OK, configure_logging, run_main, service, worker_parser
+from .options import configure_logging, run_main, service, worker_parser
 
 QUIT_WITHIN_S = 2.0
 """A second Ctrl-C this soon after the first quits, even while a request is asked."""
@@ -138,9 +139,9 @@ def _stop_unless_cancelled(runner: Service) -> Callable[[asyncio.Future[None]], 
     return stop
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``toolnexus worker terminal``: answer requests at this terminal."""
-    parser = worker_parser(
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``toolnexus worker terminal``."""
+    return worker_parser(
         "terminal",
         "Answer requests at this terminal, one at a time: forms field by field, "
         "authorizations after seeing their URL. Ctrl-C dismisses the request being asked; "
@@ -149,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         concurrency=None,
         drain_s=0.0,
     )
-    args = parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``toolnexus worker terminal``: answer requests at this terminal."""
+    args = parser().parse_args(argv)
     configure_logging(args, default=logging.WARNING)
     return run_main(args, lambda broker: _serve(broker, args))

@@ -1,5 +1,6 @@
 """The Redis Streams broker (SPEC §11): ``connect("redis://…")``.
 
+Its settings are :class:`toolnexus.RedisSettings` (:mod:`toolnexus.settings`).
 Three modules tell the architecture: :mod:`.waiter` (publish a request, wait for its
 answer), :mod:`.responder` (consumer groups, answering, heartbeats; :mod:`.events`
 follows what happens) and
@@ -23,13 +24,14 @@ from typing import Any
 from ..audit import AuditRecord, decode_record
 from ..broker import Broker, check_audit_query, default_consumer_name, redacted
 from ..codec import MSGPACK, Codec
-from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, DecodeError
+from ..errors import BrokerClosed, BrokerUnavailable, DecodeError
 from ..models import Answer, ApprovedEvent, CompletedEvent, Heartbeat, Request
-from ..signatures import SIGNING_OPTIONS, Signatures
+from ..settings import RedisSettings
+from ..signatures import Signatures
 from ..signing import Keyring, SigningKey
 from ..wire10 import Request10
 from ._connections import Client
-from ._core import REDIS_OPTIONS, Core, Settings, boundary, default_agent, ms, run_to_completion
+from ._core import Core, boundary, ms, run_to_completion
 from .answering import answer_by_id
 from .events import RedisEvents
 from .heartbeats import heartbeat, heartbeats
@@ -42,51 +44,20 @@ __all__ = ["RedisBroker", "RedisEvents", "RedisPending", "RedisResponder", "Redi
 
 log = logging.getLogger("toolnexus.redis")
 
-OWN_OPTIONS = frozenset({"codec", *SIGNING_OPTIONS})
-"""The options :class:`RedisBroker` takes besides its :class:`Settings`."""
-
 
 class RedisBroker(Broker):
-    """Broker on Redis Streams. Options:
+    """Broker on Redis Streams, as its :class:`~toolnexus.RedisSettings` say (given as
+    ``settings``, or field by field as keyword arguments: ``lease_ms=60_000``; redis-py
+    connection options such as ``username``, ``password``, ``ssl_ca_certs`` too). Besides:
 
-    - ``namespace`` / ``queue``: where keys live (see :mod:`toolnexus.keys`).
-    - ``agent``: the agent this broker waits as; it starts the names of its reply streams,
-      states and durable requests, so that the ACL ``toolnexus acl`` writes gives each
-      agent's Redis user its own and nobody else's (deploy/README.md). A durable request
-      is found again only by the same agent. Default: ``TOOLNEXUS_AGENT``, else the Redis
-      user it logs in as, else ``anon``; 1 to 64 letters, digits, ``_`` or ``-``.
-    - ``lease_ms``: how long a responder holds a request without renewing (30 s);
-      a dead consumer's requests are reclaimed after it.
-    - ``liveness_ms``: how long a waiting process's liveness mark lasts unrenewed
-      (15 s); the open requests of a process that died are withdrawn within about
-      ``liveness_ms + lease_ms / 3`` (25 s) once a responder is running.
-    - ``default_timeout_s``: a wait's deadline when none is given (600 s).
-    - ``retention_s``: how long resolved state is kept to refuse late answers (24 h).
-    - ``stream_retention_s``: requests older than this are trimmed from the request
-      stream (7 days); it is also the longest a wait may last.
-    - ``max_connections``: size of the command connection pool (16).
-    - ``block_ms``: how long a blocking read waits before looking around (1000).
-    - ``connect_timeout_s`` (5) and ``command_timeout_s`` (10): bounds on connecting
-      and on every command; a blocking read may take ``block_ms`` longer.
-    - ``answer_patience_s``: how long an answer is retried while Redis is away (5 s).
-    - ``dead_letter_max_entries`` (10,000) and ``dead_letter_max_bytes`` (8 KiB of the
-      original bytes kept per dead letter): the dead-letter stream's bounds.
-    - ``audit_retention_s`` (30 days) and ``audit_max_entries`` (100,000): the audit
-      stream's bounds, by age and by length (approximate: Redis trims whole nodes of up to
-      100 entries); each record holds at most some 16 KiB of its request (see
-      :mod:`toolnexus.audit`).
     - ``codec``: the wire :class:`~toolnexus.Codec` (msgpack).
     - ``signing_key`` (a :class:`~toolnexus.SigningKey` or its file), ``trusted_keys``
       (a :class:`~toolnexus.Keyring`, or a directory or file of public keys) and
       ``require_signatures``: see :mod:`toolnexus.signing`; each one not given is read
       from ``TOOLNEXUS_SIGNING_KEY``, ``TOOLNEXUS_TRUSTED_KEYS`` and
       ``TOOLNEXUS_REQUIRE_SIGNATURES``.
-    - ``durability`` (``"none"``), ``wait_replicas`` (1), ``wait_timeout_ms`` (100): with
-      ``"wait"``, every pipeline of writes waits for that many replicas of each master
-      it wrote to (``WAIT``), narrowing what a failover can lose (docs/reliability.md).
-    - redis-py connection options are passed through (``username``, ``password``,
-      ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ...); for Sentinel URLs also
-      ``sentinel_username`` and ``sentinel_password`` (see :mod:`._connections`).
+
+    A durable request is found again only by the same ``agent``.
 
     Raises:
         ConfigurationError: an option neither toolnexus nor redis-py knows, or a bad value.
@@ -96,6 +67,7 @@ class RedisBroker(Broker):
         self,
         url: str,
         *,
+        settings: RedisSettings | None = None,
         codec: Codec = MSGPACK,
         signing_key: SigningKey | str | os.PathLike[str] | None = None,
         trusted_keys: Keyring | str | os.PathLike[str] | None = None,
@@ -103,30 +75,15 @@ class RedisBroker(Broker):
         **options: Any,
     ) -> None:
         signatures = Signatures.configure(signing_key, trusted_keys, require_signatures)
-        names = set(Settings.names())
-        unknown = sorted(set(options) - names - REDIS_OPTIONS)
-        if unknown:
-            raise ConfigurationError(
-                f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} for the "
-                f"Redis broker; its options are {', '.join(sorted(names | OWN_OPTIONS))}, and "
-                "redis-py connection options such as username, password, ssl_ca_certs"
-            )
-        redis_options = {k: v for k, v in options.items() if k in REDIS_OPTIONS}
-        if options.get("agent") is None:
-            options["agent"] = default_agent(url, redis_options)
-        try:
-            settings = Settings(**{k: v for k, v in options.items() if k in names})
-        except TypeError as exc:
-            raise ConfigurationError(f"bad option for the Redis broker: {exc}") from exc
         self.url = url
-        self.core = Core(url, settings, codec, signatures, redis_options)
+        self.core = Core(url, RedisSettings.of(settings, options), codec, signatures)
         self.keys = self.core.keys
         self.waiter = Waiter(self.core)
         self._responders: weakref.WeakSet[RedisResponder] = weakref.WeakSet()
 
     @property
-    def settings(self) -> Settings:
-        """The broker's options, validated."""
+    def settings(self) -> RedisSettings:
+        """The broker's settings, validated (``agent`` resolved)."""
         return self.core.settings
 
     @property

@@ -32,6 +32,7 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 from ..broker import redacted
 from ..errors import ConfigurationError
+from ..settings import SENTINEL_OPTIONS
 from ..timers import Bound
 from ._packing import hiredis_packing
 
@@ -56,8 +57,6 @@ class NotSent(ConnectionError):
 CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})
 SENTINEL_SCHEMES = frozenset({"redis+sentinel", "rediss+sentinel"})
 
-SENTINEL_OPTIONS = frozenset({"sentinel_username", "sentinel_password"})
-"""Options of the Sentinels themselves (not passed to the master's connections)."""
 
 _CLUSTER_PARAMETERS = frozenset(inspect.signature(RedisCluster.__init__).parameters)
 

@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Coroutine
-from dataclasses import dataclass, fields
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import redis.exceptions
@@ -25,9 +25,9 @@ from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, Toolne
 from ..keys import DEFAULT_AGENT, Keys, agent_problem
 from ..lifecycle import RESOLVED, Outcome, Status
 from ..models import Event
-from ..numeric import MAX_COUNT, MAX_SECONDS, check_number
+from ..settings import RedisSettings
 from ..signatures import Signatures
-from ._connections import SENTINEL_OPTIONS, BlockingReader, Client, Connector, username_of
+from ._connections import BlockingReader, Client, Connector, username_of
 from ._pipeliner import Pipeliner
 from ._scripts import (
     DEAD_LETTER,
@@ -52,108 +52,6 @@ CONNECTION_ERRORS = (
 """Faults that mean "Redis is away for now" (``TimeoutError`` is an ``OSError``; for a
 Cluster, a master failing over): retried with backoff inside,
 :class:`~toolnexus.BrokerUnavailable` outside."""
-
-REDIS_OPTIONS = frozenset(
-    {
-        "username",
-        "password",
-        "db",
-        "credential_provider",
-        "client_name",
-        "lib_name",
-        "lib_version",
-        "driver_info",
-        "protocol",
-        "health_check_interval",
-        "socket_keepalive",
-        "socket_keepalive_options",
-        "socket_read_size",
-        "retry",
-        "retry_on_error",
-        "retry_on_timeout",
-        "redis_connect_func",
-        "ssl_keyfile",
-        "ssl_certfile",
-        "ssl_cert_reqs",
-        "ssl_include_verify_flags",
-        "ssl_exclude_verify_flags",
-        "ssl_ca_certs",
-        "ssl_ca_data",
-        "ssl_ca_path",
-        "ssl_check_hostname",
-        "ssl_min_version",
-        "ssl_ciphers",
-        "ssl_password",
-        *SENTINEL_OPTIONS,
-    }
-)
-"""redis-py connection options passed through by :func:`~toolnexus.connect`."""
-
-
-DURABILITY = ("none", "wait")
-"""``none``: a write counts once its master took it. ``wait``: every pipeline of writes
-also waits (``WAIT``) for ``wait_replicas`` replicas of each master it wrote to, at most
-``wait_timeout_ms``; it narrows what a failover can lose, never closes it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """The Redis broker's options (see :class:`~toolnexus.redis_broker.RedisBroker`)."""
-
-    namespace: str = "toolnexus"
-    queue: str = "default"
-    agent: str = DEFAULT_AGENT
-    lease_ms: int = 30_000
-    liveness_ms: int = 15_000
-    default_timeout_s: float = 600.0
-    retention_s: float = 24 * 3600.0
-    stream_retention_s: float = 7 * 24 * 3600.0
-    max_connections: int = 16
-    block_ms: int = 1000
-    connect_timeout_s: float = 5.0
-    command_timeout_s: float = 10.0
-    answer_patience_s: float = 5.0
-    dead_letter_max_entries: int = 10_000
-    dead_letter_max_bytes: int = 8192
-    audit_retention_s: float = 30 * 24 * 3600.0
-    audit_max_entries: int = 100_000
-    durability: str = "none"
-    wait_replicas: int = 1
-    wait_timeout_ms: int = 100
-
-    @classmethod
-    def names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            if f.type in ("int", "float"):  # milliseconds or counts; seconds
-                integer = f.type == "int"
-                maximum = MAX_COUNT if integer else MAX_SECONDS
-                check_number(
-                    f"option {f.name}", getattr(self, f.name), integer=integer, maximum=maximum
-                )
-        problem = agent_problem(self.agent) if isinstance(self.agent, str) else "must be text"
-        if problem is not None:
-            raise ConfigurationError(f"option agent={self.agent!r} {problem}")
-        if self.durability not in DURABILITY:
-            raise ConfigurationError(
-                f"option durability={self.durability!r} must be one of {', '.join(DURABILITY)}"
-            )
-        if self.block_ms * 2 > self.liveness_ms:
-            raise ConfigurationError(
-                f"liveness_ms={self.liveness_ms} must be at least twice block_ms={self.block_ms}: "
-                "the answer reader renews the liveness mark between blocking reads"
-            )
-
-    @property
-    def retention_ms(self) -> int:
-        return ms(self.retention_s)
-
-    @property
-    def stream_retention_ms(self) -> int:
-        return ms(self.stream_retention_s)
-
 
 AGENT_VARIABLE = "TOOLNEXUS_AGENT"
 
@@ -243,11 +141,13 @@ class Core:
     def __init__(
         self,
         url: str,
-        settings: Settings,
+        settings: RedisSettings,
         codec: Codec,
         signatures: Signatures,
-        redis_options: dict[str, Any],
     ) -> None:
+        self.agent = settings.agent or default_agent(url, dict(settings.redis_options))
+        """Who this broker waits as (the setting, else :func:`default_agent`)."""
+        settings = replace(settings, agent=self.agent)
         self.url, self.settings, self.codec = url, settings, codec
         self.signatures = signatures
         self.keys = Keys(settings.namespace, settings.queue)
@@ -260,7 +160,7 @@ class Core:
             "socket_connect_timeout": settings.connect_timeout_s,
             "socket_keepalive": True,
             "health_check_interval": 30,
-            **redis_options,
+            **settings.redis_options,
         }
         connector = Connector(
             url, settings.max_connections, settings.command_timeout_s, **self.redis_options

@@ -82,14 +82,14 @@ class Waiter:
 
     def __init__(self, core: Core) -> None:
         self.core = core
-        self.id = new_waiter_id(core.settings.agent)
+        self.id = new_waiter_id(core.agent)
         self.answers_key = core.keys.answers(self.id)
         self.alive_key = core.keys.alive(self.id)
         self.waits: dict[str, Wait] = {}
         self.unreadable = 0  # reply-stream entries dead-lettered
         self.refused = 0  # answers refused by signature or allow-list checks
         self._own = ReplyStream(self.id, self.answers_key, self.alive_key, durable=False)
-        shared = core.keys.durable_waiter(core.settings.agent)
+        shared = core.keys.durable_waiter(core.agent)
         self._durable = ReplyStream(
             shared, core.keys.answers(shared), core.keys.alive(shared), durable=True
         )

@@ -28,7 +28,7 @@ from toolnexus.errors import ConfigurationError
 from toolnexus.listening import check_listen
 from toolnexus.signatures import SIGNING_KEY_ENV
 
-from ..options import broker_options, run_checked, worker_parser
+from ..options import add_listen_flags, broker_options, require_extra, run_checked, worker_parser
 from .tokens import Tokens
 
 _EXTRA = ("starlette", "uvicorn")
@@ -43,8 +43,7 @@ def parser() -> argparse.ArgumentParser:
         concurrency=None,
     )
     http = p.add_argument_group("gateway")
-    http.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    http.add_argument("--port", type=int, default=8710, help="port to listen on (8710)")
+    add_listen_flags(http, port=8710)
     http.add_argument(
         "--tokens",
         type=Path,
@@ -125,14 +124,7 @@ def agent_key(keys: Path | None, agent: str) -> Path | None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    import importlib.util
-
-    missing = [name for name in _EXTRA if importlib.util.find_spec(name) is None]
-    if missing:
-        raise ConfigurationError(
-            f"the gateway worker needs {', '.join(missing)}: "
-            "pip install 'toolnexus-bridge[gateway]'"
-        )
+    require_extra("gateway", _EXTRA)
     if args.signing_key is not None or os.environ.get(SIGNING_KEY_ENV):
         raise ConfigurationError(
             "the gateway signs with each agent's own key: give --agent-keys DIR, not "

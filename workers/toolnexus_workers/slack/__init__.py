@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
 
-from ..chat import require_extra, server_options, split_ids
-from ..options import run_checked, worker_parser
+from ..chat import server_options, split_ids
+from ..options import add_listen_flags, require_extra, run_checked, worker_parser
 
 API_URL = "https://slack.com/api/"
 
@@ -59,8 +59,7 @@ def parser() -> argparse.ArgumentParser:
         help="Slack user id who may answer, repeatable; '*' for anyone ($TOOLNEXUS_SLACK_USERS, "
         "comma-separated)",
     )
-    slack.add_argument("--host", default="127.0.0.1", help="HTTP endpoint address (127.0.0.1)")
-    slack.add_argument("--port", type=int, default=3000, help="HTTP endpoint port (3000)")
+    add_listen_flags(slack, port=3000)  # the HTTP endpoint's
     slack.add_argument("--path", default="/slack/events", help="HTTP endpoint path")
     slack.add_argument(
         "--api-url",

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
 
-from ..chat import require_extra, server_options, split_ids
-from ..options import run_checked, worker_parser
+from ..chat import server_options, split_ids
+from ..options import require_extra, run_checked, worker_parser
 
 API_URL = "https://api.telegram.org"
 

@@ -23,9 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolnexus import Broker
-from toolnexus.errors import ConfigurationError
 
-from ..options import run_checked, watch_service, worker_parser
+from ..options import add_listen_flags, require_extra, run_checked, watch_service, worker_parser
 from .access import SESSION_SECRET_ENV
 
 _EXTRA = ("starlette", "uvicorn", "sse_starlette", "jinja2")
@@ -40,8 +39,7 @@ def parser() -> argparse.ArgumentParser:
         concurrency=None,
     )
     page = p.add_argument_group("web page")
-    page.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    page.add_argument("--port", type=int, default=8700, help="port to listen on (8700)")
+    add_listen_flags(page, port=8700)
     page.add_argument(
         "--token",
         default=os.environ.get("TOOLNEXUS_WEB_TOKEN"),
@@ -85,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.metrics_host is None:  # the metrics live where the page does, by its rule
         args.metrics_host = args.host
-    return run_checked(args, lambda _args: _require_extra(), _serve)
+    return run_checked(args, lambda _args: require_extra("web", _EXTRA), _serve)
 
 
 async def _serve(broker: Broker, args: argparse.Namespace) -> int:
@@ -111,17 +109,6 @@ async def _serve(broker: Broker, args: argparse.Namespace) -> int:
     watch_service(args, web.service)
     await web.run()
     return 0
-
-
-def _require_extra() -> None:
-    """Raises: ConfigurationError naming the install command when the extra is missing."""
-    import importlib.util
-
-    missing = [name for name in _EXTRA if importlib.util.find_spec(name) is None]
-    if missing:
-        raise ConfigurationError(
-            f"the web worker needs {', '.join(missing)}: pip install 'toolnexus-bridge[web]'"
-        )
 
 
 __all__ = ["main", "parser"]
