@@ -22,6 +22,7 @@ from toolnexus import (
     Answer,
     Broker,
     Event,
+    ExpiredEvent,
     InvalidAnswer,
     InvalidRequest,
     Request,
@@ -245,9 +246,9 @@ def test_workers_status_and_audit_show_a_default_and_a_durable_request_as_such()
     assert "Durable: it stays open while the agent restarts." in lines
     assert standing_notes(booking(None)) == []
     defaulted = expired_answer(request)
-    event = Event(event="expired", id=request.id, answer=defaulted)
+    event = ExpiredEvent(id=request.id, answer=defaulted)
     assert gone_note(event) == "Expired: nobody answered in time; accepted by default."
-    plain = Event(event="expired", id=request.id, answer=expired_answer(booking(None)))
+    plain = ExpiredEvent(id=request.id, answer=expired_answer(booking(None)))
     assert gone_note(plain) == "Expired: nobody answered in time."
     line = audit_text(audit_record(request, "expired", defaulted, verified=None))
     assert " expired (accepted by default) by - " in line and " durably " in line

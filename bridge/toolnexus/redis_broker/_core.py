@@ -20,10 +20,10 @@ import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
 
 from ..audit import AuditRecord, encode_record
-from ..broker import NOT_RESOLVED_REASONS, Resolution
 from ..codec import Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, ToolnexusError
 from ..keys import DEFAULT_AGENT, Keys, agent_problem
+from ..lifecycle import RESOLVED, Outcome, Status
 from ..models import Event
 from ..settings import RedisSettings
 from ..signatures import Signatures
@@ -35,7 +35,6 @@ from ._scripts import (
     RESOLVE,
     SETTLE,
     BatchScript,
-    Outcome,
 )
 
 log = logging.getLogger("toolnexus.redis")
@@ -206,19 +205,21 @@ class Core:
         self,
         waiter: str,
         request_id: str,
-        status: Resolution,
+        status: Status,
         payload: bytes,
         settle: tuple[str, str] | None = None,
         *,
         deadline: float | None = None,
         alone: bool = False,
     ) -> tuple[Outcome, bytes | None, bool]:
-        """Run the resolve script: the outcome (see :data:`Outcome`), the stored answer and
-        whether the request's entry was settled. An answer (``status="answered"``) is late
-        after ``deadline``, the signed request's ``expires_at`` (None: the state's, which
-        anyone who can write Redis can edit). ``settle=(group, entry)``, on one server
-        only: the same script acknowledges and deletes the entry unless the request is
-        still open, so that no group reads it from now on (elsewhere it is not settled).
+        """Run the resolve script: the outcome (see :class:`~toolnexus.lifecycle.Outcome`),
+        the stored answer and whether the request's entry was settled. An answer
+        (``status="answered"``) is late after ``deadline``, the signed request's
+        ``expires_at`` (None: the state's, which anyone who can write Redis can edit); an
+        expiry with a ``deadline`` (a responder's) is ``early`` before it, by Redis time.
+        ``settle=(group, entry)``, on one server only: the same script acknowledges and
+        deletes the entry unless the request is still open, so that no group reads it from
+        now on (elsewhere it is not settled).
         ``alone``: the caller expects no other commands this turn, so it sends them itself
         (see :meth:`Pipeliner.sending`)."""
         keys = self.keys
@@ -235,14 +236,15 @@ class Core:
                 (status, payload, request_id, group, entry, ms(deadline) if deadline else 0),
             )
         raw = await resolved
-        outcome = text(raw[1])
-        if outcome not in OUTCOMES:
-            raise redis.exceptions.ResponseError(f"resolve script said {outcome!r}")
+        said = text(raw[1])
+        if said not in OUTCOMES:
+            raise redis.exceptions.ResponseError(f"resolve script said {said!r}")
+        outcome = Outcome(said)
         stored: bytes | None = raw[2] if len(raw) > 2 else None
         settled = raw[0] == 1
-        if outcome in NOT_RESOLVED_REASONS and stored == payload:
-            return "ok", None, settled  # our own write, retried after its reply was lost
-        return outcome, stored, settled  # type: ignore[return-value]
+        if outcome in RESOLVED and stored == payload:
+            return Outcome.OK, None, settled  # our own write, retried after its reply was lost
+        return outcome, stored, settled
 
     def settle(
         self,
