@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib.metadata
 import os
@@ -270,12 +269,3 @@ def fleet(redis_server: RedisServer) -> Fleet:
 MCP_MAJOR = int(importlib.metadata.version("mcp").split(".")[0])
 collect_ignore_glob = ["test_mcp1_*.py"] if MCP_MAJOR >= 2 else []
 """The mcp 1.x tests run in .venv-mcp1 (``./run test`` makes it), not beside mcp 2.x."""
-
-
-async def opened(broker: RedisBroker, request_id: str, timeout_s: float = 10) -> str:
-    """The state key of ``request_id``, once its waiter ``broker`` has opened it in Redis."""
-    state = broker.keys.state(broker.waiter_id, request_id)
-    async with asyncio.timeout(timeout_s):
-        while not await broker.redis.exists(state):
-            await asyncio.sleep(0.01)
-    return state

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -27,14 +28,16 @@ def ask(prompt: str = "?", kind: str = "approval", **fields: Any) -> Request:
 
 
 async def eventually(
-    check: Callable[[], bool | Awaitable[bool]], what: str = "the condition", timeout_s: float = 15
+    check: Callable[[], bool | Awaitable[bool]], what: str = "the condition", timeout_s: float = 20
 ) -> None:
     """Wait until ``check()`` (plain or async) is true, or fail naming ``what``."""
     try:
         async with asyncio.timeout(timeout_s):
             while True:
                 result = check()
-                if result if isinstance(result, bool) else await result:
+                if inspect.isawaitable(result):
+                    result = await result
+                if result:
                     return
                 await asyncio.sleep(POLL_S)
     except TimeoutError:

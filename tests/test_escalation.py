@@ -19,8 +19,8 @@ import redis.asyncio as aioredis
 
 import toolnexus
 from agents import AgentFactory
-from chat_fakes import eventually
 from conftest import FAST
+from helpers import eventually
 from mcp_processes import responder_process
 from toolnexus import InvalidRequest, Request, question, question_tool
 from toolnexus.audit import AuditRecord

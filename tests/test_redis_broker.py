@@ -19,16 +19,12 @@ from redis.crc import key_slot
 
 import toolnexus
 from conftest import FAST, RedisServer
+from helpers import ask
 from toolnexus import Answer, Broker, Pending, Request, UnknownRequest
 from toolnexus.keys import Keys
-from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
 
 pytestmark = pytest.mark.redis
-
-
-def ask(prompt: str = "?") -> Request:
-    return Request(id=new_id(), kind="approval", prompt=prompt)
 
 
 async def answer_all(broker: RedisBroker, count: int, group: str = "auto") -> None:

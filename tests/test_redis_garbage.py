@@ -14,17 +14,13 @@ import pytest
 
 import toolnexus
 from conftest import FAST, opened
+from helpers import ask
 from toolnexus import Answer, Request
-from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
 
 pytestmark = pytest.mark.redis
 
 MB = 1024 * 1024
-
-
-def ask(prompt: str = "?") -> Request:
-    return Request(id=new_id(), kind="approval", prompt=prompt)
 
 
 def bad_payloads(codec: toolnexus.Codec) -> dict[str, bytes]:

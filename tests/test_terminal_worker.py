@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 import toolnexus
-from conformance import TerminalAdapter, eventually
+from conformance import TerminalAdapter
 from conftest import FAST
+from helpers import eventually
 from toolnexus import Request, Source, new_id
 from toolnexus.demo import BOOKING_FORM
 from toolnexus.models import Hop

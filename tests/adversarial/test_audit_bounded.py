@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import toolnexus
-from conftest import FAST, RedisServer, opened
+from conftest import FAST, RedisServer
+from helpers import ask, opened
 from toolnexus import (
     AlreadyResolved,
     Answer,
@@ -25,11 +26,9 @@ from toolnexus import (
     ConfigurationError,
     Keyring,
     OnExpiry,
-    Request,
     SigningKey,
 )
 from toolnexus.audit import AuditRecord, verify_record
-from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
 
 pytestmark = pytest.mark.redis
@@ -74,10 +73,6 @@ def responder(url: str, **options: object) -> RedisBroker:
     )
     assert isinstance(broker, RedisBroker)
     return broker
-
-
-def ask(prompt: str = "Deploy build 42?", **fields: object) -> Request:
-    return Request(id=new_id(), kind="approval", prompt=prompt, **fields)  # type: ignore[arg-type]
 
 
 async def answering(bot: RedisBroker, answers: dict[str, bool | None]) -> None:
