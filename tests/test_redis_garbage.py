@@ -13,8 +13,8 @@ import msgspec
 import pytest
 
 import toolnexus
-from conftest import FAST, opened
-from helpers import ask
+from conftest import FAST
+from helpers import ask, opened
 from toolnexus import Answer, Request
 from toolnexus.redis_broker import RedisBroker
 
