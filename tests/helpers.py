@@ -127,3 +127,13 @@ class ManualHandle:
 
     def cancel(self) -> None:
         self.cancelled = True
+
+
+async def asked(responder: Any, prompt: str, timeout_s: float = 20) -> dict[str, Any]:
+    """What the responder process ``responder`` (``tests/mcp_processes.py``) was asked with
+    ``prompt``, once it has been."""
+    def seen() -> bool:
+        return any(item["prompt"] == prompt for item in responder.seen)
+
+    await eventually(seen, f"{prompt!r} asked", timeout_s)
+    return responder.by_prompt(prompt)  # type: ignore[no-any-return]
