@@ -132,6 +132,7 @@ class ManualHandle:
 async def asked(responder: Any, prompt: str, timeout_s: float = 20) -> dict[str, Any]:
     """What the responder process ``responder`` (``tests/mcp_processes.py``) was asked with
     ``prompt``, once it has been."""
+
     def seen() -> bool:
         return any(item["prompt"] == prompt for item in responder.seen)
 
