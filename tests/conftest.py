@@ -88,16 +88,23 @@ async def broker(request: pytest.FixtureRequest, namespace: str) -> AsyncIterato
 CLUSTER_EVERYWHERE = os.environ.get("TOOLNEXUS_CLUSTER") == "all"
 
 
+SLOW_FIXTURES = frozenset({"agents", "browser", "redis_cluster"})
+"""Fixtures that make a test ``slow`` (``./run quick`` skips it): agent processes,
+chromium, a local Redis Cluster. Other slow tests carry the mark themselves."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks set here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the ``broker`` fixture's "cluster" case only for the behaviour suite, unless
-    ``TOOLNEXUS_CLUSTER=all`` asks for it everywhere (it keeps CI time in check)."""
-    if CLUSTER_EVERYWHERE:
-        return
+    """Mark ``slow`` the tests that use a slow fixture (the ``broker`` fixture's "cluster"
+    case too); run that case only for the behaviour suite, unless ``TOOLNEXUS_CLUSTER=all``
+    asks for it everywhere (it keeps CI time in check)."""
     kept, dropped = [], []
     for item in items:
         callspec = getattr(item, "callspec", None)
         on_cluster = callspec is not None and callspec.params.get("broker") == "cluster"
-        if on_cluster and item.path.name != "test_broker_behaviour.py":
+        if on_cluster or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+        if on_cluster and not CLUSTER_EVERYWHERE and item.path.name != "test_broker_behaviour.py":
             dropped.append(item)
         else:
             kept.append(item)

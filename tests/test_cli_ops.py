@@ -307,6 +307,7 @@ async def test_answer_accept_without_data_on_an_approval(redis_url: str, namespa
     assert got.ok and got.data is None
 
 
+@pytest.mark.slow
 async def test_answer_refusals_exit_1_with_the_reason(redis_url: str, namespace: str) -> None:
     request = Request(id=new_id(), kind="input", prompt="Seats?", data={"schema": FORM})
     args = broker_args(redis_url, namespace)
@@ -481,6 +482,7 @@ async def test_status_needs_redis() -> None:
 # -- check and audit -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_check_exits_0_for_fresh_heartbeats_and_1_otherwise(
     redis_url: str, namespace: str
 ) -> None:
@@ -515,6 +517,7 @@ async def test_check_exits_0_for_fresh_heartbeats_and_1_otherwise(
     assert "sekret" not in unreachable.stderr
 
 
+@pytest.mark.slow
 async def test_audit_shows_who_answered(redis_url: str, namespace: str) -> None:
     args = broker_args(redis_url, namespace)
     async with connected(redis_url, namespace) as broker:
@@ -570,6 +573,7 @@ def test_the_reference_documents_every_status_field() -> None:
     assert documented == expected
 
 
+@pytest.mark.slow
 async def test_answer_is_signed_with_the_configured_key(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
@@ -607,6 +611,7 @@ async def test_answer_is_signed_with_the_configured_key(
 # -- dead-letters ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_dead_letters_lists_shows_requeues_and_purges(redis_url: str, namespace: str) -> None:
     """An unsigned request that a responder requiring signatures dead-letters: listed and
     shown with its request and error; requeued, it reaches a responder that takes it and
@@ -658,6 +663,7 @@ async def test_dead_letters_lists_shows_requeues_and_purges(redis_url: str, name
     assert empty.returncode == 0 and empty.stdout == "no dead letters on queue 'default'\n"
 
 
+@pytest.mark.slow
 async def test_dead_letters_refuses_to_requeue_what_it_cannot_rebuild(
     redis_url: str, namespace: str
 ) -> None:

@@ -26,7 +26,7 @@ from toolnexus.broker import Broker
 from toolnexus.keys import Keys
 from toolnexus.redis_broker import RedisBroker
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.slow]  # private Cluster / Sentinel servers
 
 
 def slot(key: str) -> int:

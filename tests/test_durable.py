@@ -117,6 +117,7 @@ def documented_commands() -> list[list[str]]:
     return [shlex.split(line)[1:] for line in block.splitlines() if not line.startswith("#")]
 
 
+@pytest.mark.slow
 async def test_the_documented_toolnexus_ask_durable_killed_answered_and_asked_again(
     redis_url: str, namespace: str
 ) -> None:

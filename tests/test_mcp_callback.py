@@ -45,6 +45,7 @@ async def rbroker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_the_sdks_client_with_elicitation_callback(
     rbroker: Broker, redis_url: str, namespace: str
 ) -> None:
@@ -77,6 +78,7 @@ async def test_the_sdks_client_with_elicitation_callback(
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_fastmcps_client_with_the_elicitation_handler(
     rbroker: Broker, redis_url: str, namespace: str
 ) -> None:
@@ -122,6 +124,7 @@ def scripted(*calls: tuple[str, dict[str, Any]]) -> FunctionModel:
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_pydantic_ai_agent_through_fastmcps_client(
     rbroker: Broker, redis_url: str, namespace: str
 ) -> None:

@@ -357,6 +357,7 @@ async def test_cancelling_the_tool_call_withdraws_the_request(rbroker: Broker) -
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_a_responder_slower_than_the_read_timeout_over_http(rbroker: Broker) -> None:
     async def slowly(pending: Pending) -> None:
         await asyncio.sleep(1.0)
@@ -396,6 +397,7 @@ async def test_the_booking_server_over_http_in_2026_mode(rbroker: Broker) -> Non
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_the_booking_server_over_stdio_in_legacy_mode(rbroker: Broker) -> None:
     command = [sys.executable, str(EXAMPLES / "booking_server.py")]
     async with (

@@ -109,6 +109,7 @@ async def expired_event(events: toolnexus.EventStream, request_id: str) -> Event
     ],
     ids=["accept-with-defaults", "accept-with-data", "decline"],
 )  # fmt: skip
+@pytest.mark.slow
 async def test_a_default_on_expiry_through_redis_is_marked_as_such(
     redis_url: str, namespace: str, on_expiry: OnExpiry, ok: bool, data: Any
 ) -> None:
@@ -168,6 +169,7 @@ async def test_a_responder_applies_the_default_when_the_waiter_is_gone(
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_toolnexus_ask_on_expiry(redis_url: str, namespace: str) -> None:
     accepted, declined = await asyncio.gather(
         run("ask", "Deploy?", "--timeout", "1s", "--on-expiry", "accept",

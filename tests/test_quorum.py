@@ -171,6 +171,7 @@ async def answer_command(
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_two_of_three_where_one_person_answers_twice(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
@@ -212,6 +213,7 @@ async def test_two_of_three_where_one_person_answers_twice(
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_a_decline_vetoes(redis_url: str, namespace: str) -> None:
     async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as agent:
         request = ask(quorum=Quorum(2))
@@ -236,6 +238,7 @@ async def test_a_decline_vetoes(redis_url: str, namespace: str) -> None:
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_a_forged_vote_never_counts_and_the_genuine_votes_resolve_it(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
@@ -409,6 +412,7 @@ async def test_serve_counts_a_vote_as_done_and_keeps_the_request_shown(broker: B
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_status_shows_a_quorums_progress_and_audit_its_votes(
     redis_url: str, namespace: str
 ) -> None:
@@ -489,6 +493,7 @@ async def test_a_durable_quorum_counts_votes_while_no_process_waits(
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_a_durable_quorum_short_of_a_forged_vote_is_published_again(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:

@@ -56,6 +56,7 @@ def test_keys_of_one_atomic_step_share_a_slot_and_waiters_spread() -> None:
         Keys("ns", "a:b")
 
 
+@pytest.mark.slow
 async def test_a_killed_consumer_s_request_is_reclaimed_by_another(
     redis_server: RedisServer,
 ) -> None:
@@ -211,6 +212,7 @@ async def test_a_request_published_again_is_the_same_bytes(tmp_path: Path, signe
         server.kill()
 
 
+@pytest.mark.slow
 async def test_garbage_goes_to_the_dead_letter_stream_and_real_requests_still_flow(
     redis_url: str, namespace: str
 ) -> None:
@@ -250,6 +252,7 @@ async def test_garbage_goes_to_the_dead_letter_stream_and_real_requests_still_fl
         assert pending_count["pending"] == 0
 
 
+@pytest.mark.slow
 async def test_ten_thousand_waits_share_a_handful_of_connections(
     redis_url: str, namespace: str
 ) -> None:

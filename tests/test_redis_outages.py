@@ -158,6 +158,7 @@ async def test_a_restart_mid_answering_strands_nothing_with_responders_that_neve
 # -- leases and releasing ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_withdrawn_requests_are_released_in_bulk_and_live_leases_never_starve(
     redis_server: RedisServer,
 ) -> None:
@@ -208,6 +209,7 @@ async def test_withdrawn_requests_are_released_in_bulk_and_live_leases_never_sta
     print(f"500 withdrawn requests released in {release_s:.2f} s")
 
 
+@pytest.mark.slow
 async def test_ten_thousand_withdrawn_requests_are_released_within_seconds(
     redis_url: str, namespace: str
 ) -> None:
@@ -277,6 +279,7 @@ async def killed_waiter(url: str, timeout_s: float) -> AsyncIterator[None]:
             proc.stdout.close()
 
 
+@pytest.mark.slow
 async def test_a_killed_waiter_s_requests_are_withdrawn_within_the_bound(
     redis_server: RedisServer,
 ) -> None:
@@ -307,6 +310,7 @@ async def test_a_killed_waiter_s_requests_are_withdrawn_within_the_bound(
     print(f"100 requests of a killed waiter withdrawn {bound_s:.2f} s after the kill")
 
 
+@pytest.mark.slow
 async def test_nothing_of_a_killed_waiter_stays_after_deadline_and_retention(
     redis_server: RedisServer,
 ) -> None:

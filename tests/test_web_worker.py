@@ -475,6 +475,7 @@ async def test_an_open_page_serves_loopback_names_only(broker: Broker) -> None:
         assert "answers at 127.0.0.1 or localhost only" in rebound.text
 
 
+@pytest.mark.slow
 def test_the_command_refuses_a_public_address_without_access(namespace: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TOOLNEXUS_WEB_TOKEN"}
     command = shutil.which("toolnexus", path=str(Path(sys.executable).parent))

@@ -190,6 +190,7 @@ def used_memory(info: dict[str, object]) -> int:
     return value
 
 
+@pytest.mark.slow
 async def test_ended_waits_leave_bounded_bytes_in_redis(server: RedisServer) -> None:
     """200 waits with 1 MB prompts, each answered: once they have all ended, Redis holds
     at most 50 MB more than before (a quarter of the 200 MB asked; main: ~420 MB, the
