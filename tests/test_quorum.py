@@ -22,7 +22,7 @@ import pytest
 
 import toolnexus
 from conftest import FAST
-from helpers import ask, opened
+from helpers import ask, next_event, opened
 from toolnexus import (
     AlreadyResolved,
     AlreadyVoted,
@@ -62,18 +62,6 @@ async def waiting(broker: Broker, request: Request) -> AsyncIterator[asyncio.Tas
 async def still_waiting(task: asyncio.Task[Answer], for_s: float = 0.5) -> None:
     await asyncio.sleep(for_s)
     assert not task.done(), task.result()
-
-
-async def next_event(events: toolnexus.EventStream, request_id: str, kind: str) -> Event:
-    """The first event ``kind`` of ``request_id`` the stream has (then it is closed)."""
-    try:
-        async with asyncio.timeout(10):
-            async for event in events:
-                if event.id == request_id and event.event == kind:
-                    return event
-    finally:
-        await events.aclose()
-    raise AssertionError(f"no {kind} event for {request_id}")
 
 
 def persons(answer: Answer) -> list[str | None]:
@@ -197,7 +185,8 @@ async def test_two_of_three_where_one_person_answers_twice(
                     out.strip() == f"{request.id}: accepted by cli / ops:bob, taken by the waiter"
                 )
                 answer = await asyncio.wait_for(wait, 20)
-        approved = await next_event(events, request.id, "approved")
+        approved = await next_event(events, "approved", request.id)
+        await events.aclose()
         assert approvals_line(approved) == "1 of 2 approvals: web:alice"
         assert (answer.ok, answer.responder, answer.person) == (True, "cli", "ops:bob")
         assert persons(answer) == ["web:alice", "ops:bob"]
