@@ -309,6 +309,7 @@ async def test_answer_resolves_a_waiting_request(
     assert got.person == ("ops:bob" if "--person" in flags else None)
 
 
+@pytest.mark.slow
 async def test_answer_accept_without_data_on_an_approval(redis_url: str, namespace: str) -> None:
     request = Request(id=new_id(), kind="approval", prompt="Deploy?")
     async with connected(redis_url, namespace) as broker:
