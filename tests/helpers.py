@@ -15,11 +15,15 @@ from typing import Any
 import redis
 
 from toolnexus.broker import EventStream
-from toolnexus.models import Event, EventType, Request, new_id
+from toolnexus.models import Event, EventType, Request, Source, new_id
 from toolnexus.redis_broker import RedisBroker
 
 POLL_S = 0.02
 """How often a condition is checked again."""
+
+
+AGENT_7 = Source(server="booking", tool="book_table", agent="agent-7")
+"""Who asks, in the worker tests: agent-7 through the booking server's tool."""
 
 
 def ask(prompt: str = "?", kind: str = "approval", **fields: Any) -> Request:

@@ -24,7 +24,7 @@ import toolnexus
 from agents import AgentFactory
 from conformance import CHROMIUM, CHROMIUM_ARGS
 from conftest import FAST
-from toolnexus import Answer, Broker, ConfigurationError, Quorum, Request, Source
+from toolnexus import Answer, Broker, ConfigurationError, Quorum, Request
 from toolnexus.models import Hop
 from toolnexus.rendering import check_link, form_data, form_fields
 from toolnexus_workers.web.access import Access, hash_password, load_users, verify_password
@@ -76,9 +76,7 @@ def card(page: Page, request: Request) -> Any:
     return page.locator("article.request", has_text=request.prompt)
 
 
-ask = functools.partial(
-    helpers.ask, kind="input", source=Source(server="booking", tool="book_table", agent="agent-7")
-)
+ask = functools.partial(helpers.ask, kind="input", source=helpers.AGENT_7)
 """A request from agent-7's booking tool: a form unless ``kind`` says otherwise."""
 
 
