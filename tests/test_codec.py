@@ -53,6 +53,7 @@ answers = st.builds(
 
 @pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.format)
 @given(message=requests | answers)
+@pytest.mark.slow
 def test_every_message_survives_a_round_trip(codec: Codec, message: Request | Answer) -> None:
     assert codec.decode(codec.encode(message)) == message
 

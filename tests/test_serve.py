@@ -7,12 +7,13 @@ import asyncio
 import os
 import re
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
+from helpers import ask, eventually
 from toolnexus import (
     AlreadyResolved,
     Answer,
@@ -45,22 +46,8 @@ FORM = {
 }
 
 
-def ask(prompt: str = "Proceed?") -> Request:
-    return Request(id=new_id(), kind="approval", prompt=prompt)
-
-
 def form(prompt: str = "Your name?") -> Request:
     return Request(id=new_id(), kind="input", prompt=prompt, data={"schema": FORM})
-
-
-async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout_s: float = 10) -> None:
-    """Wait until ``check()`` (plain or async) is true."""
-    async with asyncio.timeout(timeout_s):
-        while True:
-            result = check()
-            if result if isinstance(result, bool) else await result:
-                return
-            await asyncio.sleep(0.02)
 
 
 @asynccontextmanager
