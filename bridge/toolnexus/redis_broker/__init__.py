@@ -82,6 +82,9 @@ class RedisBroker(Broker):
     - ``durability`` (``"none"``), ``wait_replicas`` (1), ``wait_timeout_ms`` (100): with
       ``"wait"``, every pipeline of writes waits for that many replicas of each master
       it wrote to (``WAIT``), narrowing what a failover can lose (docs/reliability.md).
+    - ``redis_public_api``: use only redis-py's documented API, none of the internals
+      that make a round trip cheaper (see :mod:`._redispy`); default:
+      ``TOOLNEXUS_REDIS_PUBLIC_API=1`` turns it on, else off.
     - redis-py connection options are passed through (``username``, ``password``,
       ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ...); for Sentinel URLs also
       ``sentinel_username`` and ``sentinel_password`` (see :mod:`._connections`).

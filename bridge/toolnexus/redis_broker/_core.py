@@ -29,6 +29,7 @@ from ..numeric import MAX_COUNT, MAX_SECONDS, check_number
 from ..signatures import Signatures
 from ._connections import SENTINEL_OPTIONS, BlockingReader, Client, Connector, username_of
 from ._pipeliner import Pipeliner
+from ._redispy import public_api_only
 from ._scripts import (
     DEAD_LETTER,
     OUTCOMES,
@@ -121,6 +122,7 @@ class Settings:
     durability: str = "none"
     wait_replicas: int = 1
     wait_timeout_ms: int = 100
+    redis_public_api: bool | None = None
 
     @classmethod
     def names(cls) -> list[str]:
@@ -137,6 +139,10 @@ class Settings:
         problem = agent_problem(self.agent) if isinstance(self.agent, str) else "must be text"
         if problem is not None:
             raise ConfigurationError(f"option agent={self.agent!r} {problem}")
+        if self.redis_public_api not in (None, True, False):
+            raise ConfigurationError(
+                f"option redis_public_api={self.redis_public_api!r} must be True or False"
+            )
         if self.durability not in DURABILITY:
             raise ConfigurationError(
                 f"option durability={self.durability!r} must be one of {', '.join(DURABILITY)}"
@@ -263,8 +269,14 @@ class Core:
             "health_check_interval": 30,
             **redis_options,
         }
+        self.public_api = public_api_only(settings.redis_public_api)
+        """Only redis-py's documented API is used (see :mod:`._redispy`)."""
         connector = Connector(
-            url, settings.max_connections, settings.command_timeout_s, **self.redis_options
+            url,
+            settings.max_connections,
+            settings.command_timeout_s,
+            public_api=self.public_api,
+            **self.redis_options,
         )
         self.connector = connector
         self.redis: Client = connector.command_client
@@ -275,6 +287,7 @@ class Core:
             self.redis,
             timeout_s=settings.command_timeout_s + settings.wait_timeout_ms / 1000,
             wait=wait if settings.durability == "wait" else None,
+            public_api=self.public_api,
         )
         self.closed = False
 
@@ -284,7 +297,10 @@ class Core:
         carries the pipeliner's lazy items queued by then."""
         carried = self.pipeliner.take_lazy if carry else None
         return BlockingReader(
-            self.connector.blocking_client(), carried, patience_s=self.settings.command_timeout_s
+            self.connector.blocking_client(),
+            carried,
+            patience_s=self.settings.command_timeout_s,
+            public_api=self.public_api,
         )
 
     async def bounded(self, call: Awaitable[T]) -> T:
