@@ -280,3 +280,83 @@ async def test_a_caller_alone_sends_its_own_commands(redis_url: str, namespace: 
     finally:
         pipeliner.close()
         await client.aclose()
+
+
+# -- The public-API-only mode (toolnexus.redis_broker._redispy): redis-py's pipelines and
+# reads, the same guarantees
+
+
+async def test_public_api_pipelines_keep_the_order_errors_and_lazy_items(
+    redis_url: str, namespace: str
+) -> None:
+    client = aioredis.Redis.from_url(redis_url)
+    pipeliner = Pipeliner(client, timeout_s=5, public_api=True)
+    try:
+        key = f"{namespace}:k"
+        await pipeliner.call("SET", key, "text")
+        lazy = pipeliner.call("SET", key, "lazy", lazy=True)
+        urgent = pipeliner.call("GET", key)
+        bad = pipeliner.call("INCR", key)
+        assert await urgent == b"text"  # the urgent ones first, the lazy one behind them
+        with pytest.raises(redis.exceptions.ResponseError, match="not an integer"):
+            await bad
+        assert await lazy  # redis-py's response callback: True for OK
+        assert pipeliner.round_trips == 2
+        assert pipeliner.take_lazy() is None  # no direct reads to carry them
+        assert await pipeliner.call("STRLEN", key) == 4
+    finally:
+        pipeliner.close()
+        await client.aclose()
+
+
+async def test_public_api_pipelines_given_up_mid_reply_are_not_read_again(
+    redis_url: str, namespace: str
+) -> None:
+    client = aioredis.Redis.from_url(redis_url)
+    pipeliner = Pipeliner(client, timeout_s=0.2, public_api=True)
+    try:
+        queue, key = f"{namespace}:list", f"{namespace}:key"
+        with pytest.raises(TimeoutError):
+            await pipeliner.call("BLPOP", queue, 1)
+        with pytest.raises(TimeoutError):  # as a pipeline of two
+            await asyncio.gather(pipeliner.call("PING"), pipeliner.call("BLPOP", queue, 1))
+        await client.set(key, "mine")
+        await client.rpush(queue, "late", "later")  # what the abandoned BLPOPs would get
+        assert await pipeliner.call("GET", key) == b"mine"
+        assert await asyncio.gather(pipeliner.call("GET", key), pipeliner.call("PING")) == [
+            b"mine",
+            True,
+        ]
+    finally:
+        pipeliner.close()
+        await client.aclose()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_public_api_blocking_reads(redis_url: str, namespace: str, protocol: int) -> None:
+    """The same entries as direct reads, in RESP2 and RESP3; a read given up is not read
+    again."""
+    client = aioredis.Redis.from_url(redis_url, protocol=protocol)
+    reader = BlockingReader(client, patience_s=5, public_api=True)
+    other = aioredis.Redis.from_url(redis_url)
+    stream = f"{namespace}:stream"
+    try:
+        await other.xgroup_create(stream, "g", id="0", mkstream=True)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await reader.xreadgroup("g", "c", stream, ">", 10, 2000)
+        first = await other.xadd(stream, {"a": "1", "b": "2"})  # the abandoned read's
+        second = await other.xadd(stream, {"a": "3"})
+        assert await reader.xread(stream, "0-0", 10, 50) == [
+            (first, {b"a": b"1", b"b": b"2"}),
+            (second, {b"a": b"3"}),
+        ]
+        assert await reader.xreadgroup("g", "c", stream, ">", 1, 50) == [
+            (first, {b"a": b"1", b"b": b"2"})
+        ]
+        await other.xdel(stream, first)
+        assert await reader.xreadgroup("g", "c", stream, "0", 10, None) == [(first, None)]
+        assert await reader.xreadgroup("g", "c", stream, ">", 10, 50) == [(second, {b"a": b"3"})]
+    finally:
+        await reader.aclose()
+        await other.aclose()

@@ -366,8 +366,15 @@ def _pairs(fields: list[bytes] | dict[bytes, bytes]) -> dict[bytes, bytes]:
 
 
 def _parsed_entries(reply: Any) -> Entries:
-    """The entries in redis-py's parsed ``XREAD``/``XREADGROUP`` reply (RESP2 or 3)."""
+    """The entries in redis-py's parsed ``XREAD``/``XREADGROUP`` reply: ``[[stream,
+    entries]]`` (RESP2, and RESP3 unless the option ``protocol=3`` asks for RESP3's own
+    shapes), or ``{stream: [entries]}`` (with ``protocol=3``). Entries have fields (Redis
+    refuses ``XADD`` without): empty ones are those of an entry deleted while pending."""
     if not reply:
         return []
-    streams = reply.values() if isinstance(reply, dict) else (s[1] for s in reply)
-    return [(entry_id, fields) for stream_entries in streams for entry_id, fields in stream_entries]
+    streams = (v[0] for v in reply.values()) if isinstance(reply, dict) else (s[1] for s in reply)
+    return [  # an entry deleted while pending comes back with no fields: {} here
+        (entry_id, fields or None)
+        for stream_entries in streams
+        for entry_id, fields in stream_entries
+    ]
