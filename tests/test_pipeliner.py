@@ -202,43 +202,6 @@ async def test_blocking_reads_in_either_protocol(
         await other.aclose()
 
 
-async def test_a_blocking_read_carries_the_lazy_items(redis_url: str, namespace: str) -> None:
-    """Lazy items queued when a carrying read starts are written ahead of it, on its
-    connection, and get their replies (errors in place) before the read returns; items
-    handed back unwritten (``NotSent``) go out at once, and ``drain`` waits for what a
-    carrier took."""
-    from toolnexus.redis_broker._connections import NotSent
-
-    client = aioredis.Redis.from_url(redis_url)
-    pipeliner = Pipeliner(client, timeout_s=5)
-    reader = BlockingReader(aioredis.Redis.from_url(redis_url), pipeliner.take_lazy, patience_s=5)
-    key, stream = f"{namespace}:text", f"{namespace}:stream"
-    try:
-        carried = pipeliner.call("SET", key, "carried", lazy=True)
-        failing = pipeliner.call("INCR", key, lazy=True)
-        assert await reader.xread(stream, "0-0", 10, 20) == []
-        assert carried.done() and carried.result() == b"OK"
-        assert failing.done() and isinstance(failing.exception(), redis.exceptions.ResponseError)
-        assert pipeliner.round_trips == 0  # no pipeline of their own
-
-        first = pipeliner.call("RPUSH", f"{namespace}:list", "first", lazy=True)
-        taken = pipeliner.take_lazy()
-        assert taken is not None and len(taken[0]) == 1
-        second = pipeliner.call("RPUSH", f"{namespace}:list", "second", lazy=True)
-        drained = asyncio.create_task(pipeliner.drain())
-        await asyncio.sleep(LAZY_DELAY_S * 2)
-        assert not drained.done()  # drain waits for what a carrier took
-        taken[1](NotSent("not written"))  # back in line (drain sent "second" meanwhile)
-        await asyncio.wait_for(drained, 1)
-        assert first.done() and second.done()
-        assert sorted([await first, await second]) == [1, 2]
-        assert sorted(await client.lrange(f"{namespace}:list", 0, -1)) == [b"first", b"second"]
-    finally:
-        pipeliner.close()
-        await reader.aclose()
-        await client.aclose()
-
-
 async def test_a_caller_alone_sends_its_own_commands(redis_url: str, namespace: str) -> None:
     """Commands issued in ``sending()`` are sent and answered by the caller's own task when
     nothing else is on its way; with another pipeline out, or with ``now=False``, they go
@@ -302,7 +265,6 @@ async def test_public_api_pipelines_keep_the_order_errors_and_lazy_items(
             await bad
         assert await lazy  # redis-py's response callback: True for OK
         assert pipeliner.round_trips == 2
-        assert pipeliner.take_lazy() is None  # no direct reads to carry them
         assert await pipeliner.call("STRLEN", key) == 4
     finally:
         pipeliner.close()

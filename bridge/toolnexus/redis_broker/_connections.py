@@ -43,17 +43,6 @@ Entries: TypeAlias = list[tuple[bytes, dict[bytes, bytes] | None]]
 """The entries of one stream as a read returns them: id and fields (``None``: an entry
 pending for a group but deleted since)."""
 
-Carried = tuple[list[tuple[Any, ...]], Callable[[list[Any] | BaseException], None]]
-"""Commands carried by a blocking read, written ahead of it (the pipeliner's lazy items,
-:meth:`Pipeliner.take_lazy <toolnexus.redis_broker._pipeliner.Pipeliner.take_lazy>`), and
-what to call with their replies once read: a list (error replies in place), or the
-exception that stopped the read (:class:`NotSent` if they were never written)."""
-
-
-class NotSent(ConnectionError):
-    """Carried commands that were never written: whoever gave them may send them again."""
-
-
 CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})
 SENTINEL_SCHEMES = frozenset({"redis+sentinel", "rediss+sentinel"})
 
@@ -266,11 +255,6 @@ class BlockingReader:
     public-API-only mode (``public_api``; see :mod:`._redispy`), go through redis-py's
     ``xread``/``xreadgroup``.
 
-    ``carry`` gives commands to write ahead of each direct read (see :data:`Carried`):
-    Redis runs them at once, so the read costs them no write of their own, and they
-    travel apart from the commands that wake other processes (which Redis answers only
-    once it has run everything it read with them). Reads through redis-py carry nothing.
-
     A read that takes ``patience_s`` longer than its block raises ``TimeoutError`` (a
     peer that never replies is a fault); one timer bounds them all (:class:`Bound`).
     """
@@ -278,14 +262,12 @@ class BlockingReader:
     def __init__(
         self,
         client: Client,
-        carry: Callable[[], Carried | None] | None = None,
         *,
         patience_s: float,
         public_api: bool = False,
     ) -> None:
         self.client = client
         self._direct = direct(client, public_api)
-        self._carry = carry
         self._patience_s = patience_s
         self._bound = Bound()
 
@@ -319,27 +301,10 @@ class BlockingReader:
             ))  # fmt: skip
 
     async def _read(self, connection: Direct, command: tuple[Any, ...]) -> Entries:
-        carried = self._carry() if self._carry is not None else None
-        commands: list[tuple[Any, ...]] = carried[0] if carried is not None else []
-        settle = carried[1] if carried is not None else None
         try:
-            try:
-                await connection.write([*commands, command])
-            except BaseException as exc:
-                if settle is not None:
-                    given_back = settle
-                    settle = None
-                    given_back(NotSent(f"not written: {exc!r}"))
-                raise
-            if settle is not None:
-                replies = await connection.replies(len(commands))
-                done = settle
-                settle = None
-                done(replies)
+            await connection.write([command])
             reply: Any = await connection.reply()
-        except BaseException as exc:
-            if settle is not None:
-                settle(exc)
+        except BaseException:
             await connection.abandon()
             raise
         if not reply:  # nothing within the block

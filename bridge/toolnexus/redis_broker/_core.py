@@ -291,14 +291,11 @@ class Core:
         )
         self.closed = False
 
-    def blocking_reader(self, *, carry: bool = False) -> BlockingReader:
+    def blocking_reader(self) -> BlockingReader:
         """Blocking reads on a client of their own: one connection, no socket timeout, each
-        read bounded by its block plus ``command_timeout_s``; with ``carry``, each read
-        carries the pipeliner's lazy items queued by then."""
-        carried = self.pipeliner.take_lazy if carry else None
+        read bounded by its block plus ``command_timeout_s``."""
         return BlockingReader(
             self.connector.blocking_client(),
-            carried,
             patience_s=self.settings.command_timeout_s,
             public_api=self.public_api,
         )

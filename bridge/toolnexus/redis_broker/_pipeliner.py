@@ -23,7 +23,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from ..errors import BrokerClosed
 from ..timers import Bound
-from ._connections import Carried, Client, NotSent
+from ._connections import Client
 from ._redispy import Direct, direct
 from ._scripts import SCRIPTS, BatchScript
 
@@ -102,7 +102,6 @@ class Pipeliner:
         self._lazy_timer: asyncio.TimerHandle | None = None
         self._lazy_due = False  # lazy items go out now, urgent ones or not
         self._later: list[Callable[[], object]] = []  # see after_send
-        self._carried: set[asyncio.Future[None]] = set()  # lazy items taken, not yet settled
         self._holding = False  # items issued now are sent by their caller (see sending)
         self._inline: asyncio.Future[None] | None = None  # a caller's pipeline on its way
         self.round_trips = 0
@@ -310,41 +309,6 @@ class Pipeliner:
             self._queue[:0] = forgotten
             self._schedule()
 
-    def take_lazy(self) -> Carried | None:
-        """On one server, the lazy items queued now, taken to travel with another
-        connection's next command (a blocking read): their commands, and what to call
-        with their replies (or the exception if they failed). None if there are none, or
-        on a Cluster, or with ``WAIT`` after every pipeline, or where blocking reads do
-        not read directly (the public-API-only mode)."""
-        if not self._lazy or self._wait is not None or self._direct is None:
-            return None
-        queue = _take(self._lazy, MAX_PIPELINE_ITEMS)
-        self._lazy_batches.clear()  # items from now on go behind these
-        if not self._lazy and not self._later and self._lazy_timer is not None:
-            self._lazy_timer.cancel()
-            self._lazy_timer = None
-        commands = _commands(queue)
-        settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._carried.add(settled)
-
-        def settle(replies: list[Any] | BaseException) -> None:
-            self._carried.discard(settled)
-            if not settled.done():
-                settled.set_result(None)
-            if isinstance(replies, NotSent):  # back in line, ahead of what is still queued
-                self._lazy[:0] = queue
-                self._lazy_due = True
-                self._schedule()
-            elif isinstance(replies, Exception):
-                self._load_scripts = True  # the connection failed: Redis may come back without them
-                _fail(queue, replies)
-            elif isinstance(replies, BaseException):  # cancelled mid-reply: they were sent
-                _fail(queue, BrokerClosed("the broker was closed"))
-            else:
-                self._settle(queue, replies)
-
-        return commands, settle
-
     async def _execute(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         if self._load_scripts:
             for script in self._scripts.values():
@@ -407,19 +371,16 @@ class Pipeliner:
             pipe.execute_command("WAIT", *self._wait, target_nodes=node)
 
     async def drain(self) -> None:
-        """Wait until everything issued so far has been sent (work put off included, and
-        lazy items another connection carries)."""
+        """Wait until everything issued so far has been sent (work put off included)."""
         self._run_later()
         if self._queue or self._lazy:
             self._lazy_due = True
             self._schedule()
-        while self._task is not None or self._carried or self._inline is not None:
+        while self._task is not None or self._inline is not None:
             if self._inline is not None:
                 await asyncio.shield(self._inline)
             if self._task is not None:
                 await asyncio.shield(self._task)
-            if self._carried:
-                await asyncio.wait(set(self._carried))
 
     def close(self) -> None:
         """Stop: commands not yet sent fail with :class:`~toolnexus.BrokerClosed`."""

@@ -19,9 +19,7 @@ What it holds:
 - :class:`Direct`: commands written to one kept connection of a one-server client, and
   their replies read back as Redis sent them, skipping redis-py's pipeline objects, its
   pool checkout (which checks the socket every time) and its response callbacks. The
-  pipeliner's pipelines and the blocking reads use it on one server; it is what lets a
-  blocking read carry the pipeliner's lazy items (:meth:`Pipeliner.take_lazy
-  <toolnexus.redis_broker._pipeliner.Pipeliner.take_lazy>`).
+  pipeliner's pipelines and the blocking reads use it on one server.
 - Two fixes that are not optimizations and stay in both modes: :class:`ClosingCluster`
   (closes every node's connections, which redis-py's ``aclose`` skips after a failed
   command) and :class:`BlockingSentinelPool` (a Sentinel pool that waits for a free
