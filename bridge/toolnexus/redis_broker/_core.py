@@ -29,6 +29,7 @@ from ..settings import RedisSettings
 from ..signatures import Signatures
 from ._connections import BlockingReader, Client, Connector, username_of
 from ._pipeliner import Pipeliner
+from ._redispy import public_api_only
 from ._scripts import (
     DEAD_LETTER,
     OUTCOMES,
@@ -162,8 +163,14 @@ class Core:
             "health_check_interval": 30,
             **settings.redis_options,
         }
+        self.public_api = public_api_only(settings.redis_public_api)
+        """Only redis-py's documented API is used (see :mod:`._redispy`)."""
         connector = Connector(
-            url, settings.max_connections, settings.command_timeout_s, **self.redis_options
+            url,
+            settings.max_connections,
+            settings.command_timeout_s,
+            public_api=self.public_api,
+            **self.redis_options,
         )
         self.connector = connector
         self.redis: Client = connector.command_client
@@ -174,16 +181,17 @@ class Core:
             self.redis,
             timeout_s=settings.command_timeout_s + settings.wait_timeout_ms / 1000,
             wait=wait if settings.durability == "wait" else None,
+            public_api=self.public_api,
         )
         self.closed = False
 
-    def blocking_reader(self, *, carry: bool = False) -> BlockingReader:
+    def blocking_reader(self) -> BlockingReader:
         """Blocking reads on a client of their own: one connection, no socket timeout, each
-        read bounded by its block plus ``command_timeout_s``; with ``carry``, each read
-        carries the pipeliner's lazy items queued by then."""
-        carried = self.pipeliner.take_lazy if carry else None
+        read bounded by its block plus ``command_timeout_s``."""
         return BlockingReader(
-            self.connector.blocking_client(), carried, patience_s=self.settings.command_timeout_s
+            self.connector.blocking_client(),
+            patience_s=self.settings.command_timeout_s,
+            public_api=self.public_api,
         )
 
     async def bounded(self, call: Awaitable[T]) -> T:

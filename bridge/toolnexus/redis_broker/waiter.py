@@ -598,8 +598,8 @@ class Waiter:
         try:
             while not core.closed:
                 try:
-                    if reader is None:  # its reads carry the lazy items (events, records)
-                        reader = core.blocking_reader(carry=True)
+                    if reader is None:
+                        reader = core.blocking_reader()
                     if reconnected:
                         await self._reconcile(replies)
                         reconnected = False
