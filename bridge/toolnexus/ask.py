@@ -47,6 +47,7 @@ from .models import (
     DISMISSED,
     UNAVAILABLE,
     Answer,
+    AnsweredEvent,
     Hop,
     OnExpiry,
     Quorum,
@@ -306,7 +307,7 @@ async def _fate(
 
     async def taken() -> Answer | None:
         async for event in events:
-            if event.event == "answered" and event.id == given.id:
+            if isinstance(event, AnsweredEvent) and event.id == given.id:
                 return event.answer
         return None
 

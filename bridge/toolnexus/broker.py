@@ -19,12 +19,12 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
 
 from .audit import AuditRecord
 from .errors import BrokerClosed, ConfigurationError, InvalidRequest, ToolnexusError
-from .models import DECLINED, DISMISSED, Answer, Event, Heartbeat, Request
+from .models import DECLINED, DISMISSED, Answer, ApprovedEvent, Event, Heartbeat, Request
 from .numeric import MAX_COUNT, check_number
 from .settings import RedisSettings, default_url
 from .wire10 import Request10
@@ -47,17 +47,6 @@ DEFAULT_TIMEOUT_S = 600.0
 
 RETENTION_S = 24 * 3600.0
 """How long a resolved request is remembered (so that late answers are refused by name)."""
-
-Resolution = Literal["answered", "expired", "withdrawn"]
-"""How a request was resolved: by an answer, by its deadline, or by its waiter leaving."""
-
-NOT_RESOLVED_REASONS: dict[str, str] = {
-    "answered": "already answered",
-    "expired": "expired",
-    "withdrawn": "withdrawn",
-}
-"""What a losing answer is told, by the status of the request it tried to answer."""
-
 
 _USERINFO = re.compile(r"(//[^/@]*?:)[^/@]*@")
 
@@ -154,7 +143,7 @@ class Pending(abc.ABC):
     ``None`` when it is unsigned or its signature was not checked (no trusted keys)."""
 
     @abc.abstractmethod
-    async def answer(self, answer: Answer) -> Event | None:
+    async def answer(self, answer: Answer) -> ApprovedEvent | None:
         """Resolve the request with ``answer`` (the first valid answer wins).
 
         For a request that needs a quorum (SPEC §14) the answer is a vote: one that counted
@@ -180,19 +169,19 @@ class Pending(abc.ABC):
     async def skip(self) -> None:
         """Let this responder group pass on the request without answering it."""
 
-    async def accept(self, data: Any = None, *, person: str | None = None) -> Event | None:
+    async def accept(self, data: Any = None, *, person: str | None = None) -> ApprovedEvent | None:
         """Answer yes, with ``data`` for a form (see :meth:`answer` for the result and errors).
 
         ``person`` names who answered behind this responder (a web login, ``slack:U123``).
         """
         return await self.answer(Answer(id=self.request.id, ok=True, data=data, person=person))
 
-    async def decline(self, *, person: str | None = None) -> Event | None:
+    async def decline(self, *, person: str | None = None) -> ApprovedEvent | None:
         """Answer an explicit no (see :meth:`answer` for the result and errors)."""
         answer = Answer(id=self.request.id, ok=False, reason=DECLINED, person=person)
         return await self.answer(answer)
 
-    async def dismiss(self, *, person: str | None = None) -> Event | None:
+    async def dismiss(self, *, person: str | None = None) -> ApprovedEvent | None:
         """Close the request without a choice (see :meth:`answer` for the result and errors)."""
         answer = Answer(id=self.request.id, ok=False, reason=DISMISSED, person=person)
         return await self.answer(answer)
@@ -447,7 +436,7 @@ class Broker(_Closing):
         """
 
     @abc.abstractmethod
-    async def answer(self, answer: Answer) -> Event | None:
+    async def answer(self, answer: Answer) -> ApprovedEvent | None:
         """Resolve the request ``answer.id`` from anywhere; for a quorum, vote on it (see
         :meth:`Pending.answer`: the ``approved`` event of a vote that did not decide).
 

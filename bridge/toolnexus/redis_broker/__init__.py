@@ -25,7 +25,7 @@ from ..audit import AuditRecord, decode_record
 from ..broker import Broker, check_audit_query, default_consumer_name, redacted
 from ..codec import MSGPACK, Codec
 from ..errors import BrokerClosed, BrokerUnavailable, DecodeError, Refused
-from ..models import Answer, Event, Heartbeat, Request
+from ..models import Answer, ApprovedEvent, CompletedEvent, Heartbeat, Request
 from ..settings import RedisSettings
 from ..signatures import Signatures
 from ..signing import Keyring, SigningKey
@@ -155,14 +155,14 @@ class RedisBroker(Broker):
         self._responders.add(responder)
         return responder
 
-    async def answer(self, answer: Answer) -> Event | None:
+    async def answer(self, answer: Answer) -> ApprovedEvent | None:
         return await answer_by_id(self.core, answer)
 
     async def complete(self, request_id: str) -> None:
         if self.core.closed:
             raise BrokerClosed("the broker is closed")
         with boundary(f"completing {request_id}"):
-            self.core.settle(Event(event="completed", id=request_id))
+            self.core.settle(CompletedEvent(id=request_id))
 
     def events(self) -> RedisEvents:
         return RedisEvents(self.core)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from ..lifecycle import Status
+
 STATUS: Final = "s"
 ANSWER: Final = "a"
 DEADLINE: Final = "x"
@@ -35,8 +37,8 @@ CONTESTED: Final = "c:"
 ACCEPT_VOTE: Final = "y:"
 DECLINE_VOTE: Final = "n:"
 
-OPEN: Final = "open"
-"""The status of a request nobody resolved yet."""
+OPEN: Final = Status.OPEN.value
+"""The status of a request nobody resolved yet (see :class:`toolnexus.lifecycle.Status`)."""
 
 REPLY_ID, REPLY_ANSWER, REPLY_CONTESTED = "id", "a", "c"
 """The fields of a reply-stream entry: the request's id, the encoded answer, and ``'1'`` for

@@ -20,7 +20,7 @@ import functools
 import logging
 import time
 from collections import deque
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 import redis.exceptions
@@ -35,10 +35,11 @@ from ..errors import (
     ToolnexusError,
 )
 from ..keys import WAITER_ID, check_request_id
-from ..models import EXPIRED, WITHDRAWN, Answer, Event, Request
+from ..lifecycle import Status
+from ..models import Answer, ApprovedEvent, Request
 from ..signing import allowed, sign_refusal
 from ._connections import BlockingReader, Entries
-from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, run_to_completion, text
+from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, ms, run_to_completion, text
 from ._scripts import STATUS
 from .answering import checked_answer, finish, resolve_answer, waiter_of
 from .heartbeats import heartbeat
@@ -91,7 +92,7 @@ class RedisPending(Pending):
         self._responder = responder
         self._queued = True  # in the responder's ready queue, not yet delivered
 
-    async def answer(self, answer: Answer) -> Event | None:
+    async def answer(self, answer: Answer) -> ApprovedEvent | None:
         return await self._responder.answer(self, answer)
 
     async def skip(self) -> None:
@@ -274,17 +275,19 @@ class RedisResponder(Responder):
                 if held.entry_id != entry_id:
                     done.append(entry_id)  # a duplicate XADD of a request we already show
             elif fresh and now < (request.expires_at or float("inf")):
+                # (this clock only spares a round trip: one that runs slow shows a late
+                # request, whose answer Redis time refuses; one that runs fast asks Redis)
                 admitted.append((entry_id, request, signer))
             else:
                 unsure.append((entry_id, request, signer))
         if unsure:
             states = await self._states([request for _, request, _ in unsure])
-            for (entry_id, request, signer), (status, alive) in zip(unsure, states, strict=True):
-                if status != OPEN_B:
-                    done.append(entry_id)
-                elif not alive or now >= (request.expires_at or float("inf")):
-                    outcome: Literal["expired", "withdrawn"] = WITHDRAWN if not alive else EXPIRED
-                    await finish(self.core, request, outcome, entry_id)
+            for (entry_id, request, signer), (status, alive, past) in zip(
+                unsure, states, strict=True
+            ):
+                if status != OPEN_B or (
+                    (not alive or past) and await self._end(request, alive, entry_id)
+                ):
                     done.append(entry_id)
                 else:
                     admitted.append((entry_id, request, signer))
@@ -304,9 +307,17 @@ class RedisResponder(Responder):
         me = key.name if key is not None else self.name
         return any(":" in entry for entry in request.allow) or allowed(request.allow, me, None)
 
-    async def _states(self, requests: list[Request]) -> list[tuple[bytes | None, bool]]:
-        """Each request's status (``b"open"``, ...; None if Redis forgot it) and whether
-        its waiter is alive, in one round trip."""
+    async def _end(self, request: Request, alive: bool, entry_id: str | None) -> bool:
+        """End ``request``, open but its waiter gone (withdrawn) or past its signed
+        deadline by Redis time (expired): whether it is no longer open."""
+        if not alive:
+            return await finish(self.core, request, Status.WITHDRAWN, entry_id)
+        return await finish(self.core, request, Status.EXPIRED, entry_id)
+
+    async def _states(self, requests: list[Request]) -> list[tuple[bytes | None, bool, bool]]:
+        """Each request's status (``b"open"``, ...; None if Redis forgot it), whether its
+        waiter is alive, and whether its signed deadline has passed by Redis time (the
+        judge of a deadline, whatever this process's clock says), in one round trip."""
         keys = self.core.keys
         batch = self.core.pipeliner.batch
         replies: list[list[Any]] = await asyncio.gather(
@@ -316,11 +327,16 @@ class RedisResponder(Responder):
                 for w in (waiter_of(r),)
             )
         )
-        return [(reply[0] or None, bool(reply[1])) for reply in replies]
+        return [
+            (reply[0] or None, bool(reply[1]), int(reply[2]) >= ms(r.expires_at))
+            if r.expires_at is not None
+            else (reply[0] or None, bool(reply[1]), False)
+            for r, reply in zip(requests, replies, strict=True)
+        ]
 
     # -- answering ----------------------------------------------------------------
 
-    async def answer(self, pending: RedisPending, answer: Answer) -> Event | None:
+    async def answer(self, pending: RedisPending, answer: Answer) -> ApprovedEvent | None:
         """:meth:`RedisPending.answer`. An answer that cannot get through because Redis is
         away hands the request back: it is shown again once Redis returns. A quorum's vote
         that counted but did not decide keeps the request held, for other persons here."""
@@ -425,13 +441,10 @@ class RedisResponder(Responder):
         if not held:
             return
         states = await self._states([pending.request for pending in held])
-        now = time.time()
-        for pending, (status, alive) in zip(held, states, strict=True):
-            if status != OPEN_B:
-                self.release(pending)
-            elif not alive or now >= (pending.request.expires_at or float("inf")):
-                outcome: Literal["expired", "withdrawn"] = WITHDRAWN if not alive else EXPIRED
-                await finish(self.core, pending.request, outcome, pending.entry_id)
+        for pending, (status, alive, past) in zip(held, states, strict=True):
+            if status != OPEN_B or (
+                (not alive or past) and await self._end(pending.request, alive, pending.entry_id)
+            ):
                 self.release(pending)
 
     async def _reclaim(self) -> None:

@@ -36,7 +36,18 @@ from ..broker import deadline_of
 from ..errors import BrokerClosed, DecodeError, InvalidRequest, Refused, SignatureError
 from ..hops import check_hops
 from ..keys import check_request_id, new_waiter_id
-from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request, Signature
+from ..lifecycle import RESOLVED, Status
+from ..models import (
+    EXPIRED,
+    UNAVAILABLE,
+    WITHDRAWN,
+    Answer,
+    AnsweredEvent,
+    Event,
+    Request,
+    Signature,
+    ended_event,
+)
 from ..outcomes import check_on_expiry, expired_answer
 from ..signing import request_digest, verify_refusal
 from ..timers import Timers
@@ -118,7 +129,7 @@ class Waiter:
             answer = await wait.answer
         except asyncio.CancelledError:
             if not wait.replies.durable:  # a durable request outlives its waits
-                self._spawn(self._end(wait, WITHDRAWN))
+                self._spawn(self._end(wait, Status.WITHDRAWN))
             raise
         finally:
             del self.waits[wait.request_id]
@@ -219,19 +230,18 @@ class Waiter:
     def _record(self, wait: Wait, answer: Answer) -> None:
         """The audit record and the outcome event of ``wait``, ended with ``answer``."""
         status = status_of(answer)
-        if status == "answered":
+        if status == Status.ANSWERED:
             if answer.reason == UNAVAILABLE and not wait.published:  # Redis refused it
                 self._ended(wait, answer, "unavailable")
                 return
             # The waiter tells responders: it is the one party sure to learn the answer
             # (a responder may die between resolving and saying so). Groups that have
             # not read the entry yet never will.
-            event = Event(event="answered", id=wait.request_id, answer=answer)
+            event: Event = AnsweredEvent(id=wait.request_id, answer=answer)
             self._ended(wait, answer, status, event)
             return
         wait.recorded = True  # an expiry or withdrawal another party resolved, and recorded
-        ending: Literal["expired", "withdrawn"] = "expired" if status == EXPIRED else "withdrawn"
-        event = Event(event=ending, id=wait.request_id, answer=answer)
+        event = ended_event(status, wait.request_id, answer)
         # a responder recorded it on one queue; its hops learn of it here
         self._ended(wait, answer, status, event if wait.escalation is not None else None)
 
@@ -240,12 +250,12 @@ class Waiter:
         won the race. Cancelling this call leaves the recording to finish on its own."""
         if not wait.published:  # it may still land: make sure nobody answers it
             unavailable = Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE)
-            self._ended(wait, unavailable, "expired")
-            self._spawn(self._resolve_by_waiter(wait, "expired"))
+            self._ended(wait, unavailable, Status.EXPIRED)
+            self._spawn(self._resolve_by_waiter(wait, Status.EXPIRED))
             return unavailable
-        return await asyncio.shield(self._spawn(self._end(wait, "expired")))
+        return await asyncio.shield(self._spawn(self._end(wait, Status.EXPIRED)))
 
-    async def _end(self, wait: Wait, status: Literal["expired", "withdrawn"]) -> Answer:
+    async def _end(self, wait: Wait, status: Literal[Status.EXPIRED, Status.WITHDRAWN]) -> Answer:
         """Resolve the request of ``wait`` as ``status`` (its deadline passed, or it was
         cancelled or closed) and record how it ended: the answer that won."""
         outcome = await self._resolve_by_waiter(wait, status)
@@ -331,7 +341,7 @@ class Waiter:
             wait.checked = self._checks(request)
             wait.quorum = request.quorum is not None
             reached = parse_queues_field(stored.queues)  # hints: see Escalator.plan
-            if stored.status == "open":  # published already if its route says so
+            if stored.status == Status.OPEN:  # published already if its route says so
                 wait.reached = reached
                 wait.entry_id = next(
                     (e.encode() for q, e in reached if q == core.keys.queue and e), None
@@ -382,7 +392,7 @@ class Waiter:
     # -- resolving our own requests -----------------------------------------------
 
     async def _resolve_by_waiter(
-        self, wait: Wait, status: Literal["expired", "withdrawn"]
+        self, wait: Wait, status: Literal[Status.EXPIRED, Status.WITHDRAWN]
     ) -> Answer:
         """Resolve our own request as expired or withdrawn; the answer that won either way.
 
@@ -394,10 +404,10 @@ class Waiter:
         """
         core = self.core
         published = self.publisher.published(wait)
-        if status == EXPIRED:
+        if status == Status.EXPIRED:
             answer = expired_answer(published)
         else:
-            answer = Answer(id=wait.request_id, ok=False, reason=status)
+            answer = Answer(id=wait.request_id, ok=False, reason=WITHDRAWN)
         payload = core.codec.encode(core.signatures.sign_answer(answer, published))
         backoff = Backoff(cap_s=0.5)
         give_up = time.monotonic() + RESOLVE_PATIENCE_S
@@ -417,7 +427,7 @@ class Waiter:
                 log.error("resolving %s as %s failed: %s", answer.id, status, exc)
                 return answer
         if outcome == "ok":
-            self._settle(wait, Event(event=status, id=answer.id, answer=answer))
+            self._settle(wait, ended_event(status, answer.id, answer))
             return answer
         try:
             if wait.quorum:
@@ -436,8 +446,8 @@ class Waiter:
                 if taken.reason in (EXPIRED, WITHDRAWN):  # another party's end
                     wait.recorded = True  # and record (see _ended)
                 escalated = wait.escalation is not None
-                if escalated and outcome in ("answered", "expired", "withdrawn"):
-                    self._settle(wait, Event(event=outcome, id=answer.id, answer=taken))
+                if escalated and outcome in RESOLVED:
+                    self._settle(wait, ended_event(Status(outcome), answer.id, taken))
                 return taken
         return answer  # what the state holds is unreadable or refused: the deadline's
 
@@ -612,8 +622,8 @@ class Waiter:
         try:
             while not core.closed:
                 try:
-                    if reader is None:  # its reads carry the lazy items (events, records)
-                        reader = core.blocking_reader(carry=True)
+                    if reader is None:
+                        reader = core.blocking_reader()
                     if reconnected:
                         await self._reconcile(replies)
                         reconnected = False
@@ -805,7 +815,7 @@ class Waiter:
         for wait in open_waits:
             wait.answer.set_exception(BrokerClosed("the broker was closed during the wait"))
             if not wait.replies.durable:
-                self._spawn(self._end(wait, WITHDRAWN))
+                self._spawn(self._end(wait, Status.WITHDRAWN))
         if self._background:
             await asyncio.wait(self._background, timeout=RESOLVE_PATIENCE_S + 1)
         if self._own.reader is not None:
