@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from conftest import Fleet, opened
-from test_forgery import ask, decline_genuinely, still_waiting, waiting
+from conftest import Fleet
+from helpers import ask, opened
+from test_forgery import decline_genuinely, still_waiting, waiting
 from toolnexus import Keyring, Refused, Signature, SigningKey
 from toolnexus.redis_broker import RedisBroker
 from toolnexus.signing import sign_refusal
