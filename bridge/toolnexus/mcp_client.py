@@ -57,9 +57,7 @@ from mcp import Client
 from mcp.client import ClientRequestContext, IncomingMessage
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import (
-    METHOD_NOT_FOUND,
     REQUEST_TIMEOUT,
-    UNSUPPORTED_PROTOCOL_VERSION,
     URL_ELICITATION_REQUIRED,
     CallToolResult,
     ElicitCompleteNotification,
@@ -67,7 +65,12 @@ from mcp_types import (
     ElicitRequestURLParams,
     ElicitResult,
     ErrorData,
+    TextContent,
     Tool,
+)
+from mcp_types.version import (
+    LATEST_MODERN_VERSION,
+    MODERN_PROTOCOL_VERSIONS,
 )
 
 from ._mcp_calls import Call, Clock, Wait, current_call
@@ -76,7 +79,7 @@ from .broker import Broker
 from .errors import ConfigurationError, NotResolved
 from .mcp_callback import ElicitationCallback, check_options
 from .mcp_config import McpConfig, McpToolset, ServerEntry, load_config
-from .mcp_errors import McpError, UrlElicitationRequired, translated
+from .mcp_errors import UrlElicitationRequired, translated
 from .models import WITHDRAWN, Answer, Request, WaitFor
 
 log = logging.getLogger(__name__)
@@ -92,7 +95,13 @@ MAX_URL_ROUNDS = 3
 MODES = ("legacy", "auto", "2026-07-28")
 """``mode`` values besides the default (None): see :func:`load_mcp`."""
 
-_REFUSED_HANDSHAKE = frozenset({UNSUPPORTED_PROTOCOL_VERSION, METHOD_NOT_FOUND})
+_HANDSHAKE_ONLY = ("unavailable on 2026-07-28", "no back-channel for server-initiated requests")
+"""What fastmcp's (in a tool's error result) and the SDK's (as an error) ``ctx.elicit`` say
+on a 2026-07-28 connection."""
+_MODERN_ONLY = "only exists at MCP 2026-07-28"
+"""What fastmcp says when a tool returns an ``InputRequiredResult`` on a handshake connection."""
+_NEWER_VERSION = "Unsupported protocol version from the server"
+"""What the SDK raises when ``initialize`` is answered with a 2026-07-28 ``protocolVersion``."""
 _REMEMBERED_AUTHORIZATIONS = 1024
 _MAX_TOOL_PAGES = 100
 
@@ -115,6 +124,9 @@ class _Session:
         self.on_complete = on_complete
         self.server_name = label
         self.client: Client | None = None
+        self.other: Callable[[], Awaitable[Client | None]] | None = None
+        """With the default mode: the server's connection in the other era, opened the first
+        time a tool asks in a way only that era carries (None if the server refuses it)."""
         self._inflight: set[Call] = set()
         self._authorizations: OrderedDict[str, str] = OrderedDict()
 
@@ -149,9 +161,27 @@ class _Session:
         while True:
             try:
                 # An infinite SDK read timeout: this call is timed by its own _Clock.
-                return await self.client.call_tool(
-                    call.name, arguments, read_timeout_seconds=math.inf
-                )
+                try:
+                    result = await self.client.call_tool(
+                        call.name, arguments, read_timeout_seconds=math.inf
+                    )
+                except MCPError as exc:
+                    if self.other is None or not _other_era(exc.message):
+                        raise
+                    other = await self.other()
+                    if other is None:
+                        raise
+                    return await other.call_tool(
+                        call.name, arguments, read_timeout_seconds=math.inf
+                    )
+                if self.other is None or not _asks_by_handshake(result):
+                    return result
+                # The tool asks with ctx.elicit, which only the handshake carries: once more
+                # there (it stopped at the question, which it could not ask).
+                other = await self.other()
+                if other is None:
+                    return result
+                return await other.call_tool(call.name, arguments, read_timeout_seconds=math.inf)
             except MCPError as exc:
                 if exc.code != URL_ELICITATION_REQUIRED or self.asker is None:
                     raise
@@ -251,6 +281,19 @@ class _Session:
             await self.on_complete(request_id)
         except NotResolved as exc:
             log.debug("completion of %s ignored: %s", request_id, exc)
+
+
+def _asks_by_handshake(result: CallToolResult) -> bool:
+    """Whether a 2026-07-28 tool result is the error of a ``ctx.elicit`` that cannot ask there."""
+    return bool(result.is_error) and any(
+        isinstance(block, TextContent) and _other_era(block.text) for block in result.content
+    )
+
+
+def _other_era(message: str) -> bool:
+    """Whether a tool call failed only because the tool asks in the other era's way: ``ctx.elicit``
+    on 2026-07-28, or an ``InputRequiredResult`` on a handshake connection."""
+    return _MODERN_ONLY in message or any(text in message for text in _HANDSHAKE_ONLY)
 
 
 def _url_elicitation_required(exc: MCPError) -> UrlElicitationRequiredError | None:
@@ -516,7 +559,8 @@ async def _load_one(
 async def _connect(
     stack: AsyncExitStack, how: Target, session: _Session, mode: str | None
 ) -> Client:
-    """An entered SDK ``Client`` for ``how`` in ``mode`` (see :func:`load_mcp`)."""
+    """An entered SDK ``Client`` for ``how`` in ``mode`` (see :func:`load_mcp`); with the
+    default mode at 2026-07-28, ``session.handshake`` opens a handshake connection."""
 
     def client(sdk_mode: str) -> Client:
         return Client(
@@ -527,15 +571,72 @@ async def _connect(
             message_handler=session.message_handler,
         )
 
-    try:
+    async def enter(sdk_mode: str) -> Client:
         with translated(session.server_name):
-            return await stack.enter_async_context(client(mode or "legacy"))
-    except McpError as exc:
-        if mode is not None or exc.code not in _REFUSED_HANDSHAKE or not how.reusable:
+            return await stack.enter_async_context(client(sdk_mode))
+
+    if mode is not None or not how.reusable:
+        return await enter(mode or "legacy")
+    # Over HTTP, server/discover first (at 2026-07-28, with its headers); the SDK falls back
+    # to the handshake when the server does not answer it. Over stdio and in process the
+    # handshake first, as before 2026-07-28 (ctx.elicit asks only there).
+    first_mode = "auto" if how.http else "legacy"
+    try:
+        first = await enter(first_mode)
+    except Exception as exc:
+        if not _refused(exc):
             raise
-        log.info("%s: connecting at 2026-07-28 instead", exc)
-    with translated(session.server_name):
-        return await stack.enter_async_context(client("auto"))
+        # A 2026-07-28-only server that refused the handshake (HTTP 400/404/405 with or
+        # without a JSON-RPC error, -32022, a 2026-07-28 protocolVersion, no initialize).
+        log.info("%s: connecting at %s instead", exc, LATEST_MODERN_VERSION)
+        return await enter(LATEST_MODERN_VERSION)
+    other = "legacy" if first.protocol_version in MODERN_PROTOCOL_VERSIONS else "auto"
+    session.other = await _Later.start(stack, lambda: client(other))
+    return first
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether connecting failed because the server refused the protocol (not unreachable)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_refused(leaf) for leaf in exc.exceptions)
+    if isinstance(exc, MCPError):
+        return True
+    return isinstance(exc, RuntimeError) and _NEWER_VERSION in str(exc)
+
+
+class _Later:
+    """A second connection, opened on first use in a task of its own (so it may be opened
+    from any tool call) and closed with the session; None if the server refuses it."""
+
+    def __init__(self, group: anyio.abc.TaskGroup, make: Callable[[], Client]) -> None:
+        self._group = group
+        self._make = make
+        self._lock = anyio.Lock()
+        self._opened = False
+        self._client: Client | None = None
+
+    @classmethod
+    async def start(cls, stack: AsyncExitStack, make: Callable[[], Client]) -> _Later:
+        group = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(group.cancel_scope.cancel)
+        return cls(group, make)
+
+    async def __call__(self) -> Client | None:
+        async with self._lock:
+            if not self._opened:
+                self._opened = True
+                try:
+                    self._client = await self._group.start(self._hold)
+                except Exception as exc:
+                    if not _refused(exc):
+                        raise
+                    log.info("no handshake connection: %s", exc)
+            return self._client
+
+    async def _hold(self, *, task_status: anyio.abc.TaskStatus[Client]) -> None:
+        async with self._make() as client:
+            task_status.started(client)
+            await anyio.sleep_forever()
 
 
 async def _list_tools(client: Client) -> list[Tool]:
