@@ -590,7 +590,8 @@ async def _connect(
         # without a JSON-RPC error, -32022, a 2026-07-28 protocolVersion, no initialize).
         log.info("%s: connecting at %s instead", exc, LATEST_MODERN_VERSION)
         return await enter(LATEST_MODERN_VERSION)
-    other = "legacy" if first.protocol_version in MODERN_PROTOCOL_VERSIONS else "auto"
+    modern = first.protocol_version in MODERN_PROTOCOL_VERSIONS
+    other = "legacy" if modern else LATEST_MODERN_VERSION
     session.other = await _Later.start(stack, lambda: client(other))
     return first
 

@@ -1,0 +1,117 @@
+"""``load_mcp``'s default mode against 2026-07-28-only servers over streamable HTTP: every way
+such a server refuses the handshake ends in a working 2026-07-28 connection."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from mcp_processes import free_port
+from toolnexus import Answer, Request, load_mcp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "servers"))
+from wire_server import MODERN, modern
+
+REFUSALS = {
+    # name: (HTTP status, JSON-RPC error or None, or a result for initialize)
+    "400 with an error": (400, {"code": -32020, "message": "Missing MCP-Protocol-Version header"}),
+    "400 bare": (400, None),
+    "404 with an error": (404, {"code": -32601, "message": "no initialize"}),
+    "404 bare": (404, None),
+    "405 with an error": (405, {"code": -32600, "message": "use 2026-07-28"}),
+    "405 bare": (405, None),
+    "-32022": (200, {"code": -32022, "message": "no", "data": {"supported": [MODERN]}}),
+    "no initialize method": (200, {"code": -32601, "message": "Method not found"}),
+    "a 2026-07-28 protocolVersion": (200, "result"),
+}
+
+
+def app(refusal: str, discover: bool, seen: list[tuple[str, str | None]]) -> Starlette:
+    """A 2026-07-28-only server refusing ``initialize`` (and, unless ``discover``,
+    ``server/discover``) as ``refusal`` says; it serves requests with the version header."""
+    status, error = REFUSALS[refusal]
+
+    async def mcp(http: HttpRequest) -> Response:
+        message: dict[str, Any] = json.loads(await http.body())
+        version = http.headers.get("mcp-protocol-version")
+        method, params = message.get("method"), message.get("params") or {}
+        seen.append((str(method), version))
+        if "id" not in message:
+            return Response(status_code=202)
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
+        if method == "initialize" or (method == "server/discover" and not discover):
+            if error == "result":
+                info = {"name": "w", "version": "1"}
+                reply["result"] = {
+                    "protocolVersion": MODERN,
+                    "capabilities": {},
+                    "serverInfo": info,
+                }
+                return JSONResponse(reply)
+            if error is None:
+                return Response("refused", status_code=status)
+            reply["error"] = error
+            return JSONResponse(reply, status_code=status)
+        meta = params.get("_meta") or {}
+        if version != MODERN or meta.get("io.modelcontextprotocol/protocolVersion") != MODERN:
+            reply["error"] = {"code": -32020, "message": "Missing MCP-Protocol-Version header"}
+            return JSONResponse(reply, status_code=400)
+        result = modern(str(method), params)
+        result.setdefault("resultType", "complete")
+        reply["result"] = result
+        return JSONResponse(reply)
+
+    return Starlette(routes=[Route("/mcp", mcp, methods=["POST", "GET", "DELETE"])])
+
+
+@contextmanager
+def serving(application: Starlette) -> Iterator[str]:
+    """``application`` on a free loopback port in a thread; yields its URL."""
+    port = free_port()
+    web = uvicorn.Server(uvicorn.Config(application, port=port, log_level="warning"))
+    thread = threading.Thread(target=web.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not web.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        web.should_exit = True
+        thread.join(10)
+
+
+async def grace(request: Request) -> Answer:
+    return Answer(id=request.id, ok=True, data={"name": "Grace"})
+
+
+@pytest.mark.parametrize("discover", [False, True], ids=["discover refused", "discover"])
+@pytest.mark.parametrize("refusal", list(REFUSALS))
+async def test_a_2026_only_server_is_connected_at_2026_however_it_refuses(
+    refusal: str, discover: bool
+) -> None:
+    seen: list[tuple[str, str | None]] = []
+    with serving(app(refusal, discover, seen)) as url:
+        async with load_mcp(url, wait_for=grace) as tools:
+            assert tools.protocol_version == MODERN
+            result = await tools["book"]()
+    booked = 'booked: {"action": "accept", "content": {"name": "Grace"}}'
+    assert result.content[0].text == booked  # type: ignore[union-attr]
+    assert seen[0] == ("server/discover", MODERN)
+    calls = [version for method, version in seen if method == "tools/call"]
+    assert calls == [MODERN, MODERN]  # the question, then the retry with the answer
+    assert ("initialize" in dict(seen)) is not discover
