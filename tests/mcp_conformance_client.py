@@ -1,18 +1,21 @@
 """The client the MCP conformance package drives (tests/test_mcp_conformance.py): ``load_mcp``
 with its defaults against the scenario's server, given as the last argument.
 
-It lists the tools and calls each one with arguments made from its input schema; every
+It lists the tools and calls the ones the scenario's context names (``MCP_CONFORMANCE_CONTEXT``,
+``toolCalls``) or else each one, with arguments made from its input schema (a ``schema``
+argument gets the other tools' input schema, as the JSON Schema scenarios echo it); every
 question the server asks is accepted with an empty form, so the schema's defaults fill it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from typing import Any
 
-from toolnexus import Answer, Request, load_mcp
+from toolnexus import Answer, McpError, Request, load_mcp
 
 
 async def accept(request: Request) -> Answer:
@@ -41,11 +44,27 @@ def sample(schema: dict[str, Any]) -> Any:
 
 
 async def main(url: str) -> None:
-    async with load_mcp(url, wait_for=accept, timeout_s=10, mode=os.environ.get("XMODE")) as tools:
+    async with load_mcp(url, wait_for=accept, timeout_s=10) as tools:
         print(f"connected at {tools.protocol_version}: {', '.join(tools)}")
-        for tool in tools.values():
-            result = await tool.call(sample(tool.input_schema))
-            print(f"{tool.name}: is_error={result.is_error}")
+        context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+        calls = [(c["name"], c.get("arguments", {})) for c in context.get("toolCalls", [])]
+        if not calls:
+            for tool in tools.values():
+                arguments = sample(tool.input_schema)
+                if "schema" in tool.input_schema.get("properties", {}):
+                    others = [t.input_schema for t in tools.values() if t is not tool]
+                    arguments["schema"] = others[0] if others else {}
+                calls.append((tool.name, arguments))
+        for name, arguments in calls:
+            if name not in tools:
+                print(f"{name}: not listed")
+                continue
+            try:
+                result = await tools[name].call(arguments)
+            except McpError as exc:  # the scenario's server may list a tool it does not serve
+                print(f"{name}: {exc}")
+            else:
+                print(f"{name}: is_error={result.is_error}")
 
 
 if __name__ == "__main__":
