@@ -17,11 +17,13 @@ the same code as the public :func:`~toolnexus.elicitation_callback`):
   for the authorization request that carried that elicitation id; unknown, declined
   and already completed ids are ignored.
 
-Protocol: with no ``mode``, the session starts with the initialize handshake (2025-11-25,
-or the older version the server picks), on which servers may ask with server-initiated
-``elicitation/create`` (fastmcp's and the SDK's ``ctx.elicit``); a server that refuses the
-handshake because it speaks only 2026-07-28 is connected again at 2026-07-28, where it asks
-with ``InputRequiredResult``. ``mode="auto"`` prefers 2026-07-28 (the SDK's default).
+Protocol: with no ``mode``, over HTTP the session starts with ``server/discover`` (2026-07-28
+if the server offers it), over stdio and in process with the initialize handshake (on which
+servers ask with server-initiated ``elicitation/create``: fastmcp's and the SDK's
+``ctx.elicit``); a server that refuses the handshake in any way is connected at 2026-07-28,
+where it asks with ``InputRequiredResult``. A tool that asks the other era's way is called
+once more on a second connection in that era (opened on first need). ``mode="auto"``
+prefers 2026-07-28 (the SDK's default).
 
 Which call asks: a question made while a tool call runs names that tool and uses that
 call's deadline. On 2026-07-28 the question is part of the call's own result; on
@@ -466,12 +468,14 @@ def load_mcp(
     ``wait_for``, it is that broker's ``complete``. ``allow`` lists the responders that may
     answer (``Request.allow``). ``headers`` go with HTTP requests.
 
-    ``mode`` picks the protocol. ``None`` (the default): the initialize handshake, so
-    servers can ask with server-initiated requests (``ctx.elicit``), then 2026-07-28 if
-    the server refuses the handshake as a 2026-07-28-only server. ``"auto"``: 2026-07-28
-    whenever the server offers it (fastmcp's and the SDK's ``ctx.elicit`` cannot ask
-    there), else the handshake. ``"legacy"``: the handshake only. ``"2026-07-28"``: that
-    version, without asking the server.
+    ``mode`` picks the protocol. ``None`` (the default): over HTTP ``server/discover``
+    first, then 2026-07-28 if the server offers it, else the initialize handshake; over
+    stdio and in process the handshake; 2026-07-28 whenever the server refuses the
+    handshake. A tool that asks the other era's way (``ctx.elicit`` on 2026-07-28, an
+    ``InputRequiredResult`` on the handshake) is called again on a second connection in
+    that era. ``"auto"``: 2026-07-28 whenever the server offers it (fastmcp's and the SDK's
+    ``ctx.elicit`` cannot ask there), else the handshake. ``"legacy"``: the handshake only.
+    ``"2026-07-28"``: that version, without asking the server.
 
     Raises:
         ConfigurationError: an empty command line, an unknown ``mode``, a bad config, or
