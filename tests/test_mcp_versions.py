@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from mcp_processes import free_port
 from toolnexus import Answer, Request, load_mcp
+from toolnexus.mcp_client import MAX_URL_CONSENTS, NOT_COMPLETED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "servers"))
 from wire_server import MODERN, modern
@@ -115,3 +116,92 @@ async def test_a_2026_only_server_is_connected_at_2026_however_it_refuses(
     calls = [version for method, version in seen if method == "tools/call"]
     assert calls == [MODERN, MODERN]  # the question, then the retry with the answer
     assert ("initialize" in dict(seen)) is not discover
+
+
+# -- URL consent on 2026-07-28 ----------------------------------------------------------
+
+LINK = "https://example.com/connect"
+
+
+def url_app(needed: int, seen: list[dict[str, Any]]) -> Starlette:
+    """A 2026-07-28 server whose ``connect`` tool asks for :data:`LINK` (no ``elicitationId``)
+    until it has been accepted ``needed`` times: the interaction completes out of band."""
+
+    async def mcp(http: HttpRequest) -> Response:
+        message: dict[str, Any] = json.loads(await http.body())
+        if "id" not in message:
+            return Response(status_code=202)
+        method, params = message.get("method"), message.get("params") or {}
+        cache = {"ttlMs": 0, "cacheScope": "private", "resultType": "complete"}
+        if method == "server/discover":
+            result = {"supportedVersions": [MODERN], "capabilities": {"tools": {}}, **cache}
+        elif method == "tools/list":
+            schema = {"type": "object", "properties": {}}
+            result = {"tools": [{"name": "connect", "inputSchema": schema}], **cache}
+        else:
+            seen.append(params)
+            accepted = int(params.get("requestState") or 0)
+            response = (params.get("inputResponses") or {}).get("link")
+            if response is not None and response.get("action") != "accept":
+                result = {"content": [{"type": "text", "text": f"ended: {response['action']}"}]}
+            elif response is not None and accepted + 1 >= needed:
+                result = {"content": [{"type": "text", "text": "connected"}]}
+            else:
+                if response is not None:
+                    accepted += 1
+                ask = {"mode": "url", "message": "Connect your account.", "url": LINK}
+                result = {
+                    "resultType": "input_required",
+                    "inputRequests": {"link": {"method": "elicitation/create", "params": ask}},
+                    "requestState": str(accepted),
+                }
+        return JSONResponse({"jsonrpc": "2.0", "id": message["id"], "result": result})
+
+    return Starlette(routes=[Route("/mcp", mcp, methods=["POST", "GET", "DELETE"])])
+
+
+def responder(*answers: bool) -> tuple[list[Request], Any]:
+    """A ``wait_for`` that answers in turn with ``answers`` (then accepts); and what it saw."""
+    asked: list[Request] = []
+
+    async def wait_for(request: Request) -> Answer:
+        asked.append(request)
+        ok = answers[len(asked) - 1] if len(asked) <= len(answers) else True
+        return Answer(id=request.id, ok=ok, reason=None if ok else "declined")
+
+    return asked, wait_for
+
+
+async def test_url_accept_is_consent_and_not_completed_goes_back_with_retry_and_cancel() -> None:
+    seen: list[dict[str, Any]] = []
+    asked, wait_for = responder(True, True)
+    with serving(url_app(2, seen)) as url:
+        async with load_mcp(url, wait_for=wait_for) as tools:
+            result = await tools["connect"]()
+    assert result.content[0].text == "connected"  # type: ignore[union-attr]
+    first, again = asked
+    assert (first.kind, first.url, first.prompt) == ("authorization", LINK, "Connect your account.")
+    assert "elicitation_id" not in first.meta and "not_completed" not in first.meta
+    assert again.meta["not_completed"] == 1
+    assert again.prompt.startswith(f"{NOT_COMPLETED} (1 of {MAX_URL_CONSENTS - 1}): Connect")
+    assert "retry" in again.prompt and "cancel" in again.prompt
+    assert len(seen) == 3  # the call, the retry after consent, the retry a responder asked for
+
+    # cancel ends it: the server hears the decline on the retry
+    seen.clear()
+    asked, wait_for = responder(True, False)
+    with serving(url_app(5, seen)) as url:
+        async with load_mcp(url, wait_for=wait_for) as tools:
+            result = await tools["connect"]()
+    assert result.content[0].text == "ended: decline"  # type: ignore[union-attr]
+    assert len(asked) == 2
+
+
+async def test_url_consents_are_bounded_then_the_server_gets_cancel() -> None:
+    seen: list[dict[str, Any]] = []
+    asked, wait_for = responder()
+    with serving(url_app(100, seen)) as url:
+        async with load_mcp(url, wait_for=wait_for) as tools:
+            result = await tools["connect"]()
+    assert len(asked) == MAX_URL_CONSENTS
+    assert result.content[0].text == "ended: cancel"  # type: ignore[union-attr]

@@ -54,6 +54,7 @@ from typing import Any, TypeAlias, overload
 
 import anyio
 import anyio.abc
+import msgspec
 import pydantic
 from mcp import Client
 from mcp.client import ClientRequestContext, IncomingMessage
@@ -94,6 +95,13 @@ OnComplete: TypeAlias = Callable[[str], Awaitable[None]]
 MAX_URL_ROUNDS = 3
 """How many times one tool call is sent again after ``-32042`` errors whose URLs were accepted."""
 
+MAX_URL_CONSENTS = 3
+"""How many times one call asks for the same URL on 2026-07-28 (the first consent, then
+"not completed yet" with retry or cancel); past that the server gets ``cancel``."""
+
+NOT_COMPLETED = "Not completed yet"
+"""What a 2026-07-28 URL request asked again starts with (``meta["not_completed"]`` counts)."""
+
 MODES = ("legacy", "auto", "2026-07-28")
 """``mode`` values besides the default (None): see :func:`load_mcp`."""
 
@@ -130,6 +138,7 @@ class _Session:
         """With the default mode: the server's connection in the other era, opened the first
         time a tool asks in a way only that era carries (None if the server refuses it)."""
         self._inflight: set[Call] = set()
+        self._consents: dict[Call, dict[str, int]] = {}  # 2026-07-28 URL consents per call
         self._authorizations: OrderedDict[str, str] = OrderedDict()
 
     # -- tool calls -------------------------------------------------------------------
@@ -154,6 +163,7 @@ class _Session:
                 raise MCPError(code=REQUEST_TIMEOUT, message="Request 'tools/call' timed out")
         finally:
             self._inflight.discard(call)
+            self._consents.pop(call, None)
             call.end()
             current_call.reset(token)
 
@@ -229,8 +239,22 @@ class _Session:
             return ElicitResult(action="cancel")
         calls = {hint} if hint is not None else set(self._inflight)
         only = next(iter(calls)) if len(calls) == 1 else None
+        again = self._consented(params, only)
+        if again is None:
+            return ElicitResult(action="cancel")
+        if again:
+            params = params.model_copy(
+                update={
+                    "message": f"{NOT_COMPLETED} ({again} of {MAX_URL_CONSENTS - 1}): "
+                    f"{params.message} Accept to retry now, decline to cancel."
+                }
+            )
 
         async def wait(request: Request) -> Answer:
+            if again:
+                request = msgspec.structs.replace(
+                    request, meta={**request.meta, "not_completed": again}
+                )
             return await self._wait(request, calls)
 
         return await self.asker.ask(
@@ -240,6 +264,24 @@ class _Session:
             timeout_s=only.timeout_s if only is not None else None,
             wait=wait,
         )
+
+    def _consented(self, params: Any, call: Call | None) -> int | None:
+        """How many times ``call`` got consent for this 2026-07-28 URL elicitation (which has
+        no ``elicitationId``: the server asking again means not completed yet); 0 for any
+        other; None past :data:`MAX_URL_CONSENTS`."""
+        if call is None or not isinstance(params, ElicitRequestURLParams):
+            return 0
+        if params.elicitation_id:  # 2025-11-25: completion is notified
+            return 0
+        asked = self._consents.setdefault(call, {})
+        times = asked.get(params.url, 0)
+        if times >= MAX_URL_CONSENTS:
+            log.warning(
+                "%s asked for %s %d times: the server gets cancel", call.name, params.url, times
+            )
+            return None
+        asked[params.url] = times + 1
+        return times
 
     async def _wait(self, request: Request, calls: set[Call]) -> Answer:
         """``wait_for(request)`` with the calls' clocks stopped; withdrawn if the calls all
