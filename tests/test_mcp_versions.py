@@ -3,7 +3,11 @@ such a server refuses the handshake ends in a working 2026-07-28 connection."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -19,7 +23,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mcp_processes import free_port
+from mcp_processes import FASTMCP, free_port
 from toolnexus import Answer, Request, load_mcp
 from toolnexus.mcp_client import MAX_URL_CONSENTS, NOT_COMPLETED
 
@@ -205,3 +209,43 @@ async def test_url_consents_are_bounded_then_the_server_gets_cancel() -> None:
             result = await tools["connect"]()
     assert len(asked) == MAX_URL_CONSENTS
     assert result.content[0].text == "ended: cancel"  # type: ignore[union-attr]
+
+
+# -- a fastmcp server whose tools ask both ways -----------------------------------------
+
+BOTH = [*FASTMCP, "--both-ways"]
+
+
+async def colours(request: Request) -> Answer:
+    data = {"value": "green"} if request.prompt == "Which colour?" else {"name": "Ada"}
+    return Answer(id=request.id, ok=True, data=data)
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_server_whose_tools_ask_both_ways_is_answered_with_the_defaults(
+    transport: str,
+) -> None:
+    with contextlib.ExitStack() as stack:
+        server: Any = BOTH
+        if transport == "http":
+            port = free_port()
+            process = subprocess.Popen([*BOTH, "--http", str(port)])
+            stack.callback(process.wait, 10)
+            stack.callback(process.terminate)
+            deadline = time.monotonic() + 30
+            while not listening(port):
+                assert time.monotonic() < deadline and process.poll() is None
+                await asyncio.sleep(0.1)
+            server = f"http://127.0.0.1:{port}/mcp"
+        async with load_mcp(server, wait_for=colours) as tools:
+            # stdio: the handshake first; HTTP: server/discover offers 2026-07-28
+            assert tools.protocol_version == ("2025-11-25" if transport == "stdio" else MODERN)
+            voted = await tools["vote"]()  # InputRequiredResult: 2026-07-28 only
+            booked = await tools["book"]()  # ctx.elicit: the handshake only
+    assert json.loads(voted.content[0].text)["content"] == {"value": "green"}  # type: ignore[union-attr]
+    assert json.loads(booked.content[0].text)["data"]["name"] == "Ada"  # type: ignore[union-attr]
