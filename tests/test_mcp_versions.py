@@ -23,7 +23,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mcp_processes import FASTMCP, free_port
+from mcp_processes import FASTMCP, WIRE, free_port
 from toolnexus import Answer, Request, load_mcp
 from toolnexus.mcp_client import MAX_URL_CONSENTS, NOT_COMPLETED
 
@@ -249,3 +249,14 @@ async def test_a_server_whose_tools_ask_both_ways_is_answered_with_the_defaults(
             booked = await tools["book"]()  # ctx.elicit: the handshake only
     assert json.loads(voted.content[0].text)["content"] == {"value": "green"}  # type: ignore[union-attr]
     assert json.loads(booked.content[0].text)["data"]["name"] == "Ada"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("refusal", ["-32022", "no-initialize", "modern-result"])
+async def test_a_2026_only_stdio_server_is_connected_at_2026_however_it_refuses(
+    refusal: str,
+) -> None:
+    async with load_mcp([*WIRE, MODERN, refusal], wait_for=grace) as tools:
+        assert tools.protocol_version == MODERN
+        result = await tools["book"]()
+    booked = 'booked: {"action": "accept", "content": {"name": "Grace"}}'
+    assert result.content[0].text == booked  # type: ignore[union-attr]
