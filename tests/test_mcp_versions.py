@@ -26,6 +26,7 @@ from starlette.routing import Route
 from mcp_processes import FASTMCP, WIRE, free_port
 from toolnexus import Answer, Request, load_mcp
 from toolnexus.mcp_client import MAX_URL_CONSENTS, NOT_COMPLETED
+from toolnexus_workers.chat import view_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "servers"))
 from wire_server import MODERN, modern
@@ -189,6 +190,7 @@ async def test_url_accept_is_consent_and_not_completed_goes_back_with_retry_and_
     assert again.meta["not_completed"] == 1
     assert again.prompt.startswith(f"{NOT_COMPLETED} (1 of {MAX_URL_CONSENTS - 1}): Connect")
     assert "retry" in again.prompt and "cancel" in again.prompt
+    assert again.prompt in view_of(again).text  # the chat workers show it as any prompt
     assert len(seen) == 3  # the call, the retry after consent, the retry a responder asked for
 
     # cancel ends it: the server hears the decline on the retry

@@ -246,7 +246,7 @@ class _Session:
             params = params.model_copy(
                 update={
                     "message": f"{NOT_COMPLETED} ({again} of {MAX_URL_CONSENTS - 1}): "
-                    f"{params.message} Accept to retry now, decline to cancel."
+                    f"{params.message} Finish there, then accept to retry now, or decline to cancel."
                 }
             )
 
