@@ -73,7 +73,8 @@ async def test_fastmcp_ctx_elicit_with_the_defaults(
         fastmcp_http() if transport == "http" else nullcontext() as url,
     ):
         async with load_mcp(url or FASTMCP, wait_for=rbroker.wait_for, agent="a-1") as tools:
-            assert tools.protocol_version == "2025-11-25"
+            # over HTTP, server/discover first: 2026-07-28, ctx.elicit on a second connection
+            assert tools.protocol_version == ("2025-11-25" if url is None else "2026-07-28")
             booked = payload(await tools["book"]())
             seats = payload(await tools["count"]())
             colour = payload(await tools["pick"]())
