@@ -80,8 +80,11 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     digest: str = ""
 
 
-def _prefilled(schema: dict[str, Any] | None, arguments: dict[str, Any]) -> dict[str, Any]:
-    """The tool's schema with each proposed argument as its property's ``default``."""
+def _prefilled(
+    schema: dict[str, Any] | None, arguments: dict[str, Any], editable: bool
+) -> dict[str, Any]:
+    """The tool's schema with each proposed argument as its property's ``default`` (and,
+    not ``editable``, its ``const``: an edit fails the schema)."""
     filled = copy.deepcopy(schema) if schema else {"type": "object", "properties": {}}
     properties = filled.setdefault("properties", {})
     if not isinstance(properties, dict):
@@ -93,6 +96,8 @@ def _prefilled(schema: dict[str, Any] | None, arguments: dict[str, Any]) -> dict
         if not isinstance(field, dict):
             raise InvalidRequest(f"tool input schema: property {name!r} must be an object")
         field["default"] = copy.deepcopy(value)
+        if not editable:
+            field["const"] = copy.deepcopy(value)
     return filled
 
 
@@ -109,8 +114,13 @@ def tool_call_request(
     agent: str | None = None,
     expires_at: float | None = None,
     durable: bool = False,
+    editable: bool = True,
 ) -> Request:
     """The request asking whether tool ``name`` may run with ``arguments``.
+
+    ``editable=False`` for a framework that cannot run edited arguments: each property of
+    the schema is then also a ``const`` of its proposed value, so that the broker refuses
+    an edit to the responder (approve or deny only).
 
     ``schema`` is the tool's JSON input schema (None: any object); ``run`` and ``call_id``
     name the framework's run and call. ``request_id`` defaults to a fresh id: give a stable
@@ -136,7 +146,10 @@ def tool_call_request(
         id=request_id or new_id("tool"),
         kind=TOOL_CALL,
         prompt=prompt or f"Run the tool {name}?",
-        data={"schema": _prefilled(schema, arguments), "tool_call": msgspec.to_builtins(call)},
+        data={
+            "schema": _prefilled(schema, arguments, editable),
+            "tool_call": msgspec.to_builtins(call),
+        },
         source=Source(tool=name, agent=agent),
         expires_at=expires_at,
         durable=durable,
