@@ -141,3 +141,11 @@ async def test_resumed_in_another_process_after_a_kill_runs_the_tool_once(
     _, err = await asyncio.to_thread(again.communicate, timeout=60)
     assert again.returncode != 0 and "RunNotFound" in err
     assert ran(tmp_path) == [ARGS]
+
+
+async def test_the_docs_inline_example_runs_as_written(broker: Broker, agent: object) -> None:
+    """The OpenAI Agents SDK block of docs/how-to/tool-approvals.md, run by the agent
+    process as written."""
+    process = agent("docs")  # type: ignore[operator]
+    await (await shown(broker)).accept()
+    assert json.loads(await finished(process)) == ["sent 10 to ACME"]

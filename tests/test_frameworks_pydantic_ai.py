@@ -7,6 +7,7 @@ import asyncio
 import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -242,3 +243,29 @@ async def test_resumed_in_another_process_after_a_kill_runs_the_tool_once(
         assert again.returncode != 0
         assert "RunNotFound: no resumable pydantic-ai run 'run-7' is kept" in err
         assert len(ran.read_text().splitlines()) == 1
+
+
+PAGE = Path(__file__).parents[1] / "docs" / "how-to" / "tool-approvals.md"
+
+
+def page_block(first_line: str) -> str:
+    """The Python block of docs/how-to/tool-approvals.md whose first line is ``first_line``."""
+    for match in re.finditer(r"^```python\n(.*?)^```", PAGE.read_text(), re.S | re.M):
+        if match.group(1).startswith(first_line + "\n"):
+            return match.group(1)
+    raise AssertionError(f"{PAGE.name} has no block starting {first_line!r}")
+
+
+async def test_the_docs_inline_example_runs_as_written(memory: Broker) -> None:
+    code = page_block("from toolnexus.frameworks import Ledger")
+    source = "async def example():\n" + textwrap.indent(code + "\nreturn locals()", "    ")
+    scope: dict[str, Any] = {
+        "Agent": Agent,
+        "broker": memory,
+        "model": scripted(("transfer", ARGS)),
+    }
+    exec(compile(source, str(PAGE), "exec"), scope)
+    example = asyncio.create_task(scope["example"]())
+    await (await shown(memory)).accept({"to": "ACME", "amount": 3})
+    names = await asyncio.wait_for(example, 10)
+    assert json.loads(names["result"].output) == ["sent 3 to ACME"]

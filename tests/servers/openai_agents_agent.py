@@ -4,7 +4,8 @@ the SDK is imported as ``agents``, a name tests/agents.py takes in the test proc
 
     python openai_agents_agent.py URL NAMESPACE RUN RAN_FILE MODE [TIMEOUT_S]
 
-MODE: ``inline`` (run_with_approvals, each wait TIMEOUT_S), ``cancel`` (the same,
+MODE: ``docs`` (the example of docs/how-to/tool-approvals.md),
+``inline`` (run_with_approvals, each wait TIMEOUT_S), ``cancel`` (the same,
 cancelled after TIMEOUT_S), ``start`` (run_resumable), ``resume``. Prints the final
 output; the tool appends each call it runs to RAN_FILE.
 """
@@ -14,8 +15,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 import sys
+import textwrap
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
@@ -68,6 +72,25 @@ class Scripted(Model):
         raise NotImplementedError
 
 
+PAGE = Path(__file__).parents[2] / "docs" / "how-to" / "tool-approvals.md"
+FIRST_LINE = "result = await run_with_approvals("
+
+
+async def run_page_example(**names: Any) -> dict[str, Any]:
+    """Run the page's OpenAI Agents SDK block with ``names`` bound; its locals."""
+    for match in re.finditer(r"^```python\n(.*?)^```", PAGE.read_text(), re.S | re.M):
+        if match.group(1).startswith(FIRST_LINE):
+            code = match.group(1)
+            break
+    else:
+        raise SystemExit(f"{PAGE.name} has no block starting {FIRST_LINE!r}")
+    source = "async def example():\n" + textwrap.indent(code + "\nreturn locals()", "    ")
+    scope: dict[str, Any] = dict(names)
+    exec(compile(source, str(PAGE), "exec"), scope)
+    result: dict[str, Any] = await scope["example"]()
+    return result
+
+
 async def main() -> None:
     url, namespace, run, ran_file, mode = sys.argv[1:6]
     timeout_s = float(sys.argv[6]) if len(sys.argv) > 6 else 30.0
@@ -96,6 +119,9 @@ async def main() -> None:
             except TimeoutError:
                 print("cancelled", flush=True)
             return
+        elif mode == "docs":  # the example of docs/how-to/tool-approvals.md, as written
+            names = {"agent": agent, "broker": broker, "run_with_approvals": run_with_approvals}
+            result = (await run_page_example(**names))["result"]
         elif mode == "start":
             result = await run_resumable(agent, "Pay ACME", broker=broker, run=run)
         else:
