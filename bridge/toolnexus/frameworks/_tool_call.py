@@ -43,6 +43,7 @@ import msgspec
 import rfc8785
 
 from ..audit import AuditRecord
+from ..broker import Store
 from ..codec import JSON, MSGPACK
 from ..errors import DecodeError, InvalidAnswer, InvalidRequest
 from ..models import Answer, Request, Source, new_id
@@ -310,7 +311,7 @@ class Ledger:
     a second run by a well-behaved resumer, not a proof (the audit record is that).
     """
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     async def get(self, request_id: str) -> dict[str, str]:

@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import msgspec
 
+from ..broker import Broker
 from ..codec import JSON
 from ..errors import ConfigurationError, InvalidAnswer, ToolnexusError
 from ..models import Request, WaitFor
@@ -116,6 +117,18 @@ class _Executed(RunHooks[Any]):
         await self.ledger.executing(request_id, tool.name, arguments)
 
 
+def _denied(message: str) -> ToolDecision:
+    return ToolDecision(
+        approved=False,
+        arguments=None,
+        edited=False,
+        message=message,
+        reason=None,
+        digest=None,
+        answered_by=None,
+    )
+
+
 async def _decisions(
     wait_for: WaitFor, requests: Sequence[Request], ledger: Ledger | None
 ) -> list[ToolDecision]:
@@ -130,9 +143,7 @@ async def _decisions(
                 False, None, False, f"Invalid approval of {name}: {exc}", None, None, None
             )
         if decision.edited:  # the SDK cannot run other arguments: never run the proposal
-            decision = ToolDecision(
-                False, None, True, "Edited arguments cannot be applied here.", None, None, None
-            )
+            decision = _denied("Edited arguments cannot be run by this framework.")
         if ledger is not None:
             await ledger.decided(request, decision)
         decisions.append(decision)
@@ -185,7 +196,12 @@ class _State(msgspec.Struct):
 
 
 async def _finish(
-    agent: Agent[Any], broker: Any, run: str, result: RunResult, ledger: Ledger, **run_kwargs: Any
+    agent: Agent[Any],
+    broker: Broker,
+    run: str,
+    result: RunResult,
+    ledger: Ledger,
+    **run_kwargs: Any,
 ) -> RunResult:
     hooks = _Executed(ledger, run)
     while result.interruptions:
@@ -201,7 +217,7 @@ async def _finish(
 
 
 async def run_resumable(
-    agent: Agent[Any], input: str, *, broker: Any, run: str, **run_kwargs: Any
+    agent: Agent[Any], input: str, *, broker: Broker, run: str, **run_kwargs: Any
 ) -> RunResult:
     """Run ``agent`` on ``input``, stopping the world at each tool approval: the
     serialized ``RunState`` and the requests are kept under ``run`` (unique to this run)
@@ -212,7 +228,7 @@ async def run_resumable(
     return await _finish(agent, broker, run, result, ledger, **run_kwargs)
 
 
-async def resume(agent: Agent[Any], *, broker: Any, run: str, **run_kwargs: Any) -> RunResult:
+async def resume(agent: Agent[Any], *, broker: Broker, run: str, **run_kwargs: Any) -> RunResult:
     """Finish the run ``run`` that :func:`run_resumable` left waiting (here or in a
     process that died): wait for its requests (attaching: they are not asked again) and
     continue from its kept ``RunState``.

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import msgspec
 
+from ..broker import Broker
 from ..codec import JSON
 from ..errors import ConfigurationError, InvalidAnswer, ToolnexusError
 from ..models import Request, WaitFor
@@ -164,14 +165,14 @@ class _State(msgspec.Struct):
     requests: list[bytes]  # each tool_call request, as JSON
 
 
-async def _save(broker: Any, run: str, messages: bytes, requests: Sequence[Request]) -> None:
+async def _save(broker: Broker, run: str, messages: bytes, requests: Sequence[Request]) -> None:
     state = _State(messages, [JSON.encode(r) for r in requests])
     await broker.store(STORE).set(run, msgspec.json.encode(state), ttl_s=STATE_TTL_S)
 
 
 async def _finish(
     agent: Agent[Any, Any],
-    broker: Any,
+    broker: Broker,
     run: str,
     result: AgentRunResult[Any],
     capability: Approvals,
@@ -192,7 +193,7 @@ async def _finish(
 
 async def _step(
     agent: Agent[Any, Any],
-    broker: Any,
+    broker: Broker,
     run: str,
     messages: list[ModelMessage],
     requests: Sequence[Request],
@@ -213,7 +214,7 @@ async def _step(
 
 
 async def run_resumable(
-    agent: Agent[Any, Any], prompt: str, *, broker: Any, run: str, **run_kwargs: Any
+    agent: Agent[Any, Any], prompt: str, *, broker: Broker, run: str, **run_kwargs: Any
 ) -> AgentRunResult[Any]:
     """Run ``agent`` on ``prompt``, stopping the world at each tool approval: the message
     history and the ``tool_call`` requests are kept under ``run`` (a name unique to this
@@ -229,7 +230,7 @@ async def run_resumable(
 
 
 async def resume(
-    agent: Agent[Any, Any], *, broker: Any, run: str, **run_kwargs: Any
+    agent: Agent[Any, Any], *, broker: Broker, run: str, **run_kwargs: Any
 ) -> AgentRunResult[Any]:
     """Finish the run ``run`` that :func:`run_resumable` left waiting (in this process or
     one that died): wait for its requests (attaching to them: they are not asked again)
