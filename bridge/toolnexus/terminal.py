@@ -216,6 +216,12 @@ class Terminal:
         self._say(self._style(f"── {title} ──", _BOLD))
         if request.prompt:
             self._say(request.prompt)
+        call = request.data.get("tool_call") if isinstance(request.data, dict) else None
+        if request.kind == "tool_call" and isinstance(call, dict):
+            self._say(f"  Tool:   {self._style(str(call.get('name')), _BOLD)}")
+            arguments = call.get("arguments")
+            for name, value in (arguments if isinstance(arguments, dict) else {}).items():
+                self._say(f"    {name} = {value!r}")
 
     def _highlight_host(self, url: str, host: str) -> str:
         start = url.find(host, url.find("//") + 2)

@@ -71,7 +71,12 @@ TOO_LATE = (
     "Thank you anyway; nothing was changed."
 )
 """What a click on a request no longer open here is told."""
-_KINDS = {"input": "Question", "authorization": "Authorization", "approval": "Approval"}
+_KINDS = {
+    "input": "Question",
+    "authorization": "Authorization",
+    "approval": "Approval",
+    "tool_call": "Tool call",
+}
 
 
 @dataclass(frozen=True)

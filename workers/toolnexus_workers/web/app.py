@@ -82,7 +82,12 @@ SECURITY_HEADERS = [
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
 ]
-_KINDS = {"input": "Question", "authorization": "Authorization", "approval": "Approval"}
+_KINDS = {
+    "input": "Question",
+    "authorization": "Authorization",
+    "approval": "Approval",
+    "tool_call": "Tool call",
+}
 _ACTIONS = ("accept", "decline", "dismiss")
 
 

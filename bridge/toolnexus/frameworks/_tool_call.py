@@ -1,0 +1,355 @@
+"""The tool-approval request: a framework's "may this tool run with these arguments?" as
+one :class:`~toolnexus.Request` of ``kind="tool_call"``, and the typed decision its
+:class:`~toolnexus.Answer` gives.
+
+The request's ``data`` layout::
+
+    {
+      "schema": {...},        # the tool's JSON input schema, each property's "default" set
+                              # to the proposed argument: a form opens pre-filled, and an
+                              # answer that leaves it as it is approves the proposal
+      "tool_call": {
+        "name": "transfer_funds",
+        "arguments": {"to": "ACME", "amount": 10},
+        "framework": "pydantic-ai",
+        "run": "run-42",      # the run it belongs to
+        "call_id": "call_1",  # the framework's id of this call
+        "digest": "sha256:...",  # digest(name, arguments): see tool_call_digest
+      },
+    }
+
+An answer ``ok=True`` approves: with ``data`` None (the proposal) or the arguments to run,
+which the broker checks against ``data["schema"]`` (a form answer: an edit that breaks the
+tool's schema is refused to the responder with :class:`~toolnexus.InvalidAnswer`, and the
+request stays open). ``ok=False`` denies; a text ``data`` (or ``meta["message"]``) is the
+message the framework gives the model. :func:`decide` turns the answer into a
+:class:`ToolDecision`.
+
+Binding: with signatures in use, the answer's signature covers the digest of the exact
+request (its id, its ``tool_call`` and its digest included), so a signed approval cannot
+approve another call, not even one with the same arguments (a new call is a new request
+id). The audit record keeps the request (the proposed digest) and the signed answer (the
+approved arguments): :func:`audit_digests` reads both back.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+import rfc8785
+
+from ..audit import AuditRecord
+from ..broker import Store
+from ..codec import JSON, MSGPACK
+from ..errors import DecodeError, InvalidAnswer, InvalidRequest
+from ..models import Answer, Request, Source, new_id
+from ..schema import validate_form
+
+TOOL_CALL: Final = "tool_call"
+"""The ``kind`` of a tool-approval request."""
+
+DIGEST_PREFIX: Final = "sha256:"
+
+
+def tool_call_digest(name: str, arguments: dict[str, Any]) -> str:
+    """``"sha256:" + hex(SHA-256(RFC 8785 canonical JSON of {"name", "arguments"}))``: the
+    same for every framework and language that canonicalizes by RFC 8785.
+
+    Raises:
+        InvalidRequest: the arguments are not JSON (a float that is not finite, a key that
+            is not a string, an object JSON has no form for).
+    """
+    try:
+        canonical = rfc8785.dumps({"name": name, "arguments": arguments})
+    except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
+        raise InvalidRequest(f"tool {name!r}: its arguments are not JSON ({exc})") from exc
+    return DIGEST_PREFIX + hashlib.sha256(canonical).hexdigest()
+
+
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call a framework proposes: ``data["tool_call"]`` of a tool-approval request."""
+
+    name: str
+    arguments: dict[str, Any]
+    framework: str
+    run: str | None = None
+    call_id: str | None = None
+    digest: str = ""
+
+
+def _prefilled(
+    schema: dict[str, Any] | None, arguments: dict[str, Any], editable: bool
+) -> dict[str, Any]:
+    """The tool's schema with each proposed argument as its property's ``default`` (and,
+    not ``editable``, its ``const``: an edit fails the schema)."""
+    filled = copy.deepcopy(schema) if schema else {"type": "object", "properties": {}}
+    properties = filled.setdefault("properties", {})
+    if not isinstance(properties, dict):
+        raise InvalidRequest("a tool's input schema must have an object of 'properties'")
+    for name, value in arguments.items():
+        field = properties.get(name)
+        if field is None:  # an argument the schema does not name: shown, kept as proposed
+            field = properties[name] = {}
+        if not isinstance(field, dict):
+            raise InvalidRequest(f"tool input schema: property {name!r} must be an object")
+        field["default"] = copy.deepcopy(value)
+        if not editable:
+            field["const"] = copy.deepcopy(value)
+    return filled
+
+
+def tool_call_request(
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    framework: str,
+    schema: dict[str, Any] | None = None,
+    run: str | None = None,
+    call_id: str | None = None,
+    prompt: str | None = None,
+    request_id: str | None = None,
+    agent: str | None = None,
+    expires_at: float | None = None,
+    durable: bool = False,
+    editable: bool = True,
+) -> Request:
+    """The request asking whether tool ``name`` may run with ``arguments``.
+
+    ``editable=False`` for a framework that cannot run edited arguments: each property of
+    the schema is then also a ``const`` of its proposed value, so that the broker refuses
+    an edit to the responder (approve or deny only).
+
+    ``schema`` is the tool's JSON input schema (None: any object); ``run`` and ``call_id``
+    name the framework's run and call. ``request_id`` defaults to a fresh id: give a stable
+    one (:func:`call_request_id`) for a durable wait that another process attaches to.
+
+    Raises:
+        InvalidRequest: ``arguments`` is not a JSON object, or the schema has no object of
+            ``properties``.
+    """
+    if not isinstance(arguments, dict):
+        raise InvalidRequest(
+            f"tool {name!r}: its arguments must be an object, got {type(arguments).__name__}"
+        )
+    call = ToolCall(
+        name=name,
+        arguments=arguments,
+        framework=framework,
+        run=run,
+        call_id=call_id,
+        digest=tool_call_digest(name, arguments),
+    )
+    return Request(
+        id=request_id or new_id("tool"),
+        kind=TOOL_CALL,
+        prompt=prompt or f"Run the tool {name}?",
+        data={
+            "schema": _prefilled(schema, arguments, editable),
+            "tool_call": msgspec.to_builtins(call),
+        },
+        source=Source(tool=name, agent=agent),
+        expires_at=expires_at,
+        durable=durable,
+    )
+
+
+def call_request_id(framework: str, run: str, call_id: str) -> str:
+    """A stable request id for call ``call_id`` of run ``run``: the same in every process,
+    so a durable wait for it attaches instead of asking again."""
+    digest = hashlib.sha256(f"{framework}\0{run}\0{call_id}".encode()).hexdigest()[:32]
+    return f"tool-{digest}"
+
+
+def tool_call_of(request: Request) -> ToolCall:
+    """The :class:`ToolCall` a tool-approval request proposes.
+
+    Raises:
+        InvalidRequest: ``request`` is not a ``tool_call`` request, or its ``tool_call`` is
+            malformed, or its digest is not the digest of its name and arguments.
+    """
+    if request.kind != TOOL_CALL or not isinstance(request.data, dict):
+        raise InvalidRequest(f"request {request.id!r} is not a {TOOL_CALL!r} request")
+    try:
+        call = msgspec.convert(request.data.get("tool_call"), ToolCall)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest(f"request {request.id!r}: malformed tool_call ({exc})") from exc
+    if call.digest != tool_call_digest(call.name, call.arguments):
+        raise InvalidRequest(
+            f"request {request.id!r}: its tool_call digest is not that of its name and arguments"
+        )
+    return call
+
+
+@dataclass(frozen=True)
+class ToolDecision:
+    """What an answer decided for a tool call.
+
+    ``approved``: run it, with ``arguments`` (the proposal, or the responder's ``edited``
+    ones); ``digest`` is theirs (:func:`tool_call_digest`). Denied: ``message`` says why,
+    for the model (and ``reason`` is the answer's). ``answered_by`` names who decided.
+    """
+
+    approved: bool
+    arguments: dict[str, Any] | None
+    edited: bool
+    message: str | None
+    reason: str | None
+    digest: str | None
+    answered_by: str | None
+
+
+def _message(answer: Answer, call: ToolCall) -> str:
+    for text in (answer.data, answer.meta.get("message")):
+        if isinstance(text, str) and text.strip():
+            return text
+    who = answer.answered_by
+    if answer.reason == "expired":
+        return f"No approval for {call.name} before the deadline: the call was not run."
+    if answer.reason == "withdrawn":
+        return f"The approval request for {call.name} was withdrawn: the call was not run."
+    if answer.reason == "unavailable":
+        return f"No approver could be reached for {call.name}: the call was not run."
+    by = f" by {who}" if who else ""
+    return f"The call to {call.name} was denied{by} ({answer.reason or 'declined'})."
+
+
+def decide(request: Request, answer: Answer) -> ToolDecision:
+    """The decision ``answer`` gives on the tool call ``request`` proposes.
+
+    An accepting answer approves its ``data`` (None: the proposal), checked against the
+    request's schema; an expiry's default (``defaulted``) never approves: it is a denial
+    with the deadline's message.
+
+    Raises:
+        InvalidRequest: ``request`` is not a tool-approval request (:func:`tool_call_of`).
+        InvalidAnswer: the answer is not for this request, or its arguments fail the
+            tool's schema.
+    """
+    call = tool_call_of(request)
+    if answer.id != request.id:
+        raise InvalidAnswer(f"answer {answer.id!r} does not answer request {request.id!r}")
+    if not answer.ok or answer.defaulted:
+        if answer.ok:  # an OnExpiry default: nobody approved
+            answer = msgspec.structs.replace(answer, ok=False, reason="expired", data=None)
+        return ToolDecision(
+            approved=False,
+            arguments=None,
+            edited=False,
+            message=_message(answer, call),
+            reason=answer.reason,
+            digest=None,
+            answered_by=answer.answered_by,
+        )
+    if answer.data is None:
+        arguments = call.arguments
+    else:
+        schema = request.schema or {"type": "object", "properties": {}}
+        arguments = validate_form(schema, answer.data)
+    digest = tool_call_digest(call.name, arguments)
+    return ToolDecision(
+        approved=True,
+        arguments=arguments,
+        edited=digest != call.digest,
+        message=None,
+        reason=None,
+        digest=digest,
+        answered_by=answer.answered_by,
+    )
+
+
+@dataclass(frozen=True)
+class AuditDigests:
+    """A tool call's digests as its audit record proves them: ``proposed`` (the request's),
+    ``approved`` (of the arguments the signed answer approved; None: not approved)."""
+
+    proposed: str
+    approved: str | None
+
+
+def audit_digests(record: AuditRecord) -> AuditDigests:
+    """The proposed and approved digests of the tool call ``record`` resolved.
+
+    Raises:
+        DecodeError: the record holds no whole request (it was cut) or answer.
+        InvalidRequest: the record is not of a tool-approval request.
+    """
+    codec = JSON if record.format == "json" else MSGPACK
+    if record.request is None or record.cut:
+        raise DecodeError(f"audit record {record.id!r} does not hold the whole request")
+    request = codec.decode(record.request)
+    if not isinstance(request, Request):
+        raise DecodeError(f"audit record {record.id!r}: its request is not a request")
+    call = tool_call_of(request)
+    approved = None
+    if record.answer is not None:
+        answer = codec.decode(record.answer)
+        if isinstance(answer, Answer):
+            try:
+                decision = decide(request, answer)
+            except InvalidAnswer:
+                decision = None
+            approved = decision.digest if decision is not None else None
+    return AuditDigests(proposed=call.digest, approved=approved)
+
+
+LEDGER_TTL_S: Final = 7 * 24 * 3600.0
+"""How long a :class:`Ledger` keeps a call's digests."""
+
+
+class Ledger:
+    """The digests of each tool call an adapter saw: ``proposed``, ``approved`` and
+    ``executed`` (the arguments the framework ran the tool with), by request id, kept in a
+    broker :class:`~toolnexus.broker.Store` (``broker.store("tool-calls")``) beside the
+    audit record, which proves the first two. An adapter refuses to run a call the ledger
+    says ran already, or with arguments whose digest is not the approved one.
+
+    The store is Redis, shared and untrusted: the ledger is a record and a guard against
+    a second run by a well-behaved resumer, not a proof (the audit record is that).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def get(self, request_id: str) -> dict[str, str]:
+        """The digests recorded for ``request_id`` (empty: none)."""
+        raw = await self.store.get(request_id)
+        if raw is None:
+            return {}
+        try:
+            entry = msgspec.json.decode(raw, type=dict[str, str])
+        except msgspec.DecodeError:
+            return {}
+        return entry
+
+    async def _put(self, request_id: str, **digests: str) -> None:
+        entry = await self.get(request_id)
+        entry.update(digests)
+        await self.store.set(request_id, msgspec.json.encode(entry), ttl_s=LEDGER_TTL_S)
+
+    async def decided(self, request: Request, decision: ToolDecision) -> None:
+        """Record the proposed digest of ``request`` and the approved one of ``decision``."""
+        digests = {"proposed": tool_call_of(request).digest}
+        if decision.digest is not None:
+            digests["approved"] = decision.digest
+        await self._put(request.id, **digests)
+
+    async def executing(self, request_id: str, name: str, arguments: dict[str, Any]) -> str:
+        """Record that ``request_id``'s call runs now with ``arguments``; their digest.
+
+        Raises:
+            InvalidAnswer: the call ran already, or ``arguments`` are not the approved ones.
+        """
+        digest = tool_call_digest(name, arguments)
+        entry = await self.get(request_id)
+        if "executed" in entry:
+            raise InvalidAnswer(f"tool call {request_id!r} ran already: an approval is used once")
+        if entry.get("approved") != digest:
+            raise InvalidAnswer(
+                f"tool call {request_id!r}: the arguments about to run are not the approved ones"
+            )
+        await self._put(request_id, executed=digest)
+        return digest

@@ -1,0 +1,255 @@
+"""pydantic-ai's tool approvals through toolnexus (extra ``pydantic-ai``).
+
+A tool registered with ``requires_approval=True`` (or raising ``ApprovalRequired``) makes
+a run stop with ``DeferredToolRequests``. Two ways to answer them through ``wait_for``:
+
+*Inline*: :func:`approvals` is a capability (a ``HandleDeferredToolCalls`` handler) that
+asks one ``kind="tool_call"`` request per call, all at once, and continues the run with
+``ToolApproved`` (``override_args`` for an edit) or ``ToolDenied(message)``:
+
+    agent = Agent(model, capabilities=[approvals(broker.wait_for)])
+
+*Resumable*: :func:`run_resumable` runs the agent; when it stops for approvals it keeps
+the message history and the requests in ``broker.store("pydantic-ai")`` under the run's
+name, asks durably and continues when answered. If the process dies meanwhile,
+:func:`resume` (in any process) attaches to the same durable requests and finishes the
+run; the :class:`~toolnexus.frameworks.Ledger` refuses to run a call twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+
+from ..broker import Broker
+from ..codec import JSON
+from ..errors import ConfigurationError, InvalidAnswer, ToolnexusError
+from ..models import Request, WaitFor
+from ._tool_call import Ledger, call_request_id, decide, tool_call_of, tool_call_request
+
+try:
+    from pydantic_ai import Agent
+    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ToolCallPart
+    from pydantic_ai.run import AgentRunResult
+    from pydantic_ai.tools import (
+        DeferredToolRequests,
+        DeferredToolResults,
+        RunContext,
+        ToolApproved,
+        ToolDefinition,
+        ToolDenied,
+    )
+except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
+    raise ConfigurationError(
+        "toolnexus.frameworks.pydantic_ai needs pydantic-ai: pip install 'toolnexus[pydantic-ai]'"
+    ) from exc
+
+FRAMEWORK: Final = "pydantic-ai"
+STORE: Final = "pydantic-ai"
+"""The broker store that keeps resumable runs (:func:`run_resumable`)."""
+STATE_TTL_S: Final = 7 * 24 * 3600.0
+
+
+class RunNotFound(ToolnexusError):
+    """No resumable run of this name is kept (it finished, or never stopped to ask)."""
+
+
+def _request(
+    ctx: RunContext[Any], call: ToolCallPart, run: str, agent: str | None, durable: bool
+) -> Request:
+    tool_def = ctx.tool_manager.get_tool_def(call.tool_name) if ctx.tool_manager else None
+    schema = tool_def.parameters_json_schema if tool_def is not None else None
+    return tool_call_request(
+        call.tool_name,
+        call.args_as_dict(),
+        framework=FRAMEWORK,
+        schema=schema,
+        run=run,
+        call_id=call.tool_call_id,
+        request_id=call_request_id(FRAMEWORK, run, call.tool_call_id),
+        agent=agent,
+        durable=durable,
+    )
+
+
+async def _decide_all(
+    wait_for: WaitFor, requests: Sequence[Request], ledger: Ledger | None
+) -> dict[str, ToolApproved | ToolDenied]:
+    """Ask every request at once; the framework's result for each call id. Cancelling
+    this cancels every wait (which withdraws a request that is not durable)."""
+    answers = await asyncio.gather(*(wait_for(request) for request in requests))
+    results: dict[str, ToolApproved | ToolDenied] = {}
+    for request, answer in zip(requests, answers, strict=True):
+        call = tool_call_of(request)
+        try:
+            decision = decide(request, answer)
+        except InvalidAnswer as exc:  # an answer no broker checked: never run it
+            results[call.call_id or ""] = ToolDenied(
+                f"The approval of {call.name} was invalid: {exc}"
+            )
+            continue
+        if ledger is not None:
+            await ledger.decided(request, decision)
+        if decision.approved:
+            override = decision.arguments if decision.edited else None
+            results[call.call_id or ""] = ToolApproved(override_args=override)
+        else:
+            results[call.call_id or ""] = ToolDenied(decision.message or "Denied.")
+    return results
+
+
+@dataclass
+class Approvals(AbstractCapability[Any]):
+    """The capability :func:`approvals` makes (see there)."""
+
+    wait_for: WaitFor | None
+    ledger: Ledger | None = None
+    agent: str | None = None
+    durable: bool = False
+    run: str | None = None
+    """The run's name in requests (None: pydantic-ai's ``run_id``)."""
+    asked: dict[str, Request] = field(default_factory=dict)
+    """Requests by the call id they ask about, of this capability's runs."""
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None
+
+    async def handle_deferred_tool_calls(
+        self, ctx: RunContext[Any], *, requests: DeferredToolRequests
+    ) -> DeferredToolResults | None:
+        if not requests.approvals:
+            return None
+        run = self.run or ctx.run_id or "run"
+        asked = [_request(ctx, call, run, self.agent, self.durable) for call in requests.approvals]
+        self.asked.update({tool_call_of(r).call_id or "": r for r in asked})
+        if self.wait_for is None:  # resumable: the caller asks, after the run stopped
+            return None
+        return DeferredToolResults(
+            approvals=dict(await _decide_all(self.wait_for, asked, self.ledger))
+        )
+
+    async def before_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: dict[str, Any],
+    ) -> dict[str, Any]:
+        if self.ledger is not None and ctx.tool_call_approved:
+            run = self.run or ctx.run_id or "run"
+            asked = self.asked.get(call.tool_call_id)
+            request_id = asked.id if asked else call_request_id(FRAMEWORK, run, call.tool_call_id)
+            await self.ledger.executing(request_id, call.tool_name, call.args_as_dict())
+        return args
+
+
+def approvals(
+    wait_for: WaitFor, *, ledger: Ledger | None = None, agent: str | None = None
+) -> Approvals:
+    """A capability that answers an agent's tool approvals inline through ``wait_for``:
+    one ``tool_call`` request per call (all asked at once), the run continuing with the
+    decisions. With a ``ledger``, each call's proposed, approved and executed digests are
+    recorded, and a call runs only with its approved arguments, once."""
+    return Approvals(wait_for, ledger=ledger, agent=agent)
+
+
+class _State(msgspec.Struct):
+    messages: bytes  # pydantic-ai's JSON of the message history
+    requests: list[bytes]  # each tool_call request, as JSON
+
+
+async def _save(broker: Broker, run: str, messages: bytes, requests: Sequence[Request]) -> None:
+    state = _State(messages, [JSON.encode(r) for r in requests])
+    await broker.store(STORE).set(run, msgspec.json.encode(state), ttl_s=STATE_TTL_S)
+
+
+async def _finish(
+    agent: Agent[Any, Any],
+    broker: Broker,
+    run: str,
+    result: AgentRunResult[Any],
+    capability: Approvals,
+    ledger: Ledger,
+    **run_kwargs: Any,
+) -> AgentRunResult[Any]:
+    """Answer each stop of the run for approvals, keeping its state while it waits, and
+    forget the state once the run ends."""
+    while isinstance(result.output, DeferredToolRequests):
+        requests = [capability.asked[call.tool_call_id] for call in result.output.approvals]
+        await _save(broker, run, result.all_messages_json(), requests)
+        result, capability = await _step(
+            agent, broker, run, result.all_messages(), requests, ledger, **run_kwargs
+        )
+    await broker.store(STORE).delete(run)
+    return result
+
+
+async def _step(
+    agent: Agent[Any, Any],
+    broker: Broker,
+    run: str,
+    messages: list[ModelMessage],
+    requests: Sequence[Request],
+    ledger: Ledger,
+    **run_kwargs: Any,
+) -> tuple[AgentRunResult[Any], Approvals]:
+    """Wait for ``requests`` (durably) and continue the run from ``messages``."""
+    decided = await _decide_all(broker.wait_for, requests, ledger)
+    capability = Approvals(None, ledger=ledger, durable=True, run=run)
+    capability.asked.update({tool_call_of(r).call_id or "": r for r in requests})
+    result = await agent.run(
+        message_history=messages,
+        deferred_tool_results=DeferredToolResults(approvals=dict(decided)),
+        capabilities=[capability],
+        **run_kwargs,
+    )
+    return result, capability
+
+
+async def run_resumable(
+    agent: Agent[Any, Any], prompt: str, *, broker: Broker, run: str, **run_kwargs: Any
+) -> AgentRunResult[Any]:
+    """Run ``agent`` on ``prompt``, stopping the world at each tool approval: the message
+    history and the ``tool_call`` requests are kept under ``run`` (a name unique to this
+    run) in ``broker.store("pydantic-ai")``, the requests asked durably; the run goes on
+    when they are answered. Should this process die, :func:`resume` finishes the run.
+
+    The agent's ``output_type`` must admit ``DeferredToolRequests``.
+    """
+    ledger = Ledger(broker.store("tool-calls"))
+    capability = Approvals(None, ledger=ledger, durable=True, run=run)
+    result = await agent.run(prompt, capabilities=[capability], **run_kwargs)
+    return await _finish(agent, broker, run, result, capability, ledger, **run_kwargs)
+
+
+async def resume(
+    agent: Agent[Any, Any], *, broker: Broker, run: str, **run_kwargs: Any
+) -> AgentRunResult[Any]:
+    """Finish the run ``run`` that :func:`run_resumable` left waiting (in this process or
+    one that died): wait for its requests (attaching to them: they are not asked again)
+    and continue the run from its kept message history.
+
+    Raises:
+        RunNotFound: no run of this name is kept.
+    """
+    raw = await broker.store(STORE).get(run)
+    if raw is None:
+        raise RunNotFound(f"no resumable pydantic-ai run {run!r} is kept")
+    state = msgspec.json.decode(raw, type=_State)
+    requests = []
+    for encoded in state.requests:
+        request = JSON.decode(encoded)
+        if not isinstance(request, Request):
+            raise RunNotFound(f"the kept state of run {run!r} is malformed")
+        requests.append(request)
+    messages = ModelMessagesTypeAdapter.validate_json(state.messages)
+    ledger = Ledger(broker.store("tool-calls"))
+    result, capability = await _step(agent, broker, run, messages, requests, ledger, **run_kwargs)
+    return await _finish(agent, broker, run, result, capability, ledger, **run_kwargs)

@@ -1,0 +1,132 @@
+"""An OpenAI Agents SDK agent with a scripted model (no network) whose ``transfer`` tool
+needs approval, run by tests/test_frameworks_openai_agents.py in a process of its own:
+the SDK is imported as ``agents``, a name tests/agents.py takes in the test process.
+
+    python openai_agents_agent.py URL NAMESPACE RUN RAN_FILE MODE [TIMEOUT_S]
+
+MODE: ``docs`` (the example of docs/how-to/tool-approvals.md),
+``inline`` (run_with_approvals, each wait TIMEOUT_S), ``cancel`` (the same,
+cancelled after TIMEOUT_S), ``start`` (run_resumable), ``resume``. Prints the final
+output; the tool appends each call it runs to RAN_FILE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import re
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
+from agents.models.interface import Model
+from agents.usage import Usage
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
+
+import toolnexus
+from agents import Agent, ModelSettings, function_tool, set_tracing_disabled
+from toolnexus.frameworks import Ledger
+from toolnexus.frameworks.openai_agents import resume, run_resumable, run_with_approvals
+
+set_tracing_disabled(True)  # no network: traces are not exported
+ARGUMENTS = json.dumps({"to": "ACME", "amount": 10})
+
+
+class Scripted(Model):
+    """Calls ``transfer`` once, then answers with what the tool returned."""
+
+    async def get_response(
+        self, system_instructions: Any, input: str | list[TResponseInputItem], *args: Any, **kw: Any
+    ) -> ModelResponse:
+        items = [] if isinstance(input, str) else input
+        outputs = [
+            item.get("output")
+            for item in items
+            if isinstance(item, dict) and item.get("type") == "function_call_output"
+        ]
+        if not outputs:
+            call = ResponseFunctionToolCall(
+                type="function_call",
+                call_id="call_1",
+                name="transfer",
+                arguments=ARGUMENTS,
+                id="fc_1",
+                status="completed",
+            )
+            return ModelResponse(output=[call], usage=Usage(), response_id=None)
+        text = ResponseOutputText(type="output_text", text=json.dumps(outputs), annotations=[])
+        message = ResponseOutputMessage(
+            id="msg_1", type="message", role="assistant", status="completed", content=[text]
+        )
+        return ModelResponse(output=[message], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kw: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError
+
+
+PAGE = Path(__file__).parents[2] / "docs" / "how-to" / "tool-approvals.md"
+FIRST_LINE = "result = await run_with_approvals("
+
+
+async def run_page_example(**names: Any) -> dict[str, Any]:
+    """Run the page's OpenAI Agents SDK block with ``names`` bound; its locals."""
+    for match in re.finditer(r"^```python\n(.*?)^```", PAGE.read_text(), re.S | re.M):
+        if match.group(1).startswith(FIRST_LINE):
+            code = match.group(1)
+            break
+    else:
+        raise SystemExit(f"{PAGE.name} has no block starting {FIRST_LINE!r}")
+    source = "async def example():\n" + textwrap.indent(code + "\nreturn locals()", "    ")
+    scope: dict[str, Any] = dict(names)
+    exec(compile(source, str(PAGE), "exec"), scope)
+    result: dict[str, Any] = await scope["example"]()
+    return result
+
+
+async def main() -> None:
+    url, namespace, run, ran_file, mode = sys.argv[1:6]
+    timeout_s = float(sys.argv[6]) if len(sys.argv) > 6 else 30.0
+
+    @function_tool(needs_approval=True)
+    def transfer(to: str, amount: int) -> str:
+        """Send ``amount`` euros to ``to``."""
+        with open(ran_file, "a") as f:
+            f.write(json.dumps({"to": to, "amount": amount}) + "\n")
+        return f"sent {amount} to {to}"
+
+    agent = Agent(
+        name="bank-bot", model=Scripted(), tools=[transfer], model_settings=ModelSettings()
+    )
+    async with toolnexus.connect(url, namespace=namespace, block_ms=100) as broker:
+        ledger = Ledger(broker.store("tool-calls"))
+        wait_for = functools.partial(broker.wait_for, timeout_s=timeout_s)
+        if mode == "inline":
+            result = await run_with_approvals(
+                agent, "Pay ACME", wait_for=wait_for, run=run, ledger=ledger
+            )
+        elif mode == "cancel":
+            running = run_with_approvals(agent, "Pay ACME", wait_for=broker.wait_for, run=run)
+            try:
+                await asyncio.wait_for(running, timeout_s)
+            except TimeoutError:
+                print("cancelled", flush=True)
+            return
+        elif mode == "docs":  # the example of docs/how-to/tool-approvals.md, as written
+            names = {"agent": agent, "broker": broker, "run_with_approvals": run_with_approvals}
+            result = (await run_page_example(**names))["result"]
+        elif mode == "start":
+            result = await run_resumable(agent, "Pay ACME", broker=broker, run=run)
+        else:
+            result = await resume(agent, broker=broker, run=run)
+    print(result.final_output, flush=True)
+
+
+asyncio.run(main())

@@ -1,0 +1,271 @@
+"""pydantic-ai's tool approvals answered through toolnexus: inline (a capability) and
+stop-the-world resumed in another process, with a scripted model (no LLM)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+import toolnexus
+from toolnexus import Answer, Broker, InvalidAnswer, Pending
+from toolnexus.frameworks import Ledger, audit_digests, tool_call_digest, tool_call_of
+from toolnexus.frameworks.pydantic_ai import approvals
+
+ARGS = {"to": "ACME", "amount": 10}
+
+
+def scripted(*calls: tuple[str, dict[str, Any]]) -> FunctionModel:
+    """A model without a model: it calls ``calls`` in turn, then answers with what the
+    tools returned, as a JSON list."""
+
+    def respond(messages: list[ModelMessage], _info: AgentInfo) -> ModelResponse:
+        returned = [
+            part.content
+            for message in messages
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, ToolReturnPart)
+        ]
+        if len(returned) < len(calls):
+            name, arguments = calls[len(returned)]
+            return ModelResponse(parts=[ToolCallPart(name, arguments)])
+        return ModelResponse(parts=[TextPart(json.dumps(returned))])
+
+    return FunctionModel(respond)
+
+
+def bank(ran: list[dict[str, Any]], **capabilities: Any) -> Agent[None, str]:
+    agent = Agent(scripted(("transfer", ARGS)), output_type=str, **capabilities)
+
+    @agent.tool_plain(requires_approval=True)
+    def transfer(to: str, amount: int) -> str:
+        """Send ``amount`` euros to ``to``."""
+        ran.append({"to": to, "amount": amount})
+        return f"sent {amount} to {to}"
+
+    return agent
+
+
+@pytest.fixture
+async def memory() -> AsyncIterator[Broker]:
+    async with toolnexus.connect("memory://") as broker:
+        yield broker
+
+
+async def shown(broker: Broker) -> Pending:
+    async with broker.responder("ops") as responder, asyncio.timeout(10):
+        return await anext(responder)
+
+
+async def test_approve_runs_the_tool_as_proposed_and_records_its_digests(memory: Broker) -> None:
+    ran: list[dict[str, Any]] = []
+    ledger = Ledger(memory.store("tool-calls"))
+    agent = bank(ran, capabilities=[approvals(memory.wait_for, ledger=ledger, agent="bank-bot")])
+    run = asyncio.create_task(agent.run("Pay ACME"))
+    pending = await shown(memory)
+    request = pending.request
+    call = tool_call_of(request)
+    assert (request.kind, call.name, call.arguments, call.framework) == (
+        "tool_call",
+        "transfer",
+        ARGS,
+        "pydantic-ai",
+    )
+    assert call.digest == tool_call_digest("transfer", ARGS)
+    assert request.schema is not None
+    assert request.schema["properties"]["amount"]["default"] == 10  # the form opens pre-filled
+    await pending.accept()
+    result = await asyncio.wait_for(run, 10)
+    assert ran == [ARGS]
+    assert json.loads(result.output) == ["sent 10 to ACME"]
+    [record] = await memory.audit(request_id=request.id)
+    digests = audit_digests(record)
+    assert digests.proposed == digests.approved == call.digest
+    assert await ledger.get(request.id) == {
+        "proposed": call.digest,
+        "approved": call.digest,
+        "executed": call.digest,
+    }
+
+
+async def test_deny_with_a_message_tells_the_model_and_runs_nothing(memory: Broker) -> None:
+    ran: list[dict[str, Any]] = []
+    agent = bank(ran, capabilities=[approvals(memory.wait_for)])
+    run = asyncio.create_task(agent.run("Pay ACME"))
+    pending = await shown(memory)
+    await pending.answer(Answer(id=pending.request.id, ok=False, data="Not this month."))
+    result = await asyncio.wait_for(run, 10)
+    assert ran == []
+    assert json.loads(result.output) == ["Not this month."]
+
+
+async def test_an_edit_runs_the_edited_arguments_and_a_bad_edit_is_refused(memory: Broker) -> None:
+    ran: list[dict[str, Any]] = []
+    ledger = Ledger(memory.store("tool-calls"))
+    agent = bank(ran, capabilities=[approvals(memory.wait_for, ledger=ledger)])
+    run = asyncio.create_task(agent.run("Pay ACME"))
+    pending = await shown(memory)
+    with pytest.raises(InvalidAnswer, match="amount"):
+        await pending.accept({"to": "ACME", "amount": "lots"})
+    assert not run.done()  # the request stays open
+    await pending.accept({"to": "ACME", "amount": 5})
+    result = await asyncio.wait_for(run, 10)
+    assert ran == [{"to": "ACME", "amount": 5}]
+    assert json.loads(result.output) == ["sent 5 to ACME"]
+    [record] = await memory.audit(request_id=pending.request.id)
+    digests = audit_digests(record)
+    edited = tool_call_digest("transfer", {"to": "ACME", "amount": 5})
+    assert (digests.proposed, digests.approved) == (tool_call_digest("transfer", ARGS), edited)
+    assert (await ledger.get(pending.request.id))["executed"] == edited
+
+
+async def test_a_deadline_denies_with_a_clear_message_never_approves(memory: Broker) -> None:
+    ran: list[dict[str, Any]] = []
+    wait_for = functools.partial(memory.wait_for, timeout_s=0.3)
+    agent = bank(ran, capabilities=[approvals(wait_for)])
+    result = await asyncio.wait_for(agent.run("Pay ACME"), 10)
+    assert ran == []
+    [message] = json.loads(result.output)
+    assert message == "No approval for transfer before the deadline: the call was not run."
+
+
+async def test_cancelling_the_run_withdraws_the_question(memory: Broker) -> None:
+    ran: list[dict[str, Any]] = []
+    agent = bank(ran, capabilities=[approvals(memory.wait_for)])
+    async with memory.events() as events:
+        run = asyncio.create_task(agent.run("Pay ACME"))
+        pending = await shown(memory)
+        run.cancel()
+        async with asyncio.timeout(10):
+            async for event in events:
+                if event.id == pending.request.id and event.event == "withdrawn":
+                    break
+    [record] = await memory.audit(request_id=pending.request.id)
+    assert record.status == "withdrawn"
+    assert ran == []
+
+
+AGENT = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import (
+        ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart)
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai.tools import DeferredToolRequests
+    import toolnexus
+    from toolnexus.frameworks.pydantic_ai import resume, run_resumable
+
+    url, namespace, run, ran_file, mode = sys.argv[1:6]
+
+    def respond(messages, info):
+        returned = [p.content for m in messages if isinstance(m, ModelRequest)
+                    for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returned:
+            return ModelResponse(parts=[ToolCallPart("transfer", {"to": "ACME", "amount": 10})])
+        return ModelResponse(parts=[TextPart(json.dumps(returned))])
+
+    agent = Agent(FunctionModel(respond), output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain(requires_approval=True)
+    def transfer(to: str, amount: int) -> str:
+        with open(ran_file, "a") as f:
+            f.write(json.dumps({"to": to, "amount": amount}) + "\\n")
+        return f"sent {amount} to {to}"
+
+    async def main():
+        async with toolnexus.connect(url, namespace=namespace, block_ms=100) as broker:
+            if mode == "start":
+                result = await run_resumable(agent, "Pay ACME", broker=broker, run=run)
+            else:
+                result = await resume(agent, broker=broker, run=run)
+        print(result.output, flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.redis
+async def test_resumed_in_another_process_after_a_kill_runs_the_tool_once(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    script, ran = tmp_path / "agent.py", tmp_path / "ran.jsonl"
+    script.write_text(AGENT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def agent(mode: str, stdout: int = subprocess.PIPE) -> subprocess.Popen[str]:
+        command = [sys.executable, str(script), redis_url, namespace, "run-7", str(ran), mode]
+        return subprocess.Popen(command, env=env, stdout=stdout, stderr=subprocess.PIPE, text=True)
+
+    first = agent("start", subprocess.DEVNULL)
+    async with toolnexus.connect(redis_url, namespace=namespace, block_ms=100) as broker:
+        try:
+            pending = await shown(broker)
+        finally:
+            first.send_signal(signal.SIGKILL)
+            first.communicate()
+        assert tool_call_of(pending.request).run == "run-7"
+        await pending.accept({"to": "ACME", "amount": 7})
+        second = agent("resume")
+        out, _ = await asyncio.to_thread(second.communicate, timeout=60)
+        assert second.returncode == 0
+        assert json.loads(out) == ["sent 7 to ACME"]
+        assert [json.loads(line) for line in ran.read_text().splitlines()] == [
+            {"to": "ACME", "amount": 7}
+        ]
+        entry = await Ledger(broker.store("tool-calls")).get(pending.request.id)
+        assert entry["executed"] == entry["approved"] != entry["proposed"]
+        again = agent("resume")  # the run is over: nothing is kept to resume, nothing runs
+        _, err = await asyncio.to_thread(again.communicate, timeout=60)
+        assert again.returncode != 0
+        assert "RunNotFound: no resumable pydantic-ai run 'run-7' is kept" in err
+        assert len(ran.read_text().splitlines()) == 1
+
+
+PAGE = Path(__file__).parents[1] / "docs" / "how-to" / "tool-approvals.md"
+
+
+def page_block(first_line: str) -> str:
+    """The Python block of docs/how-to/tool-approvals.md whose first line is ``first_line``."""
+    for match in re.finditer(r"^```python\n(.*?)^```", PAGE.read_text(), re.S | re.M):
+        if match.group(1).startswith(first_line + "\n"):
+            return match.group(1)
+    raise AssertionError(f"{PAGE.name} has no block starting {first_line!r}")
+
+
+async def test_the_docs_inline_example_runs_as_written(memory: Broker) -> None:
+    code = page_block("from toolnexus.frameworks import Ledger")
+    source = "async def example():\n" + textwrap.indent(code + "\nreturn locals()", "    ")
+    scope: dict[str, Any] = {
+        "Agent": Agent,
+        "broker": memory,
+        "model": scripted(("transfer", ARGS)),
+    }
+    exec(compile(source, str(PAGE), "exec"), scope)
+    example = asyncio.create_task(scope["example"]())
+    await (await shown(memory)).accept({"to": "ACME", "amount": 3})
+    names = await asyncio.wait_for(example, 10)
+    assert json.loads(names["result"].output) == ["sent 3 to ACME"]
