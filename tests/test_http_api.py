@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
 import shutil
 import sys
 from collections.abc import AsyncIterator
@@ -23,11 +25,12 @@ from toolnexus import Answer, Broker, Request, SigningKey, Source, new_id
 from toolnexus_workers.http import main as http_main
 from toolnexus_workers.http.app import openapi_document
 from toolnexus_workers.http.server import HttpServer
-from toolnexus_workers.http.tokens import Tokens, add_token, read_grants
+from toolnexus_workers.http.tokens import Tokens, add_token
 
 pytestmark = pytest.mark.redis
 
 ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "how-to" / "http-api.md"
 CLIENT = ROOT / "examples" / "http_api" / "answer.mjs"
 DOCUMENT = openapi_document()
 FORM = {
@@ -76,6 +79,11 @@ class Setup:
                 assert not wait.done(), wait
                 await asyncio.sleep(0.02)
         return wait
+
+    async def withdraw(self, *waits: asyncio.Task[Answer]) -> None:
+        for wait in waits:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
 
 
 def form_request(**extra: Any) -> Request:
@@ -130,8 +138,6 @@ async def setup(redis_url: str, namespace: str, tmp_path: Path) -> AsyncIterator
 
 
 async def run(*command: str, timeout_s: float = 60, **env: str) -> tuple[int, str, str]:
-    import os
-
     process = await asyncio.create_subprocess_exec(
         *command,
         stdout=asyncio.subprocess.PIPE,
@@ -179,7 +185,7 @@ async def test_nodes_fetch_lists_is_refused_then_answers_and_the_waiter_gets_exa
     assert sent == {"status": 200, "body": {"outcome": "answered"}}
     answer = await asyncio.wait_for(wait, 30)
     assert (answer.ok, answer.data) == (True, {"name": "Ada Lovelace", "guests": 3})
-    assert (answer.person, answer.responder) == ("alice", "http-worker")
+    assert (answer.person, answer.responder) == ("http:alice", "http-worker")
     # answered: gone from the API
     assert (await setup.get(f"/v1/requests/{request.id}")).status_code == 404
     assert (await setup.get("/v1/requests")).json()["requests"] == []
@@ -208,7 +214,8 @@ async def test_curl_declines_or_dismisses_as_the_tokens_person(setup: Setup, act
     body, status = out.rsplit("\n", 1)
     assert (status, json.loads(body)) == ("200", {"outcome": "answered"})
     answer = await asyncio.wait_for(wait, 30)
-    assert (answer.ok, answer.reason, answer.person) == (False, action.rstrip("e") + "ed", "ci")
+    reason = action.rstrip("e") + "ed"
+    assert (answer.ok, answer.reason, answer.person) == (False, reason, "http:ci")
     # a second answer finds it gone
     again = await setup.post(f"/v1/requests/{request.id}/answer", {"action": "accept"}, "ci")
     assert again.status_code == 404
@@ -234,7 +241,7 @@ async def test_a_token_scoped_to_one_queue_cannot_read_or_answer_another(setup: 
     sent = await setup.post(f"{path}/answer", {"action": "accept", "data": {"name": "Bob"}}, "bob")
     assert sent.status_code == 200
     answer = await asyncio.wait_for(wait, 30)
-    assert (answer.data, answer.person) == ({"name": "Bob"}, "bob")
+    assert (answer.data, answer.person) == ({"name": "Bob"}, "http:bob")
 
 
 async def test_unknown_and_revoked_tokens_are_refused(
@@ -273,8 +280,7 @@ async def test_a_filter_by_kind_and_source(setup: Setup) -> None:
     assert ids(await setup.get("/v1/requests", source="deployer")) == [approval.id]
     assert ids(await setup.get("/v1/requests", source="bookings")) == [form.id]
     assert ids(await setup.get("/v1/requests", source="nobody")) == []
-    for wait in waits:
-        wait.cancel()
+    await setup.withdraw(*waits)
 
 
 async def test_long_polling_follows_shown_and_gone(setup: Setup) -> None:
@@ -298,7 +304,7 @@ async def test_long_polling_follows_shown_and_gone(setup: Setup) -> None:
     polling = asyncio.create_task(setup.get("/v1/events", after=gone["cursor"], wait=1))
     other_wait = await setup.ask("billing", other)
     assert (await polling).json()["events"] == []
-    other_wait.cancel()
+    await setup.withdraw(other_wait)
     # a cursor from the future (a restarted worker) says: list again
     assert (await setup.get("/v1/events", after=10**6, wait=0)).json()["reset"] is True
 
@@ -320,12 +326,13 @@ async def test_bad_bodies_and_parameters_are_named(setup: Setup) -> None:
     wait_param = await setup.get("/v1/events", wait="soon")
     assert (wait_param.status_code, wait_param.json()["field"]) == (400, "wait")
     assert not wait.done()
-    wait.cancel()
+    await setup.withdraw(wait)
 
 
 async def test_schemathesis_finds_no_server_error(setup: Setup) -> None:
-    """schemathesis against the API's own OpenAPI document: no 5xx, and every response as
-    documented, with requests open on both queues."""
+    """schemathesis against the API's own OpenAPI document: no 5xx, and every status,
+    content type and body as documented, with requests open on both queues."""
+    setup.server.api.max_wait_s = 0.2  # long polls return within schemathesis's timeout
     waits = [await setup.ask("ops", form_request()), await setup.ask("billing", form_request())]
     code, out, err = await run(
         str(Path(sys.executable).with_name("schemathesis")),
@@ -346,6 +353,71 @@ async def test_schemathesis_finds_no_server_error(setup: Setup) -> None:
         SCHEMATHESIS_HOOKS="",
     )
     assert code == 0, out[-4000:] + err[-2000:]
-    for wait in waits:
-        assert not wait.done()
-        wait.cancel()
+    # schemathesis reuses ids it read and may answer ops' request, as alice; never billing's
+    ops, billing = waits
+    assert not ops.done() or ops.result().person == "http:alice"
+    assert not billing.done()
+    await setup.withdraw(*waits)
+
+
+async def test_an_allow_list_is_kept_by_person(setup: Setup) -> None:
+    request = form_request(allow=["http:ci"])
+    wait = await setup.ask("ops", request)
+    path = f"/v1/requests/{request.id}/answer"
+    refused = await setup.post(path, {"action": "accept", "data": {"name": "Alice"}})
+    assert refused.status_code == 403 and "'http:alice' may not answer" in refused.json()["error"]
+    assert not wait.done()
+    sent = await setup.post(path, {"action": "accept", "data": {"name": "CI"}}, "ci")
+    assert sent.status_code == 200
+    answer = await asyncio.wait_for(wait, 30)
+    assert (answer.data, answer.person) == ({"name": "CI"}, "http:ci")
+
+
+async def test_a_broken_tokens_file_refuses_every_token(setup: Setup) -> None:
+    assert (await setup.get("/v1/requests")).status_code == 200
+    setup.tokens_file.write_text(setup.tokens_file.read_text() + "\n[[token]]\nname = 3\n")
+    broken = await setup.get("/v1/requests")
+    assert broken.status_code == 503 and "tokens file" in broken.json()["error"]
+
+
+def test_the_command_line_refuses_a_bad_configuration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert http_main(["--url", "redis://127.0.0.1:1/0"]) == 2
+    assert "give --tokens FILE" in capsys.readouterr().err
+    missing = str(tmp_path / "none.toml")
+    assert http_main(["--tokens", missing]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    tokens = str(tmp_path / "tokens.toml")
+    assert http_main(["tokens", "add", "no body", "--queue", "ops", "--tokens", tokens]) == 2
+    assert "token name 'no body'" in capsys.readouterr().err
+    assert http_main(["tokens", "revoke", "alice", "--tokens", tokens]) == 2
+    assert "no token named 'alice'" in capsys.readouterr().err
+    assert http_main(["tokens", "add", "alice", "--queue", "ops", "--tokens", tokens]) == 0
+    out = capsys.readouterr()
+    token = out.out.strip()
+    assert len(token) >= 40 and "keep it secret" in out.err
+    assert Tokens(Path(tokens)).grant(token) is not None
+
+
+async def test_the_documented_curl_calls_answer_a_request(setup: Setup) -> None:
+    """The curl block of docs/how-to/http-api.md, run by bash: it lists the request and
+    answers it; the waiter gets exactly the documented data."""
+    blocks = re.findall(r"```sh\n(curl .*?)```", PAGE.read_text(), re.S)
+    assert len(blocks) == 1
+    request = Request(id=new_id("http"), kind="input", prompt="Name?", data={"schema": FORM})
+    wait = await setup.ask("ops", request)
+    code, out, err = await run(
+        "bash",
+        "-euc",
+        blocks[0],
+        TOOLNEXUS_HTTP_URL=setup.url,
+        TOKEN=setup.tokens["alice"],
+        ID=request.id,
+    )
+    assert code == 0, err
+    listed = json.loads(out[: out.index("}{") + 1])
+    assert [r["id"] for r in listed["requests"]] == [request.id]
+    assert json.loads(out[out.index("}{") + 1 :]) == {"outcome": "answered"}
+    answer = await asyncio.wait_for(wait, 30)
+    assert (answer.data, answer.person) == ({"name": "Ada Lovelace"}, "http:alice")

@@ -5,8 +5,8 @@ Every request of the served queues is held open by this worker until a call answ
 ``GET /v1/requests`` lists them, ``POST /v1/requests/{id}/answer`` accepts (with data),
 declines or dismisses one, ``GET /v1/events`` follows changes by long polling. Callers
 authenticate with bearer tokens from a tokens file (stored as SHA-256 digests, scoped to
-queues, revocable); the worker answers as the token's name (``person``), signed with its
-key. Needs ``pip install 'toolnexus-bridge[http]'``.
+queues, revocable); the worker answers as the person the token names (``http:NAME``),
+signed with its key. Needs ``pip install 'toolnexus-bridge[http]'``.
 
     toolnexus worker http tokens add alice --queue ops --tokens tokens.toml   # prints it once
     toolnexus worker http tokens list --tokens tokens.toml
@@ -65,6 +65,12 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         metavar="QUEUE",
         help="serve this queue too, besides --queue (repeatable)",
+    )
+    api.add_argument(
+        "--max-wait-s",
+        type=float,
+        default=60.0,
+        help="the longest a long poll of GET /v1/events waits (60 s)",
     )
     return p
 
@@ -132,6 +138,8 @@ def _check(args: argparse.Namespace) -> None:
             "the HTTP API answers as the person a token names: give --tokens FILE "
             "(toolnexus worker http tokens add NAME --queue QUEUE --tokens FILE)"
         )
+    if not args.max_wait_s > 0:
+        raise ConfigurationError(f"--max-wait-s must be positive, not {args.max_wait_s}")
     if not args.tokens.is_file():
         raise ConfigurationError(f"tokens file {args.tokens} does not exist")
     args.http_tokens = Tokens(args.tokens)
@@ -158,6 +166,7 @@ async def _serve(broker: Broker, args: argparse.Namespace) -> int:
             consumer=args.consumer,
             drain_s=args.drain_s,
             heartbeat_ttl_s=args.heartbeat_ttl_s,
+            max_wait_s=args.max_wait_s,
         )
         for service in server.services:
             watch_service(args, service)

@@ -63,7 +63,10 @@ JOURNAL_SIZE = 10_000
 """Events kept for followers; one further behind is told to list again (``reset``)."""
 
 MAX_WAIT_S = 60.0
-"""The longest ``?wait=`` of ``GET /v1/events``."""
+"""The longest ``?wait=`` of ``GET /v1/events`` by default (``--max-wait-s``)."""
+
+DEFAULT_WAIT_S = 25.0
+"""How long ``GET /v1/events`` waits without ``?wait=``."""
 
 ACTIONS = ("accept", "decline", "dismiss")
 
@@ -198,10 +201,13 @@ def error(status: int, message: str, **extra: Any) -> JSONResponse:
 
 class HttpApi:
     """The API's routes over ``desk``, for the bearer tokens of ``tokens``; ``queues`` are
-    the queues the worker serves."""
+    the queues the worker serves. A long poll waits at most ``max_wait_s`` seconds."""
 
-    def __init__(self, desk: Desk, tokens: Tokens, queues: list[str]) -> None:
+    def __init__(
+        self, desk: Desk, tokens: Tokens, queues: list[str], *, max_wait_s: float = MAX_WAIT_S
+    ) -> None:
         self.desk, self.tokens, self.queues = desk, tokens, queues
+        self.max_wait_s = max_wait_s
         self._openapi = OPENAPI.read_bytes()
 
     def app(self) -> Starlette:
@@ -287,7 +293,7 @@ class HttpApi:
             return error(400, f"action must be one of {', '.join(ACTIONS)}", field="action")
         if action != "accept" and body.get("data") is not None:
             return error(400, f"{action} takes no data", field="data")
-        pending, person = held.pending, grant.name
+        pending, person = held.pending, grant.person
         try:
             if action == "accept":
                 progress = await pending.accept(body.get("data"), person=person)
@@ -322,12 +328,12 @@ class HttpApi:
         if isinstance(queues, Response):
             return queues
         after = number(request, "after", self.desk.cursor, integer=True)
-        wait_s = number(request, "wait", 25.0)
+        wait_s = number(request, "wait", DEFAULT_WAIT_S)
         if isinstance(after, Response):
             return after
         if isinstance(wait_s, Response):
             return wait_s
-        wait_s = min(wait_s, MAX_WAIT_S)
+        wait_s = min(wait_s, self.max_wait_s)
         deadline = asyncio.get_running_loop().time() + wait_s
         while True:
             journal = self.desk.journal

@@ -16,7 +16,7 @@ import uvicorn
 from toolnexus import Broker, Service
 from toolnexus.listening import listen
 
-from .app import Desk, HttpApi, HttpWorker
+from .app import MAX_WAIT_S, Desk, HttpApi, HttpWorker
 from .tokens import Tokens
 
 log = logging.getLogger("toolnexus.http")
@@ -35,6 +35,7 @@ class HttpServer:
     requests of ``brokers`` (by queue, each connected with ``queue=`` that queue), answering
     them as the person each bearer token of ``tokens`` names.
 
+    A long poll of ``GET /v1/events`` waits at most ``max_wait_s`` seconds.
     Use ``async with HttpServer(...)`` or :meth:`run` (until SIGTERM/SIGINT). One server
     per consumer group: run replicas in groups of their own (``group``), as the web page's.
 
@@ -53,10 +54,11 @@ class HttpServer:
         consumer: str | None = None,
         drain_s: float = 10.0,
         heartbeat_ttl_s: float = 30.0,
+        max_wait_s: float = MAX_WAIT_S,
     ) -> None:
         self.host, self.port = host, port
         self.desk = Desk()
-        self.api = HttpApi(self.desk, tokens, list(brokers))
+        self.api = HttpApi(self.desk, tokens, list(brokers), max_wait_s=max_wait_s)
         self.services = [
             Service(
                 broker,

@@ -5,7 +5,7 @@ A tokens file is TOML, one ``[[token]]`` table per token; the token itself is ne
 only its SHA-256 digest (a token is 32 random bytes, so a fast digest is enough)::
 
     [[token]]
-    name = "alice"                 # the person the worker answers as
+    name = "alice"                 # the worker answers as the person http:alice
     sha256 = "9f86d081884c7d65…"   # hex digest of the token
     queues = ["ops"]               # or ["*"]: every queue the worker serves
     created = "2026-12-02T01:00:00Z"
@@ -29,6 +29,9 @@ from pathlib import Path
 from toolnexus.errors import ConfigurationError
 from toolnexus.keys import agent_problem
 
+PERSON_PREFIX = "http:"
+"""What the person a token names starts with."""
+
 EVERY_QUEUE = "*"
 """A token scope that covers every queue the worker serves."""
 
@@ -47,6 +50,12 @@ class Grant:
     queues: tuple[str, ...]
     created: str = ""
     revoked: bool = False
+
+    @property
+    def person(self) -> str:
+        """Who answers with this token: ``http:NAME``, as the web page's logins are
+        ``web:NAME`` (allow-lists name persons so: ``http:alice``, ``http:*``)."""
+        return f"{PERSON_PREFIX}{self.name}"
 
     def may(self, queue: str) -> bool:
         """Whether this token may read and answer ``queue``'s requests."""
