@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx2 as httpx
 import jsonschema
@@ -88,7 +89,7 @@ class Setup:
 
 def form_request(**extra: Any) -> Request:
     return Request(
-        id=new_id("http"),
+        id=extra.pop("id", None) or new_id("http"),
         kind="input",
         prompt="Book a table?",
         data={"schema": FORM},
@@ -269,7 +270,7 @@ async def test_unknown_and_revoked_tokens_are_refused(
 
 
 async def test_a_filter_by_kind_and_source(setup: Setup) -> None:
-    form = form_request()
+    form = form_request(id=f"a/{new_id('b')}%c")
     approval = Request(
         id=new_id("http"), kind="approval", prompt="Deploy?", source=Source(agent="deployer")
     )
@@ -280,6 +281,12 @@ async def test_a_filter_by_kind_and_source(setup: Setup) -> None:
     assert ids(await setup.get("/v1/requests", source="deployer")) == [approval.id]
     assert ids(await setup.get("/v1/requests", source="bookings")) == [form.id]
     assert ids(await setup.get("/v1/requests", source="nobody")) == []
+    # an id with / and %, percent-encoded
+    path = f"/v1/requests/{quote(form.id, safe='')}"
+    assert (await setup.get(path)).json()["id"] == form.id
+    decline = await setup.post(f"{path}/answer", {"action": "decline"})
+    assert decline.status_code == 200
+    assert (await waits[0]).reason == "declined"
     await setup.withdraw(*waits)
 
 
@@ -325,6 +332,8 @@ async def test_bad_bodies_and_parameters_are_named(setup: Setup) -> None:
     assert missing.status_code == 422 and missing.json()["rule"] == "required"
     wait_param = await setup.get("/v1/events", wait="soon")
     assert (wait_param.status_code, wait_param.json()["field"]) == (400, "wait")
+    huge = await setup.get("/v1/events", after="9" * 400)
+    assert (huge.status_code, huge.json()["field"]) == (400, "after")
     assert not wait.done()
     await setup.withdraw(wait)
 

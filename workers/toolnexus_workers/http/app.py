@@ -3,7 +3,8 @@ Described in ``openapi.json`` beside this file, served at ``GET /openapi.json``.
 
 - ``GET /v1/requests`` (``?queue=``, ``?kind=``, ``?source=``): the open requests of the
   queues the bearer token may use, newest first, and the ``cursor`` to follow events from.
-- ``GET /v1/requests/{id}``: one of them (``?queue=`` picks among queues sharing an id).
+- ``GET /v1/requests/{id}``: one of them (``?queue=`` picks among queues sharing an id;
+  an id is percent-encoded, ``/`` as ``%2F``).
 - ``POST /v1/requests/{id}/answer``: ``{"action": "accept", "data": {...}}``, ``decline``
   or ``dismiss``, sent as the token's name (``person``), signed with the worker's key. A
   form's data is checked against the request's schema as every responder checks it (422
@@ -214,9 +215,9 @@ class HttpApi:
         return Starlette(
             routes=[
                 Route("/openapi.json", self.openapi, methods=["GET"]),
-                Route("/v1/requests", self.list, methods=["GET"]),
-                Route("/v1/requests/{id}", self.read, methods=["GET"]),
-                Route("/v1/requests/{id}/answer", self.answer, methods=["POST"]),
+                Route("/v1/requests", self.listing, methods=["GET"]),
+                Route("/v1/requests/{id:path}/answer", self.answer, methods=["POST"]),
+                Route("/v1/requests/{id:path}", self.read, methods=["GET"]),
                 Route("/v1/events", self.events, methods=["GET"]),
             ]
         )
@@ -247,7 +248,7 @@ class HttpApi:
             return error(403, f"this token may not use queue {queue[:100]!r}")
         return [queue]
 
-    async def list(self, request: HttpRequest) -> Response:
+    async def listing(self, request: HttpRequest) -> Response:
         grant = self.grant(request)
         if isinstance(grant, Response):
             return grant
@@ -358,7 +359,7 @@ def number(
         return default
     try:
         value = float(int(text)) if integer else float(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         value = -1.0
     if not 0 <= value < float("inf"):
         kind = "a whole number" if integer else "a number"
