@@ -31,7 +31,7 @@ def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 def test_the_workers_are_listed() -> None:
     done = run("worker", "--help")
     assert done.returncode == 0
-    assert "Run a responder worker: auto, gateway, slack, telegram, terminal, web." in " ".join(
+    assert "Run a responder worker: auto, gateway, http, slack, telegram, terminal, web." in " ".join(
         done.stdout.split()
     )
 
@@ -41,11 +41,11 @@ def test_an_unknown_worker_is_refused_by_name() -> None:
     assert done.returncode == 2
     assert (
         done.stderr == "toolnexus: no worker named 'slak' "
-        "(installed: auto, gateway, slack, telegram, terminal, web)\n"
+        "(installed: auto, gateway, http, slack, telegram, terminal, web)\n"
     )
 
 
-@pytest.mark.parametrize("name", ["auto", "slack", "telegram", "terminal", "web"])
+@pytest.mark.parametrize("name", ["auto", "http", "slack", "telegram", "terminal", "web"])
 def test_every_worker_takes_the_common_options(name: str) -> None:
     done = run("worker", name, "--help")
     assert done.returncode == 0, done.stderr
@@ -69,6 +69,7 @@ def test_the_url_comes_from_the_environment(tmp_path: Path) -> None:
         ("slack", ["slack_bolt", "slack_sdk", "aiohttp"]),
         ("telegram", ["aiogram"]),
         ("gateway", ["uvicorn"]),
+        ("http", ["uvicorn"]),
     ],
 )
 def test_a_missing_extra_names_the_install_command(worker: str, blocked: list[str]) -> None:
