@@ -22,7 +22,7 @@ import pytest
 
 import toolnexus
 from conftest import FAST
-from toolnexus import Answer, Broker, Request, SigningKey, Source, new_id
+from toolnexus import Answer, Broker, Quorum, Request, SigningKey, Source, new_id
 from toolnexus_workers.http import main as http_main
 from toolnexus_workers.http.app import openapi_document
 from toolnexus_workers.http.server import HttpServer
@@ -430,3 +430,21 @@ async def test_the_documented_curl_calls_answer_a_request(setup: Setup) -> None:
     assert json.loads(out[out.index("}{") + 1 :]) == {"outcome": "answered"}
     answer = await asyncio.wait_for(wait, 30)
     assert (answer.data, answer.person) == ({"name": "Ada Lovelace"}, "http:alice")
+
+
+async def test_a_quorum_counts_each_tokens_person_once(setup: Setup) -> None:
+    request = Request(id=new_id("http"), kind="approval", prompt="Deploy?", quorum=Quorum(need=2))
+    wait = await setup.ask("ops", request)
+    path = f"/v1/requests/{request.id}/answer"
+    first = await setup.post(path, {"action": "accept"})
+    assert first.status_code == 200 and first.json()["outcome"] == "voted"
+    assert first.json()["approvals"].startswith("1 of 2 approvals")
+    shown = (await setup.get(f"/v1/requests/{request.id}")).json()
+    assert shown["approvals"] == first.json()["approvals"]
+    again = await setup.post(path, {"action": "accept"})  # alice again: not counted
+    assert again.status_code == 409 and "not counted" in again.json()["error"]
+    assert not wait.done()
+    second = await setup.post(path, {"action": "accept"}, "ci")
+    assert second.json() == {"outcome": "answered"}
+    answer = await asyncio.wait_for(wait, 30)
+    assert answer.ok and {a.person for a in answer.approvals or []} == {"http:alice", "http:ci"}
