@@ -362,6 +362,9 @@ async def test_schemathesis_finds_no_server_error(setup: Setup) -> None:
         SCHEMATHESIS_HOOKS="",
     )
     assert code == 0, out[-4000:] + err[-2000:]
+    generated = re.search(r"(\d+) generated", out)
+    assert generated is not None and int(generated[1]) >= 50, out[-2000:]
+    print(out[out.index("Test cases:") :].splitlines()[1])
     # schemathesis reuses ids it read and may answer ops' request, as alice; never billing's
     ops, billing = waits
     assert not ops.done() or ops.result().person == "http:alice"

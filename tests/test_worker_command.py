@@ -31,8 +31,9 @@ def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 def test_the_workers_are_listed() -> None:
     done = run("worker", "--help")
     assert done.returncode == 0
-    assert "Run a responder worker: auto, gateway, http, slack, telegram, terminal, web." in " ".join(
-        done.stdout.split()
+    assert (
+        "Run a responder worker: auto, gateway, http, slack, telegram, terminal, web."
+        in " ".join(done.stdout.split())
     )
 
 
