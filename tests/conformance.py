@@ -40,6 +40,7 @@ from chat_fakes import (
 from chat_fakes import actions as chat_actions
 from chat_fakes import buttons as chat_buttons
 from conftest import RedisServer
+from helpers import eventually
 from toolnexus import (
     Answer,
     Broker,
@@ -126,17 +127,6 @@ class WorkerUnderTest(Protocol):
 STARTUP_S = 40.0
 """How long a worker process may take to start serving: on a loaded 2-core machine, loading
 its framework (aiogram, slack-bolt, starlette) alone has taken over 15 s."""
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 15
-) -> None:
-    try:
-        async with asyncio.timeout(timeout_s):
-            while not await check():
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"not within {timeout_s} s: {what}") from None
 
 
 @contextlib.asynccontextmanager

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib.metadata
 import os
@@ -89,16 +88,23 @@ async def broker(request: pytest.FixtureRequest, namespace: str) -> AsyncIterato
 CLUSTER_EVERYWHERE = os.environ.get("TOOLNEXUS_CLUSTER") == "all"
 
 
+SLOW_FIXTURES = frozenset({"agents", "browser", "redis_cluster"})
+"""Fixtures that make a test ``slow`` (``./run quick`` skips it): agent processes,
+chromium, a local Redis Cluster. Other slow tests carry the mark themselves."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks set here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the ``broker`` fixture's "cluster" case only for the behaviour suite, unless
-    ``TOOLNEXUS_CLUSTER=all`` asks for it everywhere (it keeps CI time in check)."""
-    if CLUSTER_EVERYWHERE:
-        return
+    """Mark ``slow`` the tests that use a slow fixture (the ``broker`` fixture's "cluster"
+    case too); run that case only for the behaviour suite, unless ``TOOLNEXUS_CLUSTER=all``
+    asks for it everywhere (it keeps CI time in check)."""
     kept, dropped = [], []
     for item in items:
         callspec = getattr(item, "callspec", None)
         on_cluster = callspec is not None and callspec.params.get("broker") == "cluster"
-        if on_cluster and item.path.name != "test_broker_behaviour.py":
+        if on_cluster or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+        if on_cluster and not CLUSTER_EVERYWHERE and item.path.name != "test_broker_behaviour.py":
             dropped.append(item)
         else:
             kept.append(item)
@@ -270,12 +276,3 @@ def fleet(redis_server: RedisServer) -> Fleet:
 MCP_MAJOR = int(importlib.metadata.version("mcp").split(".")[0])
 collect_ignore_glob = ["test_mcp1_*.py"] if MCP_MAJOR >= 2 else []
 """The mcp 1.x tests run in .venv-mcp1 (``./run test`` makes it), not beside mcp 2.x."""
-
-
-async def opened(broker: RedisBroker, request_id: str, timeout_s: float = 10) -> str:
-    """The state key of ``request_id``, once its waiter ``broker`` has opened it in Redis."""
-    state = broker.keys.state(broker.waiter_id, request_id)
-    async with asyncio.timeout(timeout_s):
-        while not await broker.redis.exists(state):
-            await asyncio.sleep(0.01)
-    return state

@@ -8,27 +8,15 @@ import contextlib
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import redis
 
 from conftest import RedisServer, free_cluster_port, free_port
+from helpers import wait_until
 
 NODE_TIMEOUT_MS = 1000
 """How long a Cluster node or a Sentinel waits before it takes a master for dead."""
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout_s: float = 30.0) -> float:
-    """Poll ``check`` until it holds; the seconds it took. Raises ``RuntimeError`` on timeout."""
-    start = time.monotonic()
-    while True:
-        with contextlib.suppress(redis.exceptions.RedisError, OSError):
-            if check():
-                return time.monotonic() - start
-        if time.monotonic() - start > timeout_s:
-            raise RuntimeError(f"{what}: not within {timeout_s} s")
-        time.sleep(0.05)
 
 
 def _client(port: int) -> redis.Redis:

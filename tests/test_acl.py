@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import subprocess
 from collections.abc import AsyncIterator, Iterator
@@ -520,6 +521,20 @@ async def test_liveness_heartbeats_and_audit_have_their_writers_and_readers(
     await noperm(responder.xrange(audit))
     await noperm(agent.xrange(audit))
     await noperm(ops.xadd(audit, {"r": b"x"}))
+
+
+async def test_an_agent_reads_heartbeats_to_warn_that_nobody_reads_with_nothing_denied(
+    acl_server: RedisServer, admin: aioredis.Redis, as_user: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    workers = f"{{toolnexus:q:{QUEUE}}}:workers"
+    caplog.set_level(logging.WARNING, logger="toolnexus")
+    async with connect(acl_server, "agent") as agent:
+        answer = await agent.wait_for(Request(id=new_id(), kind="approval"), timeout_s=0.5)
+    assert answer.reason == "expired"
+    [warned] = [r.getMessage() for r in caplog.records if "nobody reads" in r.getMessage()]
+    assert warned.startswith(f"nobody reads queue {QUEUE!r} of namespace 'toolnexus'"), warned
+    assert await denials(admin) == []
+    await noperm(as_user("agent").hset(workers, "ops/bot-2", "x"))  # it reads them only
 
 
 async def test_what_acls_cannot_prevent(acl_server: RedisServer, as_user: Any) -> None:

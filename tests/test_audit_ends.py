@@ -58,6 +58,7 @@ async def first_request(broker: RedisBroker) -> Request:
     return broker.codec.decode_as(entries[0][1][b"r"], Request)
 
 
+@pytest.mark.slow
 async def test_ctrl_c_of_ask_is_recorded_as_withdrawn(redis_url: str, namespace: str) -> None:
     args = ["--url", redis_url, "--namespace", namespace]
     process = await asyncio.create_subprocess_exec(
@@ -94,6 +95,7 @@ async def test_a_cancelled_wait_for_is_recorded_as_withdrawn(
     assert (record.status, record.ok, record.reason) == ("withdrawn", False, "withdrawn")
 
 
+@pytest.mark.slow
 async def test_audit_json_is_plain_and_raw_only_when_asked(redis_url: str, namespace: str) -> None:
     args = ["--url", redis_url, "--namespace", namespace]
     request = Request(id=new_id(), kind="approval", prompt="Deploy?", source=Source(agent="a1"))

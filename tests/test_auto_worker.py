@@ -162,6 +162,7 @@ def test_a_bad_rules_file_is_refused_with_the_line_and_the_reason(text: str, mes
         Rules.parse(text, "fleet.toml")
 
 
+@pytest.mark.slow
 def test_the_command_refuses_a_bad_rules_file_at_start(tmp_path: Path) -> None:
     bad = tmp_path / "rules.toml"
     bad.write_text('[[rule]]\nkind = "input"\naction = "approve"\n')
@@ -269,6 +270,7 @@ async def _answered_by_a_person(broker: Broker, request_id: str) -> None:
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_a_worker_with_a_key_signs_its_answers(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:

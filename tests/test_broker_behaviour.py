@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import helpers
 import toolnexus
 from toolnexus import (
     AlreadyResolved,
@@ -34,8 +36,8 @@ FORM = {
 }
 
 
-def ask(prompt: str = "Your name?", **fields: Any) -> Request:
-    return Request(id=new_id("elc"), kind="input", prompt=prompt, data={"schema": FORM}, **fields)
+ask = functools.partial(helpers.ask, kind="input", data={"schema": FORM})
+"""A form request (the prompt, unless given: "?")."""
 
 
 async def next_pending(responder: Responder, timeout_s: float = 5) -> Pending:
@@ -57,7 +59,7 @@ async def waiting(
 
 
 async def test_an_answer_reaches_its_waiter(broker: Broker) -> None:
-    async with broker.responder("web") as web, waiting(broker, ask()) as wait:
+    async with broker.responder("web") as web, waiting(broker, ask("Your name?")) as wait:
         pending = await next_pending(web)
         assert pending.request.prompt == "Your name?"
         await pending.accept({"name": "Ada"})

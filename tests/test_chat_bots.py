@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+import helpers
 import toolnexus
 from agents import AgentFactory
 from chat_fakes import FORM, ChatFake, SlackChat, TelegramChat, eventually
@@ -24,7 +26,7 @@ from conformance import TOOLNEXUS, clean_env
 from conftest import FAST, RedisServer
 from redis_topologies import LocalCluster
 from test_tls import Authority
-from toolnexus import Answer, Broker, Quorum, Request, Source, new_id
+from toolnexus import Answer, Broker, Quorum, Request, new_id
 from toolnexus.models import Hop
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(90)]
@@ -48,9 +50,8 @@ def person(chat: ChatFake) -> str:
     return f"{chat.platform}:{chat.allowed}"
 
 
-def ask(prompt: str, kind: str = "approval", **fields: Any) -> Request:
-    source = Source(server="booking", tool="book_table", agent="agent-7")
-    return Request(id=new_id(), kind=kind, prompt=prompt, source=source, **fields)
+ask = functools.partial(helpers.ask, source=helpers.AGENT_7)
+"""A request from agent-7's booking tool: an approval unless ``kind`` says otherwise."""
 
 
 async def shown(chat: ChatFake, request: Request) -> Any:
@@ -284,6 +285,7 @@ async def test_a_restarted_bot_finds_its_messages_and_keeps_them_in_step(
     await restarted_bot_keeps_its_messages_in_step(broker, chat)
 
 
+@pytest.mark.slow
 def test_the_command_names_what_is_missing(chat: ChatFake, namespace: str) -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         command = [TOOLNEXUS, "worker", chat.platform, "--namespace", namespace]
@@ -370,6 +372,7 @@ def tls(tmp_path: Path) -> Iterator[tuple[RedisServer, dict[str, Any]]]:
         server.kill()
 
 
+@pytest.mark.slow
 async def test_both_bots_run_over_tls(
     tls: tuple[RedisServer, dict[str, Any]], chat: ChatFake
 ) -> None:

@@ -90,6 +90,7 @@ def broker_args(url: str, namespace: str) -> list[str]:
 # -- ask ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_ask_accepted_prints_the_data_and_exits_0(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
@@ -113,6 +114,7 @@ async def test_ask_accepted_prints_the_data_and_exits_0(
     assert f"waiting for an answer to {request.id}" in done.stderr
 
 
+@pytest.mark.slow
 async def test_ask_with_choices_and_json_prints_the_whole_answer(
     redis_url: str, namespace: str
 ) -> None:
@@ -133,6 +135,7 @@ async def test_ask_with_choices_and_json_prints_the_whole_answer(
     assert request.schema["properties"]["answer"]["enum"] == ["eu", "us"]
 
 
+@pytest.mark.slow
 async def test_ask_declined_exits_1(redis_url: str, namespace: str) -> None:
     async with connected(redis_url, namespace) as broker:
         asking = asyncio.create_task(run("ask", "Deploy?", *broker_args(redis_url, namespace)))
@@ -144,6 +147,7 @@ async def test_ask_declined_exits_1(redis_url: str, namespace: str) -> None:
     assert request.kind == "approval" and request.prompt == "Deploy?"
 
 
+@pytest.mark.slow
 async def test_ask_dismissed_exits_2(redis_url: str, namespace: str) -> None:
     async with connected(redis_url, namespace) as broker:
         asking = asyncio.create_task(run("ask", "Deploy?", *broker_args(redis_url, namespace)))
@@ -153,12 +157,14 @@ async def test_ask_dismissed_exits_2(redis_url: str, namespace: str) -> None:
     assert f"{request.id} dismissed" in done.stderr
 
 
+@pytest.mark.slow
 async def test_ask_expired_exits_2(redis_url: str, namespace: str) -> None:
     done = await run("ask", "Deploy?", "--timeout", "1s", *broker_args(redis_url, namespace))
     assert done.returncode == 2
     assert done.stderr.rstrip().endswith(" expired")
 
 
+@pytest.mark.slow
 async def test_ask_allow_list_reaches_the_request(redis_url: str, namespace: str) -> None:
     async with connected(redis_url, namespace) as broker:
         asking = asyncio.create_task(
@@ -174,6 +180,7 @@ async def test_ask_allow_list_reaches_the_request(redis_url: str, namespace: str
     assert done.stdout == "null\n"
 
 
+@pytest.mark.slow
 async def test_ask_escalates_to_the_queues_given(redis_url: str, namespace: str) -> None:
     oncall = toolnexus.connect(redis_url, namespace=namespace, queue="oncall", **FAST)
     async with oncall, oncall.responder("pager") as pager:
@@ -193,6 +200,7 @@ async def test_ask_escalates_to_the_queues_given(redis_url: str, namespace: str)
     assert bad.returncode == 2 and "'5m' is not DURATION=QUEUE" in bad.stderr
 
 
+@pytest.mark.slow
 async def test_ask_says_everything_a_request_can(redis_url: str, namespace: str) -> None:
     """Issue 25, observation 8: an authorization with its URL, the source's agent, server
     and tool (responders' rules match them), meta and a quorum, from the command line."""
@@ -240,6 +248,7 @@ async def test_ask_says_everything_a_request_can(redis_url: str, namespace: str)
         (["--data", "1", "--choice", "a"], "not allowed with argument"),
     ],
 )
+@pytest.mark.slow
 async def test_ask_refuses_contradicting_options_in_one_line(flags: list[str], says: str) -> None:
     done = await run("ask", "Deploy?", *flags, "--url", "redis://127.0.0.1:1/0")
     assert done.returncode == 2, done.stderr
@@ -248,6 +257,7 @@ async def test_ask_refuses_contradicting_options_in_one_line(flags: list[str], s
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 async def test_ask_with_no_broker_exits_3() -> None:
     done = await run("ask", "Deploy?", "--url", "redis://127.0.0.1:1/0")
     assert done.returncode == 3
@@ -255,6 +265,7 @@ async def test_ask_with_no_broker_exits_3() -> None:
     assert len(done.stderr.splitlines()) == 1
 
 
+@pytest.mark.slow
 async def test_ask_refuses_a_bad_schema_file(tmp_path: Path) -> None:
     schema = tmp_path / "form.json"
     schema.write_text("[1, 2]")
@@ -281,6 +292,7 @@ async def test_a_bad_timeout_is_refused_by_the_parser() -> None:
     ],
     ids=["accept", "decline", "dismiss"],
 )
+@pytest.mark.slow
 async def test_answer_resolves_a_waiting_request(
     redis_url: str, namespace: str, flags: list[str], expected: Answer
 ) -> None:
@@ -297,6 +309,7 @@ async def test_answer_resolves_a_waiting_request(
     assert got.person == ("ops:bob" if "--person" in flags else None)
 
 
+@pytest.mark.slow
 async def test_answer_accept_without_data_on_an_approval(redis_url: str, namespace: str) -> None:
     request = Request(id=new_id(), kind="approval", prompt="Deploy?")
     async with connected(redis_url, namespace) as broker:
@@ -307,6 +320,7 @@ async def test_answer_accept_without_data_on_an_approval(redis_url: str, namespa
     assert got.ok and got.data is None
 
 
+@pytest.mark.slow
 async def test_answer_refusals_exit_1_with_the_reason(redis_url: str, namespace: str) -> None:
     request = Request(id=new_id(), kind="input", prompt="Seats?", data={"schema": FORM})
     args = broker_args(redis_url, namespace)
@@ -328,6 +342,7 @@ async def test_answer_refusals_exit_1_with_the_reason(redis_url: str, namespace:
     assert unknown.stderr == "toolnexus answer: req-nobody: refused: unknown request\n"
 
 
+@pytest.mark.slow
 async def test_answer_says_when_the_waiter_refuses_it(fleet: Fleet) -> None:
     """Observation 4 of issue 25: an unsigned answer to an agent requiring signatures is
     stored by Redis, then refused by the waiter, which opens the request again: exit 1,
@@ -350,6 +365,7 @@ async def test_answer_says_when_the_waiter_refuses_it(fleet: Fleet) -> None:
         assert signed is None and (await asyncio.wait_for(waiting, 20)).ok
 
 
+@pytest.mark.slow
 async def test_answer_sent_but_not_confirmed_exits_4(redis_url: str, namespace: str) -> None:
     """A durable request nobody waits for now: the answer is stored, no waiter takes it."""
     request = Request(id=new_id(), kind="approval", prompt="Later?", durable=True)
@@ -371,6 +387,7 @@ async def test_answer_sent_but_not_confirmed_exits_4(redis_url: str, namespace: 
     assert got.reason == "declined"
 
 
+@pytest.mark.slow
 async def test_answer_usage_errors() -> None:
     bad_json = await run("answer", "req-1", "--accept", "{seats")
     assert bad_json.returncode == 2 and "'{seats' is not JSON" in bad_json.stderr
@@ -383,6 +400,7 @@ async def test_answer_usage_errors() -> None:
 # -- status ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_status_json_counts_pending_a_dead_consumer_and_dead_letters(
     redis_url: str, namespace: str
 ) -> None:
@@ -441,6 +459,7 @@ async def test_status_json_counts_pending_a_dead_consumer_and_dead_letters(
     }
 
 
+@pytest.mark.slow
 async def test_status_text_and_every_queue(redis_url: str, namespace: str) -> None:
     async with toolnexus.connect(redis_url, namespace=namespace, queue="deploys") as broker:
         wait = asyncio.create_task(broker.wait_for(Request(id=new_id(), kind="approval")))
@@ -455,6 +474,7 @@ async def test_status_text_and_every_queue(redis_url: str, namespace: str) -> No
     assert lines[2] == "  no consumer groups: no responder has read this queue"
 
 
+@pytest.mark.slow
 async def test_status_watch_refreshes_until_interrupted(redis_url: str, namespace: str) -> None:
     process = await asyncio.create_subprocess_exec(
         TOOLNEXUS, "status", "--watch", "--json", "--interval", "100ms", "--queue", "default",
@@ -470,6 +490,7 @@ async def test_status_watch_refreshes_until_interrupted(redis_url: str, namespac
     assert frames[0]["namespace"] == namespace and frames[1]["at"] > frames[0]["at"]
 
 
+@pytest.mark.slow
 async def test_status_needs_redis() -> None:
     done = await run("status", "--url", "memory://")
     assert done.returncode == 2
@@ -481,6 +502,7 @@ async def test_status_needs_redis() -> None:
 # -- check and audit -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_check_exits_0_for_fresh_heartbeats_and_1_otherwise(
     redis_url: str, namespace: str
 ) -> None:
@@ -515,6 +537,7 @@ async def test_check_exits_0_for_fresh_heartbeats_and_1_otherwise(
     assert "sekret" not in unreachable.stderr
 
 
+@pytest.mark.slow
 async def test_audit_shows_who_answered(redis_url: str, namespace: str) -> None:
     args = broker_args(redis_url, namespace)
     async with connected(redis_url, namespace) as broker:
@@ -570,6 +593,7 @@ def test_the_reference_documents_every_status_field() -> None:
     assert documented == expected
 
 
+@pytest.mark.slow
 async def test_answer_is_signed_with_the_configured_key(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
@@ -607,6 +631,7 @@ async def test_answer_is_signed_with_the_configured_key(
 # -- dead-letters ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_dead_letters_lists_shows_requeues_and_purges(redis_url: str, namespace: str) -> None:
     """An unsigned request that a responder requiring signatures dead-letters: listed and
     shown with its request and error; requeued, it reaches a responder that takes it and
@@ -658,6 +683,7 @@ async def test_dead_letters_lists_shows_requeues_and_purges(redis_url: str, name
     assert empty.returncode == 0 and empty.stdout == "no dead letters on queue 'default'\n"
 
 
+@pytest.mark.slow
 async def test_dead_letters_refuses_to_requeue_what_it_cannot_rebuild(
     redis_url: str, namespace: str
 ) -> None:

@@ -19,18 +19,14 @@ from redis.crc import key_slot
 
 import toolnexus
 from conftest import FAST
-from redis_topologies import LocalCluster, wait_until
-from toolnexus import ConfigurationError, Request
+from helpers import ask, wait_until
+from redis_topologies import LocalCluster
+from toolnexus import ConfigurationError
 from toolnexus.broker import Broker
 from toolnexus.keys import Keys
-from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
 
-pytestmark = pytest.mark.redis
-
-
-def ask(prompt: str = "?") -> Request:
-    return Request(id=new_id(), kind="approval", prompt=prompt)
+pytestmark = [pytest.mark.redis, pytest.mark.slow]  # private Cluster / Sentinel servers
 
 
 def slot(key: str) -> int:

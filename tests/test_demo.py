@@ -60,6 +60,7 @@ async def test_the_demo_with_a_person_who_walks_away() -> None:
     assert result_text(result) == "No booking at Chez Toolnexus: the guest chose 'cancel'."
 
 
+@pytest.mark.slow
 def test_toolnexus_demo_auto_as_a_command() -> None:
     done = subprocess.run(
         [TOOLNEXUS, "demo", "--responder", "auto"],
@@ -74,6 +75,7 @@ def test_toolnexus_demo_auto_as_a_command() -> None:
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 def test_toolnexus_demo_auto_over_redis(redis_url: str, namespace: str) -> None:
     done = subprocess.run(
         [TOOLNEXUS, "demo", "--responder", "auto", "--url", redis_url, "--namespace", namespace],
@@ -87,6 +89,7 @@ def test_toolnexus_demo_auto_over_redis(redis_url: str, namespace: str) -> None:
     assert "Tool result: Booked: a table for 2 at Chez Toolnexus" in done.stdout
 
 
+@pytest.mark.slow
 def test_toolnexus_demo_with_the_terminal_responder_in_a_pty() -> None:
     child = pexpect.spawn(
         TOOLNEXUS, ["demo"], env=clean_env(TERM="xterm"), encoding="utf-8", timeout=15
@@ -136,6 +139,7 @@ async def rbroker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_the_example_agent_waits_for_a_responder_elsewhere(
     rbroker: Broker, redis_url: str, namespace: str
 ) -> None:

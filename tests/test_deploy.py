@@ -63,6 +63,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 # -- static checks --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_docker_compose_validates_the_compose_file() -> None:
     binary = tool("docker-compose")
     args = [binary, "-f", str(DEPLOY / "compose.yaml"), "config"]

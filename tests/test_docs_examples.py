@@ -262,10 +262,12 @@ def check_shell(code: str, help_text: Callable[[tuple[str, ...]], str] = help_of
 
 
 @pytest.mark.parametrize("example", SHELL, ids=str)
+@pytest.mark.slow
 def test_a_shell_example_uses_only_commands_and_options_that_exist(example: Example) -> None:
     assert not check_shell(example.code), f"{example}: {check_shell(example.code)}"
 
 
+@pytest.mark.slow
 def test_the_shell_check_finds_a_renamed_option() -> None:
     assert not check_shell('toolnexus ask "Ship?" --timeout 10m && ./deploy.sh')
     assert check_shell('toolnexus ask "Ship?" --timeout-s 10m')

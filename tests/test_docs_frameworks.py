@@ -92,6 +92,7 @@ async def test_the_mcp_sdk_client_example_books_through_a_person(broker: Broker,
     )
 
 
+@pytest.mark.slow
 async def test_the_fastmcp_example_books_through_a_person(broker: Broker, crm: str) -> None:
     code = block("# fastmcp").replace(EXAMPLE_URL, crm)
     async with answering(broker, four_guests) as seen:

@@ -10,7 +10,6 @@ import functools
 import shlex
 import signal
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 import toolnexus
 from agents import Agent, AgentFactory
 from conftest import FAST, Fleet
+from helpers import eventually
 from test_cli_ops import TOOLNEXUS, _env, broker_args, connected, run
 from test_forgery import assert_refusal_audited, decline_genuinely, forged, still_waiting
 from toolnexus import AlreadyResolved, Answer, Broker, InvalidRequest, Request, new_id
@@ -39,12 +39,6 @@ def durable_state(broker: RedisBroker, request_id: str) -> str:
     return broker.keys.state(broker.keys.durable_waiter(broker.settings.agent), request_id)
 
 
-async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 15) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not await check():
-            await asyncio.sleep(0.02)
-
-
 async def published(broker: RedisBroker) -> int:
     """How many requests were ever added to the queue's request stream."""
     if not await broker.redis.exists(broker.keys.requests):
@@ -61,7 +55,7 @@ async def kill(agent: Agent) -> None:
 async def killed_while_waiting(broker: RedisBroker, agents: AgentFactory, request: Request) -> None:
     """Start an agent waiting for ``request``; kill it once its request is published."""
     agent = await agents(request, **DEAD_AGENT)
-    await until(lambda: published_at_least(broker, 1))
+    await eventually(lambda: published_at_least(broker, 1))
     await kill(agent)
 
 
@@ -123,6 +117,7 @@ def documented_commands() -> list[list[str]]:
     return [shlex.split(line)[1:] for line in block.splitlines() if not line.startswith("#")]
 
 
+@pytest.mark.slow
 async def test_the_documented_toolnexus_ask_durable_killed_answered_and_asked_again(
     redis_url: str, namespace: str
 ) -> None:
@@ -134,7 +129,7 @@ async def test_the_documented_toolnexus_ask_durable_killed_answered_and_asked_ag
             TOOLNEXUS, *ask, *where, env=_env(),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
-        await until(lambda: published_at_least(broker, 1))
+        await eventually(lambda: published_at_least(broker, 1))
         process.send_signal(signal.SIGKILL)
         await process.wait()
         answered = await run(*answer, *where)
@@ -157,7 +152,7 @@ async def test_processes_attaching_at_once_publish_the_request_once(
         waits = [asyncio.create_task(b.wait_for(request, timeout_s=30)) for b in brokers]
         redis_brokers = [b for b in brokers if isinstance(b, RedisBroker)]
         first = redis_brokers[0]
-        await until(lambda: published_at_least(first, 1))
+        await eventually(lambda: published_at_least(first, 1))
         await asyncio.sleep(0.5)  # every attach has had time to publish
         assert await published(first) == 1
         assert all(b.statistics()["waiting_durably"] == 1 for b in redis_brokers)
@@ -195,7 +190,7 @@ async def test_an_attached_wait_ends_at_the_stored_deadline(
     request = durable_request()
     async with connected(redis_url, namespace) as broker:
         agent = await agents(request, timeout_s=3, **DEAD_AGENT)
-        await until(lambda: published_at_least(broker, 1))
+        await eventually(lambda: published_at_least(broker, 1))
         await kill(agent)
         started = time.monotonic()
         answer = await asyncio.wait_for(broker.wait_for(request, timeout_s=600), 15)
@@ -210,7 +205,7 @@ async def test_closing_the_broker_leaves_a_durable_request_open(
     request = durable_request()
     async with connected(redis_url, namespace) as first:
         waiting = asyncio.create_task(first.wait_for(request, timeout_s=30))
-        await until(lambda: published_at_least(first, 1))
+        await eventually(lambda: published_at_least(first, 1))
     with pytest.raises(toolnexus.BrokerClosed):
         await waiting
     async with connected(redis_url, namespace) as second:
@@ -225,7 +220,7 @@ async def test_an_attach_that_asks_something_else_is_refused(
     request = durable_request()
     async with connected(redis_url, namespace) as broker:
         waiting = asyncio.create_task(broker.wait_for(request, timeout_s=30))
-        await until(lambda: published_at_least(broker, 1))
+        await eventually(lambda: published_at_least(broker, 1))
         waiting.cancel()
         await asyncio.gather(waiting, return_exceptions=True)
         other = Request(id=request.id, kind="approval", prompt="Drop the database?", durable=True)
@@ -285,7 +280,7 @@ async def test_an_attached_wait_verifies_the_stored_answer(fleet: Fleet) -> None
         genuine, forgery = durable_request(), durable_request("Drop table users?")
         for count, request in enumerate((genuine, forgery), 1):
             waiting = asyncio.create_task(agent.wait_for(request, timeout_s=30))
-            await until(functools.partial(published_at_least, agent, count))
+            await eventually(functools.partial(published_at_least, agent, count))
             waiting.cancel()  # not withdrawn: nobody waits for it now
             await asyncio.gather(waiting, return_exceptions=True)
         # A genuine answer given while nobody waits is taken at once, verified.

@@ -19,8 +19,8 @@ import redis.asyncio as aioredis
 
 import toolnexus
 from agents import AgentFactory
-from chat_fakes import eventually
 from conftest import FAST
+from helpers import eventually
 from mcp_processes import responder_process
 from toolnexus import InvalidRequest, Request, question, question_tool
 from toolnexus.audit import AuditRecord
@@ -71,6 +71,7 @@ async def record_of(broker: toolnexus.Broker, request_id: str) -> AuditRecord:
     return record
 
 
+@pytest.mark.slow
 async def test_an_escalation_whose_first_queue_never_answers_and_whose_second_does(
     redis_url: str, namespace: str
 ) -> None:
@@ -138,6 +139,7 @@ async def test_an_escalation_on_a_redis_cluster(
         assert [hop.queue for hop in record.escalated] == [ONCALL]
 
 
+@pytest.mark.slow
 async def test_a_request_answered_before_its_hop_never_reaches_the_next_queue(
     redis_url: str, namespace: str
 ) -> None:
@@ -157,6 +159,7 @@ async def test_a_request_answered_before_its_hop_never_reaches_the_next_queue(
             assert record.escalated == []
 
 
+@pytest.mark.slow
 async def test_two_hops_are_taken_in_turn_and_shown_to_the_queues_before(
     redis_url: str, namespace: str
 ) -> None:
@@ -187,6 +190,7 @@ async def test_two_hops_are_taken_in_turn_and_shown_to_the_queues_before(
                         await asyncio.sleep(0.05)
 
 
+@pytest.mark.slow
 async def test_a_withdrawn_escalated_request_is_withdrawn_on_every_queue(
     redis_url: str, namespace: str
 ) -> None:
@@ -348,6 +352,7 @@ async def test_a_question_takes_its_escalation_from_the_caller() -> None:
         question_tool(wait_for, escalate=[ONCALL])  # type: ignore[list-item]
 
 
+@pytest.mark.slow
 def test_the_escalation_example_runs(redis_url: str, namespace: str) -> None:
     page = (Path(__file__).parents[1] / "docs" / "how-to" / "beyond.md").read_text()
     section = page.split("## Escalation\n", 1)[1]

@@ -12,7 +12,8 @@ import msgspec
 import pytest
 
 import toolnexus
-from conftest import FAST, Fleet, opened
+from conftest import FAST, Fleet
+from helpers import ask, opened
 from toolnexus import (
     AlreadyResolved,
     Answer,
@@ -21,15 +22,10 @@ from toolnexus import (
     Request,
 )
 from toolnexus.metrics import Metrics
-from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
 from toolnexus.signing import sign_answer
 
 pytestmark = pytest.mark.redis
-
-
-def ask(prompt: str = "Drop table users?") -> Request:
-    return Request(id=new_id(), kind="approval", prompt=prompt)
 
 
 @asynccontextmanager

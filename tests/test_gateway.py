@@ -134,6 +134,7 @@ async def test_a_long_poll_gets_the_signed_answer_of_a_real_responder(setup: Set
     jsonschema.validate(response.json(), schema("Answer"))
 
 
+@pytest.mark.slow
 async def test_the_javascript_wait_for_with_nodes_fetch(setup: Setup) -> None:
     """examples/gateway/wait_for.mjs, the toolkit JavaScript port's waitFor, run by Node."""
     node = shutil.which("node")

@@ -53,6 +53,7 @@ def test_keygen_refuses_a_name_that_is_no_file_name(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_the_installed_command_runs_keygen_in_the_current_directory(tmp_path: Path) -> None:
     toolnexus = Path(sys.executable).with_name("toolnexus")
     done = subprocess.run(

@@ -27,8 +27,9 @@ from mcp.client.stdio import stdio_client
 from strands.tools.mcp import MCPClient
 
 import toolnexus
+from helpers import asked, next_event
 from mcp_processes import BOOKING, DELETE, MCP1, SEATS, responder_process
-from toolnexus import Broker, Event
+from toolnexus import Broker
 
 SIGN_IN = "Sign in to the calendar"
 RULES = {
@@ -47,21 +48,6 @@ FAST = {"block_ms": 100, "lease_ms": 600}
 async def rbroker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
     async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
         yield broker
-
-
-async def withdrawn(events: Any, request_id: str) -> Event:
-    async with asyncio.timeout(20):
-        async for event in events:
-            if event.event == "withdrawn" and event.id == request_id:
-                return event  # type: ignore[no-any-return]
-    raise AssertionError("not withdrawn")
-
-
-async def asked(responder: Any, prompt: str) -> dict[str, Any]:
-    async with asyncio.timeout(30):
-        while not any(item["prompt"] == prompt for item in responder.seen):
-            await asyncio.sleep(0.05)
-    return responder.by_prompt(prompt)  # type: ignore[no-any-return]
 
 
 def payload(result: Any) -> dict[str, Any]:
@@ -106,11 +92,11 @@ async def test_the_1x_sdks_client_session(rbroker: Broker, redis_url: str, names
             # mcp 1.x sends the server no cancellation for a cancelled call_tool, so the
             # question stays open until the session closes: the agent gives up on both.
             call = asyncio.create_task(agent(("count", {})))
-            held = await asked(responder, SEATS)
+            held = await asked(responder, SEATS, 30)
             call.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await call
-            await withdrawn(events, held["id"])
+            await next_event(events, "withdrawn", held["id"], 20)
     assert payload(booked) == {
         "action": "accept",
         "data": {"name": "Ada", "guests": 2, "vip": False},
@@ -148,11 +134,11 @@ async def test_langchain_mcp_adapters_multi_server_client(
             booked = await tools["book"].ainvoke({})
             declined = await tools["confirm"].ainvoke({"what": "delete"})
             call = asyncio.create_task(tools["count"].ainvoke({}))
-            held = await asked(responder, SEATS)
+            held = await asked(responder, SEATS, 30)
             call.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await call
-            await withdrawn(events, held["id"])
+            await next_event(events, "withdrawn", held["id"], 20)
     assert payload(booked)["data"] == {"name": "Ada", "guests": 2, "vip": False}
     assert payload(declined) == {"action": "decline"}
     form = responder.by_prompt(BOOKING)
@@ -178,7 +164,7 @@ async def test_strands_agents_mcp_client(rbroker: Broker, redis_url: str, namesp
                 call = asyncio.create_task(
                     client.call_tool_async("use-4", "count", cancel_signal=cancel)
                 )
-                held = await asked(responder, SEATS)
+                held = await asked(responder, SEATS, 30)
                 cancel.set()
                 cancelled = await call
             finally:
@@ -188,7 +174,7 @@ async def test_strands_agents_mcp_client(rbroker: Broker, redis_url: str, namesp
                 # reply to the cancelled call, then fails and strands' stop() re-raises that.
                 with contextlib.suppress(RuntimeError):
                     await asyncio.to_thread(client.stop, None, None, None)
-            await withdrawn(events, held["id"])
+            await next_event(events, "withdrawn", held["id"], 20)
     assert payload(booked) == {
         "action": "accept",
         "data": {"name": "Ada", "guests": 2, "vip": False},

@@ -29,9 +29,10 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import toolnexus
+from helpers import asked, next_event
 from mcp_helpers import FAST
 from mcp_processes import BOOKING, DELETE, FASTMCP, SEATS, fastmcp_http, responder_process
-from toolnexus import Answer, Broker, ConfigurationError, Event, Request
+from toolnexus import Answer, Broker, ConfigurationError, Request
 
 HOLD_SEATS = {BOOKING: {"accept": {"name": "Ada"}}, DELETE: "decline", SEATS: "hold"}
 """The responder accepts the booking form, declines the deletion, holds the seat count."""
@@ -43,22 +44,8 @@ async def rbroker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
         yield broker
 
 
-async def withdrawn(events: Any, request_id: str) -> Event:
-    async with asyncio.timeout(10):
-        async for event in events:
-            if event.event == "withdrawn" and event.id == request_id:
-                return event  # type: ignore[no-any-return]
-    raise AssertionError("not withdrawn")
-
-
-async def asked(responder: Any, prompt: str) -> dict[str, Any]:
-    async with asyncio.timeout(20):
-        while not any(item["prompt"] == prompt for item in responder.seen):
-            await asyncio.sleep(0.05)
-    return responder.by_prompt(prompt)  # type: ignore[no-any-return]
-
-
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_the_sdks_client_with_elicitation_callback(
     rbroker: Broker, redis_url: str, namespace: str
 ) -> None:
@@ -78,7 +65,7 @@ async def test_the_sdks_client_with_elicitation_callback(
             call.cancel()  # the framework gives up on the call: its question is withdrawn
             with pytest.raises(asyncio.CancelledError):
                 await call
-            await withdrawn(events, held["id"])
+            await next_event(events, "withdrawn", held["id"], 10)
     assert json.loads(booked.content[0].text) == {  # type: ignore[union-attr]
         "action": "accept",
         "data": {"name": "Ada", "guests": 2, "vip": False},
@@ -91,6 +78,7 @@ async def test_the_sdks_client_with_elicitation_callback(
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_fastmcps_client_with_the_elicitation_handler(
     rbroker: Broker, redis_url: str, namespace: str
 ) -> None:
@@ -109,7 +97,7 @@ async def test_fastmcps_client_with_the_elicitation_handler(
             call.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await call
-            await withdrawn(events, held["id"])
+            await next_event(events, "withdrawn", held["id"], 10)
     assert json.loads(booked.data)["data"] == {"name": "Ada", "guests": 2, "vip": False}
     assert json.loads(declined.data)["action"] == "decline"
     assert {(s["server"], s["agent"]) for s in responder.seen} == {("bookings", "fm-agent")}
@@ -136,6 +124,7 @@ def scripted(*calls: tuple[str, dict[str, Any]]) -> FunctionModel:
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_pydantic_ai_agent_through_fastmcps_client(
     rbroker: Broker, redis_url: str, namespace: str
 ) -> None:
@@ -152,7 +141,7 @@ async def test_pydantic_ai_agent_through_fastmcps_client(
             call.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await call
-            await withdrawn(events, held["id"])
+            await next_event(events, "withdrawn", held["id"], 10)
     assert json.loads(booked)["data"] == {"name": "Ada", "guests": 2, "vip": False}
     assert json.loads(declined)["action"] == "decline"
     form = responder.by_prompt(BOOKING)

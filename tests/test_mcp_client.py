@@ -16,6 +16,7 @@ from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import REQUEST_TIMEOUT, URL_ELICITATION_REQUIRED, CallToolResult
 
 import toolnexus
+from helpers import next_event
 from mcp_helpers import (
     AUTH_URL,
     FAST,
@@ -31,7 +32,6 @@ from toolnexus import (
     Answer,
     Broker,
     ConfigurationError,
-    Event,
     InvalidAnswer,
     Pending,
     Request,
@@ -76,14 +76,6 @@ class Recorder:
 async def rbroker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
     async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
         yield broker
-
-
-async def next_event(events: Any, kind: str, request_id: str | None = None) -> Event:
-    async with asyncio.timeout(5):
-        async for event in events:
-            if event.event == kind and request_id in (None, event.id):
-                return event  # type: ignore[no-any-return]
-    raise AssertionError(f"no {kind} event")
 
 
 # -- the tools mapping -----------------------------------------------------------------
@@ -357,6 +349,7 @@ async def test_cancelling_the_tool_call_withdraws_the_request(rbroker: Broker) -
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_a_responder_slower_than_the_read_timeout_over_http(rbroker: Broker) -> None:
     async def slowly(pending: Pending) -> None:
         await asyncio.sleep(1.0)
@@ -396,6 +389,7 @@ async def test_the_booking_server_over_http_in_2026_mode(rbroker: Broker) -> Non
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_the_booking_server_over_stdio_in_legacy_mode(rbroker: Broker) -> None:
     command = [sys.executable, str(EXAMPLES / "booking_server.py")]
     async with (

@@ -64,6 +64,7 @@ async def rbroker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.slow
 async def test_fastmcp_ctx_elicit_with_the_defaults(
     rbroker: Broker, redis_url: str, namespace: str, transport: str
 ) -> None:
@@ -72,7 +73,8 @@ async def test_fastmcp_ctx_elicit_with_the_defaults(
         fastmcp_http() if transport == "http" else nullcontext() as url,
     ):
         async with load_mcp(url or FASTMCP, wait_for=rbroker.wait_for, agent="a-1") as tools:
-            assert tools.protocol_version == "2025-11-25"
+            # over HTTP, server/discover first: 2026-07-28, ctx.elicit on a second connection
+            assert tools.protocol_version == ("2025-11-25" if url is None else "2026-07-28")
             booked = payload(await tools["book"]())
             seats = payload(await tools["count"]())
             colour = payload(await tools["pick"]())
@@ -92,6 +94,7 @@ async def test_fastmcp_ctx_elicit_with_the_defaults(
         assert (seen["server"], seen["tool"], seen["agent"]) == ("fastmcp-elicit", tool, "a-1")
 
 
+@pytest.mark.slow
 async def test_mode_auto_is_2026_where_ctx_elicit_cannot_ask(rbroker: Broker) -> None:
     """What ``mode="auto"`` gives up: fastmcp refuses ``ctx.elicit`` on 2026-07-28."""
     async with load_mcp(FASTMCP, wait_for=rbroker.wait_for, mode="auto") as tools:
@@ -141,6 +144,7 @@ async def test_the_sdks_mcpserver_ctx_elicit_with_the_defaults(rbroker: Broker) 
 # -- the protocol eras, from a server written against the wire -------------------------
 
 
+@pytest.mark.slow
 async def test_a_2026_only_server_is_connected_at_2026_and_asks_with_input_required(
     rbroker: Broker, redis_url: str, namespace: str
 ) -> None:
@@ -204,6 +208,7 @@ async def test_bad_options_are_refused_by_name() -> None:
 
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])
+@pytest.mark.slow
 async def test_overlapping_calls_over_http_name_their_tool_but_not_over_stdio(
     rbroker: Broker, transport: str
 ) -> None:
@@ -234,6 +239,7 @@ async def test_overlapping_calls_over_http_name_their_tool_but_not_over_stdio(
 # -- MCP host configs ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_config_with_a_broken_server_loads_the_others(
     rbroker: Broker, redis_url: str, namespace: str, tmp_path: Path
 ) -> None:

@@ -107,6 +107,7 @@ def test_a_missing_extra_names_the_install_command() -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_bad_metrics_port_is_refused() -> None:
     toolnexus_bin = str(Path(sys.executable).with_name("toolnexus"))
     done = subprocess.run(
@@ -189,6 +190,7 @@ async def test_traced_wait_for_opens_a_span_the_responder_continues(
     assert waiting.attributes is not None and waiting.attributes["toolnexus.answer.ok"] is True
 
 
+@pytest.mark.slow
 def test_without_a_provider_or_a_trace_a_show_opens_no_span() -> None:
     # In a process of its own: the tests above set this one's global tracer provider.
     code = (
@@ -244,6 +246,7 @@ def test_without_a_span_the_request_is_unchanged() -> None:
     assert inject(request) is request
 
 
+@pytest.mark.slow
 async def test_a_worker_logs_json_lines(redis_url: str, namespace: str, tmp_path: Path) -> None:
     rules = tmp_path / "rules.toml"
     rules.write_text('[[rule]]\nname = "yes"\naction = "accept"\n')

@@ -15,13 +15,15 @@ import pytest
 
 import toolnexus
 from agents import AgentFactory
+from helpers import eventually
 from test_cli_ops import broker_args, connected, run
-from test_durable import DEAD_AGENT, kill, published, published_at_least, until
+from test_durable import DEAD_AGENT, kill, published, published_at_least
 from toolnexus import (
     AlreadyResolved,
     Answer,
     Broker,
     Event,
+    ExpiredEvent,
     InvalidAnswer,
     InvalidRequest,
     Request,
@@ -108,6 +110,7 @@ async def expired_event(events: toolnexus.EventStream, request_id: str) -> Event
     ],
     ids=["accept-with-defaults", "accept-with-data", "decline"],
 )  # fmt: skip
+@pytest.mark.slow
 async def test_a_default_on_expiry_through_redis_is_marked_as_such(
     redis_url: str, namespace: str, on_expiry: OnExpiry, ok: bool, data: Any
 ) -> None:
@@ -140,7 +143,7 @@ async def test_a_responder_applies_the_default_when_the_waiter_is_gone(
     request = booking(OnExpiry(ok=True), durable=True)
     async with holder(redis_url, namespace) as responder, connected(redis_url, namespace) as b:
         agent = await agents(request, timeout_s=2, **DEAD_AGENT)
-        await until(lambda: published_at_least(b, 1))
+        await eventually(lambda: published_at_least(b, 1))
         assert await held(responder) == request.id
         await kill(agent)
 
@@ -148,7 +151,7 @@ async def test_a_responder_applies_the_default_when_the_waiter_is_gone(
             state = b.keys.state(b.keys.durable_waiter(b.settings.agent), request.id)
             return bool(await b.redis.hget(state, "s") == b"expired")
 
-        await until(expired)
+        await eventually(expired)
         with pytest.raises(AlreadyResolved, match="expired"):
             await b.answer(Answer(id=request.id, ok=True, data={"seats": 9}))
         answer = await asyncio.wait_for(b.wait_for(request), 5)
@@ -156,7 +159,7 @@ async def test_a_responder_applies_the_default_when_the_waiter_is_gone(
         async def recorded() -> bool:  # by the responder, which sends it with its next writes
             return bool(await b.audit(request_id=request.id))
 
-        await until(recorded)
+        await eventually(recorded)
         records = await b.audit(request_id=request.id)
         assert await published(b) == 1
     assert (answer.ok, answer.data, answer.reason, answer.defaulted) == (
@@ -167,6 +170,7 @@ async def test_a_responder_applies_the_default_when_the_waiter_is_gone(
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_toolnexus_ask_on_expiry(redis_url: str, namespace: str) -> None:
     accepted, declined = await asyncio.gather(
         run("ask", "Deploy?", "--timeout", "1s", "--on-expiry", "accept",
@@ -245,9 +249,9 @@ def test_workers_status_and_audit_show_a_default_and_a_durable_request_as_such()
     assert "Durable: it stays open while the agent restarts." in lines
     assert standing_notes(booking(None)) == []
     defaulted = expired_answer(request)
-    event = Event(event="expired", id=request.id, answer=defaulted)
+    event = ExpiredEvent(id=request.id, answer=defaulted)
     assert gone_note(event) == "Expired: nobody answered in time; accepted by default."
-    plain = Event(event="expired", id=request.id, answer=expired_answer(booking(None)))
+    plain = ExpiredEvent(id=request.id, answer=expired_answer(booking(None)))
     assert gone_note(plain) == "Expired: nobody answered in time."
     line = audit_text(audit_record(request, "expired", defaulted, verified=None))
     assert " expired (accepted by default) by - " in line and " durably " in line
@@ -258,7 +262,7 @@ async def test_status_counts_open_durable_requests(redis_url: str, namespace: st
     request = booking(None, durable=True)
     async with connected(redis_url, namespace) as broker:
         waiting = asyncio.create_task(broker.wait_for(request, timeout_s=30))
-        await until(lambda: published_at_least(broker, 1))
+        await eventually(lambda: published_at_least(broker, 1))
         waiting.cancel()
         await asyncio.gather(waiting, return_exceptions=True)
         status = await read_status(redis_url, namespace, ["default"])

@@ -87,6 +87,7 @@ async def test_ctrl_c_exits_130_without_a_traceback(
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+@pytest.mark.slow
 async def test_bad_usage_exits_2_and_unreachable_3(command: list[str]) -> None:
     code, _, err = await run(*command, "--url", "memory://")
     assert code == 2 and "this command looks inside Redis" in err, (code, err)
@@ -97,6 +98,7 @@ async def test_bad_usage_exits_2_and_unreachable_3(command: list[str]) -> None:
 
 
 @pytest.mark.parametrize("flags", ["", "--json"])
+@pytest.mark.slow
 async def test_status_watch_ends_quietly_on_a_closed_pipe(
     flags: str, redis_url: str, namespace: str
 ) -> None:

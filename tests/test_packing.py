@@ -1,4 +1,4 @@
-"""Commands packed by hiredis (``toolnexus.redis_broker._packing``): the same bytes as
+"""Commands packed by hiredis (``toolnexus.redis_broker._redispy``): the same bytes as
 redis-py's own asyncio packer, the same refusals, and a real server takes them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.exceptions import DataError
 
-from toolnexus.redis_broker._packing import hiredis_packing
+from toolnexus.redis_broker._redispy import hiredis_packing
 
 COMMANDS: list[tuple[Any, ...]] = [
     ("SET", "k", "v"),

@@ -202,43 +202,6 @@ async def test_blocking_reads_in_either_protocol(
         await other.aclose()
 
 
-async def test_a_blocking_read_carries_the_lazy_items(redis_url: str, namespace: str) -> None:
-    """Lazy items queued when a carrying read starts are written ahead of it, on its
-    connection, and get their replies (errors in place) before the read returns; items
-    handed back unwritten (``NotSent``) go out at once, and ``drain`` waits for what a
-    carrier took."""
-    from toolnexus.redis_broker._connections import NotSent
-
-    client = aioredis.Redis.from_url(redis_url)
-    pipeliner = Pipeliner(client, timeout_s=5)
-    reader = BlockingReader(aioredis.Redis.from_url(redis_url), pipeliner.take_lazy, patience_s=5)
-    key, stream = f"{namespace}:text", f"{namespace}:stream"
-    try:
-        carried = pipeliner.call("SET", key, "carried", lazy=True)
-        failing = pipeliner.call("INCR", key, lazy=True)
-        assert await reader.xread(stream, "0-0", 10, 20) == []
-        assert carried.done() and carried.result() == b"OK"
-        assert failing.done() and isinstance(failing.exception(), redis.exceptions.ResponseError)
-        assert pipeliner.round_trips == 0  # no pipeline of their own
-
-        first = pipeliner.call("RPUSH", f"{namespace}:list", "first", lazy=True)
-        taken = pipeliner.take_lazy()
-        assert taken is not None and len(taken[0]) == 1
-        second = pipeliner.call("RPUSH", f"{namespace}:list", "second", lazy=True)
-        drained = asyncio.create_task(pipeliner.drain())
-        await asyncio.sleep(LAZY_DELAY_S * 2)
-        assert not drained.done()  # drain waits for what a carrier took
-        taken[1](NotSent("not written"))  # back in line (drain sent "second" meanwhile)
-        await asyncio.wait_for(drained, 1)
-        assert first.done() and second.done()
-        assert sorted([await first, await second]) == [1, 2]
-        assert sorted(await client.lrange(f"{namespace}:list", 0, -1)) == [b"first", b"second"]
-    finally:
-        pipeliner.close()
-        await reader.aclose()
-        await client.aclose()
-
-
 async def test_a_caller_alone_sends_its_own_commands(redis_url: str, namespace: str) -> None:
     """Commands issued in ``sending()`` are sent and answered by the caller's own task when
     nothing else is on its way; with another pipeline out, or with ``now=False``, they go
@@ -280,3 +243,82 @@ async def test_a_caller_alone_sends_its_own_commands(redis_url: str, namespace: 
     finally:
         pipeliner.close()
         await client.aclose()
+
+
+# -- The public-API-only mode (toolnexus.redis_broker._redispy): redis-py's pipelines and
+# reads, the same guarantees
+
+
+async def test_public_api_pipelines_keep_the_order_errors_and_lazy_items(
+    redis_url: str, namespace: str
+) -> None:
+    client = aioredis.Redis.from_url(redis_url)
+    pipeliner = Pipeliner(client, timeout_s=5, public_api=True)
+    try:
+        key = f"{namespace}:k"
+        await pipeliner.call("SET", key, "text")
+        lazy = pipeliner.call("SET", key, "lazy", lazy=True)
+        urgent = pipeliner.call("GET", key)
+        bad = pipeliner.call("INCR", key)
+        assert await urgent == b"text"  # the urgent ones first, the lazy one behind them
+        with pytest.raises(redis.exceptions.ResponseError, match="not an integer"):
+            await bad
+        assert await lazy  # redis-py's response callback: True for OK
+        assert pipeliner.round_trips == 2
+        assert await pipeliner.call("STRLEN", key) == 4
+    finally:
+        pipeliner.close()
+        await client.aclose()
+
+
+async def test_public_api_pipelines_given_up_mid_reply_are_not_read_again(
+    redis_url: str, namespace: str
+) -> None:
+    client = aioredis.Redis.from_url(redis_url)
+    pipeliner = Pipeliner(client, timeout_s=0.2, public_api=True)
+    try:
+        queue, key = f"{namespace}:list", f"{namespace}:key"
+        with pytest.raises(TimeoutError):
+            await pipeliner.call("BLPOP", queue, 1)
+        with pytest.raises(TimeoutError):  # as a pipeline of two
+            await asyncio.gather(pipeliner.call("PING"), pipeliner.call("BLPOP", queue, 1))
+        await client.set(key, "mine")
+        await client.rpush(queue, "late", "later")  # what the abandoned BLPOPs would get
+        assert await pipeliner.call("GET", key) == b"mine"
+        assert await asyncio.gather(pipeliner.call("GET", key), pipeliner.call("PING")) == [
+            b"mine",
+            True,
+        ]
+    finally:
+        pipeliner.close()
+        await client.aclose()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_public_api_blocking_reads(redis_url: str, namespace: str, protocol: int) -> None:
+    """The same entries as direct reads, in RESP2 and RESP3; a read given up is not read
+    again."""
+    client = aioredis.Redis.from_url(redis_url, protocol=protocol)
+    reader = BlockingReader(client, patience_s=5, public_api=True)
+    other = aioredis.Redis.from_url(redis_url)
+    stream = f"{namespace}:stream"
+    try:
+        await other.xgroup_create(stream, "g", id="0", mkstream=True)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await reader.xreadgroup("g", "c", stream, ">", 10, 2000)
+        first = await other.xadd(stream, {"a": "1", "b": "2"})  # the abandoned read's
+        second = await other.xadd(stream, {"a": "3"})
+        assert await reader.xread(stream, "0-0", 10, 50) == [
+            (first, {b"a": b"1", b"b": b"2"}),
+            (second, {b"a": b"3"}),
+        ]
+        assert await reader.xreadgroup("g", "c", stream, ">", 1, 50) == [
+            (first, {b"a": b"1", b"b": b"2"})
+        ]
+        await other.xdel(stream, first)
+        assert await reader.xreadgroup("g", "c", stream, "0", 10, None) == [(first, None)]
+        assert await reader.xreadgroup("g", "c", stream, ">", 10, 50) == [(second, {b"a": b"3"})]
+    finally:
+        await reader.aclose()
+        await other.aclose()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import toolnexus
 
 
@@ -12,6 +14,7 @@ def test_all_lists_every_public_name_sorted() -> None:
     assert toolnexus.__all__ == sorted(toolnexus.__all__, key=lambda n: (not n.isupper(), n))
 
 
+@pytest.mark.slow
 def test_the_mcp_client_is_imported_only_when_used() -> None:
     import subprocess
     import sys
@@ -21,6 +24,7 @@ def test_the_mcp_client_is_imported_only_when_used() -> None:
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_importing_toolnexus_loads_no_mcp_sdk() -> None:
     """Neither generation's SDK (``mcp``, nor 2.x's ``mcp_types``) until a name needs it."""
     import subprocess

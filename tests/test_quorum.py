@@ -16,12 +16,13 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 
 import toolnexus
-from conftest import FAST, opened
+from conftest import FAST
+from helpers import ask, next_event, opened
 from toolnexus import (
     AlreadyResolved,
     AlreadyVoted,
@@ -44,12 +45,6 @@ VOTER = str(Path(__file__).resolve().parent / "servers" / "voter.py")
 TOOLNEXUS = str(Path(sys.executable).with_name("toolnexus"))
 
 
-def ask(need: int = 2, decline: Literal["veto", "count"] = "veto") -> Request:
-    return Request(
-        id=new_id(), kind="approval", prompt="Deploy to prod?", quorum=Quorum(need, decline)
-    )
-
-
 @asynccontextmanager
 async def waiting(broker: Broker, request: Request) -> AsyncIterator[asyncio.Task[Answer]]:
     task = asyncio.create_task(broker.wait_for(request, timeout_s=30))
@@ -67,18 +62,6 @@ async def waiting(broker: Broker, request: Request) -> AsyncIterator[asyncio.Tas
 async def still_waiting(task: asyncio.Task[Answer], for_s: float = 0.5) -> None:
     await asyncio.sleep(for_s)
     assert not task.done(), task.result()
-
-
-async def next_event(events: toolnexus.EventStream, request_id: str, kind: str) -> Event:
-    """The first event ``kind`` of ``request_id`` the stream has (then it is closed)."""
-    try:
-        async with asyncio.timeout(10):
-            async for event in events:
-                if event.id == request_id and event.event == kind:
-                    return event
-    finally:
-        await events.aclose()
-    raise AssertionError(f"no {kind} event for {request_id}")
 
 
 def persons(answer: Answer) -> list[str | None]:
@@ -176,13 +159,14 @@ async def answer_command(
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_two_of_three_where_one_person_answers_twice(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
     keys = Keys(tmp_path)
     async with keys.agent_broker(redis_url, namespace) as agent:
         events = agent.events()
-        request = ask(need=2)
+        request = ask(quorum=Quorum(2))
         async with waiting(agent, request) as wait:
             votes = [("web:alice", "accept"), ("web:alice", "accept")]
             async with voter(redis_url, namespace, votes, keys.env("web")) as web:
@@ -201,7 +185,8 @@ async def test_two_of_three_where_one_person_answers_twice(
                     out.strip() == f"{request.id}: accepted by cli / ops:bob, taken by the waiter"
                 )
                 answer = await asyncio.wait_for(wait, 20)
-        approved = await next_event(events, request.id, "approved")
+        approved = await next_event(events, "approved", request.id)
+        await events.aclose()
         assert approvals_line(approved) == "1 of 2 approvals: web:alice"
         assert (answer.ok, answer.responder, answer.person) == (True, "cli", "ops:bob")
         assert persons(answer) == ["web:alice", "ops:bob"]
@@ -217,9 +202,10 @@ async def test_two_of_three_where_one_person_answers_twice(
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_a_decline_vetoes(redis_url: str, namespace: str) -> None:
     async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as agent:
-        request = ask(need=2)
+        request = ask(quorum=Quorum(2))
         async with waiting(agent, request) as wait:
             async with voter(redis_url, namespace, [("web:alice", "accept")]) as web:
                 assert (await web.next())["result"] == "counted"
@@ -241,12 +227,13 @@ async def test_a_decline_vetoes(redis_url: str, namespace: str) -> None:
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_a_forged_vote_never_counts_and_the_genuine_votes_resolve_it(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
     keys = Keys(tmp_path)
     async with keys.agent_broker(redis_url, namespace) as agent:
-        request = ask(need=2)
+        request = ask(quorum=Quorum(2))
         async with waiting(agent, request) as wait:
             state = await opened(agent, request.id)
             forged = Answer(id=request.id, ok=True, responder="web", person="web:mallory")
@@ -285,7 +272,7 @@ async def shown(broker: Broker, group: str = "web") -> Pending:
 async def test_a_second_vote_by_the_same_person_is_refused_and_the_pending_stays(
     broker: Broker,
 ) -> None:
-    request = ask(need=2)
+    request = ask(quorum=Quorum(2))
     async with waiting(broker, request) as wait:
         pending = await shown(broker)
         progress = await pending.accept(person="web:alice")
@@ -305,7 +292,7 @@ async def test_a_second_vote_by_the_same_person_is_refused_and_the_pending_stays
 async def test_one_person_through_two_responders_is_one_voter(broker: Broker) -> None:
     """The voter is the person (toolnexus.voting): alice on the web page and alice in
     Slack are one approver; a bot that names no person is a voter by its own name."""
-    request = ask(need=2)
+    request = ask(quorum=Quorum(2))
     async with waiting(broker, request) as wait:
         on_web, on_slack = await shown(broker, "web"), await shown(broker, "slack")
         assert await on_web.accept(person="alice") is not None
@@ -323,7 +310,7 @@ async def test_one_person_through_two_responders_is_one_voter(broker: Broker) ->
 
 @pytest.mark.parametrize("broker", ["memory", "redis"], indirect=True)
 async def test_declines_counted_decide_when_they_reach_need(broker: Broker) -> None:
-    request = ask(need=2, decline="count")
+    request = ask(quorum=Quorum(2, "count"))
     async with waiting(broker, request) as wait:
         pending = await shown(broker)
         declined = await pending.decline(person="web:carol")
@@ -343,7 +330,7 @@ async def test_declines_counted_decide_when_they_reach_need(broker: Broker) -> N
 async def test_accepts_reaching_need_win_in_count_mode_and_data_is_the_deciding_vote(
     broker: Broker,
 ) -> None:
-    request = ask(need=2, decline="count")
+    request = ask(quorum=Quorum(2, "count"))
     async with waiting(broker, request) as wait:
         pending = await shown(broker)
         await pending.decline(person="web:carol")
@@ -356,7 +343,7 @@ async def test_accepts_reaching_need_win_in_count_mode_and_data_is_the_deciding_
 
 @pytest.mark.parametrize("broker", ["memory", "redis"], indirect=True)
 async def test_the_veto_on_both_brokers(broker: Broker) -> None:
-    request = ask(need=3)
+    request = ask(quorum=Quorum(3))
     async with waiting(broker, request) as wait:
         pending = await shown(broker)
         await pending.accept(person="web:alice")
@@ -392,7 +379,7 @@ async def test_serve_counts_a_vote_as_done_and_keeps_the_request_shown(broker: B
     service = Service(broker, worker)
     running = asyncio.create_task(service.run())
     try:
-        request = ask(need=2)
+        request = ask(quorum=Quorum(2))
         async with waiting(broker, request) as wait:
             async with asyncio.timeout(10):
                 while not worker.progress_seen:
@@ -414,11 +401,12 @@ async def test_serve_counts_a_vote_as_done_and_keeps_the_request_shown(broker: B
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_status_shows_a_quorums_progress_and_audit_its_votes(
     redis_url: str, namespace: str
 ) -> None:
     async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as agent:
-        request = ask(need=2)
+        request = ask("Deploy to prod?", quorum=Quorum(2))
         async with waiting(agent, request) as wait:
             code, out, _ = await answer_command(redis_url, namespace, request.id, "ops:alice")
             assert code == 0
@@ -445,7 +433,7 @@ async def run_command(*args: str) -> str:
 
 @pytest.mark.parametrize("broker", ["memory", "redis"], indirect=True)
 async def test_only_the_allowed_set_may_vote(broker: Broker) -> None:
-    request = ask(need=2)
+    request = ask(quorum=Quorum(2))
     task = asyncio.create_task(broker.wait_for(request, timeout_s=30, allow=["web:a*", "ops:*"]))
     try:
         pending = await shown(broker)
@@ -494,6 +482,7 @@ async def test_a_durable_quorum_counts_votes_while_no_process_waits(
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_a_durable_quorum_short_of_a_forged_vote_is_published_again(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:

@@ -45,6 +45,7 @@ def free_port() -> int:
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 def test_the_fleet_waiter_is_answered_by_the_fleet_responder(
     redis_url: str, namespace: str
 ) -> None:
@@ -119,6 +120,7 @@ async def readme_round_trip(
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_the_readme_agent_is_answered_on_the_readme_web_page(
     redis_url: str, namespace: str
 ) -> None:
@@ -128,6 +130,7 @@ async def test_the_readme_agent_is_answered_on_the_readme_web_page(
     assert printed == "approved"
 
 
+@pytest.mark.slow
 def test_the_signature_setup_works_between_two_hosts(tmp_path: Path) -> None:
     setup = blocks(SIGNATURES, "sh")[0]
     keygen_agent, keygen_bot, _copy, export_agent, export_bot = setup.splitlines()

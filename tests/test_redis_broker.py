@@ -19,16 +19,12 @@ from redis.crc import key_slot
 
 import toolnexus
 from conftest import FAST, RedisServer
+from helpers import ask
 from toolnexus import Answer, Broker, Pending, Request, UnknownRequest
 from toolnexus.keys import Keys
-from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
 
 pytestmark = pytest.mark.redis
-
-
-def ask(prompt: str = "?") -> Request:
-    return Request(id=new_id(), kind="approval", prompt=prompt)
 
 
 async def answer_all(broker: RedisBroker, count: int, group: str = "auto") -> None:
@@ -60,6 +56,7 @@ def test_keys_of_one_atomic_step_share_a_slot_and_waiters_spread() -> None:
         Keys("ns", "a:b")
 
 
+@pytest.mark.slow
 async def test_a_killed_consumer_s_request_is_reclaimed_by_another(
     redis_server: RedisServer,
 ) -> None:
@@ -215,6 +212,7 @@ async def test_a_request_published_again_is_the_same_bytes(tmp_path: Path, signe
         server.kill()
 
 
+@pytest.mark.slow
 async def test_garbage_goes_to_the_dead_letter_stream_and_real_requests_still_flow(
     redis_url: str, namespace: str
 ) -> None:
@@ -254,6 +252,7 @@ async def test_garbage_goes_to_the_dead_letter_stream_and_real_requests_still_fl
         assert pending_count["pending"] == 0
 
 
+@pytest.mark.slow
 async def test_ten_thousand_waits_share_a_handful_of_connections(
     redis_url: str, namespace: str
 ) -> None:

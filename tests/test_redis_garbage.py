@@ -13,18 +13,14 @@ import msgspec
 import pytest
 
 import toolnexus
-from conftest import FAST, opened
+from conftest import FAST
+from helpers import ask, opened
 from toolnexus import Answer, Request
-from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
 
 pytestmark = pytest.mark.redis
 
 MB = 1024 * 1024
-
-
-def ask(prompt: str = "?") -> Request:
-    return Request(id=new_id(), kind="approval", prompt=prompt)
 
 
 def bad_payloads(codec: toolnexus.Codec) -> dict[str, bytes]:

@@ -18,6 +18,7 @@ import pytest
 
 import toolnexus
 from conftest import FAST, RedisServer
+from helpers import ask, eventually
 from toolnexus import (
     AlreadyResolved,
     Answer,
@@ -25,25 +26,10 @@ from toolnexus import (
     BrokerUnavailable,
     ConfigurationError,
     Pending,
-    Request,
 )
-from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
 
 pytestmark = pytest.mark.redis
-
-
-def ask(prompt: str = "?") -> Request:
-    return Request(id=new_id(), kind="approval", prompt=prompt)
-
-
-async def until(condition: object, timeout_s: float, what: str) -> None:
-    """Poll the async ``condition()`` until it is true, or fail naming ``what``."""
-    deadline = time.monotonic() + timeout_s
-    while not await condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 # -- errors at the boundary -------------------------------------------------------------
@@ -155,7 +141,9 @@ async def test_a_restart_mid_answering_strands_nothing_with_responders_that_neve
                     tasks.create_task(answer_once(pending))
 
         responding = asyncio.create_task(respond())
-        await until(lambda: asyncio.sleep(0, sum(w.done() for w in waits) >= 40), 30, "40 answers")
+        await eventually(
+            lambda: asyncio.sleep(0, sum(w.done() for w in waits) >= 40), "40 answers", 30
+        )
         redis_server.stop()
         await asyncio.sleep(1.0)
         redis_server.start()
@@ -170,6 +158,7 @@ async def test_a_restart_mid_answering_strands_nothing_with_responders_that_neve
 # -- leases and releasing ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_withdrawn_requests_are_released_in_bulk_and_live_leases_never_starve(
     redis_server: RedisServer,
 ) -> None:
@@ -199,7 +188,7 @@ async def test_withdrawn_requests_are_released_in_bulk_and_live_leases_never_sta
             info = await bot.redis.xpending(stream, "web")
             return bool(info["pending"] == 100)
 
-        await until(released, 15, "the 500 withdrawn requests to be released")
+        await eventually(released, "the 500 withdrawn requests to be released", 15)
         release_s = time.monotonic() - started
         shown_to_other: list[str] = []
 
@@ -220,6 +209,7 @@ async def test_withdrawn_requests_are_released_in_bulk_and_live_leases_never_sta
     print(f"500 withdrawn requests released in {release_s:.2f} s")
 
 
+@pytest.mark.slow
 async def test_ten_thousand_withdrawn_requests_are_released_within_seconds(
     redis_url: str, namespace: str
 ) -> None:
@@ -241,7 +231,7 @@ async def test_ten_thousand_withdrawn_requests_are_released_within_seconds(
                 info = await bot.redis.xpending(bot.keys.requests, "web")
                 return bool(info["pending"] == 0)
 
-            await until(released, 30, "10,000 withdrawn requests to be released")
+            await eventually(released, "10,000 withdrawn requests to be released", 30)
             elapsed = time.monotonic() - started
     assert elapsed < 20
     print(f"10,000 withdrawn requests released in {elapsed:.2f} s")
@@ -289,6 +279,7 @@ async def killed_waiter(url: str, timeout_s: float) -> AsyncIterator[None]:
             proc.stdout.close()
 
 
+@pytest.mark.slow
 async def test_a_killed_waiter_s_requests_are_withdrawn_within_the_bound(
     redis_server: RedisServer,
 ) -> None:
@@ -319,6 +310,7 @@ async def test_a_killed_waiter_s_requests_are_withdrawn_within_the_bound(
     print(f"100 requests of a killed waiter withdrawn {bound_s:.2f} s after the kill")
 
 
+@pytest.mark.slow
 async def test_nothing_of_a_killed_waiter_stays_after_deadline_and_retention(
     redis_server: RedisServer,
 ) -> None:
@@ -360,10 +352,12 @@ async def test_a_served_answer_that_fails_shows_its_request_again(
         service = toolnexus.Service(bot, handler, group="bot", heartbeat_ttl_s=60)
         serving = asyncio.create_task(service.run())
         wait = asyncio.create_task(agent.wait_for(ask(), timeout_s=60))
-        await until(lambda: asyncio.sleep(0, len(shown) == 1), 10, "the request shown")
+        await eventually(lambda: asyncio.sleep(0, len(shown) == 1), "the request shown", 10)
         redis_server.stop()
         go.set()
-        await until(lambda: asyncio.sleep(0, service.statistics()["errors"] == 1), 10, "a failure")
+        await eventually(
+            lambda: asyncio.sleep(0, service.statistics()["errors"] == 1), "a failure", 10
+        )
         redis_server.start()
         answer = await asyncio.wait_for(wait, 30)
         service.stop()

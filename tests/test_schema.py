@@ -344,6 +344,7 @@ def _forms(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 @given(_forms())
+@pytest.mark.slow
 def test_generated_valid_answers_always_pass(case: tuple[dict[str, Any], dict[str, Any]]) -> None:
     schema, data = case
     assert validate_form(schema, data) == data

@@ -53,6 +53,7 @@ def test_seed_has_three_examples() -> None:
 
 @needs_seed
 @pytest.mark.parametrize("index", range(3), ids=["form", "url", "round-trip"])
+@pytest.mark.slow
 def test_seed_example_runs(index: int, tmp_path: Path) -> None:
     assert SEED.is_file(), f"the seed file is missing at {SEED}: CI needs shared/seeds"
     script = tmp_path / f"example_{index + 1}.py"

@@ -17,7 +17,7 @@ from redis_topologies import LocalSentinel, wait_until
 from toolnexus import ConfigurationError, Request
 from toolnexus.models import new_id
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.slow]  # private Cluster / Sentinel servers
 
 
 @pytest.fixture

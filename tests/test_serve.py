@@ -7,26 +7,37 @@ import asyncio
 import os
 import re
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
+from helpers import ask, eventually
 from toolnexus import (
     AlreadyResolved,
     Answer,
+    AnsweredEvent,
     Broker,
     ConfigurationError,
+    Contested,
     Event,
+    ExpiredEvent,
     InvalidAnswer,
+    NotAllowed,
+    NotResolved,
     Pending,
     Request,
     Service,
+    Status,
+    UnknownRequest,
+    WithdrawnEvent,
     Worker,
     new_id,
     serve,
 )
+from toolnexus.lifecycle import LOST, RESOLUTIONS
+from toolnexus.serve import ending_of
 
 FORM = {
     "type": "object",
@@ -35,22 +46,8 @@ FORM = {
 }
 
 
-def ask(prompt: str = "Proceed?") -> Request:
-    return Request(id=new_id(), kind="approval", prompt=prompt)
-
-
 def form(prompt: str = "Your name?") -> Request:
     return Request(id=new_id(), kind="input", prompt=prompt, data={"schema": FORM})
-
-
-async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout_s: float = 10) -> None:
-    """Wait until ``check()`` (plain or async) is true."""
-    async with asyncio.timeout(timeout_s):
-        while True:
-            result = check()
-            if result if isinstance(result, bool) else await result:
-                return
-            await asyncio.sleep(0.02)
 
 
 @asynccontextmanager
@@ -388,3 +385,31 @@ async def test_the_write_a_worker_example_approves(broker: Broker) -> None:
     assert (await approval).person == "bot:ops"
     assert (await form_wait).reason == "expired"  # skipped by the bot: left for others
     assert (stats["answered"], stats["skipped"]) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("lost", "expected"),
+    [
+        (AlreadyResolved("r-1", Status.ANSWERED), AnsweredEvent),
+        (AlreadyResolved("r-1", Status.EXPIRED), ExpiredEvent),
+        (AlreadyResolved("r-1", Status.WITHDRAWN), WithdrawnEvent),
+        (UnknownRequest("r-1"), ExpiredEvent),  # its state has expired
+        (Contested("r-1"), ExpiredEvent),  # the waiter decides; it ends here
+        (NotAllowed("r-1"), ExpiredEvent),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, NotResolved) else "",
+)
+def test_what_a_worker_is_told_follows_the_typed_status_not_the_words(
+    lost: NotResolved, expected: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reworded messages change nothing: the event comes from ``status`` (it once came
+    # from the text, and anything it did not know became "expired").
+    for status in (Status.ANSWERED, Status.EXPIRED, Status.WITHDRAWN):
+        monkeypatch.setitem(LOST, status, f"no longer open ({status.upper()})")
+    reworded = type(lost).__new__(type(lost))
+    NotResolved.__init__(reworded, lost.request_id, "something else entirely", lost.status)
+    for refused in (lost, reworded):
+        ended = ending_of(refused, "r-1")
+        assert type(ended) is expected and ended.id == "r-1"
+        assert ended.event == (lost.status if lost.status in RESOLUTIONS else Status.EXPIRED)
+    assert AlreadyResolved("r-2", Status.WITHDRAWN).reason == "no longer open (WITHDRAWN)"

@@ -420,6 +420,7 @@ json_values = st.recursive(
     allow=st.none() | st.lists(st.text(min_size=1, max_size=10), max_size=3),
     person=st.none() | st.text(max_size=20),
 )
+@pytest.mark.slow
 def test_signatures_survive_the_wire(
     codec: Codec,
     prompt: str,

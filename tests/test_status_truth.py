@@ -75,6 +75,7 @@ async def test_refused_then_genuine_answer_leaves_nothing_open(fleet: Fleet) -> 
     assert await nothing_open(fleet.url, "sec", "default") == {"default": 0}
 
 
+@pytest.mark.slow
 async def test_an_escalated_request_answered_leaves_nothing_open(
     redis_url: str, namespace: str
 ) -> None:
@@ -90,6 +91,7 @@ async def test_an_escalated_request_answered_leaves_nothing_open(
     assert counts == {"desk": 0, "oncall": 0}
 
 
+@pytest.mark.slow
 async def test_a_quorum_reached_leaves_nothing_open(redis_url: str, namespace: str) -> None:
     request = Request(id=new_id(), kind="approval", prompt="Two of you?", quorum=Quorum(2))
     broker = toolnexus.connect(redis_url, namespace=namespace, **FAST)
@@ -103,6 +105,7 @@ async def test_a_quorum_reached_leaves_nothing_open(redis_url: str, namespace: s
     assert await nothing_open(redis_url, namespace, "default") == {"default": 0}
 
 
+@pytest.mark.slow
 async def test_a_durable_request_answered_leaves_nothing_open(
     redis_url: str, namespace: str
 ) -> None:
@@ -116,6 +119,7 @@ async def test_a_durable_request_answered_leaves_nothing_open(
     assert await nothing_open(redis_url, namespace, "default") == {"default": 0}
 
 
+@pytest.mark.slow
 async def test_a_withdrawn_request_leaves_nothing_open(redis_url: str, namespace: str) -> None:
     request = Request(id=new_id(), kind="approval", prompt="Never mind?")
     async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
@@ -128,6 +132,7 @@ async def test_a_withdrawn_request_leaves_nothing_open(redis_url: str, namespace
     assert await nothing_open(redis_url, namespace, "default") == {"default": 0}
 
 
+@pytest.mark.slow
 async def test_an_expired_request_leaves_nothing_open(redis_url: str, namespace: str) -> None:
     request = Request(id=new_id(), kind="approval", prompt="Anyone?")
     async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:

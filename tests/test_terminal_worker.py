@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 import toolnexus
-from conformance import TerminalAdapter, eventually
+from conformance import TerminalAdapter
 from conftest import FAST
+from helpers import eventually
 from toolnexus import Request, Source, new_id
 from toolnexus.demo import BOOKING_FORM
 from toolnexus.models import Hop
@@ -18,6 +19,7 @@ from toolnexus.models import Hop
 pytestmark = pytest.mark.redis
 
 
+@pytest.mark.slow
 async def test_a_form_with_mistakes_corrected_then_ctrl_c_twice(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
@@ -102,6 +104,7 @@ async def test_a_form_with_mistakes_corrected_then_ctrl_c_twice(
             await terminal.close()
 
 
+@pytest.mark.slow
 async def test_an_escalated_request_says_so_and_is_gone_once_answered_on_the_next_queue(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:

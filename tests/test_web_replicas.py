@@ -21,6 +21,7 @@ import toolnexus
 from agents import AgentFactory
 from conformance import CHROMIUM, CHROMIUM_ARGS
 from conftest import FAST
+from test_web_worker import ask
 from toolnexus import Broker, ConfigurationError, Keyring, Request, SigningKey, Source, new_id
 from toolnexus_workers.web.access import Access, hash_password
 from toolnexus_workers.web.server import WebServer
@@ -53,11 +54,6 @@ async def browser() -> AsyncIterator[Browser]:
 @pytest.fixture(scope="module")
 def alice() -> dict[str, str]:
     return {"alice": hash_password("correct horse")}
-
-
-def ask(prompt: str, **fields: Any) -> Request:
-    source = Source(server="booking", tool="book_table", agent="agent-7")
-    return Request(id=new_id(), kind="input", prompt=prompt, source=source, **fields)
 
 
 async def sign_in(page: Page, url: str) -> None:

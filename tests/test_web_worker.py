@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -18,11 +19,12 @@ import httpx2 as httpx
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
+import helpers
 import toolnexus
 from agents import AgentFactory
 from conformance import CHROMIUM, CHROMIUM_ARGS
 from conftest import FAST
-from toolnexus import Answer, Broker, ConfigurationError, Quorum, Request, Source, new_id
+from toolnexus import Answer, Broker, ConfigurationError, Quorum, Request
 from toolnexus.models import Hop
 from toolnexus.rendering import check_link, form_data, form_fields
 from toolnexus_workers.web.access import Access, hash_password, load_users, verify_password
@@ -74,9 +76,8 @@ def card(page: Page, request: Request) -> Any:
     return page.locator("article.request", has_text=request.prompt)
 
 
-def ask(prompt: str, kind: str = "input", **fields: Any) -> Request:
-    source = Source(server="booking", tool="book_table", agent="agent-7")
-    return Request(id=new_id(), kind=kind, prompt=prompt, source=source, **fields)
+ask = functools.partial(helpers.ask, kind="input", source=helpers.AGENT_7)
+"""A request from agent-7's booking tool: a form unless ``kind`` says otherwise."""
 
 
 # -- the page, live ------------------------------------------------------------------
@@ -472,6 +473,7 @@ async def test_an_open_page_serves_loopback_names_only(broker: Broker) -> None:
         assert "answers at 127.0.0.1 or localhost only" in rebound.text
 
 
+@pytest.mark.slow
 def test_the_command_refuses_a_public_address_without_access(namespace: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TOOLNEXUS_WEB_TOKEN"}
     command = shutil.which("toolnexus", path=str(Path(sys.executable).parent))

@@ -47,6 +47,7 @@ def test_an_unknown_worker_is_refused_by_name() -> None:
 
 
 @pytest.mark.parametrize("name", ["auto", "http", "slack", "telegram", "terminal", "web"])
+@pytest.mark.slow
 def test_every_worker_takes_the_common_options(name: str) -> None:
     done = run("worker", name, "--help")
     assert done.returncode == 0, done.stderr
@@ -55,6 +56,7 @@ def test_every_worker_takes_the_common_options(name: str) -> None:
         assert option in done.stdout
 
 
+@pytest.mark.slow
 def test_the_url_comes_from_the_environment(tmp_path: Path) -> None:
     rules = tmp_path / "rules.toml"
     rules.write_text('[[rule]]\naction = "skip"\n')
@@ -73,6 +75,7 @@ def test_the_url_comes_from_the_environment(tmp_path: Path) -> None:
         ("http", ["uvicorn"]),
     ],
 )
+@pytest.mark.slow
 def test_a_missing_extra_names_the_install_command(worker: str, blocked: list[str]) -> None:
     code = (
         "import sys\n"

@@ -3,6 +3,7 @@ SDK transports, each read so that a 2026-07-28 result without ``resultType`` is 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -46,6 +47,7 @@ class Target:
     label: str | None
     reusable: bool = True
     stdio: StdioServerParameters | None = None
+    http: bool = False
 
 
 def target(server: ServerSpec, headers: Mapping[str, str] | None = None) -> Target:
@@ -58,7 +60,9 @@ def target(server: ServerSpec, headers: Mapping[str, str] | None = None) -> Targ
         parts = urlsplit(server)
         if parts.scheme in ("http", "https"):
             url = server
-            return Target(lambda: _completing(_http_transport(url, headers)), parts.hostname)
+            return Target(
+                lambda: _completing(_http_transport(url, headers)), parts.hostname, http=True
+            )
         server = shlex.split(server)
     if isinstance(server, StdioServerParameters):
         return _stdio(server)
@@ -83,11 +87,26 @@ def _stdio(params: StdioServerParameters) -> Target:
 async def _http_transport(url: str, headers: Mapping[str, str] | None) -> AsyncIterator[Any]:
     """Streamable HTTP with no read timeout: a response stream may idle while a person answers."""
     timeout = httpx2.Timeout(HTTP_TIMEOUT_S, read=None)
+    hooks = {"request": [_method_header]}
     async with (
-        httpx2.AsyncClient(headers=dict(headers or {}), timeout=timeout) as http,
+        httpx2.AsyncClient(headers=dict(headers or {}), timeout=timeout, event_hooks=hooks) as http,
         streamable_http_client(url, http_client=http) as streams,
     ):
         yield streams
+
+
+async def _method_header(request: httpx2.Request) -> None:
+    """``Mcp-Method`` on every POST of a JSON-RPC request or notification, as 2026-07-28
+    requires; the SDK sets it on 2026-07-28 requests only, and earlier revisions ignore it
+    (a 2026-07-28 server that refuses the handshake can then tell what was refused)."""
+    if request.method != "POST" or "mcp-method" in request.headers:
+        return
+    try:
+        message = json.loads(request.content)
+    except ValueError:
+        return
+    if isinstance(message, dict) and isinstance(message.get("method"), str):
+        request.headers["Mcp-Method"] = message["method"]
 
 
 @asynccontextmanager

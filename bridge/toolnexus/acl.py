@@ -5,8 +5,9 @@ Each user gets only the commands its role needs, each with the key patterns it n
 (Redis 7 selectors, ``%R~``/``%W~`` for read-only and write-only keys):
 
 - an **agent** publishes requests, reads its own reply streams, keeps its own states,
-  liveness marks and durable requests, records its expiries and withdrawals, and writes
-  audit records and dead letters. Its waiter keys are ``{ns:w:<agent>.*}:...``
+  liveness marks and durable requests, records its expiries and withdrawals, writes
+  audit records and dead letters, and reads heartbeats (to warn when nobody reads a
+  queue). Its waiter keys are ``{ns:w:<agent>.*}:...``
   (:func:`toolnexus.keys.waiter_tag_pattern`): a broker waits as the agent named by its
   option ``agent`` (by default its Redis user), so no agent user can read, write or attach
   to another agent's answers, states or durable requests.
@@ -39,7 +40,8 @@ AGENT_RULES = (
     "(%R~<w>:answers +xread +xrevrange) "
     "(%W~<w>:answers %W~<q>:audit +xtrim) "
     "(~<w>:alive +set +pexpire +del) "
-    "(~<q>:events +pexpire)"
+    "(~<q>:events +pexpire) "
+    "(%R~<q>:workers +hgetall)"
 )
 """An agent's rules: ``<w>`` is the hash tag of its own waiter keys alone."""
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from .errors import (
     InvalidAnswer,
     InvalidRequest,
     NotResolved,
+    Refused,
 )
 from .exits import (
     EXIT_ACCEPTED,
@@ -45,6 +47,7 @@ from .models import (
     DISMISSED,
     UNAVAILABLE,
     Answer,
+    AnsweredEvent,
     Hop,
     OnExpiry,
     Quorum,
@@ -169,8 +172,39 @@ async def ask(
     status.
 
     Accepted: the answer's data as JSON on stdout (the whole answer with ``as_json``).
-    Otherwise one line on stderr says why (and ``as_json`` prints the answer too).
+    Otherwise one line on stderr says why (and ``as_json`` prints the answer too). A
+    responder that refuses the request (:class:`~toolnexus.Refused`: a missing or bad
+    signature, ...) ends it at once with :data:`EXIT_REQUEST_REFUSED`. The broker's warnings
+    (nobody reads the queue, a refusal that does not verify) are printed on stderr as they
+    come.
     """
+    with _warnings_on_stderr():
+        return await _ask(url, options, request, timeout_s=timeout_s, allow=allow, as_json=as_json)
+
+
+@contextlib.contextmanager
+def _warnings_on_stderr() -> Iterator[None]:
+    """While ``ask`` waits, toolnexus's warnings go to stderr as ``toolnexus ask: ...``."""
+    logger = logging.getLogger("toolnexus")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("toolnexus ask: %(message)s"))
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
+async def _ask(
+    url: str,
+    options: dict[str, Any],
+    request: Request,
+    *,
+    timeout_s: float | None,
+    allow: Sequence[str] | None,
+    as_json: bool,
+) -> int:
     try:
         async with connect(url, **options) as broker:
             durably = "durably " if request.durable else ""
@@ -184,9 +218,20 @@ async def ask(
                 file=sys.stderr,
                 flush=True,
             )
-            answer = await broker.wait_for(request, timeout_s=timeout_s, allow=allow or None)
+            waiting = broker.wait_for(request, timeout_s=timeout_s, allow=allow or None)
+            outcome = await _unless_refused(broker, request.id, waiting)
     except BrokerUnavailable as exc:
         return failed("toolnexus ask", exc, url)
+    if isinstance(outcome, Refused):
+        unverified = "" if outcome.verified else " (unverified)"
+        left = "the durable request stays open" if request.durable else "withdrawn"
+        print(f"toolnexus ask: {outcome}{unverified}: {left}", file=sys.stderr)
+        return exit_code(outcome)
+    return _said(request, outcome, as_json)
+
+
+def _said(request: Request, answer: Answer, as_json: bool) -> int:
+    """Print what ``ask`` says of ``answer`` to ``request``; its exit status."""
     if as_json:
         print(answer_json(answer))
     elif answer.ok:
@@ -198,6 +243,37 @@ async def ask(
         by = f" by {answer.answered_by}" if answer.answered_by else ""
         print(f"toolnexus ask: {request.id} {answer.reason}{by}", file=sys.stderr)
     return exit_status(answer)
+
+
+REFUSAL_GRACE_S = 2.0
+"""After a responder refused its request, how long ``ask`` still waits for an answer that
+was on its way (another group's) before it ends."""
+
+
+async def _unless_refused(
+    broker: Broker, request_id: str, waiting: Coroutine[Any, Any, Answer]
+) -> Answer | Refused:
+    """The answer ``waiting`` gives, or the refusal of a responder (see
+    :meth:`RedisBroker.refusal`) if no answer comes within :data:`REFUSAL_GRACE_S` after
+    it: the wait is then cancelled, which withdraws the request (a durable one stays open).
+    """
+    wait = asyncio.ensure_future(waiting)
+    if not isinstance(broker, RedisBroker):  # the embedded broker refuses nothing
+        return await wait
+    refused = broker.refusal(request_id)
+    try:
+        either: list[asyncio.Future[Any]] = [wait, refused]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not wait.done():
+            with contextlib.suppress(TimeoutError):
+                return await asyncio.wait_for(asyncio.shield(wait), REFUSAL_GRACE_S)
+            return refused.result()
+        return wait.result()
+    finally:
+        if not wait.done():
+            wait.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await wait
 
 
 def the_answer(
@@ -231,7 +307,7 @@ async def _fate(
 
     async def taken() -> Answer | None:
         async for event in events:
-            if event.event == "answered" and event.id == given.id:
+            if isinstance(event, AnsweredEvent) and event.id == given.id:
                 return event.answer
         return None
 

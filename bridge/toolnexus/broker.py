@@ -9,20 +9,22 @@ later answer is refused with :class:`~toolnexus.AlreadyResolved`.
 from __future__ import annotations
 
 import abc
+import asyncio
+import logging
 import math
 import os
 import re
 import socket
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
 
 from .audit import AuditRecord
-from .errors import ConfigurationError, InvalidRequest
-from .models import DECLINED, DISMISSED, Answer, Event, Heartbeat, Request
+from .errors import BrokerClosed, ConfigurationError, InvalidRequest, ToolnexusError
+from .models import DECLINED, DISMISSED, Answer, ApprovedEvent, Event, Heartbeat, Request
 from .numeric import MAX_COUNT, check_number
 from .settings import RedisSettings, default_url
 from .wire10 import Request10
@@ -45,17 +47,6 @@ DEFAULT_TIMEOUT_S = 600.0
 
 RETENTION_S = 24 * 3600.0
 """How long a resolved request is remembered (so that late answers are refused by name)."""
-
-Resolution = Literal["answered", "expired", "withdrawn"]
-"""How a request was resolved: by an answer, by its deadline, or by its waiter leaving."""
-
-NOT_RESOLVED_REASONS: dict[str, str] = {
-    "answered": "already answered",
-    "expired": "expired",
-    "withdrawn": "withdrawn",
-}
-"""What a losing answer is told, by the status of the request it tried to answer."""
-
 
 _USERINFO = re.compile(r"(//[^/@]*?:)[^/@]*@")
 
@@ -152,7 +143,7 @@ class Pending(abc.ABC):
     ``None`` when it is unsigned or its signature was not checked (no trusted keys)."""
 
     @abc.abstractmethod
-    async def answer(self, answer: Answer) -> Event | None:
+    async def answer(self, answer: Answer) -> ApprovedEvent | None:
         """Resolve the request with ``answer`` (the first valid answer wins).
 
         For a request that needs a quorum (SPEC §14) the answer is a vote: one that counted
@@ -178,19 +169,19 @@ class Pending(abc.ABC):
     async def skip(self) -> None:
         """Let this responder group pass on the request without answering it."""
 
-    async def accept(self, data: Any = None, *, person: str | None = None) -> Event | None:
+    async def accept(self, data: Any = None, *, person: str | None = None) -> ApprovedEvent | None:
         """Answer yes, with ``data`` for a form (see :meth:`answer` for the result and errors).
 
         ``person`` names who answered behind this responder (a web login, ``slack:U123``).
         """
         return await self.answer(Answer(id=self.request.id, ok=True, data=data, person=person))
 
-    async def decline(self, *, person: str | None = None) -> Event | None:
+    async def decline(self, *, person: str | None = None) -> ApprovedEvent | None:
         """Answer an explicit no (see :meth:`answer` for the result and errors)."""
         answer = Answer(id=self.request.id, ok=False, reason=DECLINED, person=person)
         return await self.answer(answer)
 
-    async def dismiss(self, *, person: str | None = None) -> Event | None:
+    async def dismiss(self, *, person: str | None = None) -> ApprovedEvent | None:
         """Close the request without a choice (see :meth:`answer` for the result and errors)."""
         answer = Answer(id=self.request.id, ok=False, reason=DISMISSED, person=person)
         return await self.answer(answer)
@@ -217,16 +208,53 @@ class _Closing(abc.ABC):
         await self.aclose()
 
 
+HeartbeatInfo = Callable[[], Mapping[str, str | int | float]]
+"""What a responder's heartbeat tells operators (counters, host, pid, ...)."""
+
+HEARTBEAT_TTL_S = 30.0
+"""How long a responder's heartbeat lasts unrenewed; it is renewed every third of it."""
+
+_log = logging.getLogger("toolnexus")
+
+
 class Responder(_Closing):
     """An async iterator of the :class:`Pending` requests one consumer of a group should show.
 
     Several groups each see every request; within a group each request goes to one
     consumer. Use it as ``async with broker.responder("web") as r: async for p in r``.
     ``aclose()`` stops it; requests held and not yet answered go back to the group.
+
+    From its first read until ``aclose()``, it keeps a heartbeat (:meth:`Broker.heartbeat`)
+    good for ``heartbeat_ttl_s``, renewed every third of it, telling ``heartbeat_info()``
+    (by default its host and pid): ``toolnexus check`` and ``status`` see it alive, and
+    waiters publishing to its queue know someone reads it. Set both before its first read.
     """
 
     group: str
     consumer: str
+    heartbeat_ttl_s: float = HEARTBEAT_TTL_S
+    heartbeat_info: HeartbeatInfo | None = None
+
+    def heartbeat_details(self) -> Mapping[str, str | int | float]:
+        """What this responder's heartbeat says: ``heartbeat_info()``, or its host and pid."""
+        if self.heartbeat_info is not None:
+            return self.heartbeat_info()
+        return {"host": socket.gethostname(), "pid": os.getpid(), "worker": "responder"}
+
+    async def keep_heartbeat(
+        self, beat: Callable[[float, Mapping[str, str | int | float]], Awaitable[None]]
+    ) -> None:
+        """Renew this responder's heartbeat with ``beat(ttl_s, info)`` until cancelled; a
+        failure is logged and tried again at the next renewal."""
+        while True:
+            ttl_s = self.heartbeat_ttl_s
+            try:
+                await beat(ttl_s, self.heartbeat_details())
+            except BrokerClosed:
+                return
+            except ToolnexusError as exc:
+                _log.warning("%s/%s: heartbeat failed: %s", self.group, self.consumer, exc)
+            await asyncio.sleep(ttl_s / 3)
 
     def __aiter__(self) -> Self:
         return self
@@ -408,7 +436,7 @@ class Broker(_Closing):
         """
 
     @abc.abstractmethod
-    async def answer(self, answer: Answer) -> Event | None:
+    async def answer(self, answer: Answer) -> ApprovedEvent | None:
         """Resolve the request ``answer.id`` from anywhere; for a quorum, vote on it (see
         :meth:`Pending.answer`: the ``approved`` event of a vote that did not decide).
 

@@ -141,13 +141,16 @@ def _ops_parsers(commands: Any) -> None:
     ask = commands.add_parser(
         "ask",
         parents=[connection_parser()],
-        help="ask a question and wait: exit 0 accepted, 1 declined, 2 not answered, 3 no broker",
+        help="ask a question and wait: exit 0 accepted, 1 declined, 2 not answered, 3 no broker, "
+        "5 refused by a responder, 130 Ctrl-C",
         description=(
             "Publish a question and wait for a responder's answer: an approval gate for shell "
             "pipelines and CI. Accepted: the answer's data is printed as JSON on stdout and "
             "the exit status is 0. Declined: 1. Expired, dismissed or withdrawn: 2 (also bad "
-            "usage). The broker unreachable: 3. The request id is printed on stderr, so that "
-            "`toolnexus answer ID` can answer it."
+            "usage). The broker unreachable: 3. A responder refused the request (a missing or "
+            "bad signature, a key it does not trust): 5, said at once. Ctrl-C: 130, the request "
+            "withdrawn. The request id is printed on stderr, so that `toolnexus answer ID` can "
+            "answer it; a queue no worker reads is warned about at once."
         ),
     )
     ask.add_argument("prompt", help="the question, as the person will read it")

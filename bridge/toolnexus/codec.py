@@ -24,13 +24,13 @@ from .errors import (
     InvalidRequest,
     ToolnexusError,
 )
-from .models import Answer, Event, Heartbeat, Message, Request
+from .models import EVENTS, Answer, Event, Heartbeat, Message, Request
 
 WIRE_VERSION: Final = 1
 MAX_MESSAGE_BYTES: Final = 1024 * 1024  # default size limit of one encoded message
 
 Format = Literal["msgpack", "json"]
-M = TypeVar("M", Request, Answer, Event, Heartbeat)
+M = TypeVar("M", Request, Answer, Heartbeat)
 
 _Envelope = tuple[int, Message]
 
@@ -133,9 +133,21 @@ class Codec:
         """
         message = self.decode(data)
         if not isinstance(message, cls):
+            expected = getattr(cls, "__name__", "event").lower()  # (Event is a union)
             raise DecodeError(
-                f"expected a {cls.__name__.lower()} message, got {type(message).__name__.lower()!r}"
+                f"expected a {expected} message, got {type(message).__name__.lower()!r}"
             )
+        return message
+
+    def decode_event(self, data: bytes | bytearray | memoryview | str) -> Event:
+        """Decode one event (any of :data:`~toolnexus.models.Event`'s structs).
+
+        Raises:
+            DecodeError: as :meth:`decode`, or the message is not an event.
+        """
+        message = self.decode(data)
+        if not isinstance(message, EVENTS):
+            raise DecodeError(f"expected an event message, got {type(message).__name__.lower()!r}")
         return message
 
     def _explain(self, data: bytes | bytearray | memoryview, exc: msgspec.DecodeError) -> str:

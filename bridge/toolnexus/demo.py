@@ -30,7 +30,7 @@ from mcp_types import (
 )
 from mcp_types.version import is_version_at_least
 
-from .broker import Broker, Pending, connect
+from .broker import Broker, Pending, connect, redacted
 from .errors import ConfigurationError
 from .mcp_client import load_mcp
 from .models import Answer, Request
@@ -285,6 +285,16 @@ async def run_demo(
     async with connect(url, **broker_options) as broker, anyio.create_task_group() as tasks:
         if responder != "none":
             tasks.start_soon(_respond, broker, responder, agent, terminal, output)
+        else:
+            queue = broker_options["queue"]
+            namespace = broker_options.get("namespace") or "toolnexus"
+            print(
+                f"demo: asking on queue {queue!r} of namespace {namespace!r} at "
+                f"{redacted(broker.url)}; nothing in this process answers: a responder "
+                f"worker must read that queue (toolnexus worker NAME --queue {queue})",
+                file=output,
+                flush=True,
+            )
         async with load_mcp(
             booking_server(), wait_for=broker.wait_for, agent=agent, timeout_s=timeout_s
         ) as tools:

@@ -28,6 +28,8 @@ errors: they are :class:`~toolnexus.Answer` values with ``ok=False``.
 
 from __future__ import annotations
 
+from .lifecycle import LOST, Status
+
 
 class ToolnexusError(Exception):
     """Base class of every toolnexus error."""
@@ -55,31 +57,39 @@ class InvalidAnswer(ToolnexusError, ValueError):
 
 
 class NotResolved(ToolnexusError):
-    """An answer that did not resolve its request. ``reason`` says why, in words."""
+    """An answer that did not resolve its request. ``status`` is the request's status as
+    this answer found it (a :class:`~toolnexus.lifecycle.Status`: what a program acts on);
+    ``reason`` says why in words (for people: it may be reworded)."""
 
-    def __init__(self, request_id: str, reason: str) -> None:
+    def __init__(self, request_id: str, reason: str, status: Status) -> None:
         super().__init__(f"request {request_id!r} was not answered by this answer: {reason}")
         self.request_id = request_id
         self.reason = reason
+        self.status = status
 
 
 class AlreadyResolved(NotResolved):
-    """The request was resolved before this answer: ``reason`` is ``"already answered"``,
-    ``"expired"`` or ``"withdrawn"``."""
+    """The request was resolved before this answer: ``status`` is ``answered``,
+    ``expired`` or ``withdrawn``, and ``reason`` ``"already answered"``, ``"expired"`` or
+    ``"withdrawn"``."""
+
+    def __init__(self, request_id: str, status: Status) -> None:
+        super().__init__(request_id, LOST[status], status)
 
 
 class UnknownRequest(NotResolved):
-    """No request with this id is known to the broker."""
+    """No request with this id is known to the broker (``status`` is ``unknown``)."""
 
     def __init__(self, request_id: str) -> None:
-        super().__init__(request_id, "unknown request")
+        super().__init__(request_id, "unknown request", Status.UNKNOWN)
 
 
 class NotAllowed(NotResolved):
-    """The request's allow-list does not name this responder or person."""
+    """The request's allow-list does not name this responder or person; it stays open
+    (``status``) for others."""
 
     def __init__(self, request_id: str) -> None:
-        super().__init__(request_id, "not allowed")
+        super().__init__(request_id, "not allowed", Status.OPEN)
 
 
 class Contested(NotResolved):
@@ -93,7 +103,27 @@ class Contested(NotResolved):
         super().__init__(
             request_id,
             "contested: the request's state holds another answer; the waiter checks both",
+            Status.CONTESTED,
         )
+
+
+class Refused(NotResolved):
+    """A responder refused the request itself (it dead-lettered it): a missing or bad
+    signature, a key it does not trust, bytes it cannot read. ``reason`` says why, as the
+    responder said it; ``responder`` names it (its verified key name when ``verified``).
+    :meth:`RedisBroker.refusal <toolnexus.redis_broker.RedisBroker.refusal>` gives it while
+    the wait goes on; ``toolnexus ask`` ends with it. With signatures required, only a
+    refusal signed by a trusted responder key for exactly that request counts. ``status``
+    is ``open``: the request stays open until its waiter withdraws it."""
+
+    def __init__(
+        self, request_id: str, reason: str, responder: str | None = None, verified: bool = False
+    ) -> None:
+        NotResolved.__init__(self, request_id, reason, Status.OPEN)
+        by = f" by {responder}" if responder else ""
+        self.args = (f"request {request_id!r} was refused{by}: {reason}",)
+        self.responder = responder
+        self.verified = verified
 
 
 class AlreadyVoted(NotResolved):
@@ -114,7 +144,7 @@ class AlreadyVoted(NotResolved):
             if contested
             else f"already voted by {voter}"
         )
-        super().__init__(request_id, reason)
+        super().__init__(request_id, reason, Status.OPEN)
         self.voter = voter
         self.contested = contested
 

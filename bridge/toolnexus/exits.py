@@ -4,7 +4,8 @@ through :func:`failed` (each command's ``--help`` says which statuses it uses).
 
     ToolnexusError        2  EXIT_ERROR        a bad option, file or configuration
     ├── BrokerUnavailable 3  EXIT_UNREACHABLE  the broker cannot be reached
-    ├── NotResolved       1  EXIT_REFUSED      an answer refused (and every subclass)
+    ├── NotResolved       1  EXIT_REFUSED      an answer refused (and every subclass but)
+    │   └── Refused       5  EXIT_REQUEST_REFUSED  a responder refused the request itself
     └── InvalidAnswer     1  EXIT_REFUSED      an answer invalid for the request's form
     KeyboardInterrupt   130  EXIT_INTERRUPTED  Ctrl-C
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import sys
 
 from .broker import redacted
-from .errors import BrokerUnavailable, InvalidAnswer, NotResolved, ToolnexusError
+from .errors import BrokerUnavailable, InvalidAnswer, NotResolved, Refused, ToolnexusError
 
 __all__ = [
     "EXIT_ACCEPTED",
@@ -28,6 +29,7 @@ __all__ = [
     "EXIT_NOT_DONE",
     "EXIT_OK",
     "EXIT_REFUSED",
+    "EXIT_REQUEST_REFUSED",
     "EXIT_UNREACHABLE",
     "exit_code",
     "failed",
@@ -50,6 +52,10 @@ waiter, which opened the request again); it was sent but no waiter took it in ti
 EXIT_NOT_DONE = 1
 """``dead-letters``: no dead letter has that id, or one asked for could not be requeued."""
 
+EXIT_REQUEST_REFUSED = 5
+"""``ask``: a responder refused the request itself (a missing or bad signature, a key it
+does not trust, bytes it cannot read): :class:`~toolnexus.errors.Refused`, said at once."""
+
 EXIT_ERROR = 2
 """A bad option, file or configuration (argparse's status for bad usage)."""
 
@@ -63,6 +69,7 @@ EXIT_CODES: dict[type[BaseException], int] = {
     ToolnexusError: EXIT_ERROR,
     BrokerUnavailable: EXIT_UNREACHABLE,
     NotResolved: EXIT_REFUSED,
+    Refused: EXIT_REQUEST_REFUSED,
     InvalidAnswer: EXIT_REFUSED,
     KeyboardInterrupt: EXIT_INTERRUPTED,
 }

@@ -107,6 +107,21 @@ def queue_tag_pattern(namespace: str) -> str:
     return f"{{{_glob_escape(namespace)}:q:*}}"
 
 
+WORKERS_PATTERN = "{*:q:*}:workers"
+"""A ``SCAN MATCH`` pattern for the heartbeats of every queue of every namespace."""
+
+
+def queue_of_workers(key: str) -> tuple[str, str] | None:
+    """The namespace and queue whose heartbeats are ``key`` (a key :data:`WORKERS_PATTERN`
+    matched), or None if it is not such a key."""
+    if not (key.startswith("{") and key.endswith("}:workers")):
+        return None
+    namespace, q, queue = key[1 : -len("}:workers")].partition(":q:")
+    if not q or name_problem(namespace) is not None or name_problem(queue) is not None:
+        return None
+    return namespace, queue
+
+
 class Keys:
     """Key names for one namespace and queue."""
 

@@ -20,11 +20,13 @@ the same code as the public :func:`~toolnexus.elicitation_callback`):
   for the authorization request that carried that elicitation id; unknown, declined
   and already completed ids are ignored.
 
-Protocol: with no ``mode``, the session starts with the initialize handshake (2025-11-25,
-or the older version the server picks), on which servers may ask with server-initiated
-``elicitation/create`` (fastmcp's and the SDK's ``ctx.elicit``); a server that refuses the
-handshake because it speaks only 2026-07-28 is connected again at 2026-07-28, where it asks
-with ``InputRequiredResult``. ``mode="auto"`` prefers 2026-07-28 (the SDK's default).
+Protocol: with no ``mode``, over HTTP the session starts with ``server/discover`` (2026-07-28
+if the server offers it), over stdio and in process with the initialize handshake (on which
+servers ask with server-initiated ``elicitation/create``: fastmcp's and the SDK's
+``ctx.elicit``); a server that refuses the handshake in any way is connected at 2026-07-28,
+where it asks with ``InputRequiredResult``. A tool that asks the other era's way is called
+once more on a second connection in that era (opened on first need). ``mode="auto"``
+prefers 2026-07-28 (the SDK's default).
 
 Which call asks: a question made while a tool call runs names that tool and uses that
 call's deadline. On 2026-07-28 the question is part of the call's own result; on
@@ -61,9 +63,7 @@ from mcp import Client
 from mcp.client import ClientRequestContext, IncomingMessage
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import (
-    METHOD_NOT_FOUND,
     REQUEST_TIMEOUT,
-    UNSUPPORTED_PROTOCOL_VERSION,
     URL_ELICITATION_REQUIRED,
     CallToolResult,
     ElicitCompleteNotification,
@@ -71,9 +71,13 @@ from mcp_types import (
     ElicitRequestURLParams,
     ElicitResult,
     ErrorData,
+    TextContent,
     Tool,
 )
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import (
+    LATEST_MODERN_VERSION,
+    MODERN_PROTOCOL_VERSIONS,
+)
 
 from ._mcp_calls import Call, Clock, Wait, current_call
 from ._mcp_transport import ServerSpec, Target, target
@@ -81,7 +85,7 @@ from .broker import Broker
 from .errors import ConfigurationError, NotResolved
 from .mcp_callback import ElicitationCallback, check_options
 from .mcp_config import McpConfig, McpToolset, ServerEntry, load_config
-from .mcp_errors import McpError, UrlElicitationRequired, translated
+from .mcp_errors import UrlElicitationRequired, translated
 from .mcp_source import input_request_meta
 from .mcp_tasks import Shape, Tasks
 from .models import WITHDRAWN, Answer, Request, WaitFor
@@ -96,10 +100,23 @@ OnComplete: TypeAlias = Callable[[str], Awaitable[None]]
 MAX_URL_ROUNDS = 3
 """How many times one tool call is sent again after ``-32042`` errors whose URLs were accepted."""
 
+MAX_URL_CONSENTS = 3
+"""How many times one call asks for the same URL on 2026-07-28 (the first consent, then
+"not completed yet" with retry or cancel); past that the server gets ``cancel``."""
+
+NOT_COMPLETED = "Not completed yet"
+"""What a 2026-07-28 URL request asked again starts with (``meta["not_completed"]`` counts)."""
+
 MODES = ("legacy", "auto", "2026-07-28")
 """``mode`` values besides the default (None): see :func:`load_mcp`."""
 
-_REFUSED_HANDSHAKE = frozenset({UNSUPPORTED_PROTOCOL_VERSION, METHOD_NOT_FOUND})
+_HANDSHAKE_ONLY = ("unavailable on 2026-07-28", "no back-channel for server-initiated requests")
+"""What fastmcp's (in a tool's error result) and the SDK's (as an error) ``ctx.elicit`` say
+on a 2026-07-28 connection."""
+_MODERN_ONLY = "only exists at MCP 2026-07-28"
+"""What fastmcp says when a tool returns an ``InputRequiredResult`` on a handshake connection."""
+_NEWER_VERSION = "Unsupported protocol version from the server"
+"""What the SDK raises when ``initialize`` is answered with a 2026-07-28 ``protocolVersion``."""
 _REMEMBERED_AUTHORIZATIONS = 1024
 _MAX_TOOL_PAGES = 100
 
@@ -123,7 +140,11 @@ class _Session:
         self.server_name = label
         self.client: Client | None = None
         self.tasks: Tasks | None = None
+        self.other: Callable[[], Awaitable[Client | None]] | None = None
+        """With the default mode: the server's connection in the other era, opened the first
+        time a tool asks in a way only that era carries (None if the server refuses it)."""
         self._inflight: set[Call] = set()
+        self._consents: dict[Call, dict[str, int]] = {}  # 2026-07-28 URL consents per call
         self._authorizations: OrderedDict[str, str] = OrderedDict()
 
     # -- tool calls -------------------------------------------------------------------
@@ -150,6 +171,7 @@ class _Session:
                 raise MCPError(code=REQUEST_TIMEOUT, message="Request 'tools/call' timed out")
         finally:
             self._inflight.discard(call)
+            self._consents.pop(call, None)
             call.end()
             current_call.reset(token)
 
@@ -162,9 +184,27 @@ class _Session:
         while True:
             try:
                 # An infinite SDK read timeout: this call is timed by its own _Clock.
-                return await self.client.call_tool(
-                    call.name, arguments, read_timeout_seconds=math.inf
-                )
+                try:
+                    result = await self.client.call_tool(
+                        call.name, arguments, read_timeout_seconds=math.inf
+                    )
+                except MCPError as exc:
+                    if self.other is None or not _other_era(exc.message):
+                        raise
+                    other = await self.other()
+                    if other is None:
+                        raise
+                    return await other.call_tool(
+                        call.name, arguments, read_timeout_seconds=math.inf
+                    )
+                if self.other is None or not _asks_by_handshake(result):
+                    return result
+                # The tool asks with ctx.elicit, which only the handshake carries: once more
+                # there (it stopped at the question, which it could not ask).
+                other = await self.other()
+                if other is None:
+                    return result
+                return await other.call_tool(call.name, arguments, read_timeout_seconds=math.inf)
             except MCPError as exc:
                 if exc.code != URL_ELICITATION_REQUIRED or self.asker is None:
                     raise
@@ -221,8 +261,23 @@ class _Session:
             return ElicitResult(action="cancel")
         calls = {hint} if hint is not None else set(self._inflight)
         only = next(iter(calls)) if len(calls) == 1 else None
+        again = self._consented(params, only)
+        if again is None:
+            return ElicitResult(action="cancel")
+        if again:
+            params = params.model_copy(
+                update={
+                    "message": f"{NOT_COMPLETED} ({again} of {MAX_URL_CONSENTS - 1}): "
+                    f"{params.message} Finish there, then accept to retry now, "
+                    "or decline to cancel."
+                }
+            )
 
         async def wait(request: Request) -> Answer:
+            if again:
+                request = msgspec.structs.replace(
+                    request, meta={**request.meta, "not_completed": again}
+                )
             if shape is None:
                 return await self._wait(request, calls)
             shaped = shape.request(request)
@@ -238,6 +293,24 @@ class _Session:
             timeout_s=only.timeout_s if only is not None else None,
             wait=wait,
         )
+
+    def _consented(self, params: Any, call: Call | None) -> int | None:
+        """How many times ``call`` got consent for this 2026-07-28 URL elicitation (which has
+        no ``elicitationId``: the server asking again means not completed yet); 0 for any
+        other; None past :data:`MAX_URL_CONSENTS`."""
+        if call is None or not isinstance(params, ElicitRequestURLParams):
+            return 0
+        if params.elicitation_id:  # 2025-11-25: completion is notified
+            return 0
+        asked = self._consents.setdefault(call, {})
+        times = asked.get(params.url, 0)
+        if times >= MAX_URL_CONSENTS:
+            log.warning(
+                "%s asked for %s %d times: the server gets cancel", call.name, params.url, times
+            )
+            return None
+        asked[params.url] = times + 1
+        return times
 
     async def _wait(self, request: Request, calls: set[Call]) -> Answer:
         """``wait_for(request)`` with the calls' clocks stopped; withdrawn if the calls all
@@ -294,6 +367,19 @@ class _Grouped:
 
     def answered(self, request: Request, answer: Answer) -> None:
         pass
+
+
+def _asks_by_handshake(result: CallToolResult) -> bool:
+    """Whether a 2026-07-28 tool result is the error of a ``ctx.elicit`` that cannot ask there."""
+    return bool(result.is_error) and any(
+        isinstance(block, TextContent) and _other_era(block.text) for block in result.content
+    )
+
+
+def _other_era(message: str) -> bool:
+    """Whether a tool call failed only because the tool asks in the other era's way: ``ctx.elicit``
+    on 2026-07-28, or an ``InputRequiredResult`` on a handshake connection."""
+    return _MODERN_ONLY in message or any(text in message for text in _HANDSHAKE_ONLY)
 
 
 def _url_elicitation_required(exc: MCPError) -> UrlElicitationRequiredError | None:
@@ -476,12 +562,14 @@ def load_mcp(
     ``wait_for``, it is that broker's ``complete``. ``allow`` lists the responders that may
     answer (``Request.allow``). ``headers`` go with HTTP requests.
 
-    ``mode`` picks the protocol. ``None`` (the default): the initialize handshake, so
-    servers can ask with server-initiated requests (``ctx.elicit``), then 2026-07-28 if
-    the server refuses the handshake as a 2026-07-28-only server. ``"auto"``: 2026-07-28
-    whenever the server offers it (fastmcp's and the SDK's ``ctx.elicit`` cannot ask
-    there), else the handshake. ``"legacy"``: the handshake only. ``"2026-07-28"``: that
-    version, without asking the server.
+    ``mode`` picks the protocol. ``None`` (the default): over HTTP ``server/discover``
+    first, then 2026-07-28 if the server offers it, else the initialize handshake; over
+    stdio and in process the handshake; 2026-07-28 whenever the server refuses the
+    handshake. A tool that asks the other era's way (``ctx.elicit`` on 2026-07-28, an
+    ``InputRequiredResult`` on the handshake) is called again on a second connection in
+    that era. ``"auto"``: 2026-07-28 whenever the server offers it (fastmcp's and the SDK's
+    ``ctx.elicit`` cannot ask there), else the handshake. ``"legacy"``: the handshake only.
+    ``"2026-07-28"``: that version, without asking the server.
 
     Raises:
         ConfigurationError: an empty command line, an unknown ``mode``, a bad config, or
@@ -573,7 +661,8 @@ async def _load_one(
 async def _connect(
     stack: AsyncExitStack, how: Target, session: _Session, mode: str | None
 ) -> Client:
-    """An entered SDK ``Client`` for ``how`` in ``mode`` (see :func:`load_mcp`)."""
+    """An entered SDK ``Client`` for ``how`` in ``mode`` (see :func:`load_mcp`); with the
+    default mode at 2026-07-28, ``session.handshake`` opens a handshake connection."""
 
     def client(sdk_mode: str) -> Client:
         return Client(
@@ -585,15 +674,73 @@ async def _connect(
             extensions=[session.tasks.extension] if session.tasks is not None else None,
         )
 
-    try:
+    async def enter(sdk_mode: str) -> Client:
         with translated(session.server_name):
-            return await stack.enter_async_context(client(mode or "legacy"))
-    except McpError as exc:
-        if mode is not None or exc.code not in _REFUSED_HANDSHAKE or not how.reusable:
+            return await stack.enter_async_context(client(sdk_mode))
+
+    if mode is not None or not how.reusable:
+        return await enter(mode or "legacy")
+    # Over HTTP, server/discover first (at 2026-07-28, with its headers); the SDK falls back
+    # to the handshake when the server does not answer it. Over stdio and in process the
+    # handshake first, as before 2026-07-28 (ctx.elicit asks only there).
+    first_mode = "auto" if how.http else "legacy"
+    try:
+        first = await enter(first_mode)
+    except Exception as exc:
+        if not _refused(exc):
             raise
-        log.info("%s: connecting at 2026-07-28 instead", exc)
-    with translated(session.server_name):
-        return await stack.enter_async_context(client("auto"))
+        # A 2026-07-28-only server that refused the handshake (HTTP 400/404/405 with or
+        # without a JSON-RPC error, -32022, a 2026-07-28 protocolVersion, no initialize).
+        log.info("%s: connecting at %s instead", exc, LATEST_MODERN_VERSION)
+        return await enter(LATEST_MODERN_VERSION)
+    modern = first.protocol_version in MODERN_PROTOCOL_VERSIONS
+    other = "legacy" if modern else LATEST_MODERN_VERSION
+    session.other = await _Later.start(stack, lambda: client(other))
+    return first
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether connecting failed because the server refused the protocol (not unreachable)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_refused(leaf) for leaf in exc.exceptions)
+    if isinstance(exc, MCPError):
+        return True
+    return isinstance(exc, RuntimeError) and _NEWER_VERSION in str(exc)
+
+
+class _Later:
+    """A second connection, opened on first use in a task of its own (so it may be opened
+    from any tool call) and closed with the session; None if the server refuses it."""
+
+    def __init__(self, group: anyio.abc.TaskGroup, make: Callable[[], Client]) -> None:
+        self._group = group
+        self._make = make
+        self._lock = anyio.Lock()
+        self._opened = False
+        self._client: Client | None = None
+
+    @classmethod
+    async def start(cls, stack: AsyncExitStack, make: Callable[[], Client]) -> _Later:
+        group = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(group.cancel_scope.cancel)
+        return cls(group, make)
+
+    async def __call__(self) -> Client | None:
+        async with self._lock:
+            if not self._opened:
+                self._opened = True
+                try:
+                    self._client = await self._group.start(self._hold)
+                except Exception as exc:
+                    if not _refused(exc):
+                        raise
+                    log.info("no handshake connection: %s", exc)
+            return self._client
+
+    async def _hold(self, *, task_status: anyio.abc.TaskStatus[Client]) -> None:
+        async with self._make() as client:
+            task_status.started(client)
+            await anyio.sleep_forever()
 
 
 async def _list_tools(client: Client) -> list[Tool]:

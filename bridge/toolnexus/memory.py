@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -22,12 +23,10 @@ import msgspec
 from .audit import AuditRecord, audit_record
 from .broker import (
     DEFAULT_TIMEOUT_S,
-    NOT_RESOLVED_REASONS,
     RETENTION_S,
     Broker,
     EventStream,
     Pending,
-    Resolution,
     Responder,
     Store,
     check_audit_query,
@@ -44,11 +43,24 @@ from .errors import (
     ConfigurationError,
     InvalidRequest,
     NotAllowed,
+    ToolnexusError,
     UnknownRequest,
 )
 from .hops import check_hops
 from .keys import Keys, check_request_id
-from .models import Answer, Event, EventType, Heartbeat, Hop, Request
+from .lifecycle import Item, Outcome, Status, admit
+from .models import (
+    WITHDRAWN,
+    Answer,
+    ApprovedEvent,
+    CompletedEvent,
+    EscalatedEvent,
+    Event,
+    Heartbeat,
+    Hop,
+    Request,
+    ended_event,
+)
 from .numeric import check_number
 from .outcomes import check_on_expiry, expired_answer
 from .schema import check_answer
@@ -58,12 +70,17 @@ from .signing import allowed
 from .voting import approvals_of, decides, voter_of
 from .wire10 import Request10, as_request
 
+log = logging.getLogger("toolnexus.memory")
+
+LOOK_EVERY_S = 10.0
+"""How often at most a wait warns that no responder reads this broker (as on Redis)."""
+
 
 @dataclass(eq=False)
 class _State:
     request: Request
     waiter: asyncio.Future[Answer]
-    status: Resolution | Literal["open"] = "open"
+    status: Status = Status.OPEN
     answer: Answer | None = None
     votes: dict[str, Answer] = field(default_factory=dict)  # a quorum's, by voter (voter_of)
     waiting: bool = True  # a wait is in progress (a durable request may have none)
@@ -160,6 +177,8 @@ class MemoryBroker(Broker):
         self._responders: set[MemoryResponder] = set()
         self._audit: collections.deque[AuditRecord] = collections.deque(maxlen=AUDIT_RECORDS)
         self._heartbeats: dict[tuple[str, str], Heartbeat] = {}
+        self._warned_at = -LOOK_EVERY_S
+        self.namespace, self.queue = namespace or "toolnexus", queue or "default"
         self._stores: dict[str, MemoryStore] = {}
 
     # -- waiter side --------------------------------------------------------------
@@ -185,7 +204,7 @@ class MemoryBroker(Broker):
         self._forget_old()
         state = self._states.get(request.id)
         attachable = state is not None and state.request.durable and request.durable
-        if state is not None and state.status == "open" and (state.waiting or not attachable):
+        if state is not None and state.status == Status.OPEN and (state.waiting or not attachable):
             raise InvalidRequest(f"request {request.id!r} is already being waited for")
         if state is not None and attachable:
             check_same_question(state.request, request)
@@ -203,6 +222,7 @@ class MemoryBroker(Broker):
             self._states[request.id] = state
             for group in self._groups.values():
                 group.queue.put_nowait(request.id)
+            self._look_for_readers(request.id)
         deadline = state.request.expires_at or time.time()
         loop = asyncio.get_running_loop()
         taken = {hop.queue for hop in state.escalated}
@@ -220,85 +240,138 @@ class MemoryBroker(Broker):
             async with asyncio.timeout(max(0.0, deadline - time.time())):
                 return await asyncio.shield(state.waiter)
         except TimeoutError:
-            return self._resolve_by_waiter(state, "expired")
+            return self._resolve_by_waiter(state, Status.EXPIRED)
         except asyncio.CancelledError:
             if not state.request.durable:
-                self._resolve_by_waiter(state, "withdrawn")
+                self._resolve_by_waiter(state, Status.WITHDRAWN)
             raise
         finally:
             state.waiting = False
             for handle in hops:
                 handle.cancel()
 
+    def _look_for_readers(self, request_id: str) -> None:
+        """Warn (at most every :data:`LOOK_EVERY_S`) when no responder of this broker has
+        a fresh heartbeat: nobody reads the request."""
+        now = time.time()
+        if any(beat.expires_at > now for beat in self._heartbeats.values()):
+            return
+        if time.monotonic() - self._warned_at < LOOK_EVERY_S:
+            return
+        self._warned_at = time.monotonic()
+        log.warning(
+            "nobody reads queue %r of namespace %r on the embedded broker (%s): no responder "
+            "of this process has a fresh heartbeat, so request %s waits for one until its "
+            "deadline (an embedded broker is seen by this process alone: give responders "
+            "elsewhere a redis:// URL)",
+            self.queue,
+            self.namespace,
+            self.url,
+            request_id,
+        )
+
     def _hop(self, state: _State, hop: Hop) -> None:
         """An escalation hop is due: record it if the request is still open."""
-        if state.status == "open":
+        if state.status == Status.OPEN:
             taken = Hop(round(time.time() - state.request.created_at, 3), hop.queue)
             state.escalated.append(taken)
-            self._publish_event("escalated", state.request.id, None, queue=hop.queue)
+            self._publish(EscalatedEvent(id=state.request.id, queue=hop.queue))
 
-    def _resolve_by_waiter(self, state: _State, reason: Literal["expired", "withdrawn"]) -> Answer:
+    def _resolve_by_waiter(
+        self, state: _State, status: Literal[Status.EXPIRED, Status.WITHDRAWN]
+    ) -> Answer:
         if state.answer is None:
             answer = (
                 expired_answer(state.request)
-                if reason == "expired"
-                else Answer(id=state.request.id, ok=False, reason=reason)
+                if status == Status.EXPIRED
+                else Answer(id=state.request.id, ok=False, reason=WITHDRAWN)
             )
-            self._settle(state, reason, answer)
+            self._settle(state, status, answer)
         assert state.answer is not None
         return state.answer
 
     # -- resolution ---------------------------------------------------------------
 
-    def _settle(self, state: _State, status: Resolution, answer: Answer) -> None:
+    def _settle(self, state: _State, status: Status, answer: Answer) -> None:
         state.status, state.answer = status, answer
         if not state.waiter.done():
             state.waiter.set_result(answer)
         self._resolved[answer.id] = time.monotonic()
-        self._publish_event(status, answer.id, answer)
+        self._publish(ended_event(status, answer.id, answer))
         votes = [MSGPACK.encode(vote) for vote in state.votes.values()]
         record = audit_record(
             state.request, status, answer, verified=None, escalated=state.escalated, votes=votes
         )
         self._audit.append(record)
 
-    def _vote(self, state: _State, vote: Answer) -> Event | None:
+    def _vote(self, state: _State, vote: Answer) -> ApprovedEvent | None:
         """Count ``vote`` towards the request's quorum (SPEC §14; the rule is
         :mod:`toolnexus.voting`'s, as on the Redis broker): resolve it with the vote that
         decides, or publish and return the ``approved`` event."""
         quorum = state.request.quorum
         assert quorum is not None
         voter = voter_of(vote)
-        if voter in state.votes:
+        stored = state.votes.get(voter)
+        if stored is not None and stored != vote:
             raise AlreadyVoted(vote.id, voter)
-        state.votes[voter] = vote
+        state.votes[voter] = vote  # (the same vote again counts as before, as on Redis)
         accepts = {name: v for name, v in state.votes.items() if v.ok}
-        if decides(quorum, vote, len(accepts), len(state.votes) - len(accepts)):
+        if stored is None and decides(quorum, vote, len(accepts), len(state.votes) - len(accepts)):
             approvals = approvals_of(accepts.values())
-            self._settle(state, "answered", msgspec.structs.replace(vote, approvals=approvals))
+            self._settle(state, Status.ANSWERED, msgspec.structs.replace(vote, approvals=approvals))
             return None
-        event = Event(
-            event="approved", id=vote.id, count=len(accepts), need=quorum.need, approvers=[*accepts]
+        event = ApprovedEvent(
+            id=vote.id, count=len(accepts), need=quorum.need, approvers=[*accepts]
         )
-        for queue in self._subscribers:
-            queue.put_nowait(event)
+        self._publish(event)
         return event
 
-    def _resolve(self, answer: Answer, responder: str | None) -> Event | None:
+    def _resolve(self, answer: Answer, responder: str | None) -> ApprovedEvent | None:
+        """Resolve with ``answer`` (or count it, for a quorum) what the admission rule
+        admits: the rule both brokers follow (:func:`toolnexus.lifecycle.admit`; the Redis
+        broker's ``ADMIT`` script says the same). Nothing here is forged or contested: the
+        state is this process's own, and every wait that ended withdrew its request (a
+        durable one stays open for the next), so the waiter counts as alive.
+
+        Raises:
+            UnknownRequest: no such request (no deadline is known without it).
+            AlreadyResolved: resolved before (unless by this very answer: a retry, which
+                returns None as it did), or late (expired here first).
+        """
         state = self._states.get(answer.id)
-        if state is None:
-            raise UnknownRequest(answer.id)
-        if state.status == "open" and time.time() >= (state.request.expires_at or float("inf")):
-            self._resolve_by_waiter(state, "expired")
-        if state.status != "open":
-            raise AlreadyResolved(answer.id, NOT_RESOLVED_REASONS[state.status])
+        same = state is not None and state.answer is not None and _same(state, answer, responder)
+        deadline = state.request.expires_at if state is not None else None
+        admission = admit(
+            Item.VOTE if state is not None and state.request.quorum is not None else Item.ANSWER,
+            state.status if state is not None else None,
+            stored_same=None if state is None or state.answer is None else same,
+            now_ms=int(time.time() * 1000),
+            deadline_ms=int(deadline * 1000) if deadline is not None else 0,
+            alive=True,
+            durable=state is not None and state.request.durable,
+        )
+        match admission.outcome:
+            case None:
+                assert state is not None
+            case Outcome.LATE:
+                assert state is not None
+                self._resolve_by_waiter(state, Status.EXPIRED)
+                raise AlreadyResolved(answer.id, Status.EXPIRED)
+            case Outcome.ANSWERED | Outcome.EXPIRED | Outcome.WITHDRAWN:
+                if same:
+                    return None  # this very answer resolved it: a retry
+                raise AlreadyResolved(answer.id, Status(admission.outcome.value))
+            case Outcome.CONTESTED if state is not None:  # the state is genuine: it lost
+                raise AlreadyResolved(answer.id, state.status)
+            case _:  # unknown (never contested without a deadline, which needs a state)
+                raise UnknownRequest(answer.id)
         checked = check_answer(state.request, answer, responder)
         MSGPACK.encode_answer(checked)  # the size limit the Redis broker has
         if not allowed(state.request.allow, checked.responder, checked.person):
             raise NotAllowed(answer.id)
         if state.request.quorum is not None:
             return self._vote(state, checked)
-        self._settle(state, "answered", checked)
+        self._settle(state, Status.ANSWERED, checked)
         return None
 
     def _forget_old(self) -> None:
@@ -310,7 +383,7 @@ class MemoryBroker(Broker):
             del self._resolved[request_id]
             self._states.pop(request_id, None)
 
-    async def answer(self, answer: Answer) -> Event | None:
+    async def answer(self, answer: Answer) -> ApprovedEvent | None:
         return self._resolve(answer, None)
 
     async def audit(
@@ -327,7 +400,7 @@ class MemoryBroker(Broker):
 
     async def complete(self, request_id: str) -> None:
         if request_id in self._states:
-            self._publish_event("completed", request_id, None)
+            self._publish(CompletedEvent(id=request_id))
 
     # -- responder side -----------------------------------------------------------
 
@@ -337,7 +410,7 @@ class MemoryBroker(Broker):
         if group not in self._groups:
             self._groups[group] = created = _Group()
             for request_id, state in self._states.items():
-                if state.status == "open":
+                if state.status == Status.OPEN:
                     created.queue.put_nowait(request_id)
         return MemoryResponder(
             self, group, consumer or default_consumer_name(), until_idle=until_idle
@@ -345,10 +418,7 @@ class MemoryBroker(Broker):
 
     # -- events -------------------------------------------------------------------
 
-    def _publish_event(
-        self, kind: EventType, request_id: str, answer: Answer | None, queue: str | None = None
-    ) -> None:
-        event = Event(event=kind, id=request_id, answer=answer, queue=queue)
+    def _publish(self, event: Event) -> None:
         for subscriber in self._subscribers:
             subscriber.put_nowait(event)
 
@@ -390,16 +460,29 @@ class MemoryBroker(Broker):
         """Withdraw the waits still open (they end with ``BrokerClosed``, and their ends are
         audited, as on the Redis broker), then stop. A durable request stays open."""
         for state in list(self._states.values()):
-            if state.waiting and state.status == "open" and not state.waiter.done():
+            if state.waiting and state.status == Status.OPEN and not state.waiter.done():
                 state.waiter.set_exception(BrokerClosed("the broker was closed during the wait"))
                 if state.request.durable:  # its next wait attaches to it
                     state.waiter = asyncio.get_running_loop().create_future()
                 else:
-                    self._resolve_by_waiter(state, "withdrawn")
+                    self._resolve_by_waiter(state, Status.WITHDRAWN)
         for queue in self._subscribers:
             queue.put_nowait(None)
         for responder in list(self._responders):
             await responder.aclose()
+
+
+def _same(state: _State, answer: Answer, responder: str | None) -> bool:
+    """Whether ``answer`` is the one ``state`` stores (sent again): as stored, checked and
+    without the approvals a quorum's outcome gains."""
+    try:
+        checked = check_answer(state.request, answer, responder)
+    except ToolnexusError:
+        return False
+    return (
+        state.answer is not None
+        and msgspec.structs.replace(state.answer, approvals=None) == checked
+    )
 
 
 class MemoryStore(Store):
@@ -443,7 +526,7 @@ class MemoryPending(Pending):
         self.responder_name = f"{responder.group}/{responder.consumer}"
         self._responder = responder
 
-    async def answer(self, answer: Answer) -> Event | None:
+    async def answer(self, answer: Answer) -> ApprovedEvent | None:
         try:
             progress = self._responder.broker._resolve(answer, self.responder_name)
         except (AlreadyResolved, UnknownRequest):
@@ -466,9 +549,15 @@ class MemoryResponder(Responder):
         self._queue = broker._groups[group].queue
         self._held: dict[str, MemoryPending] = {}
         self._closed = False
+        self._beating: asyncio.Future[None] | None = None
         broker._responders.add(self)
 
+    async def _beat(self, ttl_s: float, info: Mapping[str, str | int | float]) -> None:
+        await self.broker.heartbeat(self.group, self.consumer, ttl_s=ttl_s, info=info)
+
     async def __anext__(self) -> MemoryPending:
+        if self._beating is None and not self._closed:
+            self._beating = asyncio.ensure_future(self.keep_heartbeat(self._beat))
         while not self._closed:
             if self.until_idle and self._queue.empty():
                 break
@@ -481,7 +570,7 @@ class MemoryResponder(Responder):
                     break
                 raise
             state = self.broker._states.get(request_id)
-            if state is None or state.status != "open" or request_id in self._held:
+            if state is None or state.status != Status.OPEN or request_id in self._held:
                 continue
             pending = MemoryPending(self, state.request)
             self._held[request_id] = pending
@@ -497,6 +586,9 @@ class MemoryResponder(Responder):
             return
         self._closed = True
         self.broker._responders.discard(self)
+        if self._beating is not None:  # it kept a heartbeat: it leaves
+            self._beating.cancel()
+            self.broker._heartbeats.pop((self.group, self.consumer), None)
         getter = getattr(self, "_getter", None)
         if getter is not None:
             getter.cancel()

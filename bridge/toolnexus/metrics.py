@@ -41,8 +41,9 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from .broker import Broker
 from .errors import ConfigurationError, ToolnexusError
+from .lifecycle import Reason, Status
 from .listening import check_listen, check_token
-from .models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Request, WaitFor
+from .models import Answer, AnsweredEvent, ExpiredEvent, Request, WaitFor, WithdrawnEvent
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -54,7 +55,11 @@ log = logging.getLogger("toolnexus.metrics")
 TIME_TO_ANSWER_BUCKETS_S = (0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600)
 """Histogram buckets of the time to answer: people take seconds to hours."""
 
-_NOT_ANSWERED = {EXPIRED: "expired", WITHDRAWN: "withdrawn", UNAVAILABLE: "unavailable"}
+_NOT_ANSWERED: dict[str, str] = {
+    Reason.EXPIRED: Status.EXPIRED,
+    Reason.WITHDRAWN: Status.WITHDRAWN,
+    Reason.UNAVAILABLE: Reason.UNAVAILABLE,
+}
 
 
 class Counted(Protocol):
@@ -80,9 +85,9 @@ BROKER_COUNTERS = {
 def outcome_of(answer: Answer) -> tuple[str, str]:
     """The ``outcome`` and ``reason`` labels of a resolution by ``answer``."""
     if answer.ok:
-        return "answered", "accepted"
+        return Status.ANSWERED, "accepted"
     reason = answer.reason or "unknown"
-    return _NOT_ANSWERED.get(reason, "answered"), reason
+    return _NOT_ANSWERED.get(reason, Status.ANSWERED), reason
 
 
 class Metrics:
@@ -148,7 +153,7 @@ class Metrics:
                 answer = await wait_for(request)
             outcome, reason = outcome_of(answer)
             self.resolved.labels(queue, outcome, reason).inc()
-            if outcome == "answered":
+            if outcome == Status.ANSWERED:
                 self.time_to_answer.labels(queue).observe(time.monotonic() - started)
             return answer
 
@@ -182,10 +187,11 @@ class Metrics:
             try:
                 async with broker.events() as events:
                     async for event in events:
-                        if event.event == "answered" and event.answer is not None:
-                            self.resolved.labels(queue, *outcome_of(event.answer)).inc()
-                        elif event.event in ("expired", "withdrawn"):
-                            self.resolved.labels(queue, event.event, event.event).inc()
+                        match event:
+                            case AnsweredEvent(answer=Answer() as answer):
+                                self.resolved.labels(queue, *outcome_of(answer)).inc()
+                            case ExpiredEvent() | WithdrawnEvent():
+                                self.resolved.labels(queue, event.event, event.event).inc()
             except ToolnexusError as exc:
                 log.warning("metrics: following events of %r: %s", queue, exc)
                 await asyncio.sleep(1.0)

@@ -10,19 +10,20 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 import msgspec
 
 from .errors import InvalidRequest
+from .lifecycle import EventType, Reason, Status
 from .numeric import check_number
 
-# Reasons an Answer with ok=False carries. Open for more: a responder may send its own.
-DECLINED: Final = "declined"  # an explicit "no"
-DISMISSED: Final = "dismissed"  # closed without a choice
-EXPIRED: Final = "expired"  # no answer before the deadline
-WITHDRAWN: Final = "withdrawn"  # the asker stopped waiting
-UNAVAILABLE: Final = "unavailable"  # no responder or broker reachable
+# Reasons an Answer with ok=False carries (see :class:`toolnexus.lifecycle.Reason`).
+DECLINED: Final = Reason.DECLINED
+DISMISSED: Final = Reason.DISMISSED
+EXPIRED: Final = Reason.EXPIRED
+WITHDRAWN: Final = Reason.WITHDRAWN
+UNAVAILABLE: Final = Reason.UNAVAILABLE
 
 
 def new_id(prefix: str = "req") -> str:
@@ -183,22 +184,98 @@ class Approval(msgspec.Struct, omit_defaults=True, frozen=True):
     at: float
 
 
-EventType: TypeAlias = Literal[
-    "answered", "expired", "withdrawn", "completed", "approved", "escalated"
-]
+class _Event(msgspec.Struct, tag_field="type", omit_defaults=True, kw_only=True):
+    """What happened to request ``id`` at ``at``, for responders that show it (UIs remove
+    answered ones). One struct per :class:`~toolnexus.lifecycle.EventType`, tagged with it
+    on the wire (``"type": "answered"``); :data:`Event` is their union: branch on it with
+    ``match``."""
 
-
-class Event(msgspec.Struct, tag="event", tag_field="type", omit_defaults=True):
-    """What happened to a request, for responders that show it (UIs remove answered ones)."""
-
-    event: EventType
+    kind: ClassVar[EventType]
     id: str
-    answer: Answer | None = None
     at: float = msgspec.field(default_factory=time.time)
-    count: int | None = None  # "approved": accepting answers counted so far
-    need: int | None = None  # "approved": how many the quorum needs
-    approvers: list[str] | None = None  # "approved": who approved so far (their voters)
-    queue: str | None = None  # "escalated": the queue the request moved on to
+
+    @property
+    def event(self) -> EventType:
+        """This event's type (its tag)."""
+        return self.kind
+
+
+class AnsweredEvent(_Event, tag=EventType.ANSWERED.value, kw_only=True):
+    """The request was answered; ``answer`` is the outcome (None: a responder only knows
+    that it lost to some answer)."""
+
+    kind: ClassVar[EventType] = EventType.ANSWERED
+    answer: Answer | None = None
+
+
+class ExpiredEvent(_Event, tag=EventType.EXPIRED.value, kw_only=True):
+    """The request's deadline passed; ``answer``: the outcome (a default on expiry is
+    marked ``defaulted``), if known."""
+
+    kind: ClassVar[EventType] = EventType.EXPIRED
+    answer: Answer | None = None
+
+
+class WithdrawnEvent(_Event, tag=EventType.WITHDRAWN.value, kw_only=True):
+    """The request's waiter left; ``answer``: the withdrawal, if known."""
+
+    kind: ClassVar[EventType] = EventType.WITHDRAWN
+    answer: Answer | None = None
+
+
+class CompletedEvent(_Event, tag=EventType.COMPLETED.value, kw_only=True):
+    """The agent's tool call that asked the request finished."""
+
+    kind: ClassVar[EventType] = EventType.COMPLETED
+
+
+class ApprovedEvent(_Event, tag=EventType.APPROVED.value, kw_only=True):
+    """A quorum's vote counted without deciding (SPEC §14): ``count`` accepting answers of
+    the ``need``, by ``approvers`` (their voters)."""
+
+    kind: ClassVar[EventType] = EventType.APPROVED
+    count: int
+    need: int
+    approvers: list[str] = msgspec.field(default_factory=list)
+
+
+class EscalatedEvent(_Event, tag=EventType.ESCALATED.value, kw_only=True):
+    """The request, still open, was published to queue ``queue`` as well (SPEC §14)."""
+
+    kind: ClassVar[EventType] = EventType.ESCALATED
+    queue: str
+
+
+EndedEvent: TypeAlias = AnsweredEvent | ExpiredEvent | WithdrawnEvent
+"""The events that end a request."""
+
+Event: TypeAlias = (
+    AnsweredEvent | ExpiredEvent | WithdrawnEvent | CompletedEvent | ApprovedEvent | EscalatedEvent
+)
+"""Any event: a union of tagged structs, one per :class:`~toolnexus.lifecycle.EventType`."""
+
+EVENTS: Final = (
+    AnsweredEvent,
+    ExpiredEvent,
+    WithdrawnEvent,
+    CompletedEvent,
+    ApprovedEvent,
+    EscalatedEvent,
+)
+"""The event structs (for ``isinstance``)."""
+
+
+def ended_event(status: Status, request_id: str, answer: Answer | None = None) -> EndedEvent:
+    """The event that says request ``request_id`` ended with ``status`` (a resolution)
+    and, if known, ``answer``."""
+    match status:
+        case Status.ANSWERED:
+            return AnsweredEvent(id=request_id, answer=answer)
+        case Status.EXPIRED:
+            return ExpiredEvent(id=request_id, answer=answer)
+        case Status.WITHDRAWN:
+            return WithdrawnEvent(id=request_id, answer=answer)
+    raise ValueError(f"{status!r} does not end a request")
 
 
 class Heartbeat(msgspec.Struct, tag="heartbeat", tag_field="type", omit_defaults=True):
@@ -215,7 +292,17 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", tag_field="type", omit_defaults
     info: dict[str, str | int | float] = msgspec.field(default_factory=dict)
 
 
-Message: TypeAlias = Request | Answer | Event | Heartbeat
+Message: TypeAlias = (
+    Request
+    | Answer
+    | AnsweredEvent
+    | ExpiredEvent
+    | WithdrawnEvent
+    | CompletedEvent
+    | ApprovedEvent
+    | EscalatedEvent
+    | Heartbeat
+)
 
 WaitFor: TypeAlias = Callable[[Request], Awaitable[Answer]]
 """Anything that suspends until a request is answered: ``async (Request) -> Answer``."""

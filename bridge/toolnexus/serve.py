@@ -43,9 +43,20 @@ from .errors import (
     InvalidAnswer,
     NotAllowed,
     NotResolved,
-    ToolnexusError,
 )
-from .models import Answer, Event, EventType, Request
+from .lifecycle import RESOLUTIONS, Status
+from .models import (
+    Answer,
+    AnsweredEvent,
+    ApprovedEvent,
+    EndedEvent,
+    EscalatedEvent,
+    Event,
+    ExpiredEvent,
+    Request,
+    WithdrawnEvent,
+    ended_event,
+)
 from .numeric import MAX_COUNT, check_number
 from .outcomes import expired_answer
 from .timers import Timers
@@ -56,21 +67,24 @@ log = logging.getLogger("toolnexus.serve")
 Handler = Callable[[Pending], Awaitable[None]]
 """A worker as a plain function: ``async (pending) -> None``, i.e. its ``show()``."""
 
-_RESOLUTIONS: frozenset[str] = frozenset({"answered", "expired", "withdrawn"})
-_REASON_EVENTS: dict[str, EventType] = {
-    "already answered": "answered",
-    "expired": "expired",
-    "withdrawn": "withdrawn",
-}
 _RECENT = 10_000  # how many resolved ids are remembered, for deliveries that lag their event
 _PROVIDER_CHECK_S = 0.01  # "is a tracer provider set?" is asked this often, not per request
 
 
-def approvals_line(event: Event) -> str:
+def approvals_line(event: ApprovedEvent) -> str:
     """A quorum's progress (an ``approved`` event) as people read it: ``1 of 2 approvals:
     ops / web:alice`` (SPEC §14)."""
-    approvers = ", ".join(event.approvers or ())
+    approvers = ", ".join(event.approvers)
     return f"{event.count} of {event.need} approvals" + (f": {approvers}" if approvers else "")
+
+
+def ending_of(lost: NotResolved, request_id: str) -> EndedEvent:
+    """The event that ends the show of ``request_id``, whose answer ``lost``: by the
+    request's typed status (never by the words of the message). A resolution is told as
+    itself; a request unknown (its state has expired), contested (the waiter decides) or
+    not allowed here ends here as expired."""
+    status = lost.status if lost.status in RESOLUTIONS else Status.EXPIRED
+    return ended_event(status, request_id)
 
 
 class Worker(abc.ABC):
@@ -93,22 +107,23 @@ class Worker(abc.ABC):
         leaves the request shown until it is answered through ``pending`` or gone.
         """
 
-    async def gone(self, pending: Pending, event: Event) -> None:  # noqa: B027 (optional hook)
+    async def gone(self, pending: Pending, event: EndedEvent) -> None:  # noqa: B027 (optional)
         """``pending`` was resolved by someone else: answered elsewhere, expired or withdrawn.
 
         Called once per shown request that ends so (never for requests this worker
         answered or skipped itself), after its ``show()``, if still running, was cancelled.
-        ``event.event`` says how. The default does nothing.
+        ``event`` (an answered, expired or withdrawn event) says how. The default does
+        nothing.
         """
 
-    async def progress(self, pending: Pending, event: Event) -> None:  # noqa: B027 (optional hook)
+    async def progress(self, pending: Pending, event: ApprovedEvent) -> None:  # noqa: B027
         """A vote on ``pending``, which needs a quorum (SPEC §14), was counted here or
         elsewhere without deciding it: ``event`` (``approved``) has ``count`` of ``need``
         and the ``approvers`` so far. The request stays shown for other persons to vote
         on. The default does nothing.
         """
 
-    async def escalated(self, pending: Pending, event: Event) -> None:  # noqa: B027 (optional)
+    async def escalated(self, pending: Pending, event: EscalatedEvent) -> None:  # noqa: B027
         """``pending``, still shown here and still open, escalated to queue ``event.queue``
         (SPEC §14): a UI marks it so. Called once per hop; the default does nothing."""
 
@@ -144,7 +159,7 @@ class _Shown(Pending):
         self.service = service
         self.task: asyncio.Task[None] | None = None
 
-    async def answer(self, answer: Answer) -> Event | None:
+    async def answer(self, answer: Answer) -> ApprovedEvent | None:
         counters = self.service._counters
         try:
             progress = await self.inner.answer(answer)
@@ -153,8 +168,7 @@ class _Shown(Pending):
             raise
         except NotResolved as exc:
             counters.refused += 1
-            event = _REASON_EVENTS.get(exc.reason, "expired")  # unknown: its state has expired
-            ended = Event(event=event, id=self.request.id)
+            ended = ending_of(exc, self.request.id)
             self.service._resolved(self.request.id, ended, by=asyncio.current_task())
             raise
         counters.answered += 1
@@ -235,9 +249,10 @@ class Service:
         events = self.broker.events()  # before reading, so no resolution is missed
         responder = self.broker.responder(self.group, self.consumer, until_idle=until_idle)
         self.consumer = responder.consumer
+        # the responder keeps the heartbeat, with this service's counters
+        responder.heartbeat_ttl_s, responder.heartbeat_info = self.heartbeat_ttl_s, self._info
         helpers = [
             loop.create_task(self._follow(events), name=f"toolnexus-events-{self.group}"),
-            loop.create_task(self._beat(), name=f"toolnexus-heartbeat-{self.group}"),
         ]
         log.info("%s/%s serving %r", self.group, self.consumer, self.worker)
         try:
@@ -396,10 +411,10 @@ class Service:
         gets (a default on expiry told as such, SPEC §14)."""
         request = shown.request
         answer = expired_answer(request)
-        self._resolved(request.id, Event(event="expired", id=request.id, answer=answer))
+        self._resolved(request.id, ExpiredEvent(id=request.id, answer=answer))
 
     def _resolved(
-        self, request_id: str, event: Event, *, by: asyncio.Task[object] | None = None
+        self, request_id: str, event: EndedEvent, *, by: asyncio.Task[object] | None = None
     ) -> None:
         """``request_id`` was resolved by someone else: end its show(), then call gone().
 
@@ -413,7 +428,7 @@ class Service:
         self._endings.add(task)
         task.add_done_callback(self._endings.discard)
 
-    async def _end(self, shown: _Shown, event: Event, by: asyncio.Task[object] | None) -> None:
+    async def _end(self, shown: _Shown, event: EndedEvent, by: asyncio.Task[object] | None) -> None:
         running = shown.task
         if running is not None and not running.done():
             if running is not by:
@@ -426,7 +441,7 @@ class Service:
             self._counters.errors += 1
             log.exception("%s: gone() failed", shown.request.id)
 
-    def _escalated(self, shown: _Shown, event: Event) -> None:
+    def _escalated(self, shown: _Shown, event: EscalatedEvent) -> None:
         """Tell the worker that ``shown`` escalated, in a task of its own."""
 
         async def tell() -> None:
@@ -459,12 +474,7 @@ class Service:
         while True:
             try:
                 async for event in events:
-                    if event.event in _RESOLUTIONS and not self._own(event):
-                        self._resolved(event.id, event)
-                    elif event.event == "approved":
-                        self._progress(event)
-                    elif event.event == "escalated" and event.id in self._shown:
-                        self._escalated(self._shown[event.id], event)
+                    self._dispatch(event)
                 return
             except Exception:
                 log.exception("%s/%s: following events failed", self.group, self.consumer)
@@ -473,7 +483,17 @@ class Service:
             await asyncio.sleep(1.0)
             events = self.broker.events()
 
-    def _progress(self, event: Event) -> None:
+    def _dispatch(self, event: Event) -> None:
+        """Act on one event of the queue."""
+        match event:
+            case AnsweredEvent() | ExpiredEvent() | WithdrawnEvent() if not self._own(event):
+                self._resolved(event.id, event)
+            case ApprovedEvent():
+                self._progress(event)
+            case EscalatedEvent() if event.id in self._shown:
+                self._escalated(self._shown[event.id], event)
+
+    def _progress(self, event: ApprovedEvent) -> None:
         """Tell the worker of a quorum's progress on a request it shows."""
         shown = self._shown.get(event.id)
         if shown is None:
@@ -482,14 +502,14 @@ class Service:
         self._endings.add(task)
         task.add_done_callback(self._endings.discard)
 
-    async def _tell(self, shown: _Shown, event: Event) -> None:
+    async def _tell(self, shown: _Shown, event: ApprovedEvent) -> None:
         try:
             await self.worker.progress(shown, event)
         except Exception:
             self._counters.errors += 1
             log.exception("%s: progress() failed", shown.request.id)
 
-    def _own(self, event: Event) -> bool:
+    def _own(self, event: EndedEvent) -> bool:
         """Whether ``event`` is the answer this worker gave (its answer() call releases it)."""
         shown = self._shown.get(event.id)
         answer = event.answer
@@ -505,17 +525,6 @@ class Service:
             "pid": os.getpid(),
             "worker": type(self.worker).__name__,
         }
-
-    async def _beat(self) -> None:
-        assert self.consumer is not None
-        while True:
-            try:
-                await self.broker.heartbeat(
-                    self.group, self.consumer, ttl_s=self.heartbeat_ttl_s, info=self._info()
-                )
-            except ToolnexusError as exc:
-                log.warning("%s/%s: heartbeat failed: %s", self.group, self.consumer, exc)
-            await asyncio.sleep(self.heartbeat_ttl_s / 3)
 
     async def _finish_tasks(self, *, until_stopped: bool) -> None:
         """Wait for running show() calls: with ``until_stopped``, until stop() is called;
@@ -541,11 +550,7 @@ class Service:
                 task.cancel()
         self._deadlines.close()
         self._shown.clear()  # unanswered: closing the responder hands them back to the group
-        await _quietly(responder.aclose(), "closing the responder")
-        if self.consumer is not None:
-            await _quietly(
-                self.broker.heartbeat(self.group, self.consumer, ttl_s=0), "removing the heartbeat"
-            )
+        await _quietly(responder.aclose(), "closing the responder")  # its heartbeat too
 
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
         handled: list[int] = []

@@ -159,6 +159,10 @@ class RedisSettings:
     """With ``durability="wait"``: replicas each write waits for."""
     wait_timeout_ms: int = 100
     """With ``durability="wait"``: how long each write waits for them."""
+    redis_public_api: bool | None = None
+    """Use only redis-py's documented API, none of the internals that make a round trip
+    cheaper (see :mod:`toolnexus.redis_broker._redispy`); ``None``:
+    ``TOOLNEXUS_REDIS_PUBLIC_API=1`` turns it on, else off."""
     redis_options: Mapping[str, Any] = field(
         default_factory=lambda: MappingProxyType({}), repr=False
     )
@@ -183,6 +187,10 @@ class RedisSettings:
             problem = agent_problem(self.agent) if isinstance(self.agent, str) else "must be text"
             if problem is not None:
                 raise ConfigurationError(f"option agent={self.agent!r} {problem}")
+        if self.redis_public_api not in (None, True, False):
+            raise ConfigurationError(
+                f"option redis_public_api={self.redis_public_api!r} must be True or False"
+            )
         if self.durability not in DURABILITY:
             raise ConfigurationError(
                 f"option durability={self.durability!r} must be one of {', '.join(DURABILITY)}"

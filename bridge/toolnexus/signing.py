@@ -48,6 +48,8 @@ from .models import Answer, Request, Signature
 _REQUEST_DIGEST: Final = b"toolnexus request digest v1\n"
 _REQUEST_SIGNATURE: Final = b"toolnexus request signature v1\n"
 _ANSWER_SIGNATURE: Final = b"toolnexus answer signature v1\n"
+_REQUEST_BYTES: Final = b"toolnexus request bytes v1\n"
+_REFUSAL_SIGNATURE: Final = b"toolnexus refusal signature v1\n"
 """Prefixes that keep a signature made for one purpose from being valid for another."""
 
 _CANONICAL = msgspec.msgpack.Encoder(order="sorted")
@@ -490,6 +492,51 @@ def _verify_answer(
         raise SignatureError(what, "signed for another request")
     if answer.responder is not None and answer.responder != signature.key:
         raise SignatureError(what, "responder name does not match key")
+    return signature.key
+
+
+def payload_digest(payload: bytes) -> bytes:
+    """SHA-256 over a request exactly as published (its encoded bytes): what a refusal
+    (:func:`sign_refusal`) is bound to, since a responder refuses bytes it may not be able
+    to read as a request."""
+    return hashlib.sha256(_REQUEST_BYTES + payload).digest()
+
+
+def _refusal_message(request_id: str, digest: bytes, reason: str, key: str) -> bytes:
+    fields = {"id": request_id, "request": digest, "reason": reason, "key": key}
+    return _REFUSAL_SIGNATURE + _canonical(fields, "answer")
+
+
+def sign_refusal(request_id: str, payload: bytes, reason: str, key: SigningKey) -> Signature:
+    """A responder's signature on its refusal of the request published as ``payload``
+    (its id ``request_id``), for ``reason``: bound to those bytes (:func:`payload_digest`)."""
+    digest = payload_digest(payload)
+    sig = key.sign(_refusal_message(request_id, digest, reason, key.name))
+    return Signature(key=key.name, sig=sig, digest=digest)
+
+
+def verify_refusal(
+    request_id: str, payload: bytes, reason: str, signature: Signature | None, keyring: Keyring
+) -> str:
+    """The name of the trusted key that refused exactly the request this waiter published as
+    ``payload``, for exactly ``reason``.
+
+    Raises:
+        SignatureError: ``"missing signature"``, ``"unknown key 'x'"``, ``"bad signature"``
+            or ``"signed for another request"``.
+    """
+    what = f"refusal of {request_id!r}"
+    signature, public = _trusted(signature, keyring, what)
+    if signature.digest is None:
+        raise SignatureError(what, "bad signature")
+    _check(
+        public,
+        signature.sig,
+        _refusal_message(request_id, signature.digest, reason, signature.key),
+        what,
+    )
+    if signature.digest != payload_digest(payload):
+        raise SignatureError(what, "signed for another request")
     return signature.key
 
 

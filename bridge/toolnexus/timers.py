@@ -2,7 +2,11 @@
 escalation (SPEC §14), the deadlines of the requests a responder shows
 (:mod:`toolnexus.serve`). A heap of times and a single ``call_at`` for the earliest, so
 a thousand waits cost one timer handle, not a thousand. And :class:`Bound`: the
-successive awaits of one connection bounded by one timer, not one each."""
+successive awaits of one connection bounded by one timer, not one each.
+
+The heap reads the time from a :class:`Clock`: the running loop's by default, one that a
+test moves by hand (``tests/helpers.py``'s ``ManualClock``) to pass a deadline without
+sleeping."""
 
 from __future__ import annotations
 
@@ -10,27 +14,68 @@ import asyncio
 import heapq
 from collections.abc import Callable
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 T = TypeVar("T")
 
 
+class Handle(Protocol):
+    """A call planned on a :class:`Clock` (``asyncio.TimerHandle`` is one)."""
+
+    def when(self) -> float: ...
+
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """Where timers read the time (seconds, any origin) and plan their calls."""
+
+    def now(self) -> float: ...
+
+    def call_at(self, when: float, callback: Callable[[], object]) -> Handle: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class LoopClock:
+    """The running event loop's clock (``loop.time()``): the default :class:`Clock`."""
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def call_at(self, when: float, callback: Callable[[], object]) -> Handle:
+        return asyncio.get_running_loop().call_at(when, callback)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+LOOP_CLOCK = LoopClock()
+
+
 class Timers(Generic[T]):
-    """Calls ``fire(item)`` once each item's time (on the loop's clock) has come.
+    """Calls ``fire(item)`` once each item's time (on ``clock``, the loop's by default)
+    has come.
 
     Items that ``ended(item)`` are not fired; they stay in the heap until it is rebuilt,
     which happens when it has grown to twice its size after the last rebuild (plus 1,024).
     """
 
-    def __init__(self, fire: Callable[[T], None], ended: Callable[[T], bool]) -> None:
-        self._fire_item, self._ended = fire, ended
+    def __init__(
+        self, fire: Callable[[T], None], ended: Callable[[T], bool], clock: Clock = LOOP_CLOCK
+    ) -> None:
+        self._fire_item, self._ended, self._clock = fire, ended, clock
         self._heap: list[tuple[float, int, T]] = []
         self._count = 0
         self._kept = 0  # the heap's size after its last rebuild
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Handle | None = None
+
+    def now(self) -> float:
+        """The time on this heap's clock."""
+        return self._clock.now()
 
     def add(self, when: float, item: T) -> None:
-        """Fire ``item`` at ``when`` (``loop.time()`` clock)."""
+        """Fire ``item`` at ``when`` (on this heap's clock: ``loop.time()`` by default)."""
         self._count += 1
         if len(self._heap) > 2 * self._kept + 1024:  # drop the items that ended
             self._heap = [e for e in self._heap if not self._ended(e[2])]
@@ -38,21 +83,21 @@ class Timers(Generic[T]):
             self._kept = len(self._heap)
         heapq.heappush(self._heap, (when, self._count, item))
         if self._timer is None or when < self._timer.when():
-            self._arm(asyncio.get_running_loop())
+            self._arm()
 
-    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _arm(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = loop.call_at(self._heap[0][0], self._due, loop) if self._heap else None
+        self._timer = self._clock.call_at(self._heap[0][0], self._due) if self._heap else None
 
-    def _due(self, loop: asyncio.AbstractEventLoop) -> None:
-        now = loop.time()
+    def _due(self) -> None:
+        now = self._clock.now()
         while self._heap and self._heap[0][0] <= now:
             item = heapq.heappop(self._heap)[2]
             if not self._ended(item):
                 self._fire_item(item)
         self._timer = None
-        self._arm(loop)
+        self._arm()
 
     def close(self) -> None:
         if self._timer is not None:

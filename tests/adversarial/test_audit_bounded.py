@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import toolnexus
-from conftest import FAST, RedisServer, opened
+from conftest import FAST, RedisServer
+from helpers import ask, opened
 from toolnexus import (
     AlreadyResolved,
     Answer,
@@ -25,11 +26,9 @@ from toolnexus import (
     ConfigurationError,
     Keyring,
     OnExpiry,
-    Request,
     SigningKey,
 )
 from toolnexus.audit import AuditRecord, verify_record
-from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
 
 pytestmark = pytest.mark.redis
@@ -74,10 +73,6 @@ def responder(url: str, **options: object) -> RedisBroker:
     )
     assert isinstance(broker, RedisBroker)
     return broker
-
-
-def ask(prompt: str = "Deploy build 42?", **fields: object) -> Request:
-    return Request(id=new_id(), kind="approval", prompt=prompt, **fields)  # type: ignore[arg-type]
 
 
 async def answering(bot: RedisBroker, answers: dict[str, bool | None]) -> None:
@@ -195,6 +190,7 @@ def used_memory(info: dict[str, object]) -> int:
     return value
 
 
+@pytest.mark.slow
 async def test_ended_waits_leave_bounded_bytes_in_redis(server: RedisServer) -> None:
     """200 waits with 1 MB prompts, each answered: once they have all ended, Redis holds
     at most 50 MB more than before (a quarter of the 200 MB asked; main: ~420 MB, the

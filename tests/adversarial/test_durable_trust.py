@@ -77,6 +77,7 @@ async def test_a_durable_state_marked_ended_before_its_deadline_is_a_hint(
     assert answer.responder == "ops-bot"
 
 
+@pytest.mark.slow
 async def test_a_decline_given_while_a_durable_state_was_marked_expired_wins(
     fleet: Fleet,
 ) -> None:
@@ -111,6 +112,7 @@ async def test_a_durable_state_marked_expired_counts_once_the_signed_deadline_pa
     assert took_s > 1, took_s
 
 
+@pytest.mark.slow
 async def test_a_durable_state_restored_after_its_retention_is_stale(fleet: Fleet) -> None:
     """S3, obs 4: an old durable state restored after its retention (RESTORE without a TTL)
     returned its old accept. Now it counts as absent: the request is asked afresh."""

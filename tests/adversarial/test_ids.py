@@ -15,7 +15,8 @@ import pytest
 import redis.asyncio as aioredis
 
 import toolnexus
-from conftest import FAST, Fleet, RedisServer, opened
+from conftest import FAST, Fleet, RedisServer
+from helpers import opened
 from toolnexus import (
     Answer,
     InvalidRequest,

@@ -13,17 +13,13 @@ import msgspec
 import pytest
 
 import toolnexus
-from conftest import Fleet, opened
+from conftest import Fleet
+from helpers import ask, opened
 from toolnexus import AlreadyResolved, Answer, Keyring, OnExpiry, Request, SigningKey
-from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
 from toolnexus.signing import sign_answer
 
 pytestmark = pytest.mark.redis
-
-
-def ask(prompt: str = "Deploy to production?", **fields: object) -> Request:
-    return Request(id=new_id(), kind="approval", prompt=prompt, **fields)  # type: ignore[arg-type]
 
 
 @asynccontextmanager

@@ -81,7 +81,6 @@ async def test_the_slack_server_refuses_to_start_unable_to_verify_posts(
 
     async with toolnexus.connect(redis_url, namespace=namespace) as broker:
         common: dict[str, Any] = {"bot_token": "xoxb-1", "channel": "C1", "allowed": ["U1"]}
-        common["namespace"] = namespace
         for secret in (None, ""):
             with pytest.raises(ConfigurationError, match="verify that clicks come from Slack"):
                 SlackServer(broker, signing_secret=secret, **common)

@@ -63,6 +63,7 @@ async def sign_in(
     return await client.post("/login", data=form, headers=headers)
 
 
+@pytest.mark.slow
 async def test_wrong_passwords_for_one_name_draw_429_with_retry_after(
     alice: dict[str, str],
 ) -> None:
@@ -143,6 +144,7 @@ async def test_the_page_answers_while_a_password_is_being_checked(
         assert pending, "the page was served only after the password check ended"
 
 
+@pytest.mark.slow
 async def test_password_checks_run_a_bounded_number_at_once(
     alice: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

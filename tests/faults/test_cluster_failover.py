@@ -17,7 +17,8 @@ from redis.crc import key_slot
 import toolnexus
 from conftest import FAST
 from faults import FULL, REQUESTS, accept_all, figures
-from redis_topologies import LocalCluster, wait_until
+from helpers import wait_until
+from redis_topologies import LocalCluster
 from toolnexus import Request
 from toolnexus.models import EXPIRED, new_id
 from toolnexus.redis_broker import RedisBroker

@@ -14,7 +14,7 @@ import redis
 import toolnexus
 from conftest import FAST, RedisServer
 from faults import FULL, REQUESTS, accept_all, figures
-from redis_topologies import wait_until
+from helpers import wait_until
 from toolnexus import Request
 from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker

@@ -1,8 +1,10 @@
 """A fastmcp server whose tools ask the way fastmcp's documentation shows: ``ctx.elicit``.
 
-    python fastmcp_server.py [--http PORT] [--name NAME]
+    python fastmcp_server.py [--http PORT] [--name NAME] [--both-ways]
 
 stdio by default; with ``--http`` it serves streamable HTTP on 127.0.0.1:PORT at /mcp.
+With ``--both-ways`` a ``vote`` tool asks the 2026-07-28 way: it returns an
+``InputRequiredResult``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import json
 from typing import Literal
 
+import mcp_types
 from fastmcp import Context, FastMCP
 from pydantic import BaseModel, Field
 
@@ -21,8 +24,24 @@ class Booking(BaseModel):
     vip: bool = False
 
 
-def build(name: str) -> FastMCP:
+def build(name: str, both_ways: bool = False) -> FastMCP:
     mcp = FastMCP(name)
+
+    if both_ways:
+
+        @mcp.tool
+        async def vote(ctx: Context) -> str | mcp_types.InputRequiredResult:
+            """Asks for a choice with an InputRequiredResult (2026-07-28 only)."""
+            answer = (ctx.input_responses or {}).get("choice")
+            if answer is None:
+                schema = {"type": "object", "properties": {"value": {"type": "string"}}}
+                ask = mcp_types.ElicitRequest(
+                    params=mcp_types.ElicitRequestFormParams(
+                        message="Which colour?", requested_schema=schema
+                    )
+                )
+                return mcp_types.InputRequiredResult(input_requests={"choice": ask})
+            return json.dumps(answer.model_dump(mode="json", exclude_none=True))
 
     @mcp.tool
     async def book(ctx: Context) -> str:
@@ -62,8 +81,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None, metavar="PORT")
     parser.add_argument("--name", default="fastmcp-elicit")
+    parser.add_argument("--both-ways", action="store_true")
     args = parser.parse_args()
-    server = build(args.name)
+    server = build(args.name, args.both_ways)
     if args.http is None:
         server.run(show_banner=False)
     else:

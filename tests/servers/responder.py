@@ -21,7 +21,12 @@ import toolnexus
 
 async def follow(events: toolnexus.EventStream) -> None:
     async for event in events:
-        print(json.dumps({"event": event.event, "id": event.id, "queue": event.queue}), flush=True)
+        print(
+            json.dumps(
+                {"event": event.event, "id": event.id, "queue": getattr(event, "queue", None)}
+            ),
+            flush=True,
+        )
 
 
 async def main(url: str, namespace: str, rules: dict[str, Any], queue: str) -> None:

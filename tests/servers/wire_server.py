@@ -1,6 +1,8 @@
 """An MCP server written against the wire alone (no SDK), speaking one protocol era over stdio.
 
     python wire_server.py 2026-07-28   # modern only: refuses the initialize handshake
+    python wire_server.py 2026-07-28 no-initialize    # ... as a method it does not have
+    python wire_server.py 2026-07-28 modern-result    # ... answering it at 2026-07-28
     python wire_server.py 2025-06-18   # handshake only: no server/discover
 
 Tools: ``book`` asks for a name (2026-07-28: an ``InputRequiredResult`` round, then the
@@ -66,12 +68,17 @@ def modern(method: str, params: dict[str, Any]) -> dict[str, Any]:
     return {"content": text("booked: " + json.dumps(responses["who"]))}
 
 
-def serve_modern() -> None:
+def serve_modern(refusal: str) -> None:
     while (message := receive()) is not None:
         if "id" not in message:
             continue  # notifications
         method, params = message["method"], message.get("params") or {}
-        if method == "initialize":
+        if method == "initialize" and refusal == "modern-result":
+            info = {"name": "wire", "version": "1"}
+            result = {"protocolVersion": MODERN, "capabilities": {}, "serverInfo": info}
+            send({"id": message["id"], "result": result})
+            continue
+        if method == "initialize" and refusal == "-32022":
             error = {
                 "code": -32022,
                 "message": "only 2026-07-28 is served here",
@@ -114,4 +121,6 @@ def serve_legacy(version: str) -> None:
 
 if __name__ == "__main__":
     era = sys.argv[1]
-    serve_modern() if era == MODERN else serve_legacy(era)
+    serve_modern(sys.argv[2] if len(sys.argv) > 2 else "-32022") if era == MODERN else serve_legacy(
+        era
+    )

@@ -35,7 +35,7 @@ from typing import Any, Literal
 from toolnexus import (
     Broker,
     ConfigurationError,
-    Event,
+    EndedEvent,
     InvalidAnswer,
     NotResolved,
     Pending,
@@ -272,7 +272,7 @@ class AutoWorker(Worker):
         else:
             await self._act(pending, rule)
 
-    async def gone(self, pending: Pending, event: Event) -> None:
+    async def gone(self, pending: Pending, event: EndedEvent) -> None:
         waiting = self._later.pop(pending.request.id, None)
         if waiting is not None:
             waiting.cancel()

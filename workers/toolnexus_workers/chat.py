@@ -21,7 +21,18 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
-from toolnexus import Answer, Broker, Event, Pending, Request
+from toolnexus import (
+    Answer,
+    ApprovedEvent,
+    Broker,
+    EndedEvent,
+    EscalatedEvent,
+    ExpiredEvent,
+    Pending,
+    Request,
+    Status,
+    WithdrawnEvent,
+)
 from toolnexus.broker import Store
 from toolnexus.errors import (
     AlreadyVoted,
@@ -183,12 +194,12 @@ def answered_note(person: str, *, accepted: bool) -> str:
     return f"✅ Answered by {person}." if accepted else f"❌ Declined by {person}."
 
 
-Answering = Callable[[Pending, str], Awaitable[Event | None]]
+Answering = Callable[[Pending, str], Awaitable[ApprovedEvent | None]]
 """How a click answers: ``async (pending, person) -> progress`` (a quorum's, if the vote
 did not decide: see :meth:`toolnexus.Pending.answer`)."""
 
 
-async def declining(pending: Pending, person: str) -> Event | None:
+async def declining(pending: Pending, person: str) -> ApprovedEvent | None:
     """Answer ``pending`` no, for ``person``."""
     return await pending.decline(person=person)
 
@@ -196,7 +207,7 @@ async def declining(pending: Pending, person: str) -> Event | None:
 def accepting(data: Any) -> Answering:
     """Answer yes with ``data``, for the person."""
 
-    async def accept(pending: Pending, person: str) -> Event | None:
+    async def accept(pending: Pending, person: str) -> ApprovedEvent | None:
         return await pending.accept(data, person=person)
 
     return accept
@@ -344,7 +355,7 @@ class ChatBot(Worker):
         finally:
             self.posting.pop(request.id, None)
 
-    async def escalated(self, pending: Pending, event: Event) -> None:
+    async def escalated(self, pending: Pending, event: EscalatedEvent) -> None:
         """Edit the request's message to say where it escalated (SPEC §14); it stays open."""
         request = pending.request
         queues = self.escalations.setdefault(request.id, [])
@@ -355,7 +366,7 @@ class ChatBot(Worker):
         if request.id in self.shown and request.id in self.refs:
             await self._post(request)
 
-    async def gone(self, pending: Pending, event: Event) -> None:
+    async def gone(self, pending: Pending, event: EndedEvent) -> None:
         request_id = pending.request.id
         self.shown.pop(request_id, None)
         posting = self.posting.get(request_id)
@@ -363,7 +374,7 @@ class ChatBot(Worker):
             await asyncio.gather(posting, return_exceptions=True)
         await self.finish(request_id, gone_note(event))
 
-    async def progress(self, pending: Pending, event: Event) -> None:
+    async def progress(self, pending: Pending, event: ApprovedEvent) -> None:
         """A quorum's vote was counted (SPEC §14): the message is edited to show how many
         approved and who; its controls stay, for others to vote."""
         request = pending.request
@@ -411,12 +422,13 @@ class ChatBot(Worker):
                 continue
             record = records[-1]
             who = record.person or record.responder
-            if record.status in ("expired", "withdrawn"):
+            if record.status in (Status.EXPIRED, Status.WITHDRAWN):
                 outcome = Answer(
                     id=request_id, ok=bool(record.ok), reason=record.reason,
                     defaulted=record.defaulted,
                 )  # fmt: skip
-                note = gone_note(Event(event=record.status, id=request_id, answer=outcome))  # type: ignore[arg-type]
+                ended = ExpiredEvent if record.status == Status.EXPIRED else WithdrawnEvent
+                note = gone_note(ended(id=request_id, answer=outcome))
             else:
                 note = f"Answered elsewhere{f' by {who}' if who else ''}."
             await self.finish(request_id, note)

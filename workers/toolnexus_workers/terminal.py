@@ -17,7 +17,16 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 
-from toolnexus import Broker, Event, Pending, Service, Worker
+from toolnexus import (
+    ApprovedEvent,
+    Broker,
+    EndedEvent,
+    EscalatedEvent,
+    EventType,
+    Pending,
+    Service,
+    Worker,
+)
 from toolnexus.exits import EXIT_OK
 from toolnexus.serve import approvals_line
 from toolnexus.terminal import Terminal
@@ -28,9 +37,9 @@ QUIT_WITHIN_S = 2.0
 """A second Ctrl-C this soon after the first quits, even while a request is asked."""
 
 WHY_GONE = {
-    "answered": "answered elsewhere",
-    "expired": "expired",
-    "withdrawn": "withdrawn by the asker",
+    EventType.ANSWERED: "answered elsewhere",
+    EventType.EXPIRED: "expired",
+    EventType.WITHDRAWN: "withdrawn by the asker",
 }
 
 
@@ -56,7 +65,7 @@ class TerminalWorker(Worker):
             self.asking = None
         self.waiting()
 
-    async def gone(self, pending: Pending, event: Event) -> None:
+    async def gone(self, pending: Pending, event: EndedEvent) -> None:
         if pending.request.id in self._told:
             self._told.discard(pending.request.id)
             return
@@ -66,13 +75,13 @@ class TerminalWorker(Worker):
         self.terminal.discard_typed_ahead()
         self.waiting()
 
-    async def progress(self, pending: Pending, event: Event) -> None:
+    async def progress(self, pending: Pending, event: ApprovedEvent) -> None:
         """A quorum's vote counted, here or elsewhere (SPEC §14): say how many approved."""
         if self.asking is None:
             prompt = pending.request.prompt or pending.request.id
             self.terminal.say(f"  🗳️ {prompt}: {approvals_line(event)}")
 
-    async def escalated(self, pending: Pending, event: Event) -> None:
+    async def escalated(self, pending: Pending, event: EscalatedEvent) -> None:
         what = pending.request.prompt or pending.request.id
         self.terminal.say(f"  ⏫ escalated to {event.queue}: {what} (still open here)")
 

@@ -24,8 +24,8 @@ from typing import Any
 from ..audit import AuditRecord, decode_record
 from ..broker import Broker, check_audit_query, default_consumer_name, redacted
 from ..codec import MSGPACK, Codec
-from ..errors import BrokerClosed, BrokerUnavailable, DecodeError
-from ..models import Answer, Event, Heartbeat, Request
+from ..errors import BrokerClosed, BrokerUnavailable, DecodeError, Refused
+from ..models import Answer, ApprovedEvent, CompletedEvent, Heartbeat, Request
 from ..settings import RedisSettings
 from ..signatures import Signatures
 from ..signing import Keyring, SigningKey
@@ -125,6 +125,16 @@ class RedisBroker(Broker):
         # The waiter's coroutine itself: no frame of this method lives on in every wait.
         return self.waiter.wait_for(request, timeout_s, allow, durable)
 
+    def refusal(self, request_id: str) -> asyncio.Future[Refused]:
+        """A future set to :class:`~toolnexus.Refused` if a responder refuses request
+        ``request_id``, which this broker is waiting for (it dead-lettered it: a missing or
+        bad signature, a key it does not trust, bytes it cannot read). With signatures
+        required, only a refusal signed by a trusted key for exactly this request counts.
+        The wait itself goes on (another group may take the request, an operator may
+        requeue it): ``toolnexus ask`` ends it. The future is cancelled when the wait ends.
+        """
+        return self.waiter.refusal(request_id)
+
     def responder(
         self,
         group: str,
@@ -145,14 +155,14 @@ class RedisBroker(Broker):
         self._responders.add(responder)
         return responder
 
-    async def answer(self, answer: Answer) -> Event | None:
+    async def answer(self, answer: Answer) -> ApprovedEvent | None:
         return await answer_by_id(self.core, answer)
 
     async def complete(self, request_id: str) -> None:
         if self.core.closed:
             raise BrokerClosed("the broker is closed")
         with boundary(f"completing {request_id}"):
-            self.core.settle(Event(event="completed", id=request_id))
+            self.core.settle(CompletedEvent(id=request_id))
 
     def events(self) -> RedisEvents:
         return RedisEvents(self.core)

@@ -14,7 +14,9 @@
 Command clients are pools shared by the whole broker. Every blocking reader gets a
 client of its own (for a Cluster, a connection to the node holding the stream it reads),
 with no socket timeout: :class:`BlockingReader` bounds each read itself (its block and
-then some). On one server its reads go straight to that client's one connection.
+then some). On one server its reads go straight to that client's one connection, unless
+the public-API-only mode is on (see :mod:`._redispy`, the one module that uses redis-py
+beyond its documented API).
 """
 
 from __future__ import annotations
@@ -26,15 +28,14 @@ from typing import Any, TypeAlias
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 import redis.asyncio as aioredis
-import redis.exceptions
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import Sentinel
 
 from ..broker import redacted
 from ..errors import ConfigurationError
 from ..settings import SENTINEL_OPTIONS
 from ..timers import Bound
-from ._packing import hiredis_packing
+from ._redispy import BlockingSentinelPool, ClosingCluster, Direct, direct, packing
 
 Client = aioredis.Redis | RedisCluster
 """A command or blocking client: a server's (or a Sentinel master's) or a Cluster's."""
@@ -43,38 +44,11 @@ Entries: TypeAlias = list[tuple[bytes, dict[bytes, bytes] | None]]
 """The entries of one stream as a read returns them: id and fields (``None``: an entry
 pending for a group but deleted since)."""
 
-Carried = tuple[list[tuple[Any, ...]], Callable[[list[Any] | BaseException], None]]
-"""Commands carried by a blocking read, written ahead of it (the pipeliner's lazy items,
-:meth:`Pipeliner.take_lazy <toolnexus.redis_broker._pipeliner.Pipeliner.take_lazy>`), and
-what to call with their replies once read: a list (error replies in place), or the
-exception that stopped the read (:class:`NotSent` if they were never written)."""
-
-
-class NotSent(ConnectionError):
-    """Carried commands that were never written: whoever gave them may send them again."""
-
-
 CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})
 SENTINEL_SCHEMES = frozenset({"redis+sentinel", "rediss+sentinel"})
 
 
 _CLUSTER_PARAMETERS = frozenset(inspect.signature(RedisCluster.__init__).parameters)
-
-
-class _Cluster(RedisCluster):
-    """A ``RedisCluster`` whose ``aclose`` closes every node's connections even after a
-    failed command (redis-py's own skips them once a fault marked it for re-discovery)."""
-
-    async def aclose(self) -> None:
-        try:
-            await super().aclose()
-        finally:
-            await self.nodes_manager.aclose()
-            await self.nodes_manager.aclose("startup_nodes")
-
-
-class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
-    """A Sentinel-managed pool that waits for a free connection instead of refusing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +101,17 @@ class Connector:
         ConfigurationError: a malformed URL or an option its kind of Redis does not take.
     """
 
-    def __init__(self, url: str, max_connections: int, pool_timeout_s: float, **options: Any):
+    def __init__(
+        self,
+        url: str,
+        max_connections: int,
+        pool_timeout_s: float,
+        *,
+        public_api: bool = False,
+        **options: Any,
+    ):
         self.url = url
+        self.public_api = public_api
         parts = urlsplit(url)
         self.scheme = parts.scheme
         multi_host = self.scheme in CLUSTER_SCHEMES | SENTINEL_SCHEMES
@@ -161,10 +144,9 @@ class Connector:
                 pool = aioredis.BlockingConnectionPool.from_url(
                     url, max_connections=max_connections, timeout=pool_timeout_s, **options
                 )
-                pool.connection_class = hiredis_packing(pool.connection_class)
-                self.command_client = aioredis.Redis.from_pool(pool)
-                self._blocking = lambda: _fast(
-                    aioredis.Redis.from_url(url, **options)  # BlockingReader takes one
+                self.command_client = packing(aioredis.Redis.from_pool(pool), public_api)
+                self._blocking = lambda: packing(  # BlockingReader takes one connection
+                    aioredis.Redis.from_url(url, **options), public_api
                 )
         except (ValueError, TypeError) as exc:
             raise ConfigurationError(f"bad Redis URL or option for {url!r}: {exc}") from exc
@@ -202,7 +184,9 @@ class Connector:
 
         def cluster(connections: int) -> RedisCluster:
             nodes = [ClusterNode(a.host, a.port) for a in addresses]
-            return _Cluster(startup_nodes=nodes, max_connections=connections, **cluster_options)
+            return ClosingCluster(
+                startup_nodes=nodes, max_connections=connections, **cluster_options
+            )
 
         self.command_client = cluster(max_connections)
         self._blocking = lambda: cluster(2)
@@ -242,41 +226,33 @@ class Connector:
         sentinel = Sentinel(  # type: ignore[no-untyped-call]
             [(a.host, a.port) for a in addresses], sentinel_kwargs=sentinel_kwargs, **master_options
         )
-        self.command_client = _fast(
+        self.command_client = packing(
             sentinel.master_for(
                 master_name,
-                connection_pool_class=_BlockingSentinelPool,
+                connection_pool_class=BlockingSentinelPool,
                 max_connections=max_connections,
                 timeout=pool_timeout_s,
-            )
+            ),
+            self.public_api,
         )
         self._sentinel_manager = sentinel
-        self._blocking = lambda: _fast(sentinel.master_for(master_name, max_connections=1))
-
-
-def _fast(client: aioredis.Redis) -> aioredis.Redis:
-    """``client``, whose connections (made when first used) pack commands with hiredis
-    (see :mod:`._packing`)."""
-    pool = client.connection_pool
-    pool.connection_class = hiredis_packing(pool.connection_class)
-    return client
+        self._blocking = lambda: packing(
+            sentinel.master_for(master_name, max_connections=1), self.public_api
+        )
 
 
 class BlockingReader:
     """Blocking reads (``XREAD``, ``XREADGROUP``) of one stream on a client of their own.
 
     On one server (or a Sentinel's master) each read is written to, and its reply read
-    from, one connection taken from the client once: redis-py's command path around that
-    (a pool checkout that checks the socket, response callbacks, redis-py 8's
-    streaming-lag observability) cost about 25 µs of CPU per read (80 → 55 µs), on both
-    sides of a sequential round trip. A read that fails or is cancelled mid-reply
-    closes the connection, which is never read again (the next read connects afresh).
-    A Cluster's reads go through redis-py, which finds the node holding the stream.
-
-    ``carry`` gives commands to write ahead of each read (see :data:`Carried`): Redis runs
-    them at once, so the read costs them no write of their own, and they travel apart
-    from the commands that wake other processes (which Redis answers only once it has
-    run everything it read with them).
+    from, one connection taken from the client once (:class:`~._redispy.Direct`):
+    redis-py's command path around that (a pool checkout that checks the socket,
+    response callbacks, redis-py 8's streaming-lag observability) costs CPU on both
+    sides of a sequential round trip (docs/explanation/performance.md). A read that
+    fails or is cancelled mid-reply closes the connection, which is never read again
+    (the next read connects afresh). A Cluster's reads, and every read in the
+    public-API-only mode (``public_api``; see :mod:`._redispy`), go through redis-py's
+    ``xread``/``xreadgroup``.
 
     A read that takes ``patience_s`` longer than its block raises ``TimeoutError`` (a
     peer that never replies is a fault); one timer bounds them all (:class:`Bound`).
@@ -285,14 +261,12 @@ class BlockingReader:
     def __init__(
         self,
         client: Client,
-        carry: Callable[[], Carried | None] | None = None,
         *,
         patience_s: float,
+        public_api: bool = False,
     ) -> None:
         self.client = client
-        self._cluster = isinstance(client, RedisCluster)  # (a Protocol: slow to ask each time)
-        self._carry = carry
-        self._connection: Any = None
+        self._direct = direct(client, public_api)
         self._patience_s = patience_s
         self._bound = Bound()
 
@@ -300,11 +274,11 @@ class BlockingReader:
         """The entries of ``stream`` after ``last_id`` (at most ``count``; waiting up to
         ``block`` ms for one)."""
         with self._bound(block / 1000 + self._patience_s):
-            if self._cluster:
+            if self._direct is None:
                 reply: Any = await self.client.xread({stream: last_id}, count=count, block=block)
-                return _cluster_entries(reply)
+                return _parsed_entries(reply)
             return await self._read(
-                "XREAD", "COUNT", count, "BLOCK", block, "STREAMS", stream, last_id
+                self._direct, ("XREAD", "COUNT", count, "BLOCK", block, "STREAMS", stream, last_id)
             )
 
     async def xreadgroup(
@@ -314,42 +288,23 @@ class BlockingReader:
         waiting up to ``block`` ms unless it is None), or its own pending ones from
         ``from_id``."""
         with self._bound((block or 0) / 1000 + self._patience_s):
-            if self._cluster:
+            if self._direct is None:
                 reply: Any = await self.client.xreadgroup(
                     group, consumer, {stream: from_id}, count=count, block=block
                 )
-                return _cluster_entries(reply)
+                return _parsed_entries(reply)
             blocking = () if block is None else ("BLOCK", block)
-            return await self._read(
+            return await self._read(self._direct, (
                 "XREADGROUP", "GROUP", group, consumer, "COUNT", count, *blocking,
                 "STREAMS", stream, from_id,
-            )  # fmt: skip
+            ))  # fmt: skip
 
-    async def _read(self, *command: Any) -> Entries:
-        assert isinstance(self.client, aioredis.Redis)
-        connection = self._connection = await kept_connection(self.client, self._connection)
-        carried = self._carry() if self._carry is not None else None
-        commands: list[tuple[Any, ...]] = carried[0] if carried is not None else []
-        settle = carried[1] if carried is not None else None
+    async def _read(self, connection: Direct, command: tuple[Any, ...]) -> Entries:
         try:
-            try:
-                await connection.send_packed_command(connection.pack_commands([*commands, command]))
-            except BaseException as exc:
-                if settle is not None:
-                    given_back = settle
-                    settle = None
-                    given_back(NotSent(f"not written: {exc!r}"))
-                raise
-            if settle is not None:
-                replies = await read_replies(connection, len(commands))
-                done = settle
-                settle = None
-                done(replies)
-            reply: Any = await connection.read_response()
-        except BaseException as exc:
-            if settle is not None:
-                settle(exc)
-            await connection.disconnect(nowait=True)
+            await connection.write([command])
+            reply: Any = await connection.reply()
+        except BaseException:
+            await connection.abandon()
             raise
         if not reply:  # nothing within the block
             return []
@@ -362,32 +317,9 @@ class BlockingReader:
 
     async def aclose(self) -> None:
         self._bound.close()
-        if self._connection is not None and isinstance(self.client, aioredis.Redis):
-            await self.client.connection_pool.release(self._connection)
-            self._connection = None
+        if self._direct is not None:
+            await self._direct.release()
         await self.client.aclose()
-
-
-async def kept_connection(client: aioredis.Redis, connection: Any) -> Any:
-    """``connection``, a connection of ``client``'s pool kept by its user (taken from the
-    pool the first time, when it is None; connected again if it was closed)."""
-    if connection is None:  # the client's pool closes it with the client
-        return await client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
-    if not connection.is_connected:
-        await connection.connect()
-    return connection
-
-
-async def read_replies(connection: Any, count: int) -> list[Any]:
-    """The next ``count`` replies on ``connection``, an error reply as its exception, in
-    its place."""
-    replies: list[Any] = []
-    for _ in range(count):
-        try:
-            replies.append(await connection.read_response())
-        except redis.exceptions.ResponseError as exc:
-            replies.append(exc)
-    return replies
 
 
 def _pairs(fields: list[bytes] | dict[bytes, bytes]) -> dict[bytes, bytes]:
@@ -397,9 +329,16 @@ def _pairs(fields: list[bytes] | dict[bytes, bytes]) -> dict[bytes, bytes]:
     return dict(zip(it, it, strict=True))
 
 
-def _cluster_entries(reply: Any) -> Entries:
-    """The entries in redis-py's parsed ``XREAD``/``XREADGROUP`` reply (RESP2 or 3)."""
+def _parsed_entries(reply: Any) -> Entries:
+    """The entries in redis-py's parsed ``XREAD``/``XREADGROUP`` reply: ``[[stream,
+    entries]]`` (RESP2, and RESP3 unless the option ``protocol=3`` asks for RESP3's own
+    shapes), or ``{stream: [entries]}`` (with ``protocol=3``). Entries have fields (Redis
+    refuses ``XADD`` without): empty ones are those of an entry deleted while pending."""
     if not reply:
         return []
-    streams = reply.values() if isinstance(reply, dict) else (s[1] for s in reply)
-    return [(entry_id, fields) for stream_entries in streams for entry_id, fields in stream_entries]
+    streams = (v[0] for v in reply.values()) if isinstance(reply, dict) else (s[1] for s in reply)
+    return [  # an entry deleted while pending comes back with no fields: {} here
+        (entry_id, fields or None)
+        for stream_entries in streams
+        for entry_id, fields in stream_entries
+    ]

@@ -20,22 +20,22 @@ import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
 
 from ..audit import AuditRecord, encode_record
-from ..broker import NOT_RESOLVED_REASONS, Resolution
 from ..codec import Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, ToolnexusError
 from ..keys import DEFAULT_AGENT, Keys, agent_problem
+from ..lifecycle import RESOLVED, Outcome, Status
 from ..models import Event
 from ..settings import RedisSettings
 from ..signatures import Signatures
 from ._connections import BlockingReader, Client, Connector, username_of
 from ._pipeliner import Pipeliner
+from ._redispy import public_api_only
 from ._scripts import (
     DEAD_LETTER,
     OUTCOMES,
     RESOLVE,
     SETTLE,
     BatchScript,
-    Outcome,
 )
 
 log = logging.getLogger("toolnexus.redis")
@@ -163,8 +163,14 @@ class Core:
             "health_check_interval": 30,
             **settings.redis_options,
         }
+        self.public_api = public_api_only(settings.redis_public_api)
+        """Only redis-py's documented API is used (see :mod:`._redispy`)."""
         connector = Connector(
-            url, settings.max_connections, settings.command_timeout_s, **self.redis_options
+            url,
+            settings.max_connections,
+            settings.command_timeout_s,
+            public_api=self.public_api,
+            **self.redis_options,
         )
         self.connector = connector
         self.redis: Client = connector.command_client
@@ -175,16 +181,17 @@ class Core:
             self.redis,
             timeout_s=settings.command_timeout_s + settings.wait_timeout_ms / 1000,
             wait=wait if settings.durability == "wait" else None,
+            public_api=self.public_api,
         )
         self.closed = False
 
-    def blocking_reader(self, *, carry: bool = False) -> BlockingReader:
+    def blocking_reader(self) -> BlockingReader:
         """Blocking reads on a client of their own: one connection, no socket timeout, each
-        read bounded by its block plus ``command_timeout_s``; with ``carry``, each read
-        carries the pipeliner's lazy items queued by then."""
-        carried = self.pipeliner.take_lazy if carry else None
+        read bounded by its block plus ``command_timeout_s``."""
         return BlockingReader(
-            self.connector.blocking_client(), carried, patience_s=self.settings.command_timeout_s
+            self.connector.blocking_client(),
+            patience_s=self.settings.command_timeout_s,
+            public_api=self.public_api,
         )
 
     async def bounded(self, call: Awaitable[T]) -> T:
@@ -206,19 +213,21 @@ class Core:
         self,
         waiter: str,
         request_id: str,
-        status: Resolution,
+        status: Status,
         payload: bytes,
         settle: tuple[str, str] | None = None,
         *,
         deadline: float | None = None,
         alone: bool = False,
     ) -> tuple[Outcome, bytes | None, bool]:
-        """Run the resolve script: the outcome (see :data:`Outcome`), the stored answer and
-        whether the request's entry was settled. An answer (``status="answered"``) is late
-        after ``deadline``, the signed request's ``expires_at`` (None: the state's, which
-        anyone who can write Redis can edit). ``settle=(group, entry)``, on one server
-        only: the same script acknowledges and deletes the entry unless the request is
-        still open, so that no group reads it from now on (elsewhere it is not settled).
+        """Run the resolve script: the outcome (see :class:`~toolnexus.lifecycle.Outcome`),
+        the stored answer and whether the request's entry was settled. An answer
+        (``status="answered"``) is late after ``deadline``, the signed request's
+        ``expires_at`` (None: the state's, which anyone who can write Redis can edit); an
+        expiry with a ``deadline`` (a responder's) is ``early`` before it, by Redis time.
+        ``settle=(group, entry)``, on one server only: the same script acknowledges and
+        deletes the entry unless the request is still open, so that no group reads it from
+        now on (elsewhere it is not settled).
         ``alone``: the caller expects no other commands this turn, so it sends them itself
         (see :meth:`Pipeliner.sending`)."""
         keys = self.keys
@@ -235,14 +244,15 @@ class Core:
                 (status, payload, request_id, group, entry, ms(deadline) if deadline else 0),
             )
         raw = await resolved
-        outcome = text(raw[1])
-        if outcome not in OUTCOMES:
-            raise redis.exceptions.ResponseError(f"resolve script said {outcome!r}")
+        said = text(raw[1])
+        if said not in OUTCOMES:
+            raise redis.exceptions.ResponseError(f"resolve script said {said!r}")
+        outcome = Outcome(said)
         stored: bytes | None = raw[2] if len(raw) > 2 else None
         settled = raw[0] == 1
-        if outcome in NOT_RESOLVED_REASONS and stored == payload:
-            return "ok", None, settled  # our own write, retried after its reply was lost
-        return outcome, stored, settled  # type: ignore[return-value]
+        if outcome in RESOLVED and stored == payload:
+            return Outcome.OK, None, settled  # our own write, retried after its reply was lost
+        return outcome, stored, settled
 
     def settle(
         self,

@@ -18,13 +18,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import redis.asyncio as aioredis
 import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
 
 from ..errors import BrokerClosed
 from ..timers import Bound
-from ._connections import Carried, Client, NotSent, kept_connection, read_replies
+from ._connections import Client
+from ._redispy import Direct, direct
 from ._scripts import SCRIPTS, BatchScript
 
 log = logging.getLogger("toolnexus.redis")
@@ -81,13 +81,14 @@ class Pipeliner:
         timeout_s: float,
         wait: tuple[int, int] | None = None,
         scripts: tuple[BatchScript, ...] = SCRIPTS,
+        public_api: bool = False,
     ) -> None:
         """``wait=(replicas, timeout_ms)`` ends every pipeline with a ``WAIT`` on each
-        node it wrote to (see ``durability`` in :mod:`._core`)."""
+        node it wrote to (see ``durability`` in :mod:`._core`). ``public_api``: send
+        redis-py pipelines even on one server (see :mod:`._redispy`)."""
         self._redis = redis_
-        # One server's client, or None on a Cluster (asked once: RedisCluster is a Protocol,
-        # slow to check each time)
-        self._one: aioredis.Redis | None = None if isinstance(redis_, RedisCluster) else redis_
+        # On one server, the connection it sends on (None: on a Cluster, or public_api)
+        self._direct = direct(redis_, public_api)
         self._bound = Bound()  # each pipeline's replies within timeout_s, one timer for all
         self._wait = wait
         self.timeout_s = timeout_s
@@ -98,11 +99,9 @@ class Pipeliner:
         self._lazy: list[_Item | _Batch] = []
         self._lazy_batches: dict[tuple[Any, ...], _Batch] = {}
         self._task: asyncio.Task[None] | None = None
-        self._connection: Any = None  # on one server, the one it sends on
         self._lazy_timer: asyncio.TimerHandle | None = None
         self._lazy_due = False  # lazy items go out now, urgent ones or not
         self._later: list[Callable[[], object]] = []  # see after_send
-        self._carried: set[asyncio.Future[None]] = set()  # lazy items taken, not yet settled
         self._holding = False  # items issued now are sent by their caller (see sending)
         self._inline: asyncio.Future[None] | None = None  # a caller's pipeline on its way
         self.round_trips = 0
@@ -310,48 +309,14 @@ class Pipeliner:
             self._queue[:0] = forgotten
             self._schedule()
 
-    def take_lazy(self) -> Carried | None:
-        """On one server, the lazy items queued now, taken to travel with another
-        connection's next command (a blocking read): their commands, and what to call
-        with their replies (or the exception if they failed). None if there are none, or
-        on a Cluster, or with ``WAIT`` after every pipeline."""
-        if not self._lazy or self._wait is not None or self._one is None:
-            return None
-        queue = _take(self._lazy, MAX_PIPELINE_ITEMS)
-        self._lazy_batches.clear()  # items from now on go behind these
-        if not self._lazy and not self._later and self._lazy_timer is not None:
-            self._lazy_timer.cancel()
-            self._lazy_timer = None
-        commands = _commands(queue)
-        settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._carried.add(settled)
-
-        def settle(replies: list[Any] | BaseException) -> None:
-            self._carried.discard(settled)
-            if not settled.done():
-                settled.set_result(None)
-            if isinstance(replies, NotSent):  # back in line, ahead of what is still queued
-                self._lazy[:0] = queue
-                self._lazy_due = True
-                self._schedule()
-            elif isinstance(replies, Exception):
-                self._load_scripts = True  # the connection failed: Redis may come back without them
-                _fail(queue, replies)
-            elif isinstance(replies, BaseException):  # cancelled mid-reply: they were sent
-                _fail(queue, BrokerClosed("the broker was closed"))
-            else:
-                self._settle(queue, replies)
-
-        return commands, settle
-
     async def _execute(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         if self._load_scripts:
             for script in self._scripts.values():
                 await self._redis.script_load(script.source)
             self._load_scripts = False
         self.round_trips += 1
-        if self._one is not None:
-            return await self._execute_on_one_server(self._one, commands)
+        if self._direct is not None:
+            return await self._execute_directly(self._direct, commands)
         self._run_later()  # (redis-py's pipeline writes and reads in one call)
         if len(commands) == 1 and self._wait is None:  # no pipeline needed for one command
             try:
@@ -366,32 +331,33 @@ class Pipeliner:
             replies: list[Any] = await pipe.execute(raise_on_error=False)
             return replies[: len(commands)]  # without the replies of WAIT
 
-    async def _execute_on_one_server(
-        self, client: aioredis.Redis, commands: list[tuple[Any, ...]]
+    async def _execute_directly(
+        self, connection: Direct, commands: list[tuple[Any, ...]]
     ) -> list[Any]:
         """The commands written at once, then every reply read: what a redis-py pipeline
-        does, without building one (which cost about 50 µs of CPU per round trip, as much
-        as the rest of a publish), on the one connection this pipeliner keeps (it sends
-        one pipeline at a time; checking a connection out of redis-py's pool, which
-        checks it each time, cost as much again). Replies are as Redis sent them (no
-        response callbacks); an error reply is the exception, in its place. A connection
-        failing or cancelled mid-reply is closed (and connected again for the next
-        pipeline), never read again."""
+        does, without building one, on the one connection this pipeliner keeps (it sends
+        one pipeline at a time), without checking a connection out of redis-py's pool
+        (which checks it each time) (docs/explanation/performance.md gives the gain).
+        Replies are as Redis sent them (no response callbacks); an error reply is the
+        exception, in its place. A connection failing or cancelled mid-reply is closed
+        (and connected again for the next pipeline), never read again."""
         sent = commands if self._wait is None else [*commands, ("WAIT", *self._wait)]
-        connection = self._connection = await kept_connection(client, self._connection)
         try:
-            await connection.send_packed_command(connection.pack_commands(sent))
+            await connection.write(sent)
             self._run_later()
-            replies = await read_replies(connection, len(sent))
+            replies = await connection.replies(len(sent))
         except BaseException:
-            await connection.disconnect(nowait=True)
+            await connection.abandon()
             raise
         return replies[: len(commands)]  # without the reply of WAIT
 
     def _add_waits(self, pipe: Any, commands: list[tuple[Any, ...]]) -> None:
         """A ``WAIT`` after the writes, on each Cluster node they went to (WAIT counts
         the replicas that acknowledged everything this connection wrote before it)."""
-        assert self._wait is not None and isinstance(self._redis, RedisCluster)
+        assert self._wait is not None
+        if not isinstance(self._redis, RedisCluster):  # one server, public_api
+            pipe.execute_command("WAIT", *self._wait)
+            return
         nodes = {}
         for command in commands:
             if command[0] == "EVALSHA":
@@ -405,19 +371,16 @@ class Pipeliner:
             pipe.execute_command("WAIT", *self._wait, target_nodes=node)
 
     async def drain(self) -> None:
-        """Wait until everything issued so far has been sent (work put off included, and
-        lazy items another connection carries)."""
+        """Wait until everything issued so far has been sent (work put off included)."""
         self._run_later()
         if self._queue or self._lazy:
             self._lazy_due = True
             self._schedule()
-        while self._task is not None or self._carried or self._inline is not None:
+        while self._task is not None or self._inline is not None:
             if self._inline is not None:
                 await asyncio.shield(self._inline)
             if self._task is not None:
                 await asyncio.shield(self._task)
-            if self._carried:
-                await asyncio.wait(set(self._carried))
 
     def close(self) -> None:
         """Stop: commands not yet sent fail with :class:`~toolnexus.BrokerClosed`."""

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Final, Literal, TypeAlias
+from typing import Final
 
+from ..lifecycle import Outcome
 from .layout import LUA_FIELDS
 
 
@@ -37,16 +38,72 @@ class BatchScript:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
 
 
-Outcome: TypeAlias = Literal[
-    "ok", "unknown", "late", "gone", "contested", "answered", "expired", "withdrawn"
-]
-"""What the resolve script says of one item: ``ok`` (this resolution won), ``unknown``
-(no such request), ``late`` (an answer after the signed deadline), ``gone`` (an answer to a
-request whose waiter is no longer alive), ``contested`` (an answer before the deadline to a
-request whose state holds another answer or is missing: sent to the waiter, which decides),
-or the status of a request already resolved."""
+OUTCOMES: Final = frozenset(Outcome) - {Outcome.COUNTED}
+"""What the resolve script says of one item (see :class:`~toolnexus.lifecycle.Outcome`):
+``ok`` (this resolution won), ``unknown`` (no such request), ``late`` (an answer after the
+signed deadline), ``gone`` (an answer to a request whose waiter is no longer alive),
+``contested`` (an answer before the deadline to a request whose state holds another
+answer or is missing: sent to the waiter, which decides), ``early`` (a responder's expiry
+before the deadline), or the status of a request already resolved."""
 
-OUTCOMES: Final = frozenset(Outcome.__args__)  # type: ignore[attr-defined]
+ADMIT = """
+-- The admission rule (toolnexus.lifecycle.admit says the same, line by line): what an
+-- item finds in a request's state. ``item`` is 'answer' (contests another stored answer,
+-- S4), 'vote' (a quorum's: the waiter checks its slots instead, S7), 'expiry' (a
+-- responder ending the request at its deadline) or 'end' (the waiter's own end, or a
+-- responder's withdrawal); deadline_arg the signed request's deadline in ms ('0' for
+-- none: then the state's). Redis time is the only judge of a deadline here. Returns the
+-- reply, or false to admit the item (open, in time, its waiter alive). A stored answer is
+-- shown to the waiter again whenever an answer or vote finds the request resolved: if it
+-- never took it (an edited state), it checks it.
+local now, alive = nil, nil
+local function admit(key, item, id, answer, deadline_arg, answers)
+  local st = redis.call('HMGET', key, F_STATUS, F_DEADLINE, F_DURABLE)
+  if item ~= 'end' and not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    alive = redis.call('EXISTS', answers[2])
+  end
+  local deadline = tonumber(deadline_arg) or 0
+  if deadline == 0 then
+    deadline = tonumber(st[2]) or 0
+  end
+  local answering = item == 'answer' or item == 'vote'
+  local contests = item == 'answer'
+  local before = now and now < deadline
+  if not st[1] then
+    if contests and before then
+      redis.call('XADD', answers[1], '*', R_ID, id, R_ANSWER, answer, R_CONTESTED, '1')
+      return {'contested'}
+    end
+    return {'unknown'}
+  end
+  if st[1] ~= S_OPEN then
+    local stored = redis.call('HGET', key, F_ANSWER)
+    if answering and stored then
+      redis.call('XADD', answers[1], '*', R_ID, id, R_ANSWER, stored)
+    end
+    if contests and stored ~= answer and before then
+      redis.call('XADD', answers[1], '*', R_ID, id, R_ANSWER, answer, R_CONTESTED, '1')
+      if redis.call('HLEN', key) < 16 then
+        redis.call('HSET', key, F_CONTESTED .. redis.sha1hex(answer), answer)
+      end
+      return {'contested', stored}
+    end
+    return {st[1], stored}
+  end
+  if item == 'expiry' and before then
+    return {'early'}
+  end
+  if answering and not before then
+    return {'late'}
+  end
+  if answering and alive == 0 and not st[3] then
+    return {'gone'}
+  end
+  return false
+end
+"""
 
 OPEN = BatchScript(
     "open",
@@ -211,13 +268,16 @@ STATUS = BatchScript(
     "status",
     """
 -- On a waiter's slot. Shared: KEYS reply stream, liveness mark.
--- Item: KEYS state. Each reply: {status or false, 1 if the waiter is alive else 0};
--- a durable request's waiter always counts as alive.
+-- Item: KEYS state. Each reply: {status or false, 1 if the waiter is alive else 0, Redis
+-- time in ms}; a durable request's waiter always counts as alive. A responder judges a
+-- deadline by this time, never by its own clock.
 local alive = redis.call('EXISTS', KEYS[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local statuses = {}
 for i = 3, #KEYS do
   local st = redis.call('HMGET', KEYS[i], F_STATUS, F_DURABLE)
-  statuses[i - 2] = {st[1], st[2] and 1 or alive}
+  statuses[i - 2] = {st[1], st[2] and 1 or alive, now}
 end
 return statuses
 """,
@@ -249,73 +309,40 @@ end
 RESOLVE = BatchScript(
     "resolve",
     _ENTRIES
+    + ADMIT
     + """
 -- On a waiter's slot. Shared: KEYS reply stream, liveness mark, and with settle '1' the
 -- request stream (one server only: it is on the queue's slot); ARGV retention_ms, settle.
 -- Item: KEYS state; ARGV status, answer, request id, group, entry ('' for none), deadline_ms
--- (the signed request's deadline; '0' for none: then the state's, for unsigned callers).
+-- (the signed request's deadline; '0' for none: then the state's, for unsigned callers;
+-- an expiry with one is a responder's, judged by Redis time: 'early' before it).
 -- The first resolution of a request wins: it is recorded and sent to the waiter.
--- An answer needs the request open, before its deadline (by Redis time), and its waiter
--- alive (a durable request's waiter always counts as alive: it outlives its process).
--- Redis is untrusted: the state may be forged or lost. So an answer before the deadline
--- to a request whose state is resolved with another answer, or missing, is *contested*:
--- it is sent to the waiter after the stored answer and kept in the state (field
--- 'c:<sha1>', a few at most), and the waiter, which checks both, takes the valid one.
+-- What an item may do is the admission rule (ADMIT): an answer needs the request open,
+-- before its deadline (by Redis time), and its waiter alive (a durable request's waiter
+-- always counts as alive: it outlives its process). Redis is untrusted: the state may be
+-- forged or lost. So an answer before the deadline to a request whose state is resolved
+-- with another answer, or missing, is *contested*: it is sent to the waiter after the
+-- stored answer and kept in the state (field 'c:<sha1>', a few at most), and the waiter,
+-- which checks both, takes the valid one.
 -- With settle, an item's entry is acknowledged for its group and deleted if the request
 -- is no longer open (resolved, contested, or forgotten), so that no group reads it from
 -- now on; an open one is left alone. Each reply: {settled (1 or 0), outcome, stored
--- answer}, the outcome 'ok' | 'unknown' | 'late' | 'gone' | 'contested' | the status
--- resolved before (with the answer stored then).
+-- answer}, the outcome 'ok' | 'unknown' | 'late' | 'gone' | 'contested' | 'early' | the
+-- status resolved before (with the answer stored then).
 local settle = ARGV[2] == '1'
 local first = settle and 4 or 3
 local replies = {}
-local now = nil
-local alive = nil
 for i = first, #KEYS do
   local a = 2 + (i - first) * 6
   local status, answer, id = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local st = redis.call('HMGET', KEYS[i], F_STATUS, F_DEADLINE, F_DURABLE)
-  local answering = status == 'answered'
-  local deadline = 0
-  if answering then
-    if not now then
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-      alive = redis.call('EXISTS', KEYS[2])
-    end
-    deadline = tonumber(ARGV[a + 6]) or 0
-    if deadline == 0 then
-      deadline = tonumber(st[2]) or 0
-    end
+  local item = 'end'
+  if status == 'answered' then
+    item = 'answer'
+  elseif status == 'expired' and ARGV[a + 6] ~= '0' then
+    item = 'expiry'
   end
-  local reply
-  if not st[1] then
-    if answering and now < deadline then
-      redis.call('XADD', KEYS[1], '*', R_ID, id, R_ANSWER, answer, R_CONTESTED, '1')
-      reply = {'contested'}
-    else
-      reply = {'unknown'}
-    end
-  elseif st[1] ~= S_OPEN then
-    local stored = redis.call('HGET', KEYS[i], F_ANSWER)
-    if answering and stored then
-      -- Shown to the waiter again: if it never took it (an edited state), it checks it.
-      redis.call('XADD', KEYS[1], '*', R_ID, id, R_ANSWER, stored)
-    end
-    if answering and stored ~= answer and now < deadline then
-      redis.call('XADD', KEYS[1], '*', R_ID, id, R_ANSWER, answer, R_CONTESTED, '1')
-      if redis.call('HLEN', KEYS[i]) < 16 then
-        redis.call('HSET', KEYS[i], F_CONTESTED .. redis.sha1hex(answer), answer)
-      end
-      reply = {'contested', stored}
-    else
-      reply = {st[1], stored}
-    end
-  elseif answering and now >= deadline then
-    reply = {'late'}
-  elseif answering and alive == 0 and not st[3] then
-    reply = {'gone'}
-  else
+  local reply = admit(KEYS[i], item, id, answer, ARGV[a + 6], KEYS)
+  if not reply then
     redis.call('HSET', KEYS[i], F_STATUS, status, F_ANSWER, answer)
     redis.call('PEXPIRE', KEYS[i], ARGV[1])
     redis.call('XADD', KEYS[1], '*', R_ID, id, R_ANSWER, answer)
@@ -323,7 +350,8 @@ for i = first, #KEYS do
   end
   local group, entry = ARGV[a + 4], ARGV[a + 5]
   local settled = 0
-  if settle and entry ~= '' and reply[1] ~= 'late' and reply[1] ~= 'gone' then
+  local open = reply[1] == 'late' or reply[1] == 'gone' or reply[1] == 'early'
+  if settle and entry ~= '' and not open then
     ack(group, entry)
     table.insert(deletes, entry)
     settled = 1
@@ -437,14 +465,16 @@ return reopened
 
 VOTE = BatchScript(
     "vote",
-    """
+    ADMIT
+    + """
 -- On a waiter's slot. Shared: KEYS reply stream, liveness mark; ARGV retention_ms.
 -- Item: KEYS state; ARGV answer, request id, voter, '1' accepts or '0' declines, need,
 -- decline mode ('veto' or 'count'), replaces ('' for none), deadline_ms (the signed
 -- request's; '0' for none: then the state's). A quorum vote (SPEC §14): stored once per
 -- voter (the person it claims; see toolnexus.voting) as field 'y:<voter>' or
--- 'n:<voter>'. Needs the request open, before its deadline (by Redis time), and its
--- waiter alive (or the request durable), as RESOLVE.
+-- 'n:<voter>'. Admitted by the same rule as RESOLVE's answers (ADMIT): the request
+-- open, before its deadline (by Redis time), its waiter alive (or the request durable);
+-- a vote is not contested with a stored resolution (the waiter checks every vote instead).
 -- A vote whose voter has the same vote stored already (a retry) counts as before. A vote
 -- whose voter has another vote stored is *contested*: the stored one may be a forgery
 -- (anyone who can write the state can fill a voter's slot), so the vote is sent to the
@@ -456,35 +486,14 @@ VOTE = BatchScript(
 -- Each reply: {'ok'} | {'unknown'} | {'late'} | {'gone'} | {status, stored answer} |
 -- {'contested', the vote stored} | {'counted', accepts, declines, accepting voter...}.
 local replies = {}
-local now = nil
-local alive = nil
 for i = 3, #KEYS do
   local a = 1 + (i - 3) * 8
   local answer, id, voter = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local yes, need, mode = ARGV[a + 4] == '1', tonumber(ARGV[a + 5]), ARGV[a + 6]
   local replaces = ARGV[a + 7]
-  local st = redis.call('HMGET', KEYS[i], F_STATUS, F_DEADLINE, F_DURABLE)
-  local deadline = tonumber(ARGV[a + 8]) or 0
-  if deadline == 0 then
-    deadline = tonumber(st[2]) or 0
-  end
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    alive = redis.call('EXISTS', KEYS[2])
-  end
-  if not st[1] then
-    replies[i - 2] = {'unknown'}
-  elseif st[1] ~= S_OPEN then
-    local stored = redis.call('HGET', KEYS[i], F_ANSWER)
-    replies[i - 2] = {st[1], stored}
-    if st[1] == 'answered' and stored then
-      redis.call('XADD', KEYS[1], '*', R_ID, id, R_ANSWER, stored)
-    end
-  elseif now >= deadline then
-    replies[i - 2] = {'late'}
-  elseif alive == 0 and not st[3] then
-    replies[i - 2] = {'gone'}
+  local refused = admit(KEYS[i], 'vote', id, answer, ARGV[a + 8], KEYS)
+  if refused then
+    replies[i - 2] = refused
   else
     local slots = {F_YES .. voter, F_NO .. voter}
     if replaces ~= '' then

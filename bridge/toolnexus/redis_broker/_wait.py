@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..audit import AuditRecord, Refusal, audit_record
+from ..lifecycle import Status
 from ..models import EXPIRED, WITHDRAWN, Answer, Request
 from ._core import Core
 from .durable import ReplyStream
@@ -55,10 +56,13 @@ def ended(wait: Wait) -> bool:
     return wait.answer.done()
 
 
-def status_of(answer: Answer) -> str:
+def status_of(answer: Answer) -> Status:
     """How a request ended whose waiter got ``answer``, as its audit record says."""
-    reason = answer.reason
-    return reason if reason is not None and reason in (EXPIRED, WITHDRAWN) else "answered"
+    if answer.reason == EXPIRED:
+        return Status.EXPIRED
+    if answer.reason == WITHDRAWN:
+        return Status.WITHDRAWN
+    return Status.ANSWERED
 
 
 def audit_of(

@@ -11,7 +11,6 @@ import time
 from typing import Literal
 
 from ..audit import audit_record
-from ..broker import NOT_RESOLVED_REASONS
 from ..errors import (
     AlreadyResolved,
     BrokerUnavailable,
@@ -22,7 +21,8 @@ from ..errors import (
     UnknownRequest,
 )
 from ..keys import WAITER_ID, check_request_id
-from ..models import EXPIRED, WITHDRAWN, Answer, Event, Request
+from ..lifecycle import RESOLUTIONS, Outcome, Status
+from ..models import EXPIRED, WITHDRAWN, Answer, ApprovedEvent, Request, ended_event
 from ..outcomes import expired_answer
 from ..schema import check_answer
 from ..signing import allowed, request_digest, verify_answer
@@ -46,7 +46,7 @@ async def resolve_answer(
     group: str | None = None,
     *,
     alone: bool = False,
-) -> tuple[Event | None, bool]:
+) -> tuple[ApprovedEvent | None, bool]:
     """Resolve ``request`` (stream entry ``entry``, if known) with the checked ``answer``
     (encoded as ``payload``), retrying while Redis is away for up to ``answer_patience_s``.
     With ``group`` (the consumer group holding ``entry``), the resolve settles the entry
@@ -70,17 +70,17 @@ async def resolve_answer(
     stored: bytes | None = None
     backoff: Backoff | None = None  # made on the first failure: most answers have none
     give_up = time.monotonic() + core.settings.answer_patience_s
-    progress: Event | None = None
+    progress: ApprovedEvent | None = None
     settled = False
     settle = (group, entry) if group is not None and entry is not None else None
     while True:
         try:
-            outcome: str
+            outcome: Outcome
             if request.quorum is None:
                 outcome, stored, settled = await core.resolve(
                     waiter,
                     request.id,
-                    "answered",
+                    Status.ANSWERED,
                     payload,
                     settle,
                     deadline=request.expires_at,
@@ -96,36 +96,41 @@ async def resolve_answer(
                 ) from exc
             backoff = backoff or Backoff(cap_s=0.5)
             await backoff.wait(f"answering {request.id}", exc)
-    if outcome == "ok":
-        return None, settled
-    if outcome == "contested":
-        first = genuine(core, request, stored) if stored is not None else None
-        if first is not None:
-            raise AlreadyResolved(request.id, lost_to(first))
-        verdict = await _verdict(core, request, payload)
-        if verdict is True:
+    match outcome:
+        case Outcome.OK:
             return None, settled
-        if verdict is None:
-            raise Contested(request.id)
-        raise AlreadyResolved(request.id, lost_to(verdict))
-    if outcome == "counted":
-        return progress, settled
-    if outcome == "unknown":
-        raise UnknownRequest(request.id)
-    if outcome == "late":
-        await finish(core, request, EXPIRED, entry)
-        raise AlreadyResolved(request.id, "expired")
-    if outcome == "gone":
-        await finish(core, request, WITHDRAWN, entry)
-        raise AlreadyResolved(request.id, "withdrawn")
-    raise AlreadyResolved(request.id, NOT_RESOLVED_REASONS[outcome])
+        case Outcome.CONTESTED:
+            first = genuine(core, request, stored) if stored is not None else None
+            if first is not None:
+                raise AlreadyResolved(request.id, lost_to(first))
+            verdict = await _verdict(core, request, payload)
+            if verdict is True:
+                return None, settled
+            if verdict is None:
+                raise Contested(request.id)
+            raise AlreadyResolved(request.id, lost_to(verdict))
+        case Outcome.COUNTED:
+            return progress, settled
+        case Outcome.UNKNOWN:
+            raise UnknownRequest(request.id)
+        case Outcome.LATE:
+            await finish(core, request, Status.EXPIRED, entry)
+            raise AlreadyResolved(request.id, Status.EXPIRED)
+        case Outcome.GONE:
+            await finish(core, request, Status.WITHDRAWN, entry)
+            raise AlreadyResolved(request.id, Status.WITHDRAWN)
+        case Outcome.ANSWERED | Outcome.EXPIRED | Outcome.WITHDRAWN:
+            raise AlreadyResolved(request.id, Status(outcome.value))
+    raise AssertionError(f"no answer says {outcome!r}")  # (early: only for an expiry)
 
 
-def lost_to(answer: Answer) -> str:
-    """What an answer that lost to ``answer`` is told."""
-    if answer.reason in (EXPIRED, WITHDRAWN):
-        return NOT_RESOLVED_REASONS[answer.reason]
-    return NOT_RESOLVED_REASONS["answered"]
+def lost_to(answer: Answer) -> Status:
+    """The status an answer that lost to ``answer`` is told."""
+    if answer.reason == EXPIRED:
+        return Status.EXPIRED
+    if answer.reason == WITHDRAWN:
+        return Status.WITHDRAWN
+    return Status.ANSWERED
 
 
 def genuine(core: Core, request: Request, stored: bytes) -> Answer | None:
@@ -170,7 +175,7 @@ async def _verdict(core: Core, request: Request, payload: bytes) -> Literal[True
             status, stored = await core.command("HMGET", state, STATUS, ANSWER)
         except CONNECTION_ERRORS:
             continue
-        if stored == payload and status == b"answered":
+        if stored == payload and status == Status.ANSWERED.encode():
             return True
         winner = genuine(core, request, stored) if stored is not None else None
         if winner is not None:
@@ -179,32 +184,43 @@ async def _verdict(core: Core, request: Request, payload: bytes) -> Literal[True
 
 
 async def finish(
-    core: Core, request: Request, status: Literal["expired", "withdrawn"], entry: str | None = None
-) -> None:
+    core: Core,
+    request: Request,
+    status: Literal[Status.EXPIRED, Status.WITHDRAWN],
+    entry: str | None = None,
+) -> bool:
     """Resolve as expired (with the request's default on expiry, if it has one) or
     withdrawn a request whose waiter cannot (it died, or the deadline passed with nobody
-    to record it), tell responders, and delete its ``entry``. If this resolution wins, its
-    audit record is written here, once: a waiter that learns of it writes none (see
-    :meth:`Waiter._ended <toolnexus.redis_broker.waiter.Waiter._ended>`)."""
+    to record it), tell responders, and delete its ``entry``. An expiry is judged by Redis
+    time against the signed deadline: before it, nothing happens. If this resolution wins,
+    its audit record is written here, once: a waiter that learns of it writes none (see
+    :meth:`Waiter._ended <toolnexus.redis_broker.waiter.Waiter._ended>`). Whether the
+    request is no longer open (False: still open, its deadline not reached)."""
     ending = (
         expired_answer(request)
-        if status == EXPIRED
-        else Answer(id=request.id, ok=False, reason=status)
+        if status == Status.EXPIRED
+        else Answer(id=request.id, ok=False, reason=WITHDRAWN)
     )
     answer = core.signatures.sign_answer(ending, request)
     payload = core.codec.encode(answer)
-    outcome, _, _ = await core.resolve(waiter_of(request), request.id, status, payload)
-    if outcome == "ok":
-        event = Event(event=status, id=request.id, answer=answer)
+    deadline = request.expires_at if status == Status.EXPIRED else None
+    outcome, _, _ = await core.resolve(
+        waiter_of(request), request.id, status, payload, deadline=deadline
+    )
+    if outcome == Outcome.EARLY:
+        return False
+    if outcome == Outcome.OK:
+        event = ended_event(status, request.id, answer)
         await settle_reached(core, request, event, entry)
         digest = answer.signature.digest if answer.signature is not None else None
         record = audit_record(
             request, status, answer, verified=None, codec=core.codec, digest=digest
         )
         core.settle(audit=record)
+    return True
 
 
-async def answer_by_id(core: Core, answer: Answer) -> Event | None:
+async def answer_by_id(core: Core, answer: Answer) -> ApprovedEvent | None:
     """:meth:`RedisBroker.answer`: find the request by its route, check, resolve."""
     if check_request_id(answer.id) is not None:
         raise UnknownRequest(answer.id[:100])
@@ -219,10 +235,10 @@ async def answer_by_id(core: Core, answer: Answer) -> Event | None:
         state = core.keys.state(waiter, answer.id)
         status, raw_request = await core.command("HMGET", state, STATUS, REQUEST)
         if raw_request is None:  # gone, or ended and holding an excerpt of it (S8)
-            reason = NOT_RESOLVED_REASONS.get(status.decode("latin-1")) if status else None
-            if reason is None:
+            said = status.decode("latin-1") if status else None
+            if said not in RESOLUTIONS:
                 raise UnknownRequest(answer.id)
-            raise AlreadyResolved(answer.id, reason)
+            raise AlreadyResolved(answer.id, Status(said))
         request = core.codec.decode_as(raw_request, Request)
         core.signatures.admit_request(request)  # with signatures required, only a signed one
         checked = checked_answer(core, request, answer, None)

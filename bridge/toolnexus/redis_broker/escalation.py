@@ -27,7 +27,7 @@ import redis.exceptions
 
 from ..errors import BrokerClosed
 from ..keys import Keys, name_problem
-from ..models import Event, Hop, Request
+from ..models import EscalatedEvent, Event, Hop, Request
 from ..timers import Timers
 from ._core import CONNECTION_ERRORS, Core, ms, text
 from ._scripts import PUBLISH, REACHED
@@ -216,7 +216,7 @@ class Escalator:
         if escalation.final is not None:  # the wait ended while this hop was on its way
             core.settle(escalation.final, delete=entry, keys=keys)
             return
-        event = Event(event="escalated", id=wait.request_id, queue=hop.queue)
+        event = EscalatedEvent(id=wait.request_id, queue=hop.queue)
         for earlier_keys in earlier:
             core.settle(event, keys=earlier_keys)
 

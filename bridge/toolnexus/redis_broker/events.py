@@ -73,7 +73,7 @@ class RedisEvents(EventStream):
                     payload = fields.get(b"e") if fields else None
                     if payload is None:
                         raise DecodeError("the entry has no 'e' field holding an event")
-                    self._buffer.append(core.codec.decode_as(payload, Event))
+                    self._buffer.append(core.codec.decode_event(payload))
                 except DecodeError as exc:
                     dead = text(entry_id)
                     core.move_to_dead_letters(core.keys.events, dead, fields or {}, str(exc))

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from ..lifecycle import Status
+
 STATUS: Final = "s"
 ANSWER: Final = "a"
 DEADLINE: Final = "x"
@@ -35,12 +37,17 @@ CONTESTED: Final = "c:"
 ACCEPT_VOTE: Final = "y:"
 DECLINE_VOTE: Final = "n:"
 
-OPEN: Final = "open"
-"""The status of a request nobody resolved yet."""
+OPEN: Final = Status.OPEN.value
+"""The status of a request nobody resolved yet (see :class:`toolnexus.lifecycle.Status`)."""
 
 REPLY_ID, REPLY_ANSWER, REPLY_CONTESTED = "id", "a", "c"
 """The fields of a reply-stream entry: the request's id, the encoded answer, and ``'1'`` for
 an answer contested with the one its state holds."""
+
+REFUSAL_REASON, REFUSAL_BY, REFUSAL_KEY, REFUSAL_SIG, REFUSAL_DIGEST = "x", "b", "k", "s", "d"
+"""The fields of a reply-stream entry that is a responder's refusal of the request (besides
+its id): the reason, the consumer that refused it, and where it signs, its signature's key
+name, bytes and digest of the request's bytes (see :meth:`.RedisResponder.refuse`)."""
 
 ENTRY_REQUEST: Final = "r"
 """The one field of a request-stream entry (and of an audit-stream entry): the encoded
@@ -59,6 +66,9 @@ CONTESTED_B, ACCEPT_VOTE_B = CONTESTED.encode(), ACCEPT_VOTE.encode()
 DECLINE_VOTE_B = DECLINE_VOTE.encode()
 REPLY_ID_B, REPLY_ANSWER_B = REPLY_ID.encode(), REPLY_ANSWER.encode()
 REPLY_CONTESTED_B = REPLY_CONTESTED.encode()
+REFUSAL_REASON_B, REFUSAL_BY_B = REFUSAL_REASON.encode(), REFUSAL_BY.encode()
+REFUSAL_KEY_B, REFUSAL_SIG_B = REFUSAL_KEY.encode(), REFUSAL_SIG.encode()
+REFUSAL_DIGEST_B = REFUSAL_DIGEST.encode()
 
 _LUA_NAMES: Final = {
     "F_STATUS": STATUS,

@@ -2,6 +2,10 @@
 to the queue's request stream (one script on one server, one per slot on a Cluster), and
 published again, with backoff, while Redis is away.
 
+A publish also looks, now and then and in the background, whether anybody reads the
+queue: with no worker's heartbeat fresh on it, a warning names the namespace, the queue
+and the workers alive elsewhere (:meth:`Publisher.look_for_readers`).
+
 A plain wait does not hold its encoded request once it is published: it is encoded again
 from the caller's request in the rare case it must be published again (Redis lost it, or
 it was reopened), which gives the same bytes. A wait that signs, checks its answers or is
@@ -19,15 +23,47 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
+import redis.exceptions
 
 from ..errors import BrokerClosed, InvalidRequest
-from ..models import UNAVAILABLE, Answer, Request
+from ..models import UNAVAILABLE, Answer, Heartbeat, Request
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms
 from ._scripts import OPEN, OPEN_PUBLISH, PUBLISH
 from ._wait import Wait
 from .escalation import record_reached
+from .heartbeats import live_heartbeats, workers_elsewhere
 
 log = logging.getLogger("toolnexus.redis")
+
+LOOK_EVERY_S = 10.0
+"""How often at most a waiter looks whether anybody reads its queue (on a publish, in the
+background: a publish never waits for it)."""
+
+NAMED_WORKERS = 5
+"""Workers named at most per queue in the warning that nobody reads a queue."""
+
+
+def unread_warning(
+    namespace: str, queue: str, request_id: str, elsewhere: dict[tuple[str, str], list[Heartbeat]]
+) -> str:
+    """The warning that nobody reads ``queue``: where the workers alive are instead (this
+    namespace's queues first)."""
+    places = []
+    own_first = sorted(elsewhere.items(), key=lambda item: (item[0][0] != namespace, item[0]))
+    for (ns, q), beats in own_first:
+        names = sorted(f"{b.group}/{b.consumer}" for b in beats)
+        more = f" and {len(names) - NAMED_WORKERS} more" if len(names) > NAMED_WORKERS else ""
+        where = f"queue {q!r}" if ns == namespace else f"namespace {ns!r} queue {q!r}"
+        places.append(f"{where}: {', '.join(names[:NAMED_WORKERS])}{more}")
+    alive = (
+        "workers alive elsewhere: " + "; ".join(places)
+        if places
+        else "no worker is alive on any other queue this process can see either"
+    )
+    return (
+        f"nobody reads queue {queue!r} of namespace {namespace!r}: no worker has a fresh "
+        f"heartbeat there, so request {request_id} waits for one until its deadline ({alive})"
+    )
 
 
 class Publisher:
@@ -37,6 +73,9 @@ class Publisher:
         self.core = core
         self._unpublished: set[Wait] = set()
         self._republisher: asyncio.Task[None] | None = None
+        self._looked_at = -LOOK_EVERY_S
+        self._looking: asyncio.Task[None] | None = None
+        self._may_look = True  # False once Redis refused (an ACL without the heartbeats)
 
     def as_published(
         self, request: Request, deadline: float, allow: Sequence[str] | None, reply_to: str
@@ -78,6 +117,8 @@ class Publisher:
         min_id = max(0, now_ms - settings.stream_retention_ms) // 1000 * 1000
         once = int(replies.durable and not again)
         state = keys.state(replies.waiter, wait.request_id)
+        if not again:
+            self.look_for_readers(wait.request_id)
         if core.one_server:
             call.post_batch(
                 OPEN_PUBLISH,
@@ -104,6 +145,33 @@ class Publisher:
             (payload, ttl_ms, once),
         )
         added.add_done_callback(functools.partial(self._on_published, wait, opened))
+
+    def look_for_readers(self, request_id: str) -> None:
+        """Unless looked at less than :data:`LOOK_EVERY_S` ago, look in the background
+        whether any worker reads this queue (a fresh heartbeat), and warn if none does."""
+        now = time.monotonic()
+        if not self._may_look or self._looking is not None or now - self._looked_at < LOOK_EVERY_S:
+            return
+        self._looked_at = now
+        self._looking = asyncio.get_running_loop().create_task(self._look(request_id))
+
+    async def _look(self, request_id: str) -> None:
+        core = self.core
+        try:
+            if await live_heartbeats(core):
+                return
+            elsewhere = await workers_elsewhere(core)
+        except redis.exceptions.NoPermissionError as exc:
+            self._may_look = False
+            log.debug("cannot look whether anybody reads the queue: %s", exc)
+            return
+        except (*CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError) as exc:
+            log.debug("looking whether anybody reads the queue: %s", exc)
+            return
+        finally:
+            self._looking = None
+        keys = core.keys
+        log.warning(unread_warning(keys.namespace, keys.queue, request_id, elsewhere))
 
     def _on_published(
         self, wait: Wait, opened: asyncio.Future[Any], added: asyncio.Future[Any]
@@ -169,5 +237,6 @@ class Publisher:
             self._republisher = None
 
     def close(self) -> None:
-        if self._republisher is not None:
-            self._republisher.cancel()
+        for task in (self._republisher, self._looking):
+            if task is not None:
+                task.cancel()

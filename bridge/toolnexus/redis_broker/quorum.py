@@ -39,9 +39,9 @@ import msgspec
 import redis.exceptions
 
 from ..audit import Refusal
-from ..broker import NOT_RESOLVED_REASONS
 from ..errors import AlreadyVoted, DecodeError, SignatureError
-from ..models import EXPIRED, WITHDRAWN, Answer, Event, Quorum, Request
+from ..lifecycle import RESOLUTIONS, RESOLVED, Outcome, Status
+from ..models import EXPIRED, WITHDRAWN, Answer, ApprovedEvent, Quorum, Request
 from ..signing import Keyring, request_digest, verify_answer
 from ..voting import approvals_of, decides, voter_of
 from ._core import CONNECTION_ERRORS, Core, ms, text
@@ -51,7 +51,7 @@ from .layout import ACCEPT_VOTE_B, ANSWER, ANSWER_B, DECLINE_VOTE_B, OPEN_B, STA
 
 log = logging.getLogger("toolnexus.redis")
 
-VOTE_OUTCOMES: Final = OUTCOMES | {"counted"}
+VOTE_OUTCOMES: Final = OUTCOMES | {Outcome.COUNTED}
 """What :func:`cast_vote` says: a resolve outcome, or ``counted`` (the vote counted, or
 was counted before: the request stays open)."""
 
@@ -78,10 +78,9 @@ def _said(reply: list[Any]) -> str:
     return said.decode("latin-1") if isinstance(said, bytes) else str(said)
 
 
-def _progress(request: Request, reply: list[Any]) -> Event:
+def _progress(request: Request, reply: list[Any]) -> ApprovedEvent:
     assert request.quorum is not None
-    return Event(
-        event="approved",
+    return ApprovedEvent(
         id=request.id,
         count=int(reply[1]),
         need=request.quorum.need,
@@ -109,7 +108,7 @@ def _vote(
 
 async def cast_vote(
     core: Core, request: Request, answer: Answer, payload: bytes
-) -> tuple[str, Event | None, bytes | None]:
+) -> tuple[Outcome, ApprovedEvent | None, bytes | None]:
     """Run the vote script for the checked ``answer`` (encoded as ``payload``): the outcome
     (see :data:`VOTE_OUTCOMES`), the ``approved`` event of a vote counted, and the stored
     answer of a request already resolved.
@@ -124,18 +123,19 @@ async def cast_vote(
             the waiter did not cast this one in time (it may yet).
     """
     reply = await _vote(core, request, answer, payload)
-    if _said(reply) == "contested":
+    if _said(reply) == Outcome.CONTESTED:
         if _looks_genuine(core, request, answer, reply[1]):
             raise AlreadyVoted(request.id, voter_of(answer))
         reply = await _verdict(core, request, answer, payload)
-    outcome = _said(reply)
-    if outcome not in VOTE_OUTCOMES:
-        raise redis.exceptions.ResponseError(f"vote script said {outcome!r}")
-    if outcome == "counted":
+    said = _said(reply)
+    if said not in VOTE_OUTCOMES:
+        raise redis.exceptions.ResponseError(f"vote script said {said!r}")
+    outcome = Outcome(said)
+    if outcome == Outcome.COUNTED:
         return outcome, _progress(request, reply), None
     stored: bytes | None = reply[1] if len(reply) > 1 else None
-    if outcome in NOT_RESOLVED_REASONS and stored == payload:
-        return "ok", None, None  # the deciding vote was ours (retried, or cast by the waiter)
+    if outcome in RESOLVED and stored == payload:
+        return Outcome.OK, None, None  # the deciding vote was ours (retried, or cast by the waiter)
     return outcome, None, stored
 
 
@@ -193,13 +193,13 @@ async def _verdict(core: Core, request: Request, answer: Answer, payload: bytes)
         except CONNECTION_ERRORS:
             continue
         if status is None:
-            return ["unknown"]
+            return [Outcome.UNKNOWN.value]
         resolved = status.decode("latin-1")  # (an edited state may hold any bytes)
-        if resolved in NOT_RESOLVED_REASONS:
+        if resolved in RESOLUTIONS:
             return [resolved, stored]
         if payload in mine:  # cast by the waiter: sent again, it says the count (or "ok")
             reply: list[Any] = await _vote(core, request, answer, payload)
-            if _said(reply) != "contested":  # (else written over again: wait on)
+            if _said(reply) != Outcome.CONTESTED:  # (else written over again: wait on)
                 return reply
     raise AlreadyVoted(request.id, voter_of(answer), contested=True)
 
@@ -358,7 +358,8 @@ async def outcome(
     if wait.refusals:
         wait.refusals = _distinct(wait.refusals)
     taken = decide(request.quorum, vote, checked.counted)
-    if taken is None and state.answer == vote and state.status in (b"expired", b"withdrawn"):
+    ended = {Status.EXPIRED.encode(), Status.WITHDRAWN.encode()}
+    if taken is None and state.answer == vote and state.status in ended:
         taken = _ended(core, request, vote, admit)  # another party's end, judged as such
     if taken is not None or not wait.answer.done():
         wait.votes = [raw for raw, _ in checked.counted]
@@ -426,5 +427,5 @@ async def _recount(
         await removal
     if cast is not None:
         reply = await cast
-        if _said(reply) == "counted":  # the count, as the voter's own responder tells it
+        if _said(reply) == Outcome.COUNTED:  # the count, as the voter's own responder tells it
             core.settle(_progress(request, reply))

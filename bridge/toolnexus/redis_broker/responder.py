@@ -6,18 +6,23 @@ what it holds on another: requests resolved elsewhere are let go, requests past 
 deadline are expired, and requests whose waiter died are withdrawn. Entries of a
 consumer that died are reclaimed with ``XAUTOCLAIM`` once its lease lapses. Entries
 are acknowledged once the request is resolved or skipped. Entries that are not a
-readable request are moved to the dead-letter stream; reading goes on.
+readable request are moved to the dead-letter stream, and the waiter they name, if they
+name one, is told (a refusal on its reply stream, signed by this process's key when it has
+one: see :meth:`RedisResponder.refuse`); reading goes on. From its first read on, each
+consumer keeps a heartbeat (:meth:`~toolnexus.Responder.keep_heartbeat`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import deque
-from typing import Any, Literal
+from typing import Any
 
+import msgspec
 import redis.exceptions
 
 from ..broker import Pending, Responder
@@ -30,18 +35,50 @@ from ..errors import (
     ToolnexusError,
 )
 from ..keys import WAITER_ID, check_request_id
-from ..models import EXPIRED, WITHDRAWN, Answer, Event, Request
-from ..signing import allowed
+from ..lifecycle import Status
+from ..models import Answer, ApprovedEvent, Request
+from ..signing import allowed, sign_refusal
 from ._connections import BlockingReader, Entries
-from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, run_to_completion, text
+from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, ms, run_to_completion, text
 from ._scripts import STATUS
 from .answering import checked_answer, finish, resolve_answer, waiter_of
-from .layout import OPEN_B
+from .heartbeats import heartbeat
+from .layout import (
+    OPEN_B,
+    REFUSAL_BY,
+    REFUSAL_DIGEST,
+    REFUSAL_KEY,
+    REFUSAL_REASON,
+    REFUSAL_SIG,
+    REPLY_ID,
+)
 
 log = logging.getLogger("toolnexus.redis")
 
 RENEW_CHUNK = 1000
 """Entries renewed by one ``XCLAIM``."""
+
+REFUSALS_KEPT = 1000
+"""A reply stream is trimmed to about this many entries by a refusal added to it."""
+
+
+def route_of(payload: bytes, format: str) -> tuple[str, str] | None:
+    """The request id and reply stream's waiter that the encoded request ``payload`` names,
+    read leniently (it may be a request this toolnexus cannot read otherwise), if both look
+    like an id and a waiter id."""
+    try:
+        decoded = (msgspec.msgpack if format == "msgpack" else msgspec.json).decode(payload)
+    except (msgspec.DecodeError, ValueError):
+        return None
+    body = decoded[1] if isinstance(decoded, list) and len(decoded) == 2 else None
+    if not isinstance(body, dict):
+        return None
+    request_id, waiter = body.get("id"), body.get("reply_to")
+    if not isinstance(request_id, str) or check_request_id(request_id) is not None:
+        return None
+    if not isinstance(waiter, str) or not WAITER_ID.fullmatch(waiter):
+        return None
+    return request_id, waiter
 
 
 class RedisPending(Pending):
@@ -55,7 +92,7 @@ class RedisPending(Pending):
         self._responder = responder
         self._queued = True  # in the responder's ready queue, not yet delivered
 
-    async def answer(self, answer: Answer) -> Event | None:
+    async def answer(self, answer: Answer) -> ApprovedEvent | None:
         return await self._responder.answer(self, answer)
 
     async def skip(self) -> None:
@@ -102,7 +139,12 @@ class RedisResponder(Responder):
                     self._reader = self.core.blocking_reader()
                 if not self._tasks:
                     loop = asyncio.get_running_loop()
-                    self._tasks = [loop.create_task(self._renew()), loop.create_task(self._sweep())]
+                    beat = functools.partial(heartbeat, self.core, self.group, self.consumer)
+                    self._tasks = [
+                        loop.create_task(self._renew()),
+                        loop.create_task(self._sweep()),
+                        loop.create_task(self.keep_heartbeat(beat)),
+                    ]
                 await self._read()
                 backoff = None  # it worked: a failure from now on starts the backoff again
             except BrokerClosed:
@@ -175,8 +217,35 @@ class RedisResponder(Responder):
         except (DecodeError, SignatureError) as exc:
             self.core.move_to_dead_letters(self._stream, entry_id, fields, str(exc), self.group)
             self.dead_lettered += 1
+            why = exc.reason if isinstance(exc, SignatureError) else str(exc)
+            self.refuse(fields.get(b"r"), why)
             return None
         return request, signer
+
+    def refuse(self, payload: bytes | None, reason: str) -> None:
+        """Tell the waiter of the request published as ``payload`` (dead-lettered here, for
+        ``reason``) that this responder refused it, on its reply stream (fields
+        ``REFUSAL_*`` of :mod:`.layout`): the reason, this consumer and, when this process
+        signs, a signature bound to those bytes (:func:`sign_refusal`). Bytes that name no
+        waiter are only dead-lettered."""
+        if payload is None:
+            return
+        core = self.core
+        route = route_of(payload, core.codec.format)
+        if route is None:
+            return
+        request_id, waiter = route
+        reason = reason[:500]
+        fields: list[Any] = [REPLY_ID, request_id, REFUSAL_REASON, reason, REFUSAL_BY, self.name]
+        key = core.signatures.key
+        if key is not None:
+            signature = sign_refusal(request_id, payload, reason, key)
+            fields += [REFUSAL_KEY, signature.key, REFUSAL_SIG, signature.sig]
+            fields += [REFUSAL_DIGEST, signature.digest]
+        stream = core.keys.answers(waiter)
+        call = core.pipeliner
+        call.post("XADD", stream, "MAXLEN", "~", REFUSALS_KEPT, "*", *fields, lazy=False)
+        call.post("PEXPIRE", stream, core.settings.retention_ms, lazy=False)
 
     async def _admit(self, entries: Entries, *, fresh: bool) -> None:
         """Queue the open requests among ``entries``; acknowledge or dead-letter the rest.
@@ -206,17 +275,19 @@ class RedisResponder(Responder):
                 if held.entry_id != entry_id:
                     done.append(entry_id)  # a duplicate XADD of a request we already show
             elif fresh and now < (request.expires_at or float("inf")):
+                # (this clock only spares a round trip: one that runs slow shows a late
+                # request, whose answer Redis time refuses; one that runs fast asks Redis)
                 admitted.append((entry_id, request, signer))
             else:
                 unsure.append((entry_id, request, signer))
         if unsure:
             states = await self._states([request for _, request, _ in unsure])
-            for (entry_id, request, signer), (status, alive) in zip(unsure, states, strict=True):
-                if status != OPEN_B:
-                    done.append(entry_id)
-                elif not alive or now >= (request.expires_at or float("inf")):
-                    outcome: Literal["expired", "withdrawn"] = WITHDRAWN if not alive else EXPIRED
-                    await finish(self.core, request, outcome, entry_id)
+            for (entry_id, request, signer), (status, alive, past) in zip(
+                unsure, states, strict=True
+            ):
+                if status != OPEN_B or (
+                    (not alive or past) and await self._end(request, alive, entry_id)
+                ):
                     done.append(entry_id)
                 else:
                     admitted.append((entry_id, request, signer))
@@ -236,9 +307,17 @@ class RedisResponder(Responder):
         me = key.name if key is not None else self.name
         return any(":" in entry for entry in request.allow) or allowed(request.allow, me, None)
 
-    async def _states(self, requests: list[Request]) -> list[tuple[bytes | None, bool]]:
-        """Each request's status (``b"open"``, ...; None if Redis forgot it) and whether
-        its waiter is alive, in one round trip."""
+    async def _end(self, request: Request, alive: bool, entry_id: str | None) -> bool:
+        """End ``request``, open but its waiter gone (withdrawn) or past its signed
+        deadline by Redis time (expired): whether it is no longer open."""
+        if not alive:
+            return await finish(self.core, request, Status.WITHDRAWN, entry_id)
+        return await finish(self.core, request, Status.EXPIRED, entry_id)
+
+    async def _states(self, requests: list[Request]) -> list[tuple[bytes | None, bool, bool]]:
+        """Each request's status (``b"open"``, ...; None if Redis forgot it), whether its
+        waiter is alive, and whether its signed deadline has passed by Redis time (the
+        judge of a deadline, whatever this process's clock says), in one round trip."""
         keys = self.core.keys
         batch = self.core.pipeliner.batch
         replies: list[list[Any]] = await asyncio.gather(
@@ -248,11 +327,16 @@ class RedisResponder(Responder):
                 for w in (waiter_of(r),)
             )
         )
-        return [(reply[0] or None, bool(reply[1])) for reply in replies]
+        return [
+            (reply[0] or None, bool(reply[1]), int(reply[2]) >= ms(r.expires_at))
+            if r.expires_at is not None
+            else (reply[0] or None, bool(reply[1]), False)
+            for r, reply in zip(requests, replies, strict=True)
+        ]
 
     # -- answering ----------------------------------------------------------------
 
-    async def answer(self, pending: RedisPending, answer: Answer) -> Event | None:
+    async def answer(self, pending: RedisPending, answer: Answer) -> ApprovedEvent | None:
         """:meth:`RedisPending.answer`. An answer that cannot get through because Redis is
         away hands the request back: it is shown again once Redis returns. A quorum's vote
         that counted but did not decide keeps the request held, for other persons here."""
@@ -357,13 +441,10 @@ class RedisResponder(Responder):
         if not held:
             return
         states = await self._states([pending.request for pending in held])
-        now = time.time()
-        for pending, (status, alive) in zip(held, states, strict=True):
-            if status != OPEN_B:
-                self.release(pending)
-            elif not alive or now >= (pending.request.expires_at or float("inf")):
-                outcome: Literal["expired", "withdrawn"] = WITHDRAWN if not alive else EXPIRED
-                await finish(self.core, pending.request, outcome, pending.entry_id)
+        for pending, (status, alive, past) in zip(held, states, strict=True):
+            if status != OPEN_B or (
+                (not alive or past) and await self._end(pending.request, alive, pending.entry_id)
+            ):
                 self.release(pending)
 
     async def _reclaim(self) -> None:
@@ -409,6 +490,9 @@ class RedisResponder(Responder):
 
     async def _close(self, ids: list[Any]) -> None:
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks and not self.core.closed:  # it kept a heartbeat: it leaves
+            with contextlib.suppress(Exception):
+                await heartbeat(self.core, self.group, self.consumer, 0, None)
         if ids and not self.core.closed:  # idle as if their lease had lapsed: reclaimable now
             with contextlib.suppress(Exception):
                 await self.core.bounded(

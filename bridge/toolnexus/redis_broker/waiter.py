@@ -7,7 +7,12 @@ process's reply stream, read by one blocking reader that wakes every concurrent 
 mark; one timer serves every deadline. The reply stream belongs to this waiter alone
 and is read from its start, so an answer that arrives before the reader looks is never
 missed. Every entry of it may be garbage: such an entry is dead-lettered, the reader
-moves on, and the wait it names takes its outcome from the request's state.
+moves on, and the wait it names takes its outcome from the request's state. A responder
+that dead-lettered the request says so on the reply stream (a refusal): one signed by a
+trusted key, or any readable one when signatures are not required, is logged at once and
+given to whoever watches for it (:meth:`Waiter.refusal`: ``toolnexus ask`` ends), while
+the wait goes on (another group may take the request, an operator may requeue it); with
+signatures required, any other is a hint that is logged.
 
 Durable waits (SPEC §14) live under the agent's durable waiter of the queue, read by a second reader
 of this code from the first durable wait on (:mod:`.durable`).
@@ -28,12 +33,23 @@ import redis.exceptions
 
 from ..audit import REQUEST_KEPT_BYTES, AuditRecord, Refusal, kept_request
 from ..broker import deadline_of
-from ..errors import BrokerClosed, DecodeError, InvalidRequest, SignatureError
+from ..errors import BrokerClosed, DecodeError, InvalidRequest, Refused, SignatureError
 from ..hops import check_hops
 from ..keys import check_request_id, new_waiter_id
-from ..models import EXPIRED, UNAVAILABLE, WITHDRAWN, Answer, Event, Request
+from ..lifecycle import RESOLVED, Status
+from ..models import (
+    EXPIRED,
+    UNAVAILABLE,
+    WITHDRAWN,
+    Answer,
+    AnsweredEvent,
+    Event,
+    Request,
+    Signature,
+    ended_event,
+)
 from ..outcomes import check_on_expiry, expired_answer
-from ..signing import request_digest
+from ..signing import request_digest, verify_refusal
 from ..timers import Timers
 from ..wire10 import Request10, as_request
 from . import durable, quorum
@@ -47,6 +63,11 @@ from .layout import (
     ANSWER_B,
     CONTESTED_B,
     OPEN_B,
+    REFUSAL_BY_B,
+    REFUSAL_DIGEST_B,
+    REFUSAL_KEY_B,
+    REFUSAL_REASON_B,
+    REFUSAL_SIG_B,
     REPLY_ANSWER_B,
     REPLY_CONTESTED_B,
     REPLY_ID_B,
@@ -78,6 +99,7 @@ class Waiter:
         self.waits: dict[str, Wait] = {}
         self.unreadable = 0  # reply-stream entries dead-lettered
         self.refused = 0  # answers refused by signature or allow-list checks
+        self._refusals: dict[str, asyncio.Future[Refused]] = {}  # see refusal()
         self._own = ReplyStream(self.id, self.answers_key, self.alive_key, durable=False)
         shared = core.keys.durable_waiter(core.agent)
         self._durable = ReplyStream(
@@ -107,13 +129,25 @@ class Waiter:
             answer = await wait.answer
         except asyncio.CancelledError:
             if not wait.replies.durable:  # a durable request outlives its waits
-                self._spawn(self._end(wait, WITHDRAWN))
+                self._spawn(self._end(wait, Status.WITHDRAWN))
             raise
         finally:
             del self.waits[wait.request_id]
+            refusal = self._refusals.pop(wait.request_id, None)
+            if refusal is not None and not refusal.done():
+                refusal.cancel()
         if answer is not None:
             return self._answered(wait, answer)
         return await self._expired(wait)
+
+    def refusal(self, request_id: str) -> asyncio.Future[Refused]:
+        """A future that a responder's refusal of request ``request_id`` (waited for by
+        this waiter) sets, if one comes that counts (see :meth:`_take_refusal`); it is
+        cancelled when the wait ends."""
+        future = self._refusals.get(request_id)
+        if future is None:
+            future = self._refusals[request_id] = asyncio.get_running_loop().create_future()
+        return future
 
     def _open(
         self,
@@ -196,19 +230,18 @@ class Waiter:
     def _record(self, wait: Wait, answer: Answer) -> None:
         """The audit record and the outcome event of ``wait``, ended with ``answer``."""
         status = status_of(answer)
-        if status == "answered":
+        if status == Status.ANSWERED:
             if answer.reason == UNAVAILABLE and not wait.published:  # Redis refused it
                 self._ended(wait, answer, "unavailable")
                 return
             # The waiter tells responders: it is the one party sure to learn the answer
             # (a responder may die between resolving and saying so). Groups that have
             # not read the entry yet never will.
-            event = Event(event="answered", id=wait.request_id, answer=answer)
+            event: Event = AnsweredEvent(id=wait.request_id, answer=answer)
             self._ended(wait, answer, status, event)
             return
         wait.recorded = True  # an expiry or withdrawal another party resolved, and recorded
-        ending: Literal["expired", "withdrawn"] = "expired" if status == EXPIRED else "withdrawn"
-        event = Event(event=ending, id=wait.request_id, answer=answer)
+        event = ended_event(status, wait.request_id, answer)
         # a responder recorded it on one queue; its hops learn of it here
         self._ended(wait, answer, status, event if wait.escalation is not None else None)
 
@@ -217,12 +250,12 @@ class Waiter:
         won the race. Cancelling this call leaves the recording to finish on its own."""
         if not wait.published:  # it may still land: make sure nobody answers it
             unavailable = Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE)
-            self._ended(wait, unavailable, "expired")
-            self._spawn(self._resolve_by_waiter(wait, "expired"))
+            self._ended(wait, unavailable, Status.EXPIRED)
+            self._spawn(self._resolve_by_waiter(wait, Status.EXPIRED))
             return unavailable
-        return await asyncio.shield(self._spawn(self._end(wait, "expired")))
+        return await asyncio.shield(self._spawn(self._end(wait, Status.EXPIRED)))
 
-    async def _end(self, wait: Wait, status: Literal["expired", "withdrawn"]) -> Answer:
+    async def _end(self, wait: Wait, status: Literal[Status.EXPIRED, Status.WITHDRAWN]) -> Answer:
         """Resolve the request of ``wait`` as ``status`` (its deadline passed, or it was
         cancelled or closed) and record how it ended: the answer that won."""
         outcome = await self._resolve_by_waiter(wait, status)
@@ -308,7 +341,7 @@ class Waiter:
             wait.checked = self._checks(request)
             wait.quorum = request.quorum is not None
             reached = parse_queues_field(stored.queues)  # hints: see Escalator.plan
-            if stored.status == "open":  # published already if its route says so
+            if stored.status == Status.OPEN:  # published already if its route says so
                 wait.reached = reached
                 wait.entry_id = next(
                     (e.encode() for q, e in reached if q == core.keys.queue and e), None
@@ -359,7 +392,7 @@ class Waiter:
     # -- resolving our own requests -----------------------------------------------
 
     async def _resolve_by_waiter(
-        self, wait: Wait, status: Literal["expired", "withdrawn"]
+        self, wait: Wait, status: Literal[Status.EXPIRED, Status.WITHDRAWN]
     ) -> Answer:
         """Resolve our own request as expired or withdrawn; the answer that won either way.
 
@@ -371,10 +404,10 @@ class Waiter:
         """
         core = self.core
         published = self.publisher.published(wait)
-        if status == EXPIRED:
+        if status == Status.EXPIRED:
             answer = expired_answer(published)
         else:
-            answer = Answer(id=wait.request_id, ok=False, reason=status)
+            answer = Answer(id=wait.request_id, ok=False, reason=WITHDRAWN)
         payload = core.codec.encode(core.signatures.sign_answer(answer, published))
         backoff = Backoff(cap_s=0.5)
         give_up = time.monotonic() + RESOLVE_PATIENCE_S
@@ -394,7 +427,7 @@ class Waiter:
                 log.error("resolving %s as %s failed: %s", answer.id, status, exc)
                 return answer
         if outcome == "ok":
-            self._settle(wait, Event(event=status, id=answer.id, answer=answer))
+            self._settle(wait, ended_event(status, answer.id, answer))
             return answer
         try:
             if wait.quorum:
@@ -413,8 +446,8 @@ class Waiter:
                 if taken.reason in (EXPIRED, WITHDRAWN):  # another party's end
                     wait.recorded = True  # and record (see _ended)
                 escalated = wait.escalation is not None
-                if escalated and outcome in ("answered", "expired", "withdrawn"):
-                    self._settle(wait, Event(event=outcome, id=answer.id, answer=taken))
+                if escalated and outcome in RESOLVED:
+                    self._settle(wait, ended_event(Status(outcome), answer.id, taken))
                 return taken
         return answer  # what the state holds is unreadable or refused: the deadline's
 
@@ -589,8 +622,8 @@ class Waiter:
         try:
             while not core.closed:
                 try:
-                    if reader is None:  # its reads carry the lazy items (events, records)
-                        reader = core.blocking_reader(carry=True)
+                    if reader is None:
+                        reader = core.blocking_reader()
                     if reconnected:
                         await self._reconcile(replies)
                         reconnected = False
@@ -633,6 +666,9 @@ class Waiter:
 
     def _take(self, replies: ReplyStream, entry_id: str, fields: dict[bytes, bytes]) -> None:
         """Hand the answer of one reply-stream entry to its wait; dead-letter garbage."""
+        if REFUSAL_REASON_B in fields:
+            self._take_refusal(replies, fields)
+            return
         request_id: str | None = None
         try:
             raw_id = fields.get(REPLY_ID_B)
@@ -671,6 +707,57 @@ class Waiter:
             taken = self._accept(wait, answer, payload)
             if taken is not None:
                 wait.answer.set_result(taken)
+
+    def _take_refusal(self, replies: ReplyStream, fields: dict[bytes, bytes]) -> None:
+        """A responder's refusal of a request (see :meth:`RedisResponder.refuse
+        <toolnexus.redis_broker.RedisResponder.refuse>`): it counts (logged, and given to
+        :meth:`refusal`) if signed by a trusted key for exactly the request this waiter
+        published, or if signatures are not required; otherwise it is only logged, as a
+        hint (Redis is untrusted). Either way the wait goes on."""
+        try:
+            request_id = fields.get(REPLY_ID_B, b"").decode()
+            reason = fields[REFUSAL_REASON_B].decode()
+            by = fields.get(REFUSAL_BY_B, b"").decode() or None
+            key = fields[REFUSAL_KEY_B].decode() if REFUSAL_KEY_B in fields else None
+        except UnicodeDecodeError:
+            log.warning("an unreadable refusal on the reply stream was let be")
+            return
+        wait = self.waits.get(request_id)
+        if wait is None or wait.replies is not replies or wait.answer.done():
+            return
+        signatures = self.core.signatures
+        name: str | None = None
+        problem = "missing signature"
+        if key is not None and REFUSAL_SIG_B in fields:
+            sig, digest = fields[REFUSAL_SIG_B], fields.get(REFUSAL_DIGEST_B)
+            signature = Signature(key=key, sig=sig, digest=digest)
+            try:
+                payload = self.publisher.payload(wait)
+                name = verify_refusal(request_id, payload, reason, signature, signatures.keyring)
+            except SignatureError as exc:
+                problem = exc.reason
+        if name is None and signatures.required:
+            log.warning(
+                "a refusal of request %s that does not verify (%s) was let be, the wait goes "
+                "on; it said: %s (by %s)",
+                request_id,
+                problem,
+                reason[:200],
+                by or "nobody named",
+            )
+            return
+        who = name or by
+        log.warning(
+            "request %s was refused by %s: %s%s; it waits on, for another responder or a "
+            "requeue of its dead letter (toolnexus dead-letters)",
+            request_id,
+            who or "a responder",
+            reason,
+            "" if name is not None else " (unverified: not signed by a key this process trusts)",
+        )
+        future = self.refusal(request_id)
+        if not future.done():
+            future.set_result(Refused(request_id, reason, who, name is not None))
 
     async def _take_votes(self, wait: Wait, answer: Answer, raw: bytes) -> None:
         """Hand a quorum's outcome to its wait, once the votes are checked; if Redis is
@@ -728,7 +815,7 @@ class Waiter:
         for wait in open_waits:
             wait.answer.set_exception(BrokerClosed("the broker was closed during the wait"))
             if not wait.replies.durable:
-                self._spawn(self._end(wait, WITHDRAWN))
+                self._spawn(self._end(wait, Status.WITHDRAWN))
         if self._background:
             await asyncio.wait(self._background, timeout=RESOLVE_PATIENCE_S + 1)
         if self._own.reader is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..models import Event, Request
+from ..models import AnsweredEvent, EndedEvent, ExpiredEvent, Request, WithdrawnEvent
 
 
 def standing_notes(request: Request) -> list[str]:
@@ -20,20 +20,19 @@ def standing_notes(request: Request) -> list[str]:
     return notes
 
 
-def gone_note(event: Event) -> str:
+def gone_note(event: EndedEvent) -> str:
     """Why a request left the page, in a few words."""
-    if event.event == "answered":
-        answer = event.answer
-        who = answer and (answer.person or answer.responder)
-        return f"Answered elsewhere{f' by {who}' if who else ''}."
-    if event.event == "expired":
-        if event.answer is not None and event.answer.defaulted:  # SPEC §14: no person's answer
-            outcome = "accepted" if event.answer.ok else "declined"
+    match event:
+        case AnsweredEvent(answer=answer):
+            who = answer and (answer.person or answer.responder)
+            return f"Answered elsewhere{f' by {who}' if who else ''}."
+        case ExpiredEvent(answer=answer) if answer is not None and answer.defaulted:
+            outcome = "accepted" if answer.ok else "declined"  # SPEC §14: no person's answer
             return f"Expired: nobody answered in time; {outcome} by default."
-        return "Expired: nobody answered in time."
-    if event.event == "withdrawn":
-        return "Withdrawn: the agent stopped waiting."
-    return f"Closed ({event.event})."
+        case ExpiredEvent():
+            return "Expired: nobody answered in time."
+        case WithdrawnEvent():
+            return "Withdrawn: the agent stopped waiting."
 
 
 def escalated_note(queues: Sequence[str]) -> str:

@@ -17,7 +17,7 @@ from aiogram import Bot, Dispatcher
 from aiogram.exceptions import TelegramBadRequest
 from aiogram.types import CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message
 
-from toolnexus import Broker, Event, Pending
+from toolnexus import Broker, EndedEvent, Pending
 from toolnexus.errors import InvalidAnswer
 from toolnexus.rendering import KNOWN_DOMAINS, Field, field_errors, form_data, gone_note
 
@@ -205,7 +205,7 @@ class TelegramBot(ChatBot):
             if "not modified" not in str(exc):
                 raise
 
-    async def gone(self, pending: Pending, event: Event) -> None:
+    async def gone(self, pending: Pending, event: EndedEvent) -> None:
         request_id = pending.request.id
         self.ticked.pop(request_id, None)
         for user_id, conversation in list(self.conversations.items()):

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from toolnexus import Event, Pending
+from toolnexus import ApprovedEvent, EndedEvent, EscalatedEvent, Pending
 from toolnexus.rendering import escalated_note, gone_note
 from toolnexus.serve import Worker, approvals_line
 
@@ -83,11 +83,11 @@ class Board:
         self._publish(Change("gone", pending, note))
         return True
 
-    def progress(self, event: Event) -> None:
+    def progress(self, event: ApprovedEvent) -> None:
         """A vote on a quorum request was counted (SPEC §14): pages show ``event``'s count
         and approvers on its card, which stays for other persons to vote on."""
         pending = self._shown.get(event.id)
-        if pending is not None and event.count is not None:
+        if pending is not None:
             self._approvals[event.id] = approvals_line(event)
             self._publish(Change("progress", pending, self._approvals[event.id]))
 
@@ -158,11 +158,11 @@ class WebWorker(Worker):
     def __repr__(self) -> str:
         return f"<WebWorker showing {len(self.board)}>"
 
-    async def gone(self, pending: Pending, event: Event) -> None:
+    async def gone(self, pending: Pending, event: EndedEvent) -> None:
         self.board.remove(pending.request.id, gone_note(event))
 
-    async def progress(self, pending: Pending, event: Event) -> None:
+    async def progress(self, pending: Pending, event: ApprovedEvent) -> None:
         self.board.progress(event)
 
-    async def escalated(self, pending: Pending, event: Event) -> None:
+    async def escalated(self, pending: Pending, event: EscalatedEvent) -> None:
         self.board.escalate(pending.request.id, event.queue or "another queue")

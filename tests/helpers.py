@@ -1,0 +1,144 @@
+"""What many test files need, in one place: a request to ask, waiting until something
+holds (polling with a deadline, not a guessed sleep), the wait for a request's state in
+Redis, the next event of a broker, and a clock that tests move by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis
+
+from toolnexus.broker import EventStream
+from toolnexus.models import Event, EventType, Request, Source, new_id
+from toolnexus.redis_broker import RedisBroker
+
+POLL_S = 0.02
+"""How often a condition is checked again."""
+
+
+AGENT_7 = Source(server="booking", tool="book_table", agent="agent-7")
+"""Who asks, in the worker tests: agent-7 through the booking server's tool."""
+
+
+def ask(prompt: str = "?", kind: str = "approval", **fields: Any) -> Request:
+    """A request with a fresh id: an approval asking ``prompt`` unless told otherwise."""
+    return Request(id=new_id(), kind=kind, prompt=prompt, **fields)
+
+
+async def eventually(
+    check: Callable[[], bool | Awaitable[bool]], what: str = "the condition", timeout_s: float = 20
+) -> None:
+    """Wait until ``check()`` (plain or async) is true, or fail naming ``what``."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                result = check()
+                if inspect.isawaitable(result):
+                    result = await result
+                if result:
+                    return
+                await asyncio.sleep(POLL_S)
+    except TimeoutError:
+        raise AssertionError(f"not within {timeout_s} s: {what}") from None
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout_s: float = 30.0) -> float:
+    """Poll ``check`` (outside an event loop: it may block) until it holds; the seconds
+    it took. Redis errors count as "not yet". Raises ``RuntimeError`` on timeout."""
+    start = time.monotonic()
+    while True:
+        with contextlib.suppress(redis.exceptions.RedisError, OSError):
+            if check():
+                return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            raise RuntimeError(f"{what}: not within {timeout_s} s")
+        time.sleep(0.05)
+
+
+async def opened(broker: RedisBroker, request_id: str, timeout_s: float = 10) -> str:
+    """The state key of ``request_id``, once its waiter ``broker`` has opened it in Redis."""
+    state = broker.keys.state(broker.waiter_id, request_id)
+    await eventually(lambda: _exists(broker, state), f"{request_id} opened", timeout_s)
+    return state
+
+
+async def _exists(broker: RedisBroker, key: str) -> bool:
+    return bool(await broker.redis.exists(key))
+
+
+async def next_event(
+    events: EventStream, event: EventType, request_id: str | None = None, timeout_s: float = 10
+) -> Event:
+    """The next ``event`` (of ``request_id``, if given) on ``events``; others are skipped."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for seen in events:
+                if seen.event == event and request_id in (None, seen.id):
+                    return seen
+    except TimeoutError:
+        pass
+    raise AssertionError(f"no {event!r} event of {request_id or 'any request'} in {timeout_s} s")
+
+
+class ManualClock:
+    """A clock that moves only when told (:meth:`advance`): give it to a
+    :class:`toolnexus.timers.Timers` and a test passes a deadline without sleeping."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self._now = start
+        self._calls: list[tuple[float, int, ManualHandle]] = []
+        self._count = 0
+
+    def now(self) -> float:
+        return self._now
+
+    def call_at(self, when: float, callback: Callable[[], object]) -> ManualHandle:
+        handle = ManualHandle(when, callback)
+        self._count += 1
+        heapq.heappush(self._calls, (when, self._count, handle))
+        return handle
+
+    async def sleep(self, seconds: float) -> None:
+        done = asyncio.get_running_loop().create_future()
+        self.call_at(self._now + seconds, lambda: done.done() or done.set_result(None))
+        await done
+
+    def advance(self, seconds: float) -> None:
+        """Move the time on by ``seconds``, calling what fell due, in time order."""
+        until = self._now + seconds
+        while self._calls and self._calls[0][0] <= until:
+            when, _, handle = heapq.heappop(self._calls)
+            self._now = max(self._now, when)
+            if not handle.cancelled:
+                handle.callback()
+        self._now = until
+
+
+class ManualHandle:
+    """A call planned on a :class:`ManualClock`."""
+
+    def __init__(self, when: float, callback: Callable[[], object]) -> None:
+        self._when, self.callback, self.cancelled = when, callback, False
+
+    def when(self) -> float:
+        return self._when
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+async def asked(responder: Any, prompt: str, timeout_s: float = 20) -> dict[str, Any]:
+    """What the responder process ``responder`` (``tests/mcp_processes.py``) was asked with
+    ``prompt``, once it has been."""
+
+    def seen() -> bool:
+        return any(item["prompt"] == prompt for item in responder.seen)
+
+    await eventually(seen, f"{prompt!r} asked", timeout_s)
+    return responder.by_prompt(prompt)  # type: ignore[no-any-return]
