@@ -138,9 +138,12 @@ async def setup(redis_url: str, namespace: str, tmp_path: Path) -> AsyncIterator
             yield Setup(server.url, http, askers, server, tokens_file, tokens)
 
 
-async def run(*command: str, timeout_s: float = 60, **env: str) -> tuple[int, str, str]:
+async def run(
+    *command: str, timeout_s: float = 60, cwd: Path | None = None, **env: str
+) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         *command,
+        cwd=cwd,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, **env},
@@ -338,7 +341,7 @@ async def test_bad_bodies_and_parameters_are_named(setup: Setup) -> None:
     await setup.withdraw(wait)
 
 
-async def test_schemathesis_finds_no_server_error(setup: Setup) -> None:
+async def test_schemathesis_finds_no_server_error(setup: Setup, tmp_path: Path) -> None:
     """schemathesis against the API's own OpenAPI document: no 5xx, and every status,
     content type and body as documented, with requests open on both queues."""
     setup.server.api.max_wait_s = 0.2  # long polls return within schemathesis's timeout
@@ -359,7 +362,7 @@ async def test_schemathesis_finds_no_server_error(setup: Setup) -> None:
         "--workers",
         "1",
         timeout_s=180,
-        SCHEMATHESIS_HOOKS="",
+        cwd=tmp_path,  # its cache (.schemathesis/) goes there
     )
     assert code == 0, out[-4000:] + err[-2000:]
     generated = re.search(r"(\d+) generated", out)

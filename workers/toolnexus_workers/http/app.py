@@ -38,9 +38,11 @@ from starlette.routing import Route
 
 from toolnexus import (
     AlreadyVoted,
+    ApprovedEvent,
     BrokerUnavailable,
     ConfigurationError,
-    Event,
+    EndedEvent,
+    EscalatedEvent,
     InvalidAnswer,
     NotAllowed,
     NotResolved,
@@ -146,9 +148,9 @@ class Desk:
         if held is not None:
             self.record("gone", held, note)
 
-    def progress(self, queue: str, event: Event) -> None:
+    def progress(self, queue: str, event: ApprovedEvent) -> None:
         held = self.open.get((queue, event.id))
-        if held is not None and event.count is not None:
+        if held is not None:
             held.approvals = approvals_line(event)
             self.record("progress", held, held.approvals)
 
@@ -182,13 +184,13 @@ class HttpWorker(Worker):
     async def show(self, pending: Pending) -> None:
         self.desk.show(self.queue, pending)
 
-    async def gone(self, pending: Pending, event: Event) -> None:
+    async def gone(self, pending: Pending, event: EndedEvent) -> None:
         self.desk.remove(self.queue, pending.request.id, gone_note(event))
 
-    async def progress(self, pending: Pending, event: Event) -> None:
+    async def progress(self, pending: Pending, event: ApprovedEvent) -> None:
         self.desk.progress(self.queue, event)
 
-    async def escalated(self, pending: Pending, event: Event) -> None:
+    async def escalated(self, pending: Pending, event: EscalatedEvent) -> None:
         self.desk.escalate(self.queue, pending.request.id, event.queue or "another queue")
 
     def __repr__(self) -> str:
