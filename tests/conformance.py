@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import re
 import signal
@@ -21,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Literal, Protocol
 
+import httpx2 as httpx
 import pexpect
 from playwright.async_api import Browser, Locator, Playwright, async_playwright
 
@@ -723,6 +725,78 @@ class TelegramAdapter(_ChatAdapter):
             await self.telegram.__aexit__()
 
 
+HTTP_TOKENS = """[[token]]
+name = "conformance"
+sha256 = "%s"
+queues = ["*"]
+"""
+HTTP_TOKEN = "conformance-http-token-0123456789"
+
+
+class HttpAdapter:
+    """``toolnexus worker http`` in a subprocess, answered over its HTTP API."""
+
+    group = "http"
+
+    def __init__(self, directory: Path) -> None:
+        self.tokens = directory / "tokens.toml"
+        self.tokens.write_text(HTTP_TOKENS % hashlib.sha256(HTTP_TOKEN.encode()).hexdigest())
+        self.process: asyncio.subprocess.Process | None = None
+        self.lines: list[str] = []
+        self.http = httpx.AsyncClient(timeout=20, headers={"Authorization": f"Bearer {HTTP_TOKEN}"})
+
+    async def start(self, url: str, namespace: str, queue: str) -> None:
+        command = worker_command(
+            "http", url, namespace, queue, "--port", "0", "--tokens", str(self.tokens)
+        )
+        self.process = await asyncio.create_subprocess_exec(
+            *command, stderr=asyncio.subprocess.PIPE, env=clean_env()
+        )
+        self.reader = asyncio.create_task(self._read())
+        await eventually(self._serving, "the http worker serving", STARTUP_S)
+        line = next(line for line in self.lines if "answering API on" in line)
+        self.address = line.split("answering API on ")[1].split()[0]
+
+    async def _read(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        async for line in self.process.stderr:
+            self.lines.append(line.decode())
+
+    async def _serving(self) -> bool:
+        return any("serving" in line for line in self.lines)
+
+    async def shows(self, request: Request) -> bool:
+        response = await self.http.get(f"{self.address}/v1/requests/{request.id}")
+        return response.status_code == 200
+
+    async def _send(self, request: Request, data: object) -> httpx.Response:
+        await eventually(lambda: self.shows(request), f"{request.id} shown")
+        body = {"action": "accept", "data": data}
+        return await self.http.post(f"{self.address}/v1/requests/{request.id}/answer", json=body)
+
+    async def answer(self, request: Request) -> None:
+        response = await self._send(request, DATA)
+        assert response.status_code == 200, response.text
+
+    async def answer_invalidly(self, request: Request) -> str:
+        response = await self._send(request, INVALID)
+        assert response.status_code == 422, response.text
+        return str(response.json()["error"])
+
+    async def terminate(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return await self.process.wait()
+
+    async def close(self) -> None:
+        await self.http.aclose()
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+        if self.process is not None:
+            await asyncio.gather(self.reader, return_exceptions=True)
+
+
 Adapter = Callable[[Path], WorkerUnderTest]
 
 ADAPTERS: dict[str, Adapter] = {
@@ -730,6 +804,7 @@ ADAPTERS: dict[str, Adapter] = {
     "auto": AutoAdapter,
     "terminal": TerminalAdapter,
     "web": WebAdapter,
+    "http": HttpAdapter,
     "slack": SlackAdapter,
     "telegram": TelegramAdapter,
 }

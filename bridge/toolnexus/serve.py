@@ -41,6 +41,7 @@ from .errors import (
     BrokerUnavailable,
     ConfigurationError,
     InvalidAnswer,
+    NotAllowed,
     NotResolved,
 )
 from .lifecycle import RESOLUTIONS, Status
@@ -162,7 +163,7 @@ class _Shown(Pending):
         counters = self.service._counters
         try:
             progress = await self.inner.answer(answer)
-        except (InvalidAnswer, AlreadyVoted):  # the request stays open
+        except (InvalidAnswer, AlreadyVoted, NotAllowed):  # the request stays open
             counters.refused += 1
             raise
         except NotResolved as exc:
