@@ -14,6 +14,7 @@ CITATIONS = [
     (re.compile(r"\s\(SPEC §\d+\)"), ""),  # "a quorum (SPEC §14), ..." -> "a quorum, ..."
     (re.compile(r", SPEC §\d+\)"), ")"),  # "(or request.durable, SPEC §14)"
     (re.compile(r"SPEC §\d+(?:; |, )"), ""),  # "(SPEC §14; of ...)"
+    (re.compile(r"SPEC §\d+: "), ""),  # "SPEC §14: ``on_expiry`` is ..." (question's docstring)
 ]
 
 
