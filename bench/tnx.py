@@ -182,7 +182,7 @@ def signing_options(directory: str) -> tuple[dict[str, Any], dict[str, Any]]:
     options, with signatures required."""
     from pathlib import Path
 
-    from toolnexus import SigningKey
+    from toolnexus.security import SigningKey
 
     agent, bot = SigningKey.generate("bench-agent"), SigningKey.generate("bench-bot")
     for key in (agent, bot):

@@ -21,8 +21,8 @@ from pathlib import Path
 import anyio
 
 import toolnexus
-from toolnexus.demo import auto_answer, booking_server, result_text
-from toolnexus.terminal import Terminal
+from toolnexus.cli import auto_answer, booking_server, result_text
+from toolnexus.responders import Terminal
 
 SERVER = shlex.join([sys.executable, str(Path(__file__).with_name("booking_server.py"))])
 

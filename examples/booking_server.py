@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from toolnexus.demo import booking_server
+from toolnexus.cli import booking_server
 
 mcp = booking_server()
 

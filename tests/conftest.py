@@ -22,9 +22,9 @@ import redis.asyncio as aioredis
 
 import toolnexus
 from agents import agents  # noqa: F401 (a fixture: agents in other processes)
-from toolnexus import Keyring, SigningKey
-from toolnexus.broker import Broker
+from toolnexus import Broker
 from toolnexus.redis_broker import RedisBroker
+from toolnexus.security import Keyring, SigningKey
 
 if TYPE_CHECKING:
     from redis_topologies import LocalCluster

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from toolnexus.broker import EventStream
+from toolnexus import EventStream
 from toolnexus.models import Event, EventType, Request, Source, new_id
 from toolnexus.redis_broker import RedisBroker
 
@@ -88,7 +88,7 @@ async def next_event(
 
 class ManualClock:
     """A clock that moves only when told (:meth:`advance`): give it to a
-    :class:`toolnexus.timers.Timers` and a test passes a deadline without sleeping."""
+    :class:`toolnexus._timers.Timers` and a test passes a deadline without sleeping."""
 
     def __init__(self, start: float = 1000.0) -> None:
         self._now = start

@@ -15,7 +15,8 @@ import os
 import sys
 from typing import Any
 
-from toolnexus import Answer, McpError, Request, load_mcp
+from toolnexus import Answer, Request, load_mcp
+from toolnexus.mcp import McpError
 
 
 async def accept(request: Request) -> Answer:

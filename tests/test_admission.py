@@ -21,25 +21,15 @@ import pytest
 import redis.asyncio as aioredis
 
 import toolnexus
-from toolnexus import (
-    AlreadyResolved,
-    AlreadyVoted,
-    Answer,
-    Broker,
-    Contested,
-    Pending,
-    Quorum,
-    Request,
-    UnknownRequest,
-    WithdrawnEvent,
-    new_id,
-)
+from toolnexus import AlreadyResolved, Answer, Broker, Pending, Quorum, Request, new_id
+from toolnexus.errors import AlreadyVoted, Contested, UnknownRequest
 from toolnexus.keys import Keys
 from toolnexus.lifecycle import Admission, Item, Outcome, Status, admit
+from toolnexus.models import WithdrawnEvent
 from toolnexus.redis_broker import RedisBroker
+from toolnexus.redis_broker._answering import finish
+from toolnexus.redis_broker._layout import LUA_FIELDS
 from toolnexus.redis_broker._scripts import ADMIT
-from toolnexus.redis_broker.answering import finish
-from toolnexus.redis_broker.layout import LUA_FIELDS
 
 pytestmark = pytest.mark.redis
 

@@ -5,28 +5,18 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from toolnexus import (
-    JSON,
-    MSGPACK,
-    Answer,
-    AuditRecord,
-    Codec,
-    DecodeError,
-    Keyring,
-    Request,
-    SignatureError,
-    SigningKey,
-    Source,
-)
-from toolnexus.audit import (
+from toolnexus import Answer, Request, Source
+from toolnexus.codec import JSON, MSGPACK, Codec
+from toolnexus.errors import DecodeError, SignatureError
+from toolnexus.security import AuditRecord, Keyring, SigningKey, verify_record
+from toolnexus.security._audit import (
     Refusal,
     audit_record,
     check_record,
     decode_record,
     encode_record,
-    verify_record,
 )
-from toolnexus.signing import request_digest, sign_answer, sign_request
+from toolnexus.security._signing import request_digest, sign_answer, sign_request
 
 AGENT = SigningKey.generate("agent-7")
 BOT = SigningKey.generate("ops-bot")

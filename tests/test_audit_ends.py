@@ -18,9 +18,9 @@ import pytest
 
 import toolnexus
 from toolnexus import Answer, Request, new_id
-from toolnexus.audit import AuditRecord
 from toolnexus.models import Source
 from toolnexus.redis_broker import RedisBroker
+from toolnexus.security import AuditRecord
 
 pytestmark = pytest.mark.redis
 

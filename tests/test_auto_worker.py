@@ -13,17 +13,9 @@ from pathlib import Path
 import pytest
 
 import toolnexus
-from toolnexus import (
-    Answer,
-    Broker,
-    Keyring,
-    Request,
-    Service,
-    SigningKey,
-    Source,
-    UnknownRequest,
-    new_id,
-)
+from toolnexus import Answer, Broker, Request, Service, Source, new_id
+from toolnexus.errors import UnknownRequest
+from toolnexus.security import Keyring, SigningKey
 from toolnexus_workers.auto import AutoWorker, Rules, RulesError
 
 TOOLNEXUS = str(Path(sys.executable).with_name("toolnexus"))

@@ -13,8 +13,8 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
+from toolnexus._timers import Bound
 from toolnexus.redis_broker._connections import BlockingReader
-from toolnexus.timers import Bound
 
 
 async def test_an_await_past_its_time_raises_timeout_and_the_task_goes_on() -> None:

@@ -15,15 +15,16 @@ import helpers
 import toolnexus
 from toolnexus import (
     AlreadyResolved,
-    AlreadyVoted,
     Answer,
     Broker,
     InvalidAnswer,
     InvalidRequest,
+    Pending,
     Quorum,
     Request,
+    Responder,
 )
-from toolnexus.broker import Pending, Responder
+from toolnexus.errors import AlreadyVoted
 from toolnexus.models import new_id
 
 FORM = {
@@ -143,7 +144,7 @@ async def test_answer_by_id_from_anywhere(broker: Broker) -> None:
 
 
 async def test_an_unknown_request_is_refused_by_name(broker: Broker) -> None:
-    with pytest.raises(toolnexus.UnknownRequest, match=r"'elc-nope'.*unknown request"):
+    with pytest.raises(toolnexus.errors.UnknownRequest, match=r"'elc-nope'.*unknown request"):
         await broker.answer(Answer(id="elc-nope", ok=True))
 
 

@@ -21,12 +21,17 @@ import pytest
 import toolnexus
 from conftest import Fleet
 from toolnexus import Answer, Broker, Request, new_id
-from toolnexus.ask import reopened
-from toolnexus.cli import duration_s
+from toolnexus.cli._ask import reopened
+from toolnexus.cli._main import duration_s
 from toolnexus.keys import Keys
 from toolnexus.models import Hop, Quorum, Source
-from toolnexus.redis_broker import RedisBroker
-from toolnexus.redis_broker.inspect import ConsumerStatus, GroupStatus, QueueStatus, QuorumStatus
+from toolnexus.redis_broker import (
+    ConsumerStatus,
+    GroupStatus,
+    QueueStatus,
+    QuorumStatus,
+    RedisBroker,
+)
 
 pytestmark = pytest.mark.redis
 
@@ -640,8 +645,10 @@ async def test_dead_letters_lists_shows_requeues_and_purges(redis_url: str, name
     strict = toolnexus.connect(
         redis_url,
         namespace=namespace,
-        signing_key=toolnexus.SigningKey.generate("strict-bot"),
-        trusted_keys=toolnexus.Keyring.of(toolnexus.SigningKey.generate("someone")),
+        signing_key=toolnexus.security.SigningKey.generate("strict-bot"),
+        trusted_keys=toolnexus.security.Keyring.of(
+            toolnexus.security.SigningKey.generate("someone")
+        ),
         require_signatures=True,
         **FAST,
     )

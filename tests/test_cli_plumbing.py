@@ -14,8 +14,8 @@ import pytest
 
 import toolnexus
 from toolnexus import errors
-from toolnexus.cli import main
-from toolnexus.exits import EXIT_CODES, exit_code, failed
+from toolnexus.cli import exit_code, failed, main
+from toolnexus.cli._exits import EXIT_CODES
 from toolnexus.settings import DEFAULT_URL, connection_parser
 
 ROOT = Path(__file__).parents[1]
@@ -100,7 +100,7 @@ def documented_statuses() -> dict[str, int]:
 
 
 def error_tree() -> list[type[BaseException]]:
-    toolnexus.McpError  # noqa: B018 (loads the lazily imported MCP errors into the tree)
+    toolnexus.mcp.McpError  # noqa: B018 (loads the lazily imported MCP errors into the tree)
     found: list[type[BaseException]] = []
     todo: list[type[BaseException]] = [errors.ToolnexusError]
     while todo:
@@ -148,4 +148,4 @@ def test_exit_statuses_are_defined_only_in_exits() -> None:
                 names = target.elts if isinstance(target, ast.Tuple) else [target]
                 if any(isinstance(n, ast.Name) and n.id.startswith("EXIT_") for n in names):
                     owners.append(path.relative_to(ROOT).as_posix())
-    assert set(owners) == {"bridge/toolnexus/exits.py"}
+    assert set(owners) == {"bridge/toolnexus/cli/_exits.py"}

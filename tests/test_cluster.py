@@ -21,8 +21,7 @@ import toolnexus
 from conftest import FAST
 from helpers import ask, wait_until
 from redis_topologies import LocalCluster
-from toolnexus import ConfigurationError
-from toolnexus.broker import Broker
+from toolnexus import Broker, ConfigurationError
 from toolnexus.keys import Keys
 from toolnexus.redis_broker import RedisBroker
 

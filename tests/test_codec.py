@@ -7,17 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolnexus import (
-    JSON,
-    MSGPACK,
-    Answer,
-    AnsweredEvent,
-    Codec,
-    DecodeError,
-    Event,
-    Request,
-    Source,
-)
+from toolnexus import Answer, Event, Request, Source
+from toolnexus.codec import JSON, MSGPACK, Codec
+from toolnexus.errors import DecodeError
+from toolnexus.models import AnsweredEvent
 
 CODECS = [MSGPACK, JSON]
 

@@ -16,9 +16,9 @@ import pytest
 import toolnexus
 from mcp_helpers import FAST, answering
 from toolnexus import Broker, Pending, Request
-from toolnexus.demo import BOOKING_FORM, auto_answer, result_text, run_demo
-from toolnexus.schema import validate_form
-from toolnexus.terminal import Terminal
+from toolnexus.cli import auto_answer, result_text
+from toolnexus.cli._demo import BOOKING_FORM, run_demo
+from toolnexus.responders import Terminal, validate_form
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLNEXUS = str(Path(sys.executable).with_name("toolnexus"))

@@ -53,7 +53,7 @@ def test_the_wheel_is_toolnexus_bridge_importing_as_toolnexus(wheel: Path) -> No
     assert {"web", "metrics", "tracing", "slack", "telegram", "mcp2"} <= extras
     with zipfile.ZipFile(wheel) as z:
         tops = {n.split("/")[0] for n in z.namelist() if not n.split("/")[0].endswith("-info")}
-        assert "toolnexus/wire10.py" in z.namelist()
+        assert "toolnexus/_wire10.py" in z.namelist()
         assert "toolnexus_workers/gateway/openapi.json" in z.namelist()
     assert tops == {"toolnexus", "toolnexus_workers"}
 
@@ -69,7 +69,7 @@ def test_the_wheel_has_the_command_and_every_worker(wheel: Path) -> None:
 
 
 def test_the_installed_metadata_is_found_by_the_distribution_name() -> None:
-    from toolnexus.cli import DISTRIBUTION
+    from toolnexus.cli._main import DISTRIBUTION
 
     assert DISTRIBUTION == PYPROJECT["name"] == NAME
     extras = importlib.metadata.metadata(DISTRIBUTION).get_all("Provides-Extra") or []

@@ -21,8 +21,7 @@ from conftest import FAST, Fleet
 from helpers import eventually
 from test_cli_ops import TOOLNEXUS, _env, broker_args, connected, run
 from test_forgery import assert_refusal_audited, decline_genuinely, forged, still_waiting
-from toolnexus import AlreadyResolved, Answer, Broker, InvalidRequest, Request, new_id
-from toolnexus.question import question
+from toolnexus import AlreadyResolved, Answer, Broker, InvalidRequest, Request, new_id, question
 from toolnexus.redis_broker import RedisBroker
 
 pytestmark = pytest.mark.redis
@@ -206,7 +205,7 @@ async def test_closing_the_broker_leaves_a_durable_request_open(
     async with connected(redis_url, namespace) as first:
         waiting = asyncio.create_task(first.wait_for(request, timeout_s=30))
         await eventually(lambda: published_at_least(first, 1))
-    with pytest.raises(toolnexus.BrokerClosed):
+    with pytest.raises(toolnexus.errors.BrokerClosed):
         await waiting
     async with connected(redis_url, namespace) as second:
         await second.answer(Answer(id=request.id, ok=True, person="ops:carol"))

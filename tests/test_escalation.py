@@ -23,14 +23,14 @@ from conftest import FAST
 from helpers import eventually
 from mcp_processes import responder_process
 from toolnexus import InvalidRequest, Request, question, question_tool
-from toolnexus.audit import AuditRecord
-from toolnexus.broker import deadline_of
-from toolnexus.hops import hops
+from toolnexus._broker import deadline_of
+from toolnexus._hops import hops
+from toolnexus._memory import MemoryBroker
+from toolnexus.cli._ops import read_status, status_text
 from toolnexus.keys import Keys
-from toolnexus.memory import MemoryBroker
 from toolnexus.models import Hop
-from toolnexus.ops import read_status, status_text
 from toolnexus.redis_broker import RedisBroker
+from toolnexus.security import AuditRecord
 
 if TYPE_CHECKING:
     from redis_topologies import LocalCluster

@@ -14,16 +14,11 @@ import pytest
 import toolnexus
 from conftest import FAST, Fleet
 from helpers import ask, opened
-from toolnexus import (
-    AlreadyResolved,
-    Answer,
-    NotAllowed,
-    Pending,
-    Request,
-)
-from toolnexus.metrics import Metrics
+from toolnexus import AlreadyResolved, Answer, Pending, Request
+from toolnexus.errors import NotAllowed
+from toolnexus.observability import Metrics
 from toolnexus.redis_broker import RedisBroker
-from toolnexus.signing import sign_answer
+from toolnexus.security._signing import sign_answer
 
 pytestmark = pytest.mark.redis
 

@@ -13,7 +13,7 @@ import pytest
 
 import toolnexus
 from toolnexus.frameworks import decide, tool_call_request
-from toolnexus.terminal import Terminal
+from toolnexus.responders import Terminal
 from toolnexus_workers.auto import Rules
 from toolnexus_workers.web.server import WebServer
 

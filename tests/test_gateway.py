@@ -20,10 +20,10 @@ import pytest
 
 import toolnexus
 from conftest import FAST
-from toolnexus import Broker, ConfigurationError, NotResolved, SigningKey
-from toolnexus.broker import Pending
+from toolnexus import Broker, ConfigurationError, NotResolved, Pending
+from toolnexus._wire10 import iso_time
 from toolnexus.models import new_id
-from toolnexus.wire10 import iso_time
+from toolnexus.security import SigningKey
 from toolnexus_workers.gateway import main as gateway_main
 from toolnexus_workers.gateway.app import OPENAPI, Agents, Gateway
 from toolnexus_workers.gateway.server import GatewayServer

@@ -22,7 +22,8 @@ import pytest
 
 import toolnexus
 from conftest import FAST
-from toolnexus import Answer, Broker, Quorum, Request, SigningKey, Source, new_id
+from toolnexus import Answer, Broker, Quorum, Request, Source, new_id
+from toolnexus.security import SigningKey
 from toolnexus_workers.http import main as http_main
 from toolnexus_workers.http.app import openapi_document
 from toolnexus_workers.http.server import HttpServer

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from toolnexus import Keyring, Request, SigningKey
+from toolnexus import Request
 from toolnexus.cli import main
-from toolnexus.signing import sign_request, verify_request
+from toolnexus.security import Keyring, SigningKey
+from toolnexus.security._signing import sign_request, verify_request
 
 
 def test_keygen_writes_a_loadable_key_pair(

@@ -60,7 +60,7 @@ def payload(result: Any) -> dict[str, Any]:
 
 
 def test_the_mapping_uses_mcp_types_on_1x() -> None:
-    result = toolnexus.answer_to_elicit_result(toolnexus.Answer(id="elc-1", ok=True, data={}))
+    result = toolnexus.mcp.answer_to_elicit_result(toolnexus.Answer(id="elc-1", ok=True, data={}))
     assert type(result) is mcp.types.ElicitResult
 
 

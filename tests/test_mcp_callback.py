@@ -82,7 +82,7 @@ async def test_the_sdks_client_with_elicitation_callback(
 async def test_fastmcps_client_with_the_elicitation_handler(
     rbroker: Broker, redis_url: str, namespace: str
 ) -> None:
-    handler = toolnexus.fastmcp_elicitation_handler(
+    handler = toolnexus.mcp.fastmcp_elicitation_handler(
         rbroker.wait_for, agent="fm-agent", server="bookings"
     )
     with responder_process(redis_url, namespace, HOLD_SEATS) as responder, fastmcp_http() as url:
@@ -128,7 +128,7 @@ def scripted(*calls: tuple[str, dict[str, Any]]) -> FunctionModel:
 async def test_pydantic_ai_agent_through_fastmcps_client(
     rbroker: Broker, redis_url: str, namespace: str
 ) -> None:
-    handler = toolnexus.fastmcp_elicitation_handler(rbroker.wait_for, agent="pai-agent")
+    handler = toolnexus.mcp.fastmcp_elicitation_handler(rbroker.wait_for, agent="pai-agent")
     with responder_process(redis_url, namespace, HOLD_SEATS) as responder, fastmcp_http() as url:
         client = fastmcp.Client(url, elicitation_handler=handler, mode="legacy")
         toolset = MCPToolset(client)
@@ -194,7 +194,7 @@ async def test_answers_that_never_fit_end_in_cancel() -> None:
 async def test_params_that_cannot_be_asked_are_an_error_reply() -> None:
     result = await toolnexus.elicitation_callback(Script())(None, {"message": "no schema"})
     assert isinstance(result, ErrorData) and "requestedSchema" in result.message
-    handler = toolnexus.fastmcp_elicitation_handler(Script())
+    handler = toolnexus.mcp.fastmcp_elicitation_handler(Script())
     with pytest.raises(toolnexus.InvalidRequest, match="requestedSchema"):
         await handler("no schema", None, {"message": "no schema"}, None)
 
@@ -260,7 +260,7 @@ def test_bad_options_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="timeout_s"):
         toolnexus.elicitation_callback(Script(), timeout_s=0)
     with pytest.raises(ConfigurationError, match="allow must be"):
-        toolnexus.fastmcp_elicitation_handler(Script(), allow=[""])
+        toolnexus.mcp.fastmcp_elicitation_handler(Script(), allow=[""])
 
 
 async def test_the_server_is_named_by_its_handshake_when_not_given() -> None:

@@ -38,8 +38,8 @@ from toolnexus import (
     Source,
     load_mcp,
 )
-from toolnexus._mcp_transport import target
-from toolnexus.demo import booking_server
+from toolnexus.cli import booking_server
+from toolnexus.mcp._transport import target
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -31,16 +31,10 @@ from mcp_processes import (
     fastmcp_http,
     responder_process,
 )
-from toolnexus import (
-    Broker,
-    ConfigurationError,
-    McpError,
-    Pending,
-    ServerUnavailable,
-    ToolnexusError,
-    load_mcp,
-)
-from toolnexus.mcp_config import load_config
+from toolnexus import Broker, ConfigurationError, Pending, ToolnexusError, load_mcp
+from toolnexus.errors import ServerUnavailable
+from toolnexus.mcp import McpError
+from toolnexus.mcp._config import load_config
 
 pytestmark = pytest.mark.redis
 

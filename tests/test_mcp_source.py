@@ -14,16 +14,9 @@ from typing import Any
 import mcp.types
 import pytest
 
-from toolnexus import (
-    Answer,
-    InvalidAnswer,
-    InvalidRequest,
-    Request,
-    Source,
-    answer_to_elicit_result,
-    elicitation_to_request,
-)
+from toolnexus import Answer, InvalidAnswer, InvalidRequest, Request, Source
 from toolnexus.codec import MSGPACK
+from toolnexus.mcp import answer_to_elicit_result, elicitation_to_request
 
 SCHEMA = {
     "type": "object",

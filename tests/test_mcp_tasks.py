@@ -25,8 +25,9 @@ from mcp_types import CallToolResult
 import toolnexus
 from mcp_helpers import FAST, answering, http_server, make_server
 from mcp_processes import SERVERS, responder_process, task_server_http
-from toolnexus import Broker, ConfigurationError, McpError, Pending, load_mcp
-from toolnexus.mcp_tasks import STORE_NAME, TaskCancelled
+from toolnexus import Broker, ConfigurationError, Pending, load_mcp
+from toolnexus.mcp import McpError, TaskCancelled
+from toolnexus.mcp._tasks import STORE_NAME
 
 pytestmark = pytest.mark.redis
 

@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from mcp_processes import FASTMCP, WIRE, free_port
 from toolnexus import Answer, Request, load_mcp
-from toolnexus.mcp_client import MAX_URL_CONSENTS, NOT_COMPLETED
+from toolnexus.mcp._client import MAX_URL_CONSENTS, NOT_COMPLETED
 from toolnexus_workers.chat import view_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "servers"))

@@ -19,8 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import toolnexus
 from toolnexus import Answer, Broker, Pending, Request, Service, Worker, new_id
-from toolnexus.metrics import Metrics
-from toolnexus.tracing import inject, traced
+from toolnexus.observability import Metrics, inject, traced
 
 FAST = {"block_ms": 100, "lease_ms": 600}
 ACCEPTED_ONCE = (
@@ -98,7 +97,7 @@ async def test_a_worker_exports_its_counters_and_the_queue_s_resolutions() -> No
 def test_a_missing_extra_names_the_install_command() -> None:
     code = (
         "import sys; sys.modules['prometheus_client'] = None\n"
-        "from toolnexus.metrics import Metrics\n"
+        "from toolnexus.observability import Metrics\n"
         "try:\n    Metrics()\nexcept Exception as exc:\n    print(type(exc).__name__, exc)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
@@ -195,7 +194,7 @@ def test_without_a_provider_or_a_trace_a_show_opens_no_span() -> None:
     # In a process of its own: the tests above set this one's global tracer provider.
     code = (
         "from toolnexus.models import Request\n"
-        "from toolnexus.tracing import responder_span\n"
+        "from toolnexus.observability._tracing import responder_span\n"
         "with responder_span(Request(id='req-1', kind='approval')) as span:\n"
         "    assert span is None, span\n"
         "parent = {'traceparent': '00-' + '1' * 32 + '-' + '2' * 16 + '-01'}\n"

@@ -23,18 +23,17 @@ from toolnexus import (
     Answer,
     Broker,
     Event,
-    ExpiredEvent,
     InvalidAnswer,
     InvalidRequest,
     Request,
     new_id,
 )
-from toolnexus.audit import audit_record
-from toolnexus.mcp_source import answer_to_elicit_result
-from toolnexus.models import OnExpiry
-from toolnexus.ops import audit_text, read_status, status_text
-from toolnexus.outcomes import expired_answer
+from toolnexus._outcomes import expired_answer
+from toolnexus.cli._ops import audit_text, read_status, status_text
+from toolnexus.mcp import answer_to_elicit_result
+from toolnexus.models import ExpiredEvent, OnExpiry
 from toolnexus.rendering import gone_note, standing_notes
+from toolnexus.security._audit import audit_record
 from toolnexus_workers.chat import header
 
 FORM = {
@@ -214,7 +213,7 @@ async def test_defaults_that_fail_the_form_are_refused_before_publishing(broker:
         await broker.wait_for(request, timeout_s=5)
     with pytest.raises(InvalidRequest, match="seats"):
         await broker.wait_for(booking(OnExpiry(ok=True, data={"seats": 0})), timeout_s=5)
-    with pytest.raises(toolnexus.UnknownRequest):
+    with pytest.raises(toolnexus.errors.UnknownRequest):
         await broker.answer(Answer(id=request.id, ok=True, data={"why": "x"}))
 
 

@@ -15,7 +15,7 @@ import pytest
 
 import toolnexus
 from toolnexus.redis_broker import RedisBroker
-from toolnexus.redis_broker import inspect as inspecting
+from toolnexus.redis_broker import _inspect as inspecting
 
 pytestmark = pytest.mark.redis
 

@@ -25,7 +25,7 @@ from toolnexus import (
     question,
     question_tool,
 )
-from toolnexus.question import question_schema
+from toolnexus._question import question_schema
 
 
 def replying(data: Any = None, *, ok: bool = True, reason: str | None = None) -> Any:

@@ -25,21 +25,20 @@ from conftest import FAST
 from helpers import ask, next_event, opened
 from toolnexus import (
     AlreadyResolved,
-    AlreadyVoted,
     Answer,
     Broker,
     Event,
-    Keyring,
     Pending,
     Quorum,
     Request,
-    SigningKey,
+    Service,
     Worker,
 )
-from toolnexus.audit import verify_record
+from toolnexus.errors import AlreadyVoted
 from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
-from toolnexus.serve import Service, approvals_line
+from toolnexus.responders import approvals_line
+from toolnexus.security import Keyring, SigningKey, verify_record
 
 VOTER = str(Path(__file__).resolve().parent / "servers" / "voter.py")
 TOOLNEXUS = str(Path(sys.executable).with_name("toolnexus"))
@@ -437,7 +436,7 @@ async def test_only_the_allowed_set_may_vote(broker: Broker) -> None:
     task = asyncio.create_task(broker.wait_for(request, timeout_s=30, allow=["web:a*", "ops:*"]))
     try:
         pending = await shown(broker)
-        with pytest.raises(toolnexus.NotAllowed):
+        with pytest.raises(toolnexus.errors.NotAllowed):
             await pending.accept(person="web:mallory")
         assert await pending.accept(person="web:alice") is not None
         assert await pending.accept(person="ops:bob") is None

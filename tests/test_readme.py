@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 
-from toolnexus import Answer, Request, Signatures
+from toolnexus import Answer, Request
+from toolnexus.security import Signatures
 
 ROOT = Path(__file__).parents[1]
 README = ROOT / "README.md"

@@ -20,7 +20,8 @@ from redis.crc import key_slot
 import toolnexus
 from conftest import FAST, RedisServer
 from helpers import ask
-from toolnexus import Answer, Broker, Pending, Request, UnknownRequest
+from toolnexus import Answer, Broker, Pending, Request
+from toolnexus.errors import UnknownRequest
 from toolnexus.keys import Keys
 from toolnexus.redis_broker import RedisBroker
 
@@ -177,7 +178,7 @@ async def test_a_request_published_again_is_the_same_bytes(tmp_path: Path, signe
     published first (deadline and all); a signing wait keeps its encoding."""
     options: dict[str, object] = {}
     if signed:
-        toolnexus.SigningKey.generate("agent-1").save(tmp_path)
+        toolnexus.security.SigningKey.generate("agent-1").save(tmp_path)
         options["signing_key"] = str(tmp_path / "agent-1.key")
     server = RedisServer(tmp_path)
     server.start()

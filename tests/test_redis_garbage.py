@@ -23,7 +23,7 @@ pytestmark = pytest.mark.redis
 MB = 1024 * 1024
 
 
-def bad_payloads(codec: toolnexus.Codec) -> dict[str, bytes]:
+def bad_payloads(codec: toolnexus.codec.Codec) -> dict[str, bytes]:
     """Payloads of every bad kind a field of a stream entry can hold."""
     good = codec.encode(Answer(id="req-x", ok=True))
     return {
@@ -37,7 +37,9 @@ def bad_payloads(codec: toolnexus.Codec) -> dict[str, bytes]:
     }
 
 
-def bad_entries(codec: toolnexus.Codec, request_id: str = "req-x") -> list[dict[bytes, bytes]]:
+def bad_entries(
+    codec: toolnexus.codec.Codec, request_id: str = "req-x"
+) -> list[dict[bytes, bytes]]:
     """Entries of every bad kind for any stream: each field of ours holding each bad payload,
     a non-UTF-8 id, missing fields, and fields nobody knows."""
     entries: list[dict[bytes, bytes]] = []

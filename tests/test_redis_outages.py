@@ -19,14 +19,8 @@ import pytest
 import toolnexus
 from conftest import FAST, RedisServer
 from helpers import ask, eventually
-from toolnexus import (
-    AlreadyResolved,
-    Answer,
-    BrokerClosed,
-    BrokerUnavailable,
-    ConfigurationError,
-    Pending,
-)
+from toolnexus import AlreadyResolved, Answer, BrokerUnavailable, ConfigurationError, Pending
+from toolnexus.errors import BrokerClosed
 from toolnexus.redis_broker import RedisBroker
 
 pytestmark = pytest.mark.redis

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolnexus import InvalidAnswer, InvalidRequest, validate_form
-from toolnexus.schema import check_schema
+from toolnexus import InvalidAnswer, InvalidRequest
+from toolnexus.responders import check_schema, validate_form
 
 
 def form(fields: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:

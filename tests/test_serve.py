@@ -17,27 +17,22 @@ from helpers import ask, eventually
 from toolnexus import (
     AlreadyResolved,
     Answer,
-    AnsweredEvent,
     Broker,
     ConfigurationError,
-    Contested,
     Event,
-    ExpiredEvent,
     InvalidAnswer,
-    NotAllowed,
     NotResolved,
     Pending,
     Request,
     Service,
-    Status,
-    UnknownRequest,
-    WithdrawnEvent,
     Worker,
     new_id,
     serve,
 )
-from toolnexus.lifecycle import LOST, RESOLUTIONS
-from toolnexus.serve import ending_of
+from toolnexus.errors import Contested, NotAllowed, UnknownRequest
+from toolnexus.lifecycle import LOST, RESOLUTIONS, Status
+from toolnexus.models import AnsweredEvent, ExpiredEvent, WithdrawnEvent
+from toolnexus.responders._serve import ending_of
 
 FORM = {
     "type": "object",

@@ -17,24 +17,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolnexus import (
-    JSON,
-    MSGPACK,
     Answer,
-    Codec,
     ConfigurationError,
     Hop,
     InvalidAnswer,
-    Keyring,
     OnExpiry,
     Quorum,
     Request,
-    Signature,
-    SignatureError,
-    Signatures,
-    SigningKey,
     Source,
 )
-from toolnexus.signing import (
+from toolnexus.codec import JSON, MSGPACK, Codec
+from toolnexus.errors import SignatureError
+from toolnexus.models import Signature
+from toolnexus.security import Keyring, Signatures, SigningKey
+from toolnexus.security._signing import (
     allowed,
     request_digest,
     sign_answer,

@@ -13,8 +13,9 @@ from redis.crc import key_slot
 
 import toolnexus
 from conftest import FAST, RedisServer
-from toolnexus import Broker, BrokerClosed, BrokerUnavailable, ConfigurationError
-from toolnexus.broker import MAX_STORE_VALUE_BYTES
+from toolnexus import Broker, BrokerUnavailable, ConfigurationError
+from toolnexus._broker import MAX_STORE_VALUE_BYTES
+from toolnexus.errors import BrokerClosed
 from toolnexus.keys import Keys
 from toolnexus.redis_broker import RedisBroker
 

@@ -13,7 +13,7 @@ from conformance import TerminalAdapter
 from conftest import FAST
 from helpers import eventually
 from toolnexus import Request, Source, new_id
-from toolnexus.demo import BOOKING_FORM
+from toolnexus.cli._demo import BOOKING_FORM
 from toolnexus.models import Hop
 
 pytestmark = pytest.mark.redis

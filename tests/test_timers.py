@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from helpers import ManualClock
-from toolnexus.timers import LOOP_CLOCK, Timers
+from toolnexus._timers import LOOP_CLOCK, Timers
 
 
 def heap(clock: ManualClock, ended: set[str] | None = None) -> tuple[Timers[str], list[str]]:

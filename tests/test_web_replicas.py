@@ -22,7 +22,8 @@ from agents import AgentFactory
 from conformance import CHROMIUM, CHROMIUM_ARGS
 from conftest import FAST
 from test_web_worker import ask
-from toolnexus import Broker, ConfigurationError, Keyring, Request, SigningKey, Source, new_id
+from toolnexus import Broker, ConfigurationError, Request, Source, new_id
+from toolnexus.security import Keyring, SigningKey
 from toolnexus_workers.web.access import Access, hash_password
 from toolnexus_workers.web.server import WebServer
 

@@ -20,10 +20,12 @@ import pytest
 
 import toolnexus
 from conftest import FAST
-from toolnexus import Broker, Keyring, Refused, Request, SigningKey, new_id
-from toolnexus.exits import EXIT_INTERRUPTED, EXIT_NOT_ANSWERED, EXIT_REQUEST_REFUSED
-from toolnexus.memory import MemoryBroker
+from toolnexus import Broker, Refused, Request, new_id
+from toolnexus._memory import MemoryBroker
+from toolnexus.cli import EXIT_INTERRUPTED
+from toolnexus.cli._exits import EXIT_NOT_ANSWERED, EXIT_REQUEST_REFUSED
 from toolnexus.redis_broker import RedisBroker
+from toolnexus.security import Keyring, SigningKey
 
 TOOLNEXUS = str(Path(sys.executable).with_name("toolnexus"))
 

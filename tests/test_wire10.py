@@ -17,18 +17,17 @@ from typing import Any
 
 import pytest
 
-from toolnexus import Answer, Broker, DecodeError, InvalidRequest, Request
-from toolnexus.models import new_id
-from toolnexus.wire10 import (
+from toolnexus import Answer, Broker, InvalidRequest, Request
+from toolnexus._wire10 import iso_time, unix_time, wire_reason
+from toolnexus.codec import (
     answer_from_json,
     answer_to_json,
     as_request,
-    iso_time,
     request_from_json,
     request_to_json,
-    unix_time,
-    wire_reason,
 )
+from toolnexus.errors import DecodeError
+from toolnexus.models import new_id
 
 DEADLINE = 1_796_163_396.123  # 2026-12-01T22:16:36.123Z
 

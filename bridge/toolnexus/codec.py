@@ -17,6 +17,16 @@ from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
+from ._wire10 import (
+    Request10,
+    answer_from_json,
+    answer_to_dict,
+    answer_to_json,
+    as_request,
+    request_from_json,
+    request_to_dict,
+    request_to_json,
+)
 from .errors import (
     ConfigurationError,
     DecodeError,
@@ -210,3 +220,24 @@ def unencodable(message: Message, exc: BaseException) -> ToolnexusError:
 
 MSGPACK: Final = Codec("msgpack")
 JSON: Final = Codec("json")
+
+
+__all__ = [
+    "ENCODING_ERRORS",
+    "JSON",
+    "MAX_MESSAGE_BYTES",
+    "MSGPACK",
+    "WIRE_VERSION",
+    "Codec",
+    "Format",
+    "Request10",
+    "answer_from_json",
+    "answer_to_dict",
+    "answer_to_json",
+    "as_request",
+    "request_from_json",
+    "request_to_dict",
+    "request_to_json",
+    "unencodable",
+    "unencodable_field",
+]

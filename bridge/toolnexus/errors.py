@@ -128,7 +128,7 @@ class Refused(NotResolved):
 
 class AlreadyVoted(NotResolved):
     """A vote on a request that needs a quorum (SPEC §14) that found a vote of the same
-    ``voter`` (the person, else the responder: :func:`toolnexus.voting.voter_of`) stored.
+    ``voter`` (the person, else the responder: :func:`toolnexus.security.voter_of`) stored.
     It was not counted now; the request stays open for other voters.
 
     ``contested``: the stored vote did not look genuine (it may be a forgery), so this
@@ -178,3 +178,23 @@ class ServerUnavailable(ToolnexusError, ConnectionError):
 
 class ConfigurationError(ToolnexusError, ValueError):
     """A bad URL, option or key file, or an optional extra that is not installed."""
+
+
+__all__ = [
+    "AlreadyResolved",
+    "AlreadyVoted",
+    "BrokerClosed",
+    "BrokerUnavailable",
+    "ConfigurationError",
+    "Contested",
+    "DecodeError",
+    "InvalidAnswer",
+    "InvalidRequest",
+    "NotAllowed",
+    "NotResolved",
+    "Refused",
+    "ServerUnavailable",
+    "SignatureError",
+    "ToolnexusError",
+    "UnknownRequest",
+]

@@ -24,11 +24,15 @@ A waiter id is ``<agent>.<16 hex digits>``: the agent that waits (the broker opt
 ``agent``, see :func:`agent_problem`) comes first, so that one ACL key pattern,
 ``{ns:w:<agent>.*}:*`` (:func:`waiter_tag_pattern`), gives an agent's Redis user its own
 reply streams, states and durable requests and nobody else's (``toolnexus acl``,
-:mod:`toolnexus.acl`).
+:mod:`toolnexus.cli._acl`).
 
 The resolve script touches requests' states, their waiter's reply stream and liveness
 mark: all are tagged by the waiter, so it runs on one slot. The publish script adds requests
 to the stream and records their routes: all tagged by the queue.
+
+One of the three files that tell the architecture: the waiter side
+(:mod:`toolnexus.redis_broker._waiter`), the responder side
+(:mod:`toolnexus.redis_broker._responder`) and the key names (:mod:`toolnexus.keys`).
 """
 
 from __future__ import annotations
@@ -209,3 +213,20 @@ class Keys:
 
     def __repr__(self) -> str:
         return f"Keys(namespace={self.namespace!r}, queue={self.queue!r})"
+
+
+__all__ = [
+    "AGENT_NAME",
+    "DEFAULT_AGENT",
+    "MAX_REQUEST_ID_CHARS",
+    "WAITER_ID",
+    "WORKERS_PATTERN",
+    "Keys",
+    "agent_problem",
+    "check_request_id",
+    "name_problem",
+    "new_waiter_id",
+    "queue_of_workers",
+    "queue_tag_pattern",
+    "waiter_tag_pattern",
+]

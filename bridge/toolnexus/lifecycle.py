@@ -152,3 +152,18 @@ def admit(
     if answering and not alive and not durable:
         return Admission(Outcome.GONE)
     return ADMITTED
+
+
+__all__ = [
+    "ADMITTED",
+    "LOST",
+    "RESOLUTIONS",
+    "RESOLVED",
+    "Admission",
+    "EventType",
+    "Item",
+    "Outcome",
+    "Reason",
+    "Status",
+    "admit",
+]

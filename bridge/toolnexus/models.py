@@ -14,9 +14,9 @@ from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 import msgspec
 
+from ._numeric import check_number
 from .errors import InvalidRequest
 from .lifecycle import EventType, Reason, Status
-from .numeric import check_number
 
 # Reasons an Answer with ok=False carries (see :class:`toolnexus.lifecycle.Reason`).
 DECLINED: Final = Reason.DECLINED
@@ -40,7 +40,7 @@ class Source(msgspec.Struct, omit_defaults=True, frozen=True):
 
 
 class Signature(msgspec.Struct, omit_defaults=True, frozen=True):
-    """An Ed25519 signature by the key named ``key`` (see :mod:`toolnexus.signing`).
+    """An Ed25519 signature by the key named ``key`` (see :mod:`toolnexus.security._signing`).
 
     On an answer, ``digest`` is the digest of the exact request it answers.
     """
@@ -56,7 +56,7 @@ MAX_VOTERS: Final = 10_000
 
 class Quorum(msgspec.Struct, omit_defaults=True, frozen=True):
     """A request that needs ``need`` accepting answers from distinct persons (by verified
-    voter: the person named, else the responder key name; see :mod:`toolnexus.voting`)
+    voter: the person named, else the responder key name; see :mod:`toolnexus.security._voting`)
     before it resolves. ``decline="veto"``: any decline resolves it declined;
     ``"count"``: declines are counted too, and whichever of accepts and declines reaches
     ``need`` first decides (SPEC §14)."""
@@ -110,7 +110,7 @@ class Request(msgspec.Struct, tag="request", tag_field="type", omit_defaults=Tru
     ``expires_at`` is a Unix time in seconds; ``None`` lets the waiter pick the deadline.
     ``reply_to`` is routing set by the broker that published it. ``allow`` names who may
     answer (responder key names and persons, ``*`` patterns; ``None``: anyone), and
-    ``signature`` is the asking agent's (:func:`toolnexus.signing.sign_request`).
+    ``signature`` is the asking agent's (:func:`toolnexus.security._signing.sign_request`).
     ``quorum``, ``escalate``, ``on_expiry`` and ``durable`` go beyond a single answer
     (SPEC §14): see :class:`Quorum`, :class:`Hop`, :class:`OnExpiry`; a durable request
     outlives its waiting process, and waiting again with its id attaches to it.
@@ -152,7 +152,7 @@ class Answer(msgspec.Struct, tag="answer", tag_field="type", omit_defaults=True)
     ``"unavailable"``, or another a responder chose. ``responder`` names the responder
     (a consumer, or a verified key name); ``person`` who answered behind it, if known.
     ``signature`` is the responder's, bound to the request's digest
-    (:func:`toolnexus.signing.sign_answer`). ``defaulted`` marks the outcome the request's
+    (:func:`toolnexus.security._signing.sign_answer`). ``defaulted`` marks the outcome the request's
     :class:`OnExpiry` gave when nobody answered (``reason="expired"``): no person's answer.
     ``approvals`` lists, for a :class:`Quorum`, every accepting answer that was counted.
     """
@@ -306,3 +306,35 @@ Message: TypeAlias = (
 
 WaitFor: TypeAlias = Callable[[Request], Awaitable[Answer]]
 """Anything that suspends until a request is answered: ``async (Request) -> Answer``."""
+
+
+__all__ = [
+    "DECLINED",
+    "DISMISSED",
+    "EVENTS",
+    "EXPIRED",
+    "MAX_VOTERS",
+    "UNAVAILABLE",
+    "WITHDRAWN",
+    "Answer",
+    "AnsweredEvent",
+    "Approval",
+    "ApprovedEvent",
+    "CompletedEvent",
+    "EndedEvent",
+    "EscalatedEvent",
+    "Event",
+    "ExpiredEvent",
+    "Heartbeat",
+    "Hop",
+    "Message",
+    "OnExpiry",
+    "Quorum",
+    "Request",
+    "Signature",
+    "Source",
+    "WaitFor",
+    "WithdrawnEvent",
+    "ended_event",
+    "new_id",
+]

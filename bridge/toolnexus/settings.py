@@ -21,15 +21,17 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any
 
+from ._numeric import MAX_COUNT, MAX_SECONDS, check_number
 from .errors import ConfigurationError
 from .keys import agent_problem
-from .numeric import MAX_COUNT, MAX_SECONDS, check_number
-from .signatures import SIGNING_OPTIONS
+from .security._signatures import SIGNING_OPTIONS
 
 __all__ = [
     "DEFAULT_URL",
+    "DURABILITY",
     "EMBEDDED_URL",
     "REDIS_OPTIONS",
+    "SENTINEL_OPTIONS",
     "URL_VARIABLE",
     "RedisSettings",
     "connection_options",

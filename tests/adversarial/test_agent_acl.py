@@ -20,9 +20,10 @@ import redis.exceptions
 
 import toolnexus
 from conftest import FAST, RedisServer
-from toolnexus import Keyring, Request, SigningKey, ToolnexusError
+from toolnexus import Request, ToolnexusError
 from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
+from toolnexus.security import Keyring, SigningKey
 
 pytestmark = pytest.mark.redis
 

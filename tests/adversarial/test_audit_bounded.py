@@ -19,17 +19,10 @@ import pytest
 import toolnexus
 from conftest import FAST, RedisServer
 from helpers import ask, opened
-from toolnexus import (
-    AlreadyResolved,
-    Answer,
-    BrokerClosed,
-    ConfigurationError,
-    Keyring,
-    OnExpiry,
-    SigningKey,
-)
-from toolnexus.audit import AuditRecord, verify_record
+from toolnexus import AlreadyResolved, Answer, ConfigurationError, OnExpiry
+from toolnexus.errors import BrokerClosed
 from toolnexus.redis_broker import RedisBroker
+from toolnexus.security import AuditRecord, Keyring, SigningKey, verify_record
 
 pytestmark = pytest.mark.redis
 

@@ -17,11 +17,13 @@ import msgspec
 import pytest
 import redis
 
-from toolnexus import MSGPACK, Hop, Quorum, Request, new_id
-from toolnexus.audit import AuditRecord, encode_record
+from toolnexus import Hop, Quorum, Request, new_id
 from toolnexus.cli import main
+from toolnexus.codec import MSGPACK
 from toolnexus.keys import Keys
 from toolnexus.models import Heartbeat
+from toolnexus.security import AuditRecord
+from toolnexus.security._audit import encode_record
 
 pytestmark = pytest.mark.redis
 

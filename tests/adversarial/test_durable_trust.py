@@ -18,12 +18,13 @@ import pytest
 import toolnexus
 from conftest import FAST, Fleet, RedisServer
 from test_forgery import decline_genuinely, shown, still_waiting
-from toolnexus import Answer, InvalidRequest, Keyring, OnExpiry, Request, new_id
+from toolnexus import Answer, InvalidRequest, OnExpiry, Request, new_id
+from toolnexus._hops import hops
 from toolnexus.errors import ToolnexusError
-from toolnexus.hops import hops
 from toolnexus.keys import Keys
 from toolnexus.redis_broker import RedisBroker
-from toolnexus.signing import sign_answer
+from toolnexus.security import Keyring
+from toolnexus.security._signing import sign_answer
 
 pytestmark = pytest.mark.redis
 

@@ -17,18 +17,11 @@ import redis.asyncio as aioredis
 import toolnexus
 from conftest import FAST, Fleet, RedisServer
 from helpers import opened
-from toolnexus import (
-    Answer,
-    InvalidRequest,
-    Keyring,
-    OnExpiry,
-    Request,
-    SigningKey,
-    new_id,
-)
+from toolnexus import Answer, InvalidRequest, OnExpiry, Request, new_id
 from toolnexus.keys import Keys
 from toolnexus.redis_broker import RedisBroker
 from toolnexus.redis_broker._scripts import PUBLISH
+from toolnexus.security import Keyring, SigningKey
 
 pytestmark = pytest.mark.redis
 

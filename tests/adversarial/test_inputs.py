@@ -17,20 +17,19 @@ import pytest
 import toolnexus
 from conftest import FAST
 from toolnexus import (
-    MSGPACK,
     Answer,
     Broker,
     ConfigurationError,
-    DecodeError,
     InvalidAnswer,
     InvalidRequest,
-    Keyring,
     Quorum,
     Request,
-    SigningKey,
     new_id,
 )
+from toolnexus.codec import MSGPACK
+from toolnexus.errors import DecodeError
 from toolnexus.redis_broker import RedisBroker
+from toolnexus.security import Keyring, SigningKey
 
 pytestmark = pytest.mark.redis
 

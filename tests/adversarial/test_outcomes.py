@@ -15,9 +15,10 @@ import pytest
 import toolnexus
 from conftest import Fleet
 from helpers import ask, opened
-from toolnexus import AlreadyResolved, Answer, Keyring, OnExpiry, Request, SigningKey
+from toolnexus import AlreadyResolved, Answer, OnExpiry, Request
 from toolnexus.redis_broker import RedisBroker
-from toolnexus.signing import sign_answer
+from toolnexus.security import Keyring, SigningKey
+from toolnexus.security._signing import sign_answer
 
 pytestmark = pytest.mark.redis
 
@@ -223,12 +224,12 @@ def test_an_answers_meta_is_signed() -> None:
     """Threat model S1: ``Answer.meta`` is signed where set: edited in Redis, it breaks the
     signature instead of reaching the waiting code."""
     agent, bot = SigningKey.generate("agent-7"), SigningKey.generate("ops-bot")
-    request = toolnexus.signing.sign_request(ask(), agent)
+    request = toolnexus.security._signing.sign_request(ask(), agent)
     answer = sign_answer(Answer(id=request.id, ok=True, meta={"ticket": 7}), request, bot)
-    assert toolnexus.signing.verify_answer(answer, request, Keyring.of(bot)) == "ops-bot"
+    assert toolnexus.security._signing.verify_answer(answer, request, Keyring.of(bot)) == "ops-bot"
     edited = msgspec.structs.replace(answer, meta={"ticket": 8})
-    with pytest.raises(toolnexus.SignatureError, match="bad signature"):
-        toolnexus.signing.verify_answer(edited, request, Keyring.of(bot))
+    with pytest.raises(toolnexus.errors.SignatureError, match="bad signature"):
+        toolnexus.security._signing.verify_answer(edited, request, Keyring.of(bot))
 
 
 async def test_a_responder_after_a_withdrawal_is_told_so_at_once(fleet: Fleet) -> None:

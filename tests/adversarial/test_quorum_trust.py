@@ -22,19 +22,12 @@ import redis.asyncio as aioredis
 
 import toolnexus
 from conftest import FAST, RedisServer
-from toolnexus import (
-    AlreadyVoted,
-    Answer,
-    Event,
-    Keyring,
-    Pending,
-    Quorum,
-    Request,
-    SigningKey,
-)
+from toolnexus import Answer, Event, Pending, Quorum, Request
+from toolnexus.errors import AlreadyVoted
 from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
-from toolnexus.signing import sign_answer
+from toolnexus.security import Keyring, SigningKey
+from toolnexus.security._signing import sign_answer
 
 pytestmark = pytest.mark.redis
 

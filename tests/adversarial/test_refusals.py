@@ -17,9 +17,11 @@ import pytest
 from conftest import Fleet
 from helpers import ask, opened
 from test_forgery import decline_genuinely, still_waiting, waiting
-from toolnexus import Keyring, Refused, Signature, SigningKey
+from toolnexus import Refused
+from toolnexus.models import Signature
 from toolnexus.redis_broker import RedisBroker
-from toolnexus.signing import sign_refusal
+from toolnexus.security import Keyring, SigningKey
+from toolnexus.security._signing import sign_refusal
 
 pytestmark = pytest.mark.redis
 

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 import toolnexus
-from toolnexus import ConfigurationError, RedisSettings, SigningKey
+from toolnexus import ConfigurationError, RedisSettings
 from toolnexus.redis_broker import RedisBroker
+from toolnexus.security import SigningKey
 
 pytestmark = pytest.mark.redis
 

@@ -26,7 +26,7 @@ import pytest
 import toolnexus
 from conftest import free_port
 from toolnexus import Broker, ConfigurationError
-from toolnexus.metrics import Metrics
+from toolnexus.observability import Metrics
 from toolnexus_workers.options import run_main, worker_parser
 from toolnexus_workers.web.access import Access, hash_password
 from toolnexus_workers.web.server import WebServer

@@ -14,15 +14,9 @@ import pytest
 from toolkit_env import Toolkit
 
 from toolnexus import Answer, Broker, Request
+from toolnexus._wire10 import EXTENSION_KEY, iso_time
+from toolnexus.codec import answer_from_json, answer_to_json, request_from_json, request_to_json
 from toolnexus.models import new_id
-from toolnexus.wire10 import (
-    EXTENSION_KEY,
-    answer_from_json,
-    answer_to_json,
-    iso_time,
-    request_from_json,
-    request_to_json,
-)
 
 
 @pytest.fixture(scope="module")

@@ -35,14 +35,14 @@ from typing import Any, Literal
 from toolnexus import (
     Broker,
     ConfigurationError,
-    EndedEvent,
     InvalidAnswer,
     NotResolved,
     Pending,
     Request,
     Worker,
 )
-from toolnexus.exits import EXIT_OK, failed
+from toolnexus.cli import EXIT_OK, failed
+from toolnexus.models import EndedEvent
 
 from .options import configure_logging, run_main, service, worker_parser
 

@@ -1,7 +1,7 @@
 """What the chat bots (Slack, Telegram) share: how a request reads as a message, which
 controls it gets, who may answer, and where its message is kept across restarts.
 
-A :class:`ChatBot` is a :class:`~toolnexus.serve.Worker` that posts one message per
+A :class:`ChatBot` is a :class:`~toolnexus.Worker` that posts one message per
 delivered request and edits it when the request ends. The map request id -> message
 lives in the broker's store named after the bot's group (:meth:`toolnexus.Broker.store`),
 so a restarted bot edits its earlier messages instead of posting new ones, and closes
@@ -21,19 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
-from toolnexus import (
-    Answer,
-    ApprovedEvent,
-    Broker,
-    EndedEvent,
-    EscalatedEvent,
-    ExpiredEvent,
-    Pending,
-    Request,
-    Status,
-    WithdrawnEvent,
-)
-from toolnexus.broker import Store
+from toolnexus import Answer, Broker, Pending, Request, Service, Store, Worker
 from toolnexus.errors import (
     AlreadyVoted,
     ConfigurationError,
@@ -42,6 +30,8 @@ from toolnexus.errors import (
     NotResolved,
     ToolnexusError,
 )
+from toolnexus.lifecycle import Status
+from toolnexus.models import ApprovedEvent, EndedEvent, EscalatedEvent, ExpiredEvent, WithdrawnEvent
 from toolnexus.rendering import (
     KNOWN_DOMAINS,
     Field,
@@ -52,7 +42,7 @@ from toolnexus.rendering import (
     gone_note,
     standing_notes,
 )
-from toolnexus.serve import Service, Worker, approvals_line
+from toolnexus.responders import approvals_line
 
 log = logging.getLogger("toolnexus.chat")
 

@@ -3,11 +3,11 @@
 The broker flags are the ones every ``toolnexus`` command takes
 (:func:`toolnexus.settings.connection_parser`: ``--url``, ``--namespace``, ``--queue`` and
 the signature flags, each falling back to its ``TOOLNEXUS_*`` variable), and a worker ends
-on an error with the status :mod:`toolnexus.exits` maps it to. Besides: ``--metrics-port``,
+on an error with the status :mod:`toolnexus.cli._exits` maps it to. Besides: ``--metrics-port``,
 ``--metrics-host`` and ``--metrics-token`` to ``TOOLNEXUS_METRICS_PORT``, ``_HOST`` and
 ``_TOKEN``, ``--log-json`` to ``TOOLNEXUS_LOG_JSON``.
 
-The metrics obey the web page's binding rule (:func:`toolnexus.listening.check_listen`):
+The metrics obey the web page's binding rule (:func:`toolnexus.responders.check_listen`):
 without a token they are served on loopback only (127.0.0.1 by default; the web worker's
 default is its page's ``--host``).
 
@@ -31,8 +31,8 @@ from typing import Any
 
 import toolnexus
 from toolnexus import Broker, ConfigurationError, Service, ToolnexusError, Worker
-from toolnexus.exits import failed
-from toolnexus.metrics import Metrics
+from toolnexus.cli import failed
+from toolnexus.observability import Metrics
 from toolnexus.settings import connection_options, connection_parser
 
 __all__ = [
@@ -198,7 +198,7 @@ def run_main(args: argparse.Namespace, work: Callable[[Broker], Awaitable[int]])
     """Connect as ``args`` say, run ``work(broker)`` and return an exit status for it.
 
     A :class:`~toolnexus.ToolnexusError` is printed as one line and mapped to its status by
-    :func:`toolnexus.exits.failed` (3 when the broker cannot be reached, 2 for a bad option).
+    :func:`toolnexus.cli.failed` (3 when the broker cannot be reached, 2 for a bad option).
     """
 
     async def main() -> int:

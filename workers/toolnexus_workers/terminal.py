@@ -1,6 +1,6 @@
 """``toolnexus worker terminal``: a person answering requests at this terminal.
 
-One request at a time, asked as the demo asks (:class:`toolnexus.terminal.Terminal`:
+One request at a time, asked as the demo asks (:class:`toolnexus.responders.Terminal`:
 every field kind, each value checked as it is typed and asked again with the rule).
 Ctrl-C dismisses the request being asked; Ctrl-C while none is (or twice within
 ``QUIT_WITHIN_S``) quits. SIGTERM quits too, handing an unanswered request back to
@@ -17,19 +17,11 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 
-from toolnexus import (
-    ApprovedEvent,
-    Broker,
-    EndedEvent,
-    EscalatedEvent,
-    EventType,
-    Pending,
-    Service,
-    Worker,
-)
-from toolnexus.exits import EXIT_OK
-from toolnexus.serve import approvals_line
-from toolnexus.terminal import Terminal
+from toolnexus import Broker, Pending, Service, Worker
+from toolnexus.cli import EXIT_OK
+from toolnexus.lifecycle import EventType
+from toolnexus.models import ApprovedEvent, EndedEvent, EscalatedEvent
+from toolnexus.responders import Terminal, approvals_line
 
 from .options import configure_logging, run_main, service, worker_parser
 

@@ -42,12 +42,12 @@ from typing import Any, Final
 import msgspec
 import rfc8785
 
-from ..audit import AuditRecord
-from ..broker import Store
+from .._broker import Store
+from .._schema import validate_form
 from ..codec import JSON, MSGPACK
 from ..errors import DecodeError, InvalidAnswer, InvalidRequest
 from ..models import Answer, Request, Source, new_id
-from ..schema import validate_form
+from ..security._audit import AuditRecord
 
 TOOL_CALL: Final = "tool_call"
 """The ``kind`` of a tool-approval request."""
@@ -303,7 +303,7 @@ LEDGER_TTL_S: Final = 7 * 24 * 3600.0
 class Ledger:
     """The digests of each tool call an adapter saw: ``proposed``, ``approved`` and
     ``executed`` (the arguments the framework ran the tool with), by request id, kept in a
-    broker :class:`~toolnexus.broker.Store` (``broker.store("tool-calls")``) beside the
+    broker :class:`~toolnexus.Store` (``broker.store("tool-calls")``) beside the
     audit record, which proves the first two. An adapter refuses to run a call the ledger
     says ran already, or with arguments whose digest is not the approved one.
 

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ..broker import Broker
+from .._broker import Broker
 from ..codec import JSON
 from ..errors import ConfigurationError, InvalidAnswer, ToolnexusError
 from ..models import Request, WaitFor

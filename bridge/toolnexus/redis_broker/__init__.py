@@ -1,251 +1,59 @@
 """The Redis Streams broker (SPEC §11): ``connect("redis://…")``.
 
-Its settings are :class:`toolnexus.RedisSettings` (:mod:`toolnexus.settings`).
-Three modules tell the architecture: :mod:`.waiter` (publish a request, wait for its
-answer), :mod:`.responder` (consumer groups, answering, heartbeats; :mod:`.events`
-follows what happens) and
-:mod:`toolnexus.keys` (every key name). They meet only in :mod:`._core` (settings,
-connections, the pipeliner, the shared steps), :mod:`._scripts` (the Lua scripts) and
-:mod:`.quorum` (a quorum's votes, SPEC §14: cast by responders, checked by the waiter).
+Three modules tell the architecture:
+
+- :mod:`toolnexus.redis_broker._waiter`, **the waiter side**: publish a request (and
+  escalate it hop by hop), wait on this process's reply stream, check what arrives,
+  withdraw what is abandoned;
+- :mod:`toolnexus.redis_broker._responder`, **the responder side**: consumer groups,
+  leases, answering (:mod:`._answering`), heartbeats, and the event stream
+  (:mod:`._events`) that follows what happens;
+- :mod:`toolnexus.keys`, **the key names**: every key and stream both sides use.
+
+They meet only in :mod:`._layout` (the state layout: every field of a request's state
+and of a stream entry, and their Lua locals), :mod:`._core` (settings, connections, the
+pipeliner, the shared steps), :mod:`._scripts` (the Lua scripts) and :mod:`._quorum` (a
+quorum's votes, SPEC §14: cast by responders, checked by the waiter).
+:class:`RedisBroker` (:mod:`._broker`) puts them together; :mod:`._inspect` reads the
+layout back for operators (:meth:`RedisBroker.inspect`, a :class:`QueueStatus`).
 
 Resolution (an answer, the deadline, a withdrawal) is one Lua script on the request's
 slot: the first wins, the rest are told why they lost.
 """
 
-from __future__ import annotations
-
-import asyncio
-import logging
-import os
-import weakref
-from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
-from ..audit import AuditRecord, decode_record
-from ..broker import Broker, check_audit_query, default_consumer_name, redacted
-from ..codec import MSGPACK, Codec
-from ..errors import BrokerClosed, BrokerUnavailable, DecodeError, Refused
-from ..models import Answer, ApprovedEvent, CompletedEvent, Heartbeat, Request
-from ..settings import RedisSettings
-from ..signatures import Signatures
-from ..signing import Keyring, SigningKey
-from ..wire10 import Request10
-from ._connections import Client
-from ._core import Core, boundary, ms, run_to_completion
-from .answering import answer_by_id
-from .events import RedisEvents
-from .heartbeats import heartbeat, heartbeats
-from .inspect import DeadLetter, QueueStatus, dead_letters, inspect_queue
-from .responder import RedisPending, RedisResponder
-from .store import RedisStore
-from .waiter import Waiter
+from ._broker import RedisBroker
+from ._events import RedisEvents
+from ._inspect import (
+    ConsumerStatus,
+    DeadLetter,
+    EscalationStatus,
+    GroupStatus,
+    QueueStatus,
+    QuorumStatus,
+    Status,
+)
+from ._responder import RedisPending, RedisResponder
+from ._store import RedisStore
 
-__all__ = ["RedisBroker", "RedisEvents", "RedisPending", "RedisResponder", "RedisStore"]
+__all__ = [
+    "ConsumerStatus",
+    "DeadLetter",
+    "EscalationStatus",
+    "GroupStatus",
+    "QueueStatus",
+    "QuorumStatus",
+    "RedisBroker",
+    "RedisEvents",
+    "RedisPending",
+    "RedisResponder",
+    "RedisStore",
+    "Status",
+]
 
-log = logging.getLogger("toolnexus.redis")
 
+def __getattr__(name: str) -> Any:
+    from .._compat import forward
 
-class RedisBroker(Broker):
-    """Broker on Redis Streams, as its :class:`~toolnexus.RedisSettings` say (given as
-    ``settings``, or field by field as keyword arguments: ``lease_ms=60_000``; redis-py
-    connection options such as ``username``, ``password``, ``ssl_ca_certs`` too). Besides:
-
-    - ``codec``: the wire :class:`~toolnexus.Codec` (msgpack).
-    - ``signing_key`` (a :class:`~toolnexus.SigningKey` or its file), ``trusted_keys``
-      (a :class:`~toolnexus.Keyring`, or a directory or file of public keys) and
-      ``require_signatures``: see :mod:`toolnexus.signing`; each one not given is read
-      from ``TOOLNEXUS_SIGNING_KEY``, ``TOOLNEXUS_TRUSTED_KEYS`` and
-      ``TOOLNEXUS_REQUIRE_SIGNATURES``.
-
-    A durable request is found again only by the same ``agent``.
-
-    Raises:
-        ConfigurationError: an option neither toolnexus nor redis-py knows, or a bad value.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        settings: RedisSettings | None = None,
-        codec: Codec = MSGPACK,
-        signing_key: SigningKey | str | os.PathLike[str] | None = None,
-        trusted_keys: Keyring | str | os.PathLike[str] | None = None,
-        require_signatures: bool | None = None,
-        **options: Any,
-    ) -> None:
-        signatures = Signatures.configure(signing_key, trusted_keys, require_signatures)
-        self.url = url
-        self.core = Core(url, RedisSettings.of(settings, options), codec, signatures)
-        self.keys = self.core.keys
-        self.waiter = Waiter(self.core)
-        self._responders: weakref.WeakSet[RedisResponder] = weakref.WeakSet()
-
-    @property
-    def settings(self) -> RedisSettings:
-        """The broker's settings, validated (``agent`` resolved)."""
-        return self.core.settings
-
-    @property
-    def redis(self) -> Client:
-        """The command client (a pool, or a Cluster client), for tooling and tests that
-        look inside Redis."""
-        return self.core.redis
-
-    @property
-    def codec(self) -> Codec:
-        return self.core.codec
-
-    @property
-    def waiter_id(self) -> str:
-        """This broker's waiter id: it names its reply stream and liveness mark."""
-        return self.waiter.id
-
-    async def __aenter__(self) -> RedisBroker:
-        try:
-            async with asyncio.timeout(self.settings.connect_timeout_s):
-                await self.core.redis.ping()
-        except Exception as exc:  # refused, timed out, TLS or auth failure
-            await self.core.connector.aclose()
-            raise BrokerUnavailable(
-                f"cannot reach Redis at {redacted(self.url)} within "
-                f"{self.settings.connect_timeout_s} s: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        return self
-
-    def wait_for(
-        self,
-        request: Request | Request10,
-        *,
-        timeout_s: float | None = None,
-        allow: Sequence[str] | None = None,
-        durable: bool = False,
-    ) -> Coroutine[Any, Any, Answer]:
-        # The waiter's coroutine itself: no frame of this method lives on in every wait.
-        return self.waiter.wait_for(request, timeout_s, allow, durable)
-
-    def refusal(self, request_id: str) -> asyncio.Future[Refused]:
-        """A future set to :class:`~toolnexus.Refused` if a responder refuses request
-        ``request_id``, which this broker is waiting for (it dead-lettered it: a missing or
-        bad signature, a key it does not trust, bytes it cannot read). With signatures
-        required, only a refusal signed by a trusted key for exactly this request counts.
-        The wait itself goes on (another group may take the request, an operator may
-        requeue it): ``toolnexus ask`` ends it. The future is cancelled when the wait ends.
-        """
-        return self.waiter.refusal(request_id)
-
-    def responder(
-        self,
-        group: str,
-        consumer: str | None = None,
-        *,
-        until_idle: bool = False,
-        count: int = 100,
-    ) -> RedisResponder:
-        if self.core.closed:
-            raise BrokerClosed("the broker is closed")
-        responder = RedisResponder(
-            self.core,
-            group,
-            consumer or default_consumer_name(),
-            count=count,
-            until_idle=until_idle,
-        )
-        self._responders.add(responder)
-        return responder
-
-    async def answer(self, answer: Answer) -> ApprovedEvent | None:
-        return await answer_by_id(self.core, answer)
-
-    async def complete(self, request_id: str) -> None:
-        if self.core.closed:
-            raise BrokerClosed("the broker is closed")
-        with boundary(f"completing {request_id}"):
-            self.core.settle(CompletedEvent(id=request_id))
-
-    def events(self) -> RedisEvents:
-        return RedisEvents(self.core)
-
-    async def heartbeat(
-        self,
-        group: str,
-        consumer: str,
-        *,
-        ttl_s: float,
-        info: Mapping[str, str | int | float] | None = None,
-    ) -> None:
-        await heartbeat(self.core, group, consumer, ttl_s, info)
-
-    async def heartbeats(self) -> list[Heartbeat]:
-        return await heartbeats(self.core)
-
-    async def inspect(self) -> QueueStatus:
-        """What this broker's queue holds now: its consumer groups and their consumers (with
-        heartbeats), open requests, quorums, escalations, durable waits, dead letters
-        counted (see :mod:`toolnexus.redis_broker.inspect`).
-
-        Raises:
-            BrokerUnavailable: Redis cannot be reached.
-        """
-        return await inspect_queue(self.core)
-
-    async def dead_letters(self, entry_id: str | None = None) -> list[DeadLetter]:
-        """The dead letters of this broker's queue, oldest first (only the one ``entry_id``,
-        or none if there is no such entry).
-
-        Raises:
-            BrokerUnavailable: Redis cannot be reached.
-        """
-        return await dead_letters(self.core, entry_id)
-
-    def store(self, name: str) -> RedisStore:
-        if self.core.closed:
-            raise BrokerClosed("the broker is closed")
-        return RedisStore(self.core, name)
-
-    async def audit(
-        self, *, since: float | None = None, request_id: str | None = None, limit: int = 10_000
-    ) -> list[AuditRecord]:
-        """Audit records from ``since`` (a Unix time; all kept when None), oldest first,
-        of one request if ``request_id`` is given; unreadable records are skipped."""
-        check_audit_query(since, limit)
-        start = "-" if since is None else f"{ms(since)}-0"
-        with boundary("reading the audit trail"):
-            await self.core.bounded(self.core.pipeliner.drain())  # this process's records too
-            entries: Any = await self.core.bounded(
-                self.core.redis.xrange(self.keys.audit, start, "+", count=limit)
-            )
-        records = []
-        for _entry_id, fields in entries:
-            try:
-                record = decode_record(fields.get(b"r", b""))
-            except DecodeError as exc:
-                log.warning("skipping an unreadable audit record: %s", exc)
-                continue
-            if request_id is None or record.id == request_id:
-                records.append(record)
-        return records
-
-    async def aclose(self) -> None:
-        if self.core.closed:
-            return
-        await run_to_completion(self._close())
-
-    async def _close(self) -> None:
-        for responder in list(self._responders):
-            await responder.aclose()  # held requests go back to their groups
-        await self.waiter.aclose()  # open waits are withdrawn (durable ones stay open)
-        await self.core.aclose()
-
-    def statistics(self) -> dict[str, int]:
-        """Counters for operators: waits in progress, responders open, reply-stream
-        entries that were unreadable, and answers refused by signature or allow-list checks
-        (forgeries among them)."""
-        return {
-            "waiting": len(self.waiter.waits),
-            "waiting_durably": sum(1 for w in self.waiter.waits.values() if w.replies.durable),
-            "responders": len(self._responders),
-            "unreadable_answers": self.waiter.unreadable,
-            "refused_answers": self.waiter.refused,
-        }
+    return forward(__name__, f"{__name__}._broker", name)

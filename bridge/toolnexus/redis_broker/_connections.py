@@ -31,10 +31,10 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
 
-from ..broker import redacted
+from .._broker import redacted
+from .._timers import Bound
 from ..errors import ConfigurationError
 from ..settings import SENTINEL_OPTIONS
-from ..timers import Bound
 from ._redispy import BlockingSentinelPool, ClosingCluster, Direct, direct, packing
 
 Client = aioredis.Redis | RedisCluster

@@ -19,14 +19,14 @@ from typing import Any, TypeVar
 import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
 
-from ..audit import AuditRecord, encode_record
 from ..codec import Codec
 from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, ToolnexusError
 from ..keys import DEFAULT_AGENT, Keys, agent_problem
 from ..lifecycle import RESOLVED, Outcome, Status
 from ..models import Event
+from ..security._audit import AuditRecord, encode_record
+from ..security._signatures import Signatures
 from ..settings import RedisSettings
-from ..signatures import Signatures
 from ._connections import BlockingReader, Client, Connector, username_of
 from ._pipeliner import Pipeliner
 from ._redispy import public_api_only

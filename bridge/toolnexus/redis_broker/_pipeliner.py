@@ -21,8 +21,8 @@ from typing import Any
 import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
 
+from .._timers import Bound
 from ..errors import BrokerClosed
-from ..timers import Bound
 from ._connections import Client
 from ._redispy import Direct, direct
 from ._scripts import SCRIPTS, BatchScript

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ..lifecycle import Outcome
-from .layout import LUA_FIELDS
+from ._layout import LUA_FIELDS
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..audit import AuditRecord, Refusal, audit_record
 from ..lifecycle import Status
 from ..models import EXPIRED, WITHDRAWN, Answer, Request
+from ..security._audit import AuditRecord, Refusal, audit_record
 from ._core import Core
-from .durable import ReplyStream
-from .escalation import Escalation
+from ._durable import ReplyStream
+from ._escalation import Escalation
 
 
 @dataclass(eq=False, slots=True)

@@ -1,7 +1,7 @@
 """What a responder shows a person, for every worker that renders requests (the web
-page, the Slack and Telegram bots, yours): a request's form (:mod:`.forms`: the fields its
+page, the Slack and Telegram bots, yours): a request's form (:mod:`._forms`: the fields its
 schema asks for, and the data a submitted form stands for), what an authorization link
-really points at (:mod:`.links`), and the notes that follow a request (:mod:`.notes`).
+really points at (:mod:`._links`), and the notes that follow a request (:mod:`._notes`).
 
     from toolnexus.rendering import check_link, form_fields
 
@@ -11,7 +11,7 @@ really points at (:mod:`.links`), and the notes that follow a request (:mod:`.no
 
 from __future__ import annotations
 
-from .forms import (
+from ._forms import (
     FIELD_PREFIX,
     Field,
     Submitted,
@@ -21,8 +21,8 @@ from .forms import (
     form_fields,
     message_for_field,
 )
-from .links import KNOWN_DOMAINS, Link, check_link
-from .notes import escalated_note, gone_note, standing_notes
+from ._links import KNOWN_DOMAINS, Link, check_link
+from ._notes import escalated_note, gone_note, standing_notes
 
 __all__ = [
     "FIELD_PREFIX",

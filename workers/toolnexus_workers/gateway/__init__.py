@@ -25,8 +25,8 @@ from pathlib import Path
 
 from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
-from toolnexus.listening import check_listen
-from toolnexus.signatures import SIGNING_KEY_ENV
+from toolnexus.responders import check_listen
+from toolnexus.security import SIGNING_KEY_ENV
 
 from ..options import add_listen_flags, broker_options, require_extra, run_checked, worker_parser
 from .tokens import Tokens

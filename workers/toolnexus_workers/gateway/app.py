@@ -1,5 +1,5 @@
 """The wait gateway's HTTP API: an agent in any language POSTs a §10 request and gets its §10
-answer (SPEC §10; the JSON form is :mod:`toolnexus.wire10`). Described in ``openapi.json``
+answer (SPEC §10; the JSON form is :mod:`toolnexus._wire10`). Described in ``openapi.json``
 beside this file, served at ``GET /openapi.json``.
 
 - ``POST /v1/requests`` (body: a §10 Request) publishes it as the agent its bearer token
@@ -39,10 +39,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from toolnexus import Answer, Broker, Request, Source
+from toolnexus.codec import answer_to_json, request_from_json, request_to_dict
 from toolnexus.errors import BrokerClosed, BrokerUnavailable, InvalidRequest
 from toolnexus.keys import check_request_id
 from toolnexus.models import UNAVAILABLE, WITHDRAWN
-from toolnexus.wire10 import answer_to_json, request_from_json, request_to_dict
 
 from .tokens import Tokens
 

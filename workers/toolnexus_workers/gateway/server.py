@@ -13,7 +13,7 @@ from typing import Self
 
 import uvicorn
 
-from toolnexus.listening import check_listen, listen
+from toolnexus.responders import check_listen, listen
 
 from .app import Gateway
 

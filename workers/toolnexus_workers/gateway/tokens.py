@@ -19,7 +19,7 @@ from pathlib import Path
 
 from toolnexus.errors import ConfigurationError
 from toolnexus.keys import agent_problem
-from toolnexus.listening import check_token
+from toolnexus.responders import check_token
 
 
 def _digest(token: str) -> bytes:

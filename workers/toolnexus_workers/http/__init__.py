@@ -25,8 +25,8 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 from toolnexus import Broker
+from toolnexus.cli import failed
 from toolnexus.errors import ConfigurationError
-from toolnexus.exits import failed
 
 from ..options import (
     add_listen_flags,

@@ -37,20 +37,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from toolnexus import (
-    AlreadyVoted,
-    ApprovedEvent,
     BrokerUnavailable,
     ConfigurationError,
-    EndedEvent,
-    EscalatedEvent,
     InvalidAnswer,
-    NotAllowed,
     NotResolved,
     Pending,
     Worker,
 )
+from toolnexus.errors import AlreadyVoted, NotAllowed
+from toolnexus.models import ApprovedEvent, EndedEvent, EscalatedEvent
 from toolnexus.rendering import escalated_note, gone_note
-from toolnexus.serve import approvals_line
+from toolnexus.responders import approvals_line
 
 from .tokens import Grant, Tokens
 

@@ -14,7 +14,7 @@ from typing import Self
 import uvicorn
 
 from toolnexus import Broker, Service
-from toolnexus.listening import listen
+from toolnexus.responders import listen
 
 from .app import MAX_WAIT_S, Desk, HttpApi, HttpWorker
 from .tokens import Tokens

@@ -11,8 +11,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
-from toolnexus.listening import listen
 from toolnexus.rendering import KNOWN_DOMAINS
+from toolnexus.responders import listen
 
 from ..chat import Allowed, ChatServer, MessageMap
 from .bot import SlackBot

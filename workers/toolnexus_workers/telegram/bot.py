@@ -17,8 +17,9 @@ from aiogram import Bot, Dispatcher
 from aiogram.exceptions import TelegramBadRequest
 from aiogram.types import CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message
 
-from toolnexus import Broker, EndedEvent, Pending
+from toolnexus import Broker, Pending
 from toolnexus.errors import InvalidAnswer
+from toolnexus.models import EndedEvent
 from toolnexus.rendering import KNOWN_DOMAINS, Field, field_errors, form_data, gone_note
 
 from ..chat import (

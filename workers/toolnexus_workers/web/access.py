@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolnexus.errors import ConfigurationError
-from toolnexus.listening import check_listen as check_listener
-from toolnexus.listening import check_token
+from toolnexus.responders import check_listen as check_listener
+from toolnexus.responders import check_token
 
 SESSION_TTL_S = 12 * 3600.0
 """How long a sign-in lasts."""
@@ -304,7 +304,7 @@ class Access:
 
 def check_listen(host: str, access: Access) -> None:
     """Refuse to serve an open page (no token, no users) on a non-loopback address
-    (the rule of :func:`toolnexus.listening.check_listen`, which the metrics obey too).
+    (the rule of :func:`toolnexus.responders.check_listen`, which the metrics obey too).
 
     Raises:
         ConfigurationError: ``host`` is not loopback and ``access`` is open.

@@ -45,7 +45,6 @@ from toolnexus.errors import (
     InvalidRequest,
     NotResolved,
 )
-from toolnexus.listening import is_loopback
 from toolnexus.rendering import (
     KNOWN_DOMAINS,
     Field,
@@ -59,6 +58,7 @@ from toolnexus.rendering import (
     message_for_field,
     standing_notes,
 )
+from toolnexus.responders import is_loopback
 
 from .access import Access, SignIn
 from .board import Board, Change

@@ -1,6 +1,6 @@
 """The requests the web page shows, and the pages that follow it live.
 
-:class:`WebWorker` is the responder side (SPEC §12, on :mod:`toolnexus.serve`): each
+:class:`WebWorker` is the responder side (SPEC §12, on :mod:`toolnexus.responders._serve`): each
 delivered request is put on the :class:`Board` and stays there, held by this
 worker, until a person answers it on the page or it ends elsewhere.
 """
@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from toolnexus import ApprovedEvent, EndedEvent, EscalatedEvent, Pending
+from toolnexus import Pending, Worker
+from toolnexus.models import ApprovedEvent, EndedEvent, EscalatedEvent
 from toolnexus.rendering import escalated_note, gone_note
-from toolnexus.serve import Worker, approvals_line
+from toolnexus.responders import approvals_line
 
 FOLLOWER_BACKLOG = 1000
 """Changes a page may fall behind by; past it, its stream ends and it reloads the list."""

@@ -13,11 +13,10 @@ from typing import Self
 
 import uvicorn
 
-from toolnexus import Broker
+from toolnexus import Broker, Service
 from toolnexus.errors import ConfigurationError
-from toolnexus.listening import listen
 from toolnexus.rendering import KNOWN_DOMAINS
-from toolnexus.serve import Service
+from toolnexus.responders import listen
 
 from .access import Access, check_listen
 from .app import WebPage

@@ -1,0 +1,7 @@
+"""``python -m toolnexus.cli``: the ``toolnexus`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,418 @@
+"""What ``toolnexus status``, ``check``, ``audit`` and ``dead-letters`` print.
+
+They only format: what a queue holds is read and typed by the Redis broker
+(:meth:`RedisBroker.inspect <toolnexus.redis_broker.RedisBroker.inspect>`,
+:meth:`RedisBroker.dead_letters <toolnexus.redis_broker.RedisBroker.dead_letters>`,
+:mod:`toolnexus.redis_broker._inspect`). ``Status.to_json()`` is the stable shape
+``status --json`` prints (its field names are documented in docs/reference/status-json.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import msgspec
+import redis.exceptions
+
+from .._broker import connect, redacted
+from ..codec import JSON, MSGPACK
+from ..errors import BrokerUnavailable, ConfigurationError, DecodeError
+from ..models import Answer, Request
+from ..redis_broker import RedisBroker
+from ..redis_broker import _inspect as state
+from ..redis_broker._inspect import DeadLetter, Status
+from ..redis_broker._layout import LUA_FIELDS
+from ..security._audit import AuditRecord
+from ._exits import one_line
+
+T = TypeVar("T")
+
+
+@contextlib.asynccontextmanager
+async def redis_brokers(
+    url: str, namespace: str, queues: Sequence[str]
+) -> AsyncIterator[list[RedisBroker]]:
+    """A connected :class:`RedisBroker` per queue of ``namespace``.
+
+    Raises:
+        ConfigurationError: ``url`` is not a Redis URL.
+        BrokerUnavailable: Redis cannot be reached.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        brokers = []
+        for queue in queues:
+            broker = connect(url, namespace=namespace, queue=queue)
+            if not isinstance(broker, RedisBroker):
+                await broker.aclose()
+                raise ConfigurationError(
+                    f"this command looks inside Redis: give a redis:// or rediss:// URL, "
+                    f"not {redacted(url)!r} (--url or $TOOLNEXUS_URL)"
+                )
+            brokers.append(await stack.enter_async_context(broker))
+        yield brokers
+
+
+async def _bounded(broker: RedisBroker, what: str, call: Awaitable[T]) -> T:
+    """``call`` within the broker's command timeout; Redis errors become BrokerUnavailable."""
+    try:
+        async with asyncio.timeout(broker.settings.command_timeout_s):
+            return await call
+    except (redis.exceptions.RedisError, OSError) as exc:
+        raise BrokerUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _name(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+async def discover_queues(url: str, namespace: str) -> list[str]:
+    """The queues of ``namespace`` that have a request stream, sorted (SCAN, so on Redis
+    Cluster only those of the node the URL names).
+
+    Raises:
+        BrokerUnavailable: Redis cannot be reached.
+    """
+    async with redis_brokers(url, namespace, ["default"]) as (broker,):
+        return await state.queues(broker.core)
+
+
+async def read_status(url: str, namespace: str, queues: Sequence[str]) -> Status:
+    """What ``toolnexus status`` shows for ``queues`` of ``namespace``: each queue's
+    :meth:`RedisBroker.inspect`.
+
+    Raises:
+        ConfigurationError: ``url`` is not a Redis URL.
+        BrokerUnavailable: Redis cannot be reached.
+    """
+    async with redis_brokers(url, namespace, list(queues) or ["default"]) as brokers:
+        alive = await state.waiters_alive(brokers[0].core)
+        now = time.time()
+        queue_states = [await broker.inspect() for broker in brokers[: len(queues)]]
+    return Status(namespace=namespace, at=now, waiters_alive=alive, queues=queue_states)
+
+
+def duration_text(seconds: float | None) -> str:
+    """``seconds`` for people: ``850ms``, ``12s``, ``4m05s``, ``3h12m``, ``2d04h``; ``-``
+    for None, ``?`` for what is not a number of seconds (NaN, infinite: Redis held it)."""
+    if seconds is None:
+        return "-"
+    if not math.isfinite(seconds):
+        return "?"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    whole = int(seconds)
+    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60)):
+        if whole >= size:
+            return f"{whole // size}{unit}{(whole % size) // sub_size:02d}{sub}"
+    if whole >= 60:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{seconds:.0f}s"
+
+
+def utc_text(at: float, form: str = "%Y-%m-%dT%H:%M:%SZ") -> str:
+    """The Unix time ``at`` as UTC in ``form``; ``?`` for one no calendar holds (NaN,
+    infinite, beyond year 9999: an audit record or heartbeat in Redis may say anything)."""
+    try:
+        return time.strftime(form, time.gmtime(at))
+    except (OverflowError, ValueError, OSError):
+        return "?"
+
+
+def status_text(status: Status) -> str:
+    """``status`` as the lines ``toolnexus status`` prints."""
+    at = utc_text(status.at, "%Y-%m-%d %H:%M:%S UTC")
+    lines = [f"namespace {status.namespace} · {status.waiters_alive} waiters alive · {at}"]
+    if not status.queues:
+        lines.append("no queues (nothing has been published in this namespace)")
+    for queue in status.queues:
+        durable = f", {queue.durable_open} durable open" if queue.durable_open else ""
+        escalated = f", {queue.escalated} escalated" if queue.escalated else ""
+        lines.append(
+            f"queue {queue.queue}: {queue.open_requests} open "
+            f"(oldest {duration_text(queue.oldest_waiting_s)}){escalated}, "
+            f"{queue.dead_letters} dead letters{durable}"
+        )
+        for q in queue.quorums:
+            who = f": {', '.join(q.approvers)}" if q.approvers else ""
+            declines = f", {q.declines} declined ({q.decline})" if q.declines else ""
+            lines.append(
+                f"  quorum {q.id} {q.prompt[:60]!r}: {q.accepts} of {q.need} approvals"
+                f"{who}{declines}"
+            )
+        if not queue.groups:
+            lines.append("  no consumer groups: no responder has read this queue")
+        for group in queue.groups:
+            undelivered = "?" if group.undelivered is None else str(group.undelivered)
+            lines.append(
+                f"  group {group.group}: {group.unacknowledged} unacknowledged "
+                f"(oldest {duration_text(group.oldest_unacknowledged_s)}), "
+                f"{undelivered} undelivered"
+            )
+            for c in group.consumers:
+                beat = (
+                    f"heartbeat {duration_text(c.heartbeat_age_s)} ago"
+                    if c.alive
+                    else "no heartbeat (gone?)"
+                )
+                lines.append(
+                    f"    {c.consumer}: holds {c.unacknowledged}, "
+                    f"idle {duration_text(c.idle_s)}, {beat}"
+                )
+    return "\n".join(lines)
+
+
+async def check(
+    url: str, namespace: str, queue: str, workers: Sequence[str], *, here: bool = False
+) -> tuple[bool, str]:
+    """Whether Redis is reachable and the ``workers`` (``GROUP`` or ``GROUP/CONSUMER``; all
+    when empty, then at least one) have fresh heartbeats, with the line that says so.
+    ``here``: only workers whose heartbeat names this host (a container's probe).
+
+    Raises:
+        ConfigurationError: ``url`` is not a Redis URL.
+    """
+    try:
+        async with redis_brokers(url, namespace, [queue]) as (broker,):
+            beats = await broker.heartbeats()
+    except BrokerUnavailable as exc:
+        return False, f"Redis is not reachable: {one_line(exc, url)}"
+    host = socket.gethostname()
+    if here:
+        beats = [b for b in beats if b.info.get("host") == host]
+    where = f"queue {queue!r}" + (f" on host {host}" if here else "")
+    names = sorted(f"{b.group}/{b.consumer}" for b in beats)
+    if not workers:
+        if not names:
+            return False, f"no worker has a fresh heartbeat on {where}"
+        return True, f"ok: {len(names)} worker(s) with fresh heartbeats on {where}: " + ", ".join(
+            names
+        )
+    missing = [
+        w for w in workers if not any(n == w or n.startswith(w.rstrip("/") + "/") for n in names)
+    ]
+    if missing:
+        live = ", ".join(names) or "none"
+        return False, f"no fresh heartbeat from {', '.join(missing)} on {where} (fresh: {live})"
+    return True, f"ok: {', '.join(workers)} have fresh heartbeats on {where}"
+
+
+def audit_json(records: Sequence[AuditRecord], *, raw: bool = False) -> str:
+    """``records`` as the JSON array ``toolnexus audit --json`` prints: one plain object per
+    record (:func:`audit_object`); with ``raw``, each also holds the signed bytes
+    (``request``, ``answer``, ``votes`` in base64) that ``verify_record`` checks."""
+    return json.dumps([audit_object(record, raw=raw) for record in records], indent=2)
+
+
+def audit_object(record: AuditRecord, *, raw: bool = False) -> dict[str, Any]:
+    """``record`` as plain JSON: every field of :class:`~toolnexus.security.AuditRecord` but
+    the encoded bytes, plus ``prompt`` (the request's, as kept: an excerpt of a large one),
+    ``outcome`` (as the text line says it) and each vote as ``{ok, responder, person}``;
+    ``digest`` in hex. With ``raw``, the encoded ``request``, ``answer`` and ``votes`` as
+    well (base64, as stored)."""
+    signed = ("request", "answer", "votes", "digest")
+    shown: dict[str, Any] = {
+        f.name: msgspec.to_builtins(getattr(record, f.name))
+        for f in msgspec.structs.fields(record)
+        if f.name not in signed
+    }
+    shown["prompt"] = _prompt(record)
+    shown["outcome"] = _outcome(record)
+    shown["votes"] = [
+        {"ok": v.ok, "responder": v.responder, "person": v.person} if v is not None else None
+        for v in _votes(record)
+    ]
+    shown["digest"] = record.digest.hex() if record.digest is not None else None
+    if raw:
+        shown["raw"] = {n: msgspec.to_builtins(getattr(record, n)) for n in signed}
+    return shown
+
+
+AUDIT_PROMPT_CHARS = 60
+"""How much of a request's prompt one ``toolnexus audit`` line shows."""
+
+
+def _codec(record: AuditRecord) -> Any:
+    return MSGPACK if record.format == "msgpack" else JSON
+
+
+def _prompt(record: AuditRecord) -> str | None:
+    """The prompt of the request ``record`` kept (None if it kept none readable)."""
+    if record.request is None:
+        return None
+    try:
+        return str(_codec(record).decode_as(record.request, Request).prompt)
+    except DecodeError:
+        return None
+
+
+def _outcome(record: AuditRecord) -> str:
+    outcome = "accepted" if record.ok else (record.reason or record.status)
+    if record.defaulted:  # nobody answered; the request's default applied
+        outcome = f"expired ({'accepted' if record.ok else 'declined'} by default)"
+    return outcome
+
+
+def audit_text(record: AuditRecord) -> str:
+    """One line for ``record``: when it ended, id, kind, outcome, who answered and who
+    asked, where from, verification, how long it took, and the prompt's start."""
+    at = utc_text(record.resolved_at)
+    by = " / ".join(n for n in (record.responder, record.person) if n) or "-"
+    source = "/".join(n for n in (record.source.server, record.source.tool) if n)
+    asked = record.requester or record.source.agent or "-"
+    verified = {True: "verified", False: "NOT verified", None: "unsigned"}[record.verified]
+    took = (
+        f" after {duration_text(record.resolved_at - record.created_at)}"
+        if record.created_at
+        else ""
+    )
+    refused = f", {len(record.refused)} refused" if record.refused else ""
+    parts = [at, record.id, record.kind or "-", _outcome(record), f"by {by}", f"asked by {asked}"]
+    if record.durable:
+        parts.append("durably")
+    if source:
+        parts.append(f"via {source}")
+    if record.votes:
+        parts.append(f"votes {', '.join(_voters(record))}")
+    prompt = _prompt(record)
+    shown = "" if prompt is None else f": {' '.join(prompt.split())[:AUDIT_PROMPT_CHARS]!r}"
+    return " ".join(parts) + f" ({verified}{took}{refused}){shown}"
+
+
+def _votes(record: AuditRecord) -> list[Answer | None]:
+    """The votes of a quorum's request, decoded (None for one that is unreadable)."""
+    codec = _codec(record)
+    votes: list[Answer | None] = []
+    for raw in record.votes:
+        try:
+            votes.append(codec.decode_as(raw, Answer))
+        except DecodeError:
+            votes.append(None)
+    return votes
+
+
+def _voters(record: AuditRecord) -> list[str]:
+    """Who voted on a quorum's request, as each signed vote says: ``+`` an accept, ``-`` a
+    decline."""
+    return [
+        "(unreadable)" if v is None else f"{'+' if v.ok else '-'}{v.answered_by or '?'}"
+        for v in _votes(record)
+    ]
+
+
+@contextlib.contextmanager
+def closed_pipe_is_the_end() -> Iterator[None]:
+    """Around a command's printing: a reader that closes the pipe (``| head -1``) ends it
+    quietly. stdout is pointed at /dev/null, so that Python's own flush at exit does not
+    complain either."""
+    try:
+        yield
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+# -- dead letters -----------------------------------------------------------------------------
+
+REQUEUE_SCRIPT = (
+    LUA_FIELDS
+    + """
+-- KEYS dead-letter stream, request stream; ARGV dead letter id, request bytes.
+-- Whoever deletes the dead letter first puts the request back: its new entry id, or
+-- false when the dead letter is gone (requeued or purged meanwhile).
+if redis.call('XDEL', KEYS[1], ARGV[1]) == 0 then
+  return false
+end
+return redis.call('XADD', KEYS[2], '*', E_REQUEST, ARGV[2])
+"""
+)
+"""Requeue one dead letter, once however many operators do it at the same time."""
+
+
+async def dead_letters(broker: RedisBroker, entry_id: str | None = None) -> list[DeadLetter]:
+    """:meth:`RedisBroker.dead_letters` (kept here for callers of this module)."""
+    return await broker.dead_letters(entry_id)
+
+
+async def requeue(broker: RedisBroker, letter: DeadLetter) -> str | None:
+    """Put the request of ``letter`` back on its request stream and delete the dead letter
+    (at once, and once); the new entry id, or None when the dead letter is gone already.
+
+    Raises:
+        ConfigurationError: ``letter`` cannot be requeued (its ``requeue_problem``).
+        BrokerUnavailable: Redis cannot be reached (or the user may not add requests).
+    """
+    if letter.request is None:
+        raise ConfigurationError(
+            f"dead letter {letter.id} cannot be requeued: {letter.requeue_problem}"
+        )
+    keys = broker.keys
+    script = broker.redis.register_script(REQUEUE_SCRIPT)
+    added = await _bounded(
+        broker,
+        f"requeueing dead letter {letter.id} of queue {keys.queue!r}",
+        script(keys=[keys.dead, keys.requests], args=[letter.id, letter.request]),
+    )
+    return None if added is None else _name(added)
+
+
+async def purge(broker: RedisBroker, entry_id: str | None) -> int:
+    """Delete dead letter ``entry_id`` (None: every dead letter of the queue); how many.
+
+    Raises:
+        BrokerUnavailable: Redis cannot be reached.
+    """
+    keys, redis_ = broker.keys, broker.redis
+    what = f"purging the dead letters of queue {keys.queue!r}"
+    if entry_id is None:
+        return int(await _bounded(broker, what, redis_.xtrim(keys.dead, maxlen=0)))
+    if not await dead_letters(broker, entry_id):
+        return 0  # (also for what is not an entry id, which XDEL refuses)
+    return int(await _bounded(broker, what, redis_.xdel(keys.dead, entry_id)))
+
+
+def dead_letter_line(letter: DeadLetter) -> str:
+    """One line for ``toolnexus dead-letters``: id, when, what it held, the error."""
+    held = (
+        f"{letter.request_id} {letter.kind} {letter.prompt[:40]!r}"
+        if letter.request_id is not None and letter.prompt is not None
+        else "(no readable request)"
+    )
+    return f"{letter.id} {utc_text(letter.at)} {held}: {letter.error}"
+
+
+def dead_letter_text(letter: DeadLetter) -> str:
+    """Every field of ``letter``, for ``toolnexus dead-letters show``."""
+    can = "yes" if letter.requeue_problem is None else f"no: {letter.requeue_problem}"
+    lines = [
+        f"id:       {letter.id}",
+        f"at:       {utc_text(letter.at)}",
+        f"error:    {letter.error}",
+        f"from:     {letter.stream} entry {letter.entry}",
+    ]
+    if letter.request_id is not None:
+        lines.append(f"request:  {letter.request_id} ({letter.kind}) {letter.prompt!r}")
+    lines += [
+        f"requeue:  {can}",
+        f"raw{' (truncated)' if letter.truncated else ''}:",
+        letter.raw.decode(errors="backslashreplace"),
+    ]
+    return "\n".join(lines)
+
+
+async def stored_answer(broker: RedisBroker, request_id: str) -> tuple[bytes | None, str | None]:
+    """What the state of request ``request_id`` says of its answer: the answer it holds
+    (None while open, or unknown) and why its waiter last refused one (None if never).
+
+    Raises:
+        BrokerUnavailable: Redis cannot be reached.
+    """
+    return await state.stored_answer(broker.core, request_id)

@@ -1,0 +1,522 @@
+"""The responder side of the Redis broker: consumer groups on the request stream,
+answering, and the events stream.
+
+Each consumer renews a lease on what it holds on a schedule of its own, and sweeps
+what it holds on another: requests resolved elsewhere are let go, requests past their
+deadline are expired, and requests whose waiter died are withdrawn. Entries of a
+consumer that died are reclaimed with ``XAUTOCLAIM`` once its lease lapses. Entries
+are acknowledged once the request is resolved or skipped. Entries that are not a
+readable request are moved to the dead-letter stream, and the waiter they name, if they
+name one, is told (a refusal on its reply stream, signed by this process's key when it has
+one: see :meth:`RedisResponder.refuse`); reading goes on. From its first read on, each
+consumer keeps a heartbeat (:meth:`~toolnexus.Responder.keep_heartbeat`).
+
+One of the three files that tell the architecture: the waiter side
+(:mod:`toolnexus.redis_broker._waiter`), the responder side
+(:mod:`toolnexus.redis_broker._responder`) and the key names (:mod:`toolnexus.keys`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections import deque
+from typing import Any
+
+import msgspec
+import redis.exceptions
+
+from .._broker import Pending, Responder
+from ..errors import (
+    AlreadyVoted,
+    BrokerClosed,
+    BrokerUnavailable,
+    DecodeError,
+    SignatureError,
+    ToolnexusError,
+)
+from ..keys import WAITER_ID, check_request_id
+from ..lifecycle import Status
+from ..models import Answer, ApprovedEvent, Request
+from ..security._signing import allowed, sign_refusal
+from ._answering import checked_answer, finish, resolve_answer, waiter_of
+from ._connections import BlockingReader, Entries
+from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, ms, run_to_completion, text
+from ._heartbeats import heartbeat
+from ._layout import (
+    OPEN_B,
+    REFUSAL_BY,
+    REFUSAL_DIGEST,
+    REFUSAL_KEY,
+    REFUSAL_REASON,
+    REFUSAL_SIG,
+    REPLY_ID,
+)
+from ._scripts import STATUS
+
+log = logging.getLogger("toolnexus.redis")
+
+RENEW_CHUNK = 1000
+"""Entries renewed by one ``XCLAIM``."""
+
+REFUSALS_KEPT = 1000
+"""A reply stream is trimmed to about this many entries by a refusal added to it."""
+
+
+def route_of(payload: bytes, format: str) -> tuple[str, str] | None:
+    """The request id and reply stream's waiter that the encoded request ``payload`` names,
+    read leniently (it may be a request this toolnexus cannot read otherwise), if both look
+    like an id and a waiter id."""
+    try:
+        decoded = (msgspec.msgpack if format == "msgpack" else msgspec.json).decode(payload)
+    except (msgspec.DecodeError, ValueError):
+        return None
+    body = decoded[1] if isinstance(decoded, list) and len(decoded) == 2 else None
+    if not isinstance(body, dict):
+        return None
+    request_id, waiter = body.get("id"), body.get("reply_to")
+    if not isinstance(request_id, str) or check_request_id(request_id) is not None:
+        return None
+    if not isinstance(waiter, str) or not WAITER_ID.fullmatch(waiter):
+        return None
+    return request_id, waiter
+
+
+class RedisPending(Pending):
+    def __init__(
+        self, responder: RedisResponder, request: Request, entry_id: str, signer: str | None
+    ) -> None:
+        self.request = request
+        self.entry_id = entry_id
+        self.signer = signer
+        self.responder_name = responder.name
+        self._responder = responder
+        self._queued = True  # in the responder's ready queue, not yet delivered
+
+    async def answer(self, answer: Answer) -> ApprovedEvent | None:
+        return await self._responder.answer(self, answer)
+
+    async def skip(self) -> None:
+        self._responder.release(self)
+
+
+class RedisResponder(Responder):
+    """One consumer of a consumer group on the request stream.
+
+    Reads its own pending entries first (after a start or a reconnect), then new ones.
+    With ``until_idle``, iteration ends when a read of new entries finds none.
+    """
+
+    def __init__(
+        self, core: Core, group: str, consumer: str, *, count: int, until_idle: bool
+    ) -> None:
+        self.core, self.group, self.consumer, self.count = core, group, consumer, count
+        self.until_idle = until_idle
+        self.name = f"{group}/{consumer}"
+        self.dead_lettered = 0
+        self._stream = core.keys.requests
+        self._held: dict[str, RedisPending] = {}
+        self._ready: deque[RedisPending] = deque()
+        self._reader: BlockingReader | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._backlog_from: str | None = "0"  # where to read our own pending entries from
+        self._idle = False  # the last read of new entries found none
+        self._closed = False
+
+    # -- delivering ---------------------------------------------------------------
+
+    async def __anext__(self) -> RedisPending:
+        backoff: Backoff | None = None
+        while not self._closed and not self.core.closed:
+            if self._ready:
+                pending = self._ready.popleft()
+                pending._queued = False
+                return pending
+            if self._idle and self.until_idle:
+                break
+            try:
+                if self._reader is None:
+                    await self._ensure_group()
+                    self._reader = self.core.blocking_reader()
+                if not self._tasks:
+                    loop = asyncio.get_running_loop()
+                    beat = functools.partial(heartbeat, self.core, self.group, self.consumer)
+                    self._tasks = [
+                        loop.create_task(self._renew()),
+                        loop.create_task(self._sweep()),
+                        loop.create_task(self.keep_heartbeat(beat)),
+                    ]
+                await self._read()
+                backoff = None  # it worked: a failure from now on starts the backoff again
+            except BrokerClosed:
+                break
+            except redis.exceptions.ResponseError as exc:
+                if "NOGROUP" in str(exc):  # Redis lost the group (restart without persistence)
+                    await self._drop_reader()
+                    continue
+                log.error("responder %s/%s: %s; retrying", self.group, self.consumer, exc)
+                backoff = backoff or Backoff()
+                await backoff.wait(f"responder {self.group}/{self.consumer}", exc)
+            except Exception as exc:  # a lost connection, a timeout, anything: never die
+                if not isinstance(exc, CONNECTION_ERRORS):
+                    log.exception("responder %s/%s failed; retrying", self.group, self.consumer)
+                self._backlog_from = "0"
+                await self._drop_reader()
+                backoff = backoff or Backoff()
+                await backoff.wait(f"responder {self.group}/{self.consumer}", exc)
+        raise StopAsyncIteration
+
+    async def _ensure_group(self) -> None:
+        try:
+            await self.core.bounded(
+                self.core.redis.xgroup_create(self._stream, self.group, id="0", mkstream=True)
+            )
+        except redis.exceptions.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def _drop_reader(self) -> None:
+        if self._reader is not None:
+            reader, self._reader = self._reader, None
+            with contextlib.suppress(Exception):
+                await reader.aclose()
+
+    async def _read(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        block_ms = self.core.settings.block_ms
+        group, consumer, stream, count = self.group, self.consumer, self._stream, self.count
+        if self._backlog_from is not None:  # our own pending entries, oldest first
+            entries = await reader.xreadgroup(
+                group, consumer, stream, self._backlog_from, count, None
+            )
+            self._backlog_from = text(entries[-1][0]) if entries else None
+            await self._admit(entries, fresh=False)
+            return
+        entries = await reader.xreadgroup(
+            group, consumer, stream, ">", count, None if self.until_idle else block_ms
+        )
+        self._idle = not entries
+        await self._admit(entries, fresh=True)
+
+    def _parse(
+        self, entry_id: str, fields: dict[bytes, bytes]
+    ) -> tuple[Request, str | None] | None:
+        """The request of one entry and the key that verifiably signed it, or None after
+        moving a bad entry to the dead letters."""
+        try:
+            payload = fields.get(b"r")
+            if payload is None:
+                raise DecodeError("the entry has no 'r' field holding a request")
+            request = self.core.codec.decode_as(payload, Request)
+            problem = check_request_id(request.id)
+            if problem is not None:
+                raise DecodeError(problem)
+            if request.reply_to is None or not WAITER_ID.fullmatch(request.reply_to):
+                raise DecodeError("the request has no valid reply_to: no broker published it")
+            signer = self.core.signatures.admit_request(request)
+        except (DecodeError, SignatureError) as exc:
+            self.core.move_to_dead_letters(self._stream, entry_id, fields, str(exc), self.group)
+            self.dead_lettered += 1
+            why = exc.reason if isinstance(exc, SignatureError) else str(exc)
+            self.refuse(fields.get(b"r"), why)
+            return None
+        return request, signer
+
+    def refuse(self, payload: bytes | None, reason: str) -> None:
+        """Tell the waiter of the request published as ``payload`` (dead-lettered here, for
+        ``reason``) that this responder refused it, on its reply stream (fields
+        ``REFUSAL_*`` of :mod:`._layout`): the reason, this consumer and, when this process
+        signs, a signature bound to those bytes (:func:`sign_refusal`). Bytes that name no
+        waiter are only dead-lettered."""
+        if payload is None:
+            return
+        core = self.core
+        route = route_of(payload, core.codec.format)
+        if route is None:
+            return
+        request_id, waiter = route
+        reason = reason[:500]
+        fields: list[Any] = [REPLY_ID, request_id, REFUSAL_REASON, reason, REFUSAL_BY, self.name]
+        key = core.signatures.key
+        if key is not None:
+            signature = sign_refusal(request_id, payload, reason, key)
+            fields += [REFUSAL_KEY, signature.key, REFUSAL_SIG, signature.sig]
+            fields += [REFUSAL_DIGEST, signature.digest]
+        stream = core.keys.answers(waiter)
+        call = core.pipeliner
+        call.post("XADD", stream, "MAXLEN", "~", REFUSALS_KEPT, "*", *fields, lazy=False)
+        call.post("PEXPIRE", stream, core.settings.retention_ms, lazy=False)
+
+    async def _admit(self, entries: Entries, *, fresh: bool) -> None:
+        """Queue the open requests among ``entries``; acknowledge or dead-letter the rest.
+
+        ``fresh`` entries were just delivered for the first time: a resolved request's
+        entry is deleted from the stream, so they are open unless past their deadline.
+        Others (re-read or reclaimed) may have been resolved since: their state is read.
+        """
+        now = time.time()
+        admitted: list[tuple[str, Request, str | None]] = []
+        unsure: list[tuple[str, Request, str | None]] = []
+        done: list[str] = []
+        for raw_id, fields in entries:
+            entry_id = text(raw_id)
+            if not fields:  # deleted or trimmed while pending: nothing left to show
+                done.append(entry_id)
+                continue
+            parsed = self._parse(entry_id, fields)
+            if parsed is None:
+                continue
+            request, signer = parsed
+            if not self._may_answer(request):
+                done.append(entry_id)  # its allow-list leaves this responder out
+                continue
+            held = self._held.get(request.id)
+            if held is not None:
+                if held.entry_id != entry_id:
+                    done.append(entry_id)  # a duplicate XADD of a request we already show
+            elif fresh and now < (request.expires_at or float("inf")):
+                # (this clock only spares a round trip: one that runs slow shows a late
+                # request, whose answer Redis time refuses; one that runs fast asks Redis)
+                admitted.append((entry_id, request, signer))
+            else:
+                unsure.append((entry_id, request, signer))
+        if unsure:
+            states = await self._states([request for _, request, _ in unsure])
+            for (entry_id, request, signer), (status, alive, past) in zip(
+                unsure, states, strict=True
+            ):
+                if status != OPEN_B or (
+                    (not alive or past) and await self._end(request, alive, entry_id)
+                ):
+                    done.append(entry_id)
+                else:
+                    admitted.append((entry_id, request, signer))
+        for entry_id, request, signer in admitted:
+            pending = RedisPending(self, request, entry_id, signer)
+            self._held[request.id] = pending
+            self._ready.append(pending)
+        if done:
+            self.core.pipeliner.post("XACK", self._stream, self.group, *done, lazy=False)
+
+    def _may_answer(self, request: Request) -> bool:
+        """Whether this responder may answer ``request``: its allow-list names this key (or
+        consumer), or names persons (``web:*``), whom a worker tells apart itself."""
+        if not request.allow:
+            return True
+        key = self.core.signatures.key
+        me = key.name if key is not None else self.name
+        return any(":" in entry for entry in request.allow) or allowed(request.allow, me, None)
+
+    async def _end(self, request: Request, alive: bool, entry_id: str | None) -> bool:
+        """End ``request``, open but its waiter gone (withdrawn) or past its signed
+        deadline by Redis time (expired): whether it is no longer open."""
+        if not alive:
+            return await finish(self.core, request, Status.WITHDRAWN, entry_id)
+        return await finish(self.core, request, Status.EXPIRED, entry_id)
+
+    async def _states(self, requests: list[Request]) -> list[tuple[bytes | None, bool, bool]]:
+        """Each request's status (``b"open"``, ...; None if Redis forgot it), whether its
+        waiter is alive, and whether its signed deadline has passed by Redis time (the
+        judge of a deadline, whatever this process's clock says), in one round trip."""
+        keys = self.core.keys
+        batch = self.core.pipeliner.batch
+        replies: list[list[Any]] = await asyncio.gather(
+            *(
+                batch(STATUS, (keys.answers(w), keys.alive(w)), (), (keys.state(w, r.id),), ())
+                for r in requests
+                for w in (waiter_of(r),)
+            )
+        )
+        return [
+            (reply[0] or None, bool(reply[1]), int(reply[2]) >= ms(r.expires_at))
+            if r.expires_at is not None
+            else (reply[0] or None, bool(reply[1]), False)
+            for r, reply in zip(requests, replies, strict=True)
+        ]
+
+    # -- answering ----------------------------------------------------------------
+
+    async def answer(self, pending: RedisPending, answer: Answer) -> ApprovedEvent | None:
+        """:meth:`RedisPending.answer`. An answer that cannot get through because Redis is
+        away hands the request back: it is shown again once Redis returns. A quorum's vote
+        that counted but did not decide keeps the request held, for other persons here."""
+        core, request, entry = self.core, pending.request, pending.entry_id
+        checked = checked_answer(core, request, answer, pending.responder_name)
+        payload = core.codec.encode_answer(checked)
+        # On one server, the resolve settles the entry too, if it won: one round trip per
+        # answer instead of two. A quorum's votes are settled after.
+        group = self.group if request.quorum is None else None
+        try:
+            with boundary(f"answering {request.id}"):
+                progress, settled = await resolve_answer(
+                    core,
+                    request,
+                    checked,
+                    payload,
+                    entry,
+                    group,
+                    alone=len(self._held) == 1,  # the only answer going out, likely
+                )
+        except BrokerUnavailable:
+            self._hand_back(pending)
+            raise
+        except AlreadyVoted:
+            raise  # still open: others may vote through this pending
+        except ToolnexusError:
+            self.release(pending)
+            raise
+        if progress is not None:
+            core.settle(progress)
+            return progress
+        self._forget(pending)
+        if settled:
+            return None
+        # Returns once the entry is gone too, so that no group reads it from now on; the
+        # answer has won already, so a failure here is only logged (by settle).
+        settling = core.settle_now((self.group, entry), entry)
+        with contextlib.suppress(Exception):  # the waiter publishes the answered event
+            await asyncio.shield(settling)
+        return None
+
+    def _forget(self, pending: RedisPending) -> None:
+        if self._held.get(pending.request.id) is pending:
+            del self._held[pending.request.id]
+        if pending._queued:  # rare: most are delivered before they are let go
+            pending._queued = False
+            with contextlib.suppress(ValueError):  # cleared by aclose()
+                self._ready.remove(pending)
+
+    def release(self, pending: RedisPending) -> None:
+        """Stop holding ``pending`` (resolved or skipped) and acknowledge its entry."""
+        self._forget(pending)
+        self.core.settle(ack=(self.group, pending.entry_id))
+
+    def _hand_back(self, pending: RedisPending) -> None:
+        """Stop holding ``pending`` unacknowledged: our own backlog is read again, so it is
+        shown again when Redis is back."""
+        self._forget(pending)
+        self._backlog_from = "0"
+
+    # -- maintenance --------------------------------------------------------------
+
+    async def _renew(self) -> None:
+        """Renew the lease on everything held, every ``lease_ms / 3``, whatever else is busy."""
+        interval_s = self.core.settings.lease_ms / 3000
+        while not self._closed:
+            await asyncio.sleep(interval_s)
+            ids: list[Any] = [pending.entry_id for pending in self._held.values()]
+            for start in range(0, len(ids), RENEW_CHUNK):
+                try:  # XCLAIM by the holder resets the idle time: the lease is renewed
+                    await self.core.bounded(
+                        self.core.redis.xclaim(
+                            self._stream, self.group, self.consumer, 0,
+                            ids[start : start + RENEW_CHUNK], justid=True,
+                        )
+                    )  # fmt: skip
+                except BrokerClosed:
+                    return
+                except Exception as exc:  # keep renewing whatever happened
+                    log.warning("renewing leases of %s/%s: %s", self.group, self.consumer, exc)
+
+    async def _sweep(self) -> None:
+        """Let go of what was resolved elsewhere, expire or withdraw what nobody else will,
+        reclaim what dead consumers held, and remove consumers long gone."""
+        interval_s = self.core.settings.lease_ms / 3000
+        sweeps = 0
+        while not self._closed:
+            await asyncio.sleep(interval_s)
+            try:
+                await self._sweep_held()
+                await self._reclaim()
+                sweeps += 1
+                if sweeps % 30 == 1:
+                    await self._remove_departed_consumers()
+            except BrokerClosed:
+                return
+            except Exception as exc:  # keep sweeping whatever happened
+                log.warning("sweeping %s/%s: %s", self.group, self.consumer, exc)
+
+    async def _sweep_held(self) -> None:
+        held = list(self._held.values())
+        if not held:
+            return
+        states = await self._states([pending.request for pending in held])
+        for pending, (status, alive, past) in zip(held, states, strict=True):
+            if status != OPEN_B or (
+                (not alive or past) and await self._end(pending.request, alive, pending.entry_id)
+            ):
+                self.release(pending)
+
+    async def _reclaim(self) -> None:
+        cursor = "0-0"
+        while not self._closed:
+            reply: Any = await self.core.bounded(
+                self.core.redis.xautoclaim(
+                    self._stream, self.group, self.consumer,
+                    self.core.settings.lease_ms, cursor, count=self.count,
+                )
+            )  # fmt: skip
+            cursor, entries = text(reply[0]), reply[1]
+            if entries:
+                log.info("%s/%s reclaimed %d requests", self.group, self.consumer, len(entries))
+                await self._admit(entries, fresh=False)
+            if cursor == "0-0":
+                return
+
+    async def _remove_departed_consumers(self) -> None:
+        """Consumers idle longer than the retention, holding nothing, are deleted."""
+        redis_ = self.core.redis
+        consumers = await self.core.bounded(redis_.xinfo_consumers(self._stream, self.group))
+        for info in consumers:
+            name = text(info.get("name", b""))
+            if (
+                name != self.consumer
+                and info.get("pending", 1) == 0
+                and info.get("idle", 0) > self.core.settings.retention_ms
+            ):
+                await self.core.bounded(redis_.xgroup_delconsumer(self._stream, self.group, name))
+
+    async def aclose(self) -> None:
+        """Stop; held requests not yet answered go back to the group at once."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        ids: list[Any] = [pending.entry_id for pending in self._held.values()]
+        self._held.clear()
+        self._ready.clear()
+        await run_to_completion(self._close(ids))
+
+    async def _close(self, ids: list[Any]) -> None:
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks and not self.core.closed:  # it kept a heartbeat: it leaves
+            with contextlib.suppress(Exception):
+                await heartbeat(self.core, self.group, self.consumer, 0, None)
+        if ids and not self.core.closed:  # idle as if their lease had lapsed: reclaimable now
+            with contextlib.suppress(Exception):
+                await self.core.bounded(
+                    self.core.redis.xclaim(
+                        self._stream, self.group, self.consumer, 0, ids,
+                        idle=self.core.settings.lease_ms, justid=True,
+                    )
+                )  # fmt: skip
+        await self._drop_reader()
+
+    def statistics(self) -> dict[str, int]:
+        """Counters: requests held, ready to deliver, and dead-lettered by this consumer."""
+        return {
+            "holding": len(self._held),
+            "ready": len(self._ready),
+            "dead_lettered": self.dead_lettered,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"<RedisResponder {self.group}/{self.consumer} holding {len(self._held)}, "
+            f"dead-lettered {self.dead_lettered}>"
+        )

@@ -1,0 +1,74 @@
+"""Worker stores on the Redis broker (:meth:`toolnexus.Broker.store`): one hash each, in
+the queue's slot, expiring as a whole (Redis 7.0 has no per-field expiry)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from .._broker import Store, check_store_entry
+from .._numeric import check_number
+from ._core import Core, boundary
+from ._durable import patiently
+
+log = logging.getLogger("toolnexus.redis")
+
+T = TypeVar("T")
+
+
+class RedisStore(Store):
+    """A :class:`~toolnexus.Store` in the hash :meth:`toolnexus.keys.Keys.store`
+    names, on the broker's own connections (Cluster, Sentinel, TLS, ACL users alike)."""
+
+    def __init__(self, core: Core, name: str) -> None:
+        self.key = core.keys.store(name)
+        self.name = name
+        self._core = core
+
+    async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()`` bounded by ``command_timeout_s``, retried while Redis is away (for up
+        to ``answer_patience_s``, as answers are); then ``BrokerUnavailable``."""
+        core = self._core
+        with boundary(f"store {self.name!r}: {what}"):
+            return await patiently(
+                core, f"store {self.name!r}: {what}", lambda: core.bounded(call())
+            )
+
+    async def get(self, key: str) -> bytes | None:
+        check_store_entry(key)
+        value: Any = await self._call(
+            f"reading {key!r}", lambda: self._core.redis.hget(self.key, key)
+        )
+        return None if value is None else bytes(value)
+
+    async def set(self, key: str, value: bytes | str, *, ttl_s: float) -> None:
+        data = check_store_entry(key, value)
+        check_number("ttl_s", ttl_s)
+        ttl = max(1, math.ceil(ttl_s))  # EXPIRE takes whole seconds: at least ttl_s
+
+        async def write() -> None:
+            async with self._core.redis.pipeline(transaction=True) as pipe:
+                pipe.hset(self.key, key, data)
+                pipe.expire(self.key, ttl, nx=True)  # a new store gets this TTL
+                pipe.expire(self.key, ttl, gt=True)  # an existing one is only ever extended
+                await pipe.execute()
+
+        await self._call(f"keeping {key!r}", write)
+
+    async def delete(self, key: str) -> None:
+        check_store_entry(key)
+        await self._call(f"forgetting {key!r}", lambda: self._core.redis.hdel(self.key, key))
+
+    async def items(self) -> dict[str, bytes]:
+        raw: dict[Any, Any] = await self._call(
+            "reading every entry", lambda: self._core.redis.hgetall(self.key)
+        )
+        entries: dict[str, bytes] = {}
+        for field, value in raw.items():
+            try:
+                entries[field.decode() if isinstance(field, bytes) else field] = bytes(value)
+            except UnicodeDecodeError:  # not written by a store: nobody can ask for it
+                log.warning("store %r: skipping a key that is not UTF-8: %r", self.name, field)
+        return entries
