@@ -20,10 +20,11 @@ import pytest
 
 import toolnexus
 from conftest import FAST
-from toolnexus import Broker, Refused, Request, new_id
+from toolnexus import Broker, Request, new_id
 from toolnexus._memory import MemoryBroker
 from toolnexus.cli import EXIT_INTERRUPTED
 from toolnexus.cli._exits import EXIT_NOT_ANSWERED, EXIT_REQUEST_REFUSED
+from toolnexus.errors import Refused
 from toolnexus.redis_broker import RedisBroker
 from toolnexus.security import Keyring, SigningKey
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import Fleet
 from helpers import ask, opened
 from test_forgery import decline_genuinely, still_waiting, waiting
-from toolnexus import Refused
+from toolnexus.errors import Refused
 from toolnexus.models import Signature
 from toolnexus.redis_broker import RedisBroker
 from toolnexus.security import Keyring, SigningKey

@@ -173,7 +173,7 @@ async def ask(
 
     Accepted: the answer's data as JSON on stdout (the whole answer with ``as_json``).
     Otherwise one line on stderr says why (and ``as_json`` prints the answer too). A
-    responder that refuses the request (:class:`~toolnexus.Refused`: a missing or bad
+    responder that refuses the request (:class:`~toolnexus.errors.Refused`: a missing or bad
     signature, ...) ends it at once with :data:`EXIT_REQUEST_REFUSED`. The broker's warnings
     (nobody reads the queue, a refusal that does not verify) are printed on stderr as they
     come.

@@ -118,7 +118,7 @@ class RedisBroker(Broker):
         return self.waiter.wait_for(request, timeout_s, allow, durable)
 
     def refusal(self, request_id: str) -> asyncio.Future[Refused]:
-        """A future set to :class:`~toolnexus.Refused` if a responder refuses request
+        """A future set to :class:`~toolnexus.errors.Refused` if a responder refuses request
         ``request_id``, which this broker is waiting for (it dead-lettered it: a missing or
         bad signature, a key it does not trust, bytes it cannot read). With signatures
         required, only a refusal signed by a trusted key for exactly this request counts.
