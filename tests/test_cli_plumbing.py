@@ -61,7 +61,7 @@ def test_every_command_takes_the_shared_broker_flags(
 def test_the_command_list_is_complete() -> None:
     """Every command that takes --url is one of those checked above (keygen, acl and
     worker talk to no broker themselves)."""
-    source = (ROOT / "bridge" / "toolnexus" / "cli.py").read_text()
+    source = (ROOT / "bridge" / "toolnexus" / "cli" / "_main.py").read_text()
     assert '"--url",' not in source and '"--namespace",' not in source  # only shared ones
     assert set(re.findall(r'"(\w[\w-]*)",\n\s+parents=\[connection_parser', source)) == {
         "ask", "answer", "status", "check", "audit", "list", "show", "requeue", "purge", "demo"
