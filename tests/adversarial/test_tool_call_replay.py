@@ -1,4 +1,5 @@
-"""Issue #27: an approval is bound to the exact tool call. On a private redis-server with
+"""Issue #27 (observation 2 of its Done when): an approval is bound to the exact tool call.
+On a private redis-server with
 signatures required, the signed answer that approved one call, replayed for a new call of
 the same tool with the same arguments (same digest of name + arguments, a new request),
 is refused: its signature covers the first request, id included (threat-model S1/S2)."""
