@@ -101,6 +101,8 @@ def documented_statuses() -> dict[str, int]:
 
 def error_tree() -> list[type[BaseException]]:
     toolnexus.mcp.McpError  # noqa: B018 (loads the lazily imported MCP errors into the tree)
+    importlib.import_module("toolnexus.mcp._tasks")  # and the Tasks extension's
+    importlib.import_module("toolnexus.frameworks")  # and the framework adapters'
     found: list[type[BaseException]] = []
     todo: list[type[BaseException]] = [errors.ToolnexusError]
     while todo:

@@ -45,9 +45,14 @@ import rfc8785
 from .._broker import Store
 from .._schema import validate_form
 from ..codec import JSON, MSGPACK
-from ..errors import DecodeError, InvalidAnswer, InvalidRequest
+from ..errors import DecodeError, InvalidAnswer, InvalidRequest, ToolnexusError
 from ..models import Answer, Request, Source, new_id
 from ..security._audit import AuditRecord
+
+
+class RunNotFound(ToolnexusError):
+    """No resumable run of this name is kept (it finished, or never stopped to ask)."""
+
 
 TOOL_CALL: Final = "tool_call"
 """The ``kind`` of a tool-approval request."""

@@ -26,10 +26,11 @@ import msgspec
 
 from .._broker import Broker
 from ..codec import JSON
-from ..errors import ConfigurationError, InvalidAnswer, ToolnexusError
+from ..errors import ConfigurationError, InvalidAnswer
 from ..models import Request, WaitFor
 from ._tool_call import (
     Ledger,
+    RunNotFound,
     ToolDecision,
     call_request_id,
     decide,
@@ -54,10 +55,6 @@ FRAMEWORK: Final = "openai-agents"
 STORE: Final = "openai-agents"
 """The broker store that keeps resumable runs (:func:`run_resumable`)."""
 STATE_TTL_S: Final = 7 * 24 * 3600.0
-
-
-class RunNotFound(ToolnexusError):
-    """No resumable run of this name is kept (it finished, or never stopped to ask)."""
 
 
 def _raw(item: ToolApprovalItem, key: str) -> Any:

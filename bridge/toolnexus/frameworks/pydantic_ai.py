@@ -27,9 +27,16 @@ import msgspec
 
 from .._broker import Broker
 from ..codec import JSON
-from ..errors import ConfigurationError, InvalidAnswer, ToolnexusError
+from ..errors import ConfigurationError, InvalidAnswer
 from ..models import Request, WaitFor
-from ._tool_call import Ledger, call_request_id, decide, tool_call_of, tool_call_request
+from ._tool_call import (
+    Ledger,
+    RunNotFound,
+    call_request_id,
+    decide,
+    tool_call_of,
+    tool_call_request,
+)
 
 try:
     from pydantic_ai import Agent
@@ -53,10 +60,6 @@ FRAMEWORK: Final = "pydantic-ai"
 STORE: Final = "pydantic-ai"
 """The broker store that keeps resumable runs (:func:`run_resumable`)."""
 STATE_TTL_S: Final = 7 * 24 * 3600.0
-
-
-class RunNotFound(ToolnexusError):
-    """No resumable run of this name is kept (it finished, or never stopped to ask)."""
 
 
 def _request(
