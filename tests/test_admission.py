@@ -307,6 +307,7 @@ async def each_broker(
         yield broker
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
 async def test_both_brokers_tell_a_responder_the_same(each_broker: Broker, case: Case) -> None:
     assert await _case(each_broker, case) == case.told

@@ -16,6 +16,7 @@ def approval(**fields: object) -> Request:
     return Request(id=new_id(), kind="approval", prompt="Deploy to prod?", **fields)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broker", ["memory", "redis"], indirect=True)
 async def test_a_quorum_short_of_votes_at_its_deadline_gets_its_default(broker: Broker) -> None:
     request = approval(quorum=Quorum(2), on_expiry=OnExpiry(ok=False))

@@ -110,6 +110,7 @@ async def test_every_group_sees_every_request_and_the_first_answer_wins(broker: 
     assert (answer.ok, answer.reason) == (False, "declined")
 
 
+@pytest.mark.slow
 async def test_one_consumer_of_a_group_gets_each_request(broker: Broker) -> None:
     async def drain(responder: Responder) -> list[Pending]:
         got = []
@@ -160,6 +161,7 @@ async def test_the_deadline_resolves_as_expired_and_refuses_late_answers(broker:
             await broker.answer(Answer(id=request.id, ok=True, data={"name": "Late"}))
 
 
+@pytest.mark.slow
 async def test_the_requests_own_expiry_bounds_the_wait(broker: Broker) -> None:
     started = time.monotonic()
     # 1 s: a publish must land first (a just-started Cluster can take a few hundred ms).
@@ -280,6 +282,7 @@ async def test_concurrent_waits_each_get_their_own_answer(broker: Broker) -> Non
     assert [a.data["name"] for a in answers] == prompts
 
 
+@pytest.mark.slow
 async def test_wait_for_is_a_wait_for(broker: Broker) -> None:
     wait_for: toolnexus.WaitFor = broker.wait_for
     # 1 s: a publish must land first (a just-started Cluster can take a few hundred ms).

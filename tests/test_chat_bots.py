@@ -279,6 +279,7 @@ async def restarted_bot_keeps_its_messages_in_step(broker: Broker, chat: ChatFak
             await closed(chat, kept, "Answered by")
 
 
+@pytest.mark.slow
 async def test_a_restarted_bot_finds_its_messages_and_keeps_them_in_step(
     broker: Broker, chat: ChatFake
 ) -> None:

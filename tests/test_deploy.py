@@ -111,6 +111,7 @@ def test_every_service_logs_in_as_a_user_of_the_acl_file_and_an_agent_waits_as_i
     assert isinstance(agent, RedisBroker) and agent.settings.agent == "agent"
 
 
+@pytest.mark.slow
 def test_hadolint_passes_the_dockerfile() -> None:
     binary = tool("hadolint", BIN)
     done = subprocess.run(

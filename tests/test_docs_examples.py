@@ -100,6 +100,7 @@ def test_the_pages_have_examples_and_each_says_how_it_is_tested() -> None:
                 assert (ROOT / cited).is_file(), f"{example}: {cited} does not exist"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", RUN, ids=str)
 def test_a_runnable_example_runs(example: Example, tmp_path: Path) -> None:
     program = [sys.executable, "-c"] if example.language == "python" else ["bash", "-euc"]

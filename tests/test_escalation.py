@@ -368,6 +368,7 @@ def test_the_escalation_example_runs(redis_url: str, namespace: str) -> None:
     assert done.stdout == "yes\n"
 
 
+@pytest.mark.slow
 async def test_a_durable_escalation_is_published_once_per_queue_across_attaches(
     redis_url: str, namespace: str
 ) -> None:

@@ -110,6 +110,7 @@ async def test_an_edited_state_is_refused_and_the_genuine_answer_still_wins(flee
         await assert_refusal_audited(agent, request.id, "missing signature")
 
 
+@pytest.mark.slow
 async def test_a_deadline_that_finds_only_a_forged_answer_is_expired(fleet: Fleet) -> None:
     async with fleet.agent() as agent:
         request = ask()

@@ -76,6 +76,7 @@ async def finished(process: subprocess.Popen[str]) -> str:
     return out.strip()
 
 
+@pytest.mark.slow
 async def test_approve_runs_the_tool_and_the_ledger_has_every_digest(
     broker: Broker, agent: object, tmp_path: Path
 ) -> None:
@@ -93,6 +94,7 @@ async def test_approve_runs_the_tool_and_the_ledger_has_every_digest(
     assert audit_digests(record).approved == digest
 
 
+@pytest.mark.slow
 async def test_deny_with_a_message_and_an_edit_is_refused_to_the_responder(
     broker: Broker, agent: object, tmp_path: Path
 ) -> None:
@@ -105,6 +107,7 @@ async def test_deny_with_a_message_and_an_edit_is_refused_to_the_responder(
     assert ran(tmp_path) == []
 
 
+@pytest.mark.slow
 async def test_a_deadline_rejects_with_a_clear_message(agent: object, tmp_path: Path) -> None:
     process = agent("inline", 0.5)  # type: ignore[operator]
     [message] = json.loads(await finished(process))
@@ -112,6 +115,7 @@ async def test_a_deadline_rejects_with_a_clear_message(agent: object, tmp_path: 
     assert ran(tmp_path) == []
 
 
+@pytest.mark.slow
 async def test_cancelling_the_run_withdraws_the_question(
     broker: Broker, agent: object, tmp_path: Path
 ) -> None:
@@ -125,6 +129,7 @@ async def test_cancelling_the_run_withdraws_the_question(
     assert ran(tmp_path) == []
 
 
+@pytest.mark.slow
 async def test_resumed_in_another_process_after_a_kill_runs_the_tool_once(
     broker: Broker, agent: object, tmp_path: Path
 ) -> None:
@@ -143,6 +148,7 @@ async def test_resumed_in_another_process_after_a_kill_runs_the_tool_once(
     assert ran(tmp_path) == [ARGS]
 
 
+@pytest.mark.slow
 async def test_the_docs_inline_example_runs_as_written(broker: Broker, agent: object) -> None:
     """The OpenAI Agents SDK block of docs/how-to/tool-approvals.md, run by the agent
     process as written."""

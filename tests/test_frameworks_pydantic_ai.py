@@ -208,6 +208,7 @@ AGENT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.redis
 async def test_resumed_in_another_process_after_a_kill_runs_the_tool_once(
     redis_url: str, namespace: str, tmp_path: Path

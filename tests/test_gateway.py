@@ -174,6 +174,7 @@ async def test_a_decline_is_an_answer(setup: Setup) -> None:
     }
 
 
+@pytest.mark.slow
 async def test_nobody_answering_expires_with_keepalives_meanwhile(setup: Setup) -> None:
     asked = approval(expiresAt=iso_time(time.time() + 1.0))
     headers = {"Authorization": f"Bearer {TOKEN}"}

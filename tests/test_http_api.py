@@ -294,6 +294,7 @@ async def test_a_filter_by_kind_and_source(setup: Setup) -> None:
     await setup.withdraw(*waits)
 
 
+@pytest.mark.slow
 async def test_long_polling_follows_shown_and_gone(setup: Setup) -> None:
     cursor = (await setup.get("/v1/requests")).json()["cursor"]
     idle = await setup.get("/v1/events", after=cursor, wait=0.2)
@@ -342,6 +343,7 @@ async def test_bad_bodies_and_parameters_are_named(setup: Setup) -> None:
     await setup.withdraw(wait)
 
 
+@pytest.mark.slow
 async def test_schemathesis_finds_no_server_error(setup: Setup, tmp_path: Path) -> None:
     """schemathesis against the API's own OpenAPI document: no 5xx, and every status,
     content type and body as documented, with requests open on both queues."""

@@ -177,6 +177,7 @@ async def test_cancelling_the_tool_call_cancels_the_wait(mode: str) -> None:
         assert wait_for.cancelled == [wait_for.requests[0].id]
 
 
+@pytest.mark.slow
 async def test_a_slow_person_is_not_cut_by_the_read_timeout_but_a_slow_server_is() -> None:
     wait_for = Recorder(delay=0.8)
     server = make_server().server

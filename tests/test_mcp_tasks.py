@@ -87,6 +87,7 @@ async def test_the_requests_of_one_result_are_published_together_and_answered_in
     assert len({r.meta["input_group"] for r in seen}) == 1
 
 
+@pytest.mark.slow
 async def test_a_decline_or_an_expiry_of_one_request_is_sent_for_its_key(
     sdk_url: str, rbroker: Broker
 ) -> None:
@@ -193,6 +194,7 @@ async def test_failed_and_cancelled_tasks_raise_toolnexus_errors(task_url: str) 
             await asyncio.wait_for(tools["self_cancel"](), 30)
 
 
+@pytest.mark.slow
 async def test_polls_follow_the_servers_interval_and_the_read_timeout_bounds_each_poll(
     task_url: str,
 ) -> None:
@@ -252,6 +254,7 @@ async def test_durable_needs_a_brokers_wait_for(task_url: str) -> None:
             await tools["book"].call(durable="")
 
 
+@pytest.mark.slow
 async def test_a_durable_call_left_behind_goes_on_and_a_lost_task_is_forgotten(
     task_url: str, rbroker: Broker
 ) -> None:
@@ -321,6 +324,7 @@ class Agent:
 # -- a durable task-backed call survives its agent (part 5) ----------------------------------
 
 
+@pytest.mark.slow
 async def test_a_durable_task_survives_a_killed_agent(
     task_url: str, rbroker: Broker, redis_url: str, namespace: str
 ) -> None:
@@ -361,6 +365,7 @@ async def test_a_durable_task_survives_a_killed_agent(
     assert await rbroker.store(STORE_NAME).items() == {}
 
 
+@pytest.mark.slow
 def test_the_tasks_example_runs(task_url: str) -> None:
     page = (Path(__file__).parents[1] / "docs" / "how-to" / "mcp-servers.md").read_text()
     found = re.search(r"## Tasks: .*?```python\n(.*?)```", page, flags=re.S)

@@ -228,6 +228,7 @@ def listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_a_server_whose_tools_ask_both_ways_is_answered_with_the_defaults(
     transport: str,

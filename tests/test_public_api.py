@@ -4,6 +4,8 @@ is in the public subpackages and contract modules (tests/test_structure.py check
 
 from __future__ import annotations
 
+import pytest
+
 import toolnexus
 
 
@@ -14,6 +16,7 @@ def test_all_lists_every_public_name_sorted() -> None:
     assert toolnexus.__all__ == sorted(toolnexus.__all__, key=lambda n: (not n.isupper(), n))
 
 
+@pytest.mark.slow
 def test_the_mcp_client_is_imported_only_when_used() -> None:
     import subprocess
     import sys

@@ -98,6 +98,7 @@ async def test_a_killed_consumer_s_request_is_reclaimed_by_another(
         assert answer.ok and answer.responder == "web/survivor"
 
 
+@pytest.mark.slow
 async def test_a_live_consumer_keeps_its_lease_for_longer_than_the_lease(
     redis_server: RedisServer,
 ) -> None:
@@ -277,6 +278,7 @@ async def test_ten_thousand_waits_share_a_handful_of_connections(
     assert all(a.data == {"echo": r.prompt} for a, r in zip(answers, requests, strict=True))
 
 
+@pytest.mark.slow
 async def test_resolved_state_expires_after_the_retention_time(
     redis_url: str, namespace: str
 ) -> None:

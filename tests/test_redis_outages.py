@@ -104,6 +104,7 @@ async def test_closing_is_its_own_error_not_an_outage(redis_url: str, namespace:
 # -- no request stranded ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_restart_mid_answering_strands_nothing_with_responders_that_never_retry(
     redis_server: RedisServer,
 ) -> None:

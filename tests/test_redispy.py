@@ -135,6 +135,7 @@ def problems_in(path: Path, private: frozenset[str]) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_only_one_module_uses_redis_py_internals() -> None:
     private = _redis_private_names() - _own_private_names()
     found = [p for path in SOURCES if path != HOME for p in problems_in(path, private)]

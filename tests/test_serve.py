@@ -363,6 +363,7 @@ async def test_bad_options_are_refused(broker: Broker) -> None:
             await service.run()
 
 
+@pytest.mark.slow
 async def test_the_write_a_worker_example_approves(broker: Broker) -> None:
     page = Path(__file__).parents[1] / "docs" / "how-to" / "write-a-worker.md"
     blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)

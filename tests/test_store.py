@@ -45,6 +45,7 @@ async def test_a_store_keeps_bytes_and_text_by_key_and_forgets_on_delete(broker:
     assert repr(store).endswith("'bot'>")
 
 
+@pytest.mark.slow
 async def test_a_store_expires_as_a_whole_and_a_write_never_shortens_it(broker: Broker) -> None:
     short, extended = broker.store("short"), broker.store("extended")
     await short.set("a", "1", ttl_s=0.2)  # whole seconds, rounded up: at least 1 s
@@ -104,6 +105,7 @@ async def test_on_redis_a_store_is_one_hash_in_the_queues_slot_with_a_ttl(
         assert sorted(await broker.store("slack").items()) == ["req-1", "req-2"]
 
 
+@pytest.mark.slow
 @pytest.mark.redis
 async def test_a_store_call_waits_out_a_short_outage_then_says_unavailable(
     redis_server: RedisServer,

@@ -73,6 +73,7 @@ async def _eventually(check: object, timeout_s: float = 10) -> None:
 # -- observation 7: plain responders keep a heartbeat ------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.redis
 async def test_a_plain_responder_is_alive_for_check_and_status(
     redis_url: str, namespace: str
@@ -207,6 +208,7 @@ async def test_the_embedded_broker_warns_too(caplog: pytest.LogCaptureFixture) -
     assert "queue 'deploys'" in warned and "r-1" in warned
 
 
+@pytest.mark.slow
 @pytest.mark.redis
 async def test_the_demo_without_a_responder_says_where_it_asks(
     redis_url: str, namespace: str
@@ -233,6 +235,7 @@ async def test_the_demo_without_a_responder_says_where_it_asks(
 # -- observation 2: a request the responder dead-letters is refused at once ----------------
 
 
+@pytest.mark.slow
 @pytest.mark.redis
 async def test_an_unsigned_ask_to_a_worker_requiring_signatures_is_refused_at_once(
     redis_url: str, namespace: str

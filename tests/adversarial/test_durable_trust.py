@@ -96,6 +96,7 @@ async def test_a_decline_given_while_a_durable_state_was_marked_expired_wins(
     assert (answer.responder, answer.person) == ("ops-bot", "web:alice")
 
 
+@pytest.mark.slow
 async def test_a_durable_state_marked_expired_counts_once_the_signed_deadline_passed(
     fleet: Fleet,
 ) -> None:

@@ -37,6 +37,7 @@ async def published_bytes(agent: RedisBroker, request_id: str) -> bytes:
             await asyncio.sleep(0.01)
 
 
+@pytest.mark.slow
 async def test_a_forged_refusal_does_not_end_a_signed_wait_and_the_genuine_answer_wins(
     fleet: Fleet, caplog: pytest.LogCaptureFixture
 ) -> None:
