@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
@@ -23,7 +24,10 @@ from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
 import toolnexus
+from conftest import Fleet
 from servers.langgraph_agent import ARGS, bank, calls, tool_results
+from test_forgery import decline_genuinely
+from test_forgery import shown as shown_to
 from toolnexus import Answer, Broker, InvalidAnswer, Pending
 from toolnexus.frameworks import (
     Ledger,
@@ -276,6 +280,18 @@ async def test_a_plain_question_and_a_human_interrupt(memory: Broker) -> None:
     ]
 
 
+async def test_an_interrupt_that_is_no_question_is_refused(memory: Broker) -> None:
+    def odd(state: Errand) -> Errand:
+        return {"region": interrupt(42)}
+
+    graph = StateGraph(Errand)
+    graph.add_node("odd", odd)
+    graph.add_edge(START, "odd")
+    compiled = graph.compile(checkpointer=InMemorySaver())
+    with pytest.raises(toolnexus.InvalidRequest, match="toolnexus asks a string or"):
+        await run_with_approvals(compiled, {}, config=thread("t-12"), wait_for=memory.wait_for)
+
+
 async def test_resumed_with_the_in_memory_checkpointer_runs_the_tool_once(
     memory: Broker, tmp_path: Path
 ) -> None:
@@ -335,3 +351,38 @@ async def test_resumed_in_another_process_after_a_kill_runs_the_tool_once(
         assert again.returncode != 0
         assert "RunNotFound: no resumable langgraph run of thread 't-10' is kept" in err
         assert ran(tmp_path) == [{"to": "ACME", "amount": 7}]
+
+
+@pytest.mark.redis
+async def test_a_signed_approval_replayed_for_the_next_identical_call_is_refused(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """The model calls ``transfer`` with the same arguments twice; the signed answer that
+    approved the first call, replayed for the second, approves nothing."""
+    script = [*calls(ARGS), *calls(ARGS, first=2), "done"]
+    graph = bank(tmp_path / "ran.jsonl", InMemorySaver(), script)
+    async with fleet.agent() as agent, fleet.responder() as bot:
+        wait_for = functools.partial(agent.wait_for, timeout_s=30)
+        run = asyncio.create_task(
+            run_with_approvals(graph, PAY, config=thread("t-11"), wait_for=wait_for)
+        )
+        first = await shown_to(bot)
+        await first.accept(person="web:alice")
+        second = await shown_to(bot)  # the run went on: the model called again
+        assert tool_call_of(second.request).digest == tool_call_of(first.request).digest
+        reply_stream = agent.keys.answers(agent.waiter_id)
+        [(_, entry)] = await agent.redis.xrange(reply_stream, count=1)
+        genuine = agent.codec.decode_as(entry[b"a"], Answer)
+        assert genuine.id == first.request.id and genuine.signature is not None
+        replayed = msgspec.structs.replace(genuine, id=second.request.id)
+        await agent.redis.xadd(
+            reply_stream, {"id": second.request.id, "a": agent.codec.encode(replayed)}
+        )
+        await asyncio.sleep(0.5)
+        assert not run.done()  # the replay approved nothing
+        await decline_genuinely(bot, second.request.id)
+        values = await asyncio.wait_for(run, 30)
+        [record] = await agent.audit(request_id=second.request.id)
+    assert "bad signature" in [refusal.reason for refusal in record.refused]
+    assert ran(tmp_path) == [ARGS]  # once
+    assert tool_results(values)[-1].startswith("User rejected the tool call for `transfer`")

@@ -75,6 +75,8 @@ STATE_TTL_S: Final = 7 * 24 * 3600.0
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
 
+_NONE: Final[frozenset[str]] = frozenset()
+_REFUSALS: Final = frozenset({"reject", "respond", "ignore"})
 _HUMAN_DECISIONS: Final = {  # HumanInterruptConfig's flags, as the decisions they allow
     "allow_accept": "approve",
     "allow_edit": "edit",
@@ -97,7 +99,7 @@ class _Pause:
     value: Any = None
 
 
-def thread_of(config: RunnableConfig) -> str:
+def _thread_of(config: RunnableConfig) -> str:
     """The thread id of ``config`` (``{"configurable": {"thread_id": ...}}``): the run's
     name in requests.
 
@@ -112,7 +114,7 @@ def thread_of(config: RunnableConfig) -> str:
     return str(thread)
 
 
-def graph_tools(graph: Graph) -> dict[str, BaseTool]:
+def _graph_tools(graph: Graph) -> dict[str, BaseTool]:
     """The tools of ``graph``'s ``ToolNode`` nodes (``create_agent``'s ``tools``), by name."""
     tools: dict[str, BaseTool] = {}
     for node in graph.nodes.values():
@@ -206,7 +208,21 @@ def _actions(interrupt: Interrupt[Any], messages: Sequence[Any]) -> tuple[str, l
     return "question", []
 
 
-_NONE: Final[frozenset[str]] = frozenset()
+def _question(interrupt: Interrupt[Any]) -> dict[str, Any]:
+    """A plain interrupt's value as :data:`~toolnexus.QUESTION_TOOL`'s arguments.
+
+    Raises:
+        InvalidRequest: the value is neither a string nor ``{"question": str, ...}``.
+    """
+    value = interrupt.value
+    spec = dict(value) if isinstance(value, dict) else {"question": value}
+    spec["question"] = spec.get("question", spec.pop("prompt", None))
+    if not isinstance(spec["question"], str):
+        raise InvalidRequest(
+            f"interrupt {interrupt.id!r}: toolnexus asks a string or "
+            f"{{'question': ..., 'options' | 'schema': ...}}, not {value!r}"
+        )
+    return spec
 
 
 def _pause(
@@ -223,11 +239,12 @@ def _pause(
     Raises:
         ConfigurationError: a tool call's allowed decisions offer no way to approve it or
             none to refuse it (a denial, a deadline must never run it).
-        InvalidRequest: a tool call's arguments are not a JSON object.
+        InvalidRequest: a tool call's arguments are not a JSON object, or a plain
+            interrupt's value is no question (:func:`_question`).
     """
     shape, actions = _actions(interrupt, messages)
     if shape == "question":
-        return _Pause(interrupt.id, shape, [], [], durable, value=interrupt.value)
+        return _Pause(interrupt.id, shape, [], [], durable, value=_question(interrupt))
     requests = []
     for index, action in enumerate(actions):
         if not action.allowed & {"approve", "edit"} or not action.allowed & _REFUSALS:
@@ -255,9 +272,6 @@ def _pause(
             )
         )
     return _Pause(interrupt.id, shape, requests, [a.allowed for a in actions], durable)
-
-
-_REFUSALS: Final = frozenset({"reject", "respond", "ignore"})
 
 
 def _decision(shape: str, request: Request, decision: ToolDecision, allowed: frozenset[str]) -> Any:
@@ -297,16 +311,9 @@ async def _decide_one(wait_for: WaitFor, request: Request, ledger: Ledger | None
 async def _resume_value(pause: _Pause, wait_for: WaitFor, ledger: Ledger | None, run: str) -> Any:
     """Ask ``pause`` through ``wait_for``: the value its interrupt resumes with."""
     if pause.shape == "question":
-        value = pause.value
-        spec = dict(value) if isinstance(value, dict) else {"question": value}
-        prompt = spec.pop("question", None) or spec.pop("prompt", None)
-        if not isinstance(prompt, str):
-            raise InvalidRequest(
-                f"interrupt {pause.interrupt_id!r}: toolnexus asks a string or "
-                f"{{'question': ..., 'options' | 'schema': ...}}, not {value!r}"
-            )
+        spec = pause.value
         result = await question(
-            prompt,
+            spec["question"],
             options=spec.get("options"),
             multiple=bool(spec.get("multiple", False)),
             schema=spec.get("schema"),
@@ -337,7 +344,7 @@ async def _pauses(
     snapshot = await graph.aget_state(config)
     values = snapshot.values if isinstance(snapshot.values, dict) else {}
     messages = values.get("messages", [])
-    run = thread_of(config)
+    run = _thread_of(config)
     return [
         _pause(i, messages, tools, run, durable=durable, agent=agent) for i in snapshot.interrupts
     ]
@@ -353,7 +360,7 @@ async def _command(
 
 
 def _known(graph: Graph, tools: Sequence[BaseTool]) -> dict[str, BaseTool]:
-    return {**graph_tools(graph), **{tool.name: tool for tool in tools}}
+    return {**_graph_tools(graph), **{tool.name: tool for tool in tools}}
 
 
 async def run_with_approvals(
@@ -377,7 +384,7 @@ async def run_with_approvals(
         ConfigurationError: ``config`` names no thread, or a tool's allowed decisions
             offer no way to approve or none to refuse.
     """
-    run = thread_of(config)
+    run = _thread_of(config)
     known = _known(graph, tools)
     await graph.ainvoke(input, config)
     while pauses := await _pauses(graph, config, known, durable=False, agent=agent):
@@ -395,7 +402,7 @@ async def _finish(
 ) -> Any:
     """Answer each pause of the thread durably, keeping its requests while it waits (a
     kept request is asked as it was kept), and forget them once the run ends."""
-    run = thread_of(config)
+    run = _thread_of(config)
     store = broker.store(STORE)
     ledger = Ledger(broker.store("tool-calls"))
     while pauses := await _pauses(graph, config, tools, durable=True, agent=agent):
@@ -425,7 +432,7 @@ async def run_resumable(
     Raises:
         ConfigurationError: as :func:`run_with_approvals`.
     """
-    thread_of(config)
+    _thread_of(config)
     await graph.ainvoke(input, config)
     return await _finish(graph, broker, config, _known(graph, tools), {}, agent)
 
@@ -445,7 +452,7 @@ async def resume(
     Raises:
         RunNotFound: no run of this thread is kept (it finished, or never paused).
     """
-    run = thread_of(config)
+    run = _thread_of(config)
     raw = await broker.store(STORE).get(run)
     if raw is None:
         raise RunNotFound(f"no resumable langgraph run of thread {run!r} is kept")
