@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,10 @@ from typing_extensions import TypedDict
 
 import toolnexus
 from conftest import Fleet
-from servers.langgraph_agent import ARGS, bank, calls, tool_results
+from servers.langgraph_agent import ARGS, Scripted, bank, calls, tool_results, transfer_tool
 from test_forgery import decline_genuinely
 from test_forgery import shown as shown_to
+from test_frameworks_pydantic_ai import page_block
 from toolnexus import Answer, Broker, InvalidAnswer, Pending
 from toolnexus.frameworks import (
     Ledger,
@@ -386,3 +388,26 @@ async def test_a_signed_approval_replayed_for_the_next_identical_call_is_refused
     assert "bad signature" in [refusal.reason for refusal in record.refused]
     assert ran(tmp_path) == [ARGS]  # once
     assert tool_results(values)[-1].startswith("User rejected the tool call for `transfer`")
+
+
+async def test_the_docs_inline_example_runs_as_written(memory: Broker, tmp_path: Path) -> None:
+    """The LangGraph block of docs/how-to/tool-approvals.md, run as written."""
+    code = page_block("from langchain.agents import create_agent")
+    source = "async def example():\n" + textwrap.indent(code + "\nreturn locals()", "    ")
+    scope: dict[str, Any] = {
+        "broker": memory,
+        "model": Scripted(messages=iter([*calls(ARGS), "done"])),
+        "transfer": transfer_tool(tmp_path / "ran.jsonl"),
+    }
+    exec(compile(source, "tool-approvals.md", "exec"), scope)
+    example = asyncio.create_task(scope["example"]())
+    [pending] = await shown(memory)
+    await pending.accept({"to": "ACME", "amount": 3})
+    names = await asyncio.wait_for(example, 30)
+    [result] = tool_results(names["state"])
+    assert result.endswith("sent 3 to ACME")
+    assert (await names["ledger"].get(pending.request.id)).keys() == {
+        "proposed",
+        "approved",
+        "executed",
+    }
