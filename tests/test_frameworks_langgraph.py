@@ -282,6 +282,21 @@ async def test_a_plain_question_and_a_human_interrupt(memory: Broker) -> None:
     ]
 
 
+async def test_plain_interrupts_resumed_after_the_asking_run_is_gone(memory: Broker) -> None:
+    graph = errand()
+    asking = asyncio.create_task(run_resumable(graph, {}, broker=memory, config=thread("t-13")))
+    [asked] = await shown(memory)
+    asking.cancel()  # the asking run is gone; its durable question stays
+    await asyncio.gather(asking, return_exceptions=True)
+    await asked.accept({"answer": "us"})
+    resumed = asyncio.create_task(resume(graph, broker=memory, config=thread("t-13")))
+    [review] = await shown(memory)  # the graph went on to its next interrupt
+    await review.answer(Answer(id=review.request.id, ok=False, data="Not today."))
+    values = await asyncio.wait_for(resumed, 30)
+    assert values["region"] == {"ok": True, "answer": "us"}
+    assert values["review"] == [{"type": "response", "args": "Not today."}]
+
+
 async def test_an_interrupt_that_is_no_question_is_refused(memory: Broker) -> None:
     def odd(state: Errand) -> Errand:
         return {"region": interrupt(42)}
