@@ -1,0 +1,216 @@
+"""A remote A2A agent's paused tasks answered through toolnexus: a local agent of the official
+a2a-sdk over HTTP (tests/servers/a2a_agent.py, no LLM), answered by a responder in another
+process (tests/servers/responder.py), the bridging process killed and resumed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from a2a.client import Client, create_client
+from a2a.helpers import get_message_text
+from a2a.types import GetTaskRequest, Message, Part, Role, Task, TaskState
+
+import toolnexus
+from mcp_processes import a2a_agent_http, responder_process
+from toolnexus import Broker
+from toolnexus.frameworks import RunNotFound
+from toolnexus.frameworks.a2a import resume, send_message
+
+pytestmark = pytest.mark.redis
+
+BRIDGE = Path(__file__).parent / "servers" / "a2a_bridge.py"
+
+
+@pytest.fixture(scope="module")
+def agent_url() -> Iterator[str]:
+    with a2a_agent_http() as url:
+        yield url
+
+
+@pytest.fixture
+async def broker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
+    async with toolnexus.connect(redis_url, namespace=namespace, block_ms=100) as b:
+        yield b
+
+
+@pytest.fixture
+async def client(agent_url: str) -> AsyncIterator[Client]:
+    async with await create_client(agent_url) as c:
+        yield c
+
+
+def said(text: str) -> Message:
+    return Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=text)])
+
+
+Through = Callable[..., Awaitable[tuple[Task, list[dict[str, Any]]]]]
+
+
+@pytest.fixture
+def through(
+    client: Client, broker: Broker, agent_url: str, redis_url: str, namespace: str
+) -> Through:
+    """Send a text to the agent, a responder process answering by ``rules``: the ended task
+    and the requests the responder saw."""
+
+    async def call(
+        text: str, rules: dict[str, Any], **options: Any
+    ) -> tuple[Task, list[dict[str, Any]]]:
+        with responder_process(redis_url, namespace, rules) as responder:
+            ended = await send_message(
+                client,
+                said(text),
+                wait_for=broker.wait_for,
+                remote=agent_url,
+                agent="agent-7",
+                **options,
+            )
+            seen = list(responder.seen)
+        assert isinstance(ended, Task)
+        return ended, seen
+
+    return call
+
+
+def state(task: Task) -> str:
+    return TaskState.Name(task.status.state)
+
+
+async def test_a_free_text_answer_continues_the_same_task_which_completes_with_it(
+    through: Through, agent_url: str
+) -> None:
+    rules = {"What is your name?": {"accept": {"answer": "Ada"}}}
+    ended, [asked] = await through("name", rules)
+    assert (state(ended), get_message_text(ended.status.message)) == (
+        "TASK_STATE_COMPLETED",
+        "told: Ada",
+    )
+    assert asked["kind"] == "input" and asked["server"] == agent_url and asked["agent"] == "agent-7"
+    paused = asked["meta"]["a2a"]
+    assert (paused["task_id"], paused["context_id"]) == (ended.id, ended.context_id)
+    assert paused["state"] == "TASK_STATE_INPUT_REQUIRED"
+    continued = ended.history[-2] if ended.history else None
+    assert continued is None or continued.task_id == ended.id
+
+
+async def test_a_schema_question_is_a_form_whose_fields_reach_the_agent_as_data(
+    through: Through, agent_url: str
+) -> None:
+    ended, [asked] = await through("form", {"Your booking?": {"accept": {"seats": 4}}})
+    text = get_message_text(ended.status.message)
+    assert json.loads(text.removeprefix("told:  data: ")) == [{"seats": 4}]  # 4.0: protobuf
+    assert asked["kind"] == "input"
+
+
+async def test_a_tool_approval_is_a_tool_call_request_and_an_edit_reaches_the_agent(
+    through: Through, agent_url: str
+) -> None:
+    rules = {"Run transfer?": {"accept": {"to": "ACME", "amount": 5}}}
+    ended, [asked] = await through("tool", rules)
+    assert (asked["kind"], asked["tool"]) == ("tool_call", "transfer")
+    text = get_message_text(ended.status.message)
+    assert text.startswith("told: Approved. data: ")
+    [data] = json.loads(text.removeprefix("told: Approved. data: "))
+    call = data["tool_call"]
+    assert (call["approved"], call["edited"], call["call_id"]) == (True, True, "call-1")
+    assert call["arguments"] == {"to": "ACME", "amount": 5}
+
+
+async def test_a_denied_tool_call_tells_the_agent_with_the_message(
+    through: Through, agent_url: str
+) -> None:
+    ended, _ = await through("tool", {"Run transfer?": "decline"})
+    text = get_message_text(ended.status.message)
+    assert text.startswith("told: Denied: The call to transfer was denied by ")
+    assert '"approved": false' in text and state(ended) == "TASK_STATE_COMPLETED"
+
+
+async def test_a_declined_question_is_a_decline_message_on_the_task(
+    through: Through, agent_url: str
+) -> None:
+    ended, _ = await through("name", {"What is your name?": "decline"})
+    assert get_message_text(ended.status.message) == 'told: Declined. data: [{"declined": true}]'
+
+
+async def test_no_answer_before_the_deadline_cancels_the_task(
+    through: Through, agent_url: str
+) -> None:
+    ended, [asked] = await through("name", {"What is your name?": "hold"}, timeout_s=1)
+    assert asked["timeout_s"] == 1
+    assert state(ended) == "TASK_STATE_CANCELED"
+
+
+async def test_an_unanswered_tool_approval_is_denied_with_the_deadline_message(
+    through: Through, agent_url: str
+) -> None:
+    ended, _ = await through("tool", {"Run transfer?": "hold"}, timeout_s=1)
+    text = get_message_text(ended.status.message)
+    assert text.startswith("told: Denied: No approval for transfer before the deadline")
+
+
+async def test_auth_required_with_a_link_is_an_authorization_request(
+    through: Through, agent_url: str
+) -> None:
+    ended, [asked] = await through("login", {"Sign in to the calendar": {"accept": None}})
+    assert asked["kind"] == "authorization"
+    assert asked["meta"]["a2a"]["state"] == "TASK_STATE_AUTH_REQUIRED"
+    assert get_message_text(ended.status.message) == 'told: Done. data: [{"authorized": true}]'
+
+
+async def test_cancelling_the_call_withdraws_the_question_and_leaves_the_task_paused(
+    client: Client, broker: Broker, agent_url: str
+) -> None:
+    calling = asyncio.create_task(
+        send_message(client, said("name"), wait_for=broker.wait_for, remote=agent_url)
+    )
+    async with broker.responder("ops") as requests, asyncio.timeout(30):
+        pending = await anext(requests)
+    calling.cancel()
+    await asyncio.gather(calling, return_exceptions=True)
+    with pytest.raises(toolnexus.NotResolved):
+        await pending.accept({"answer": "late"})
+    task = await client.get_task(GetTaskRequest(id=pending.request.meta["a2a"]["task_id"]))
+    assert state(task) == "TASK_STATE_INPUT_REQUIRED"
+
+
+async def test_resuming_an_unknown_run_says_so(client: Client, broker: Broker) -> None:
+    with pytest.raises(RunNotFound, match="no resumable A2A call 'nope' is kept"):
+        await resume(client, broker=broker, run="nope")
+
+
+@pytest.mark.slow
+async def test_a_killed_bridge_is_resumed_in_a_new_process_on_the_same_task(
+    broker: Broker, agent_url: str, redis_url: str, namespace: str
+) -> None:
+    command = [sys.executable, str(BRIDGE), agent_url, redis_url, namespace, "run-1"]
+    first = subprocess.Popen([*command, "send", "name"], stdout=subprocess.PIPE, text=True)
+    try:
+        async with broker.responder("ops") as requests, asyncio.timeout(30):
+            pending = await anext(requests)
+        first.kill()
+    finally:
+        first.communicate()
+    paused = pending.request.meta["a2a"]
+    second = subprocess.Popen([*command, "resume"], stdout=subprocess.PIPE, text=True)
+    try:
+        await asyncio.sleep(0.5)  # let it attach (answering first works too: durable)
+        await pending.accept({"answer": "Grace"}, person="tester")
+        out, _ = await asyncio.to_thread(second.communicate, timeout=60)
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.communicate()
+    assert second.returncode == 0
+    ended = json.loads(out)
+    assert (ended["id"], ended["context_id"]) == (paused["task_id"], paused["context_id"])
+    assert (ended["state"], ended["text"]) == ("TASK_STATE_COMPLETED", "told: Grace")
+    async with broker.responder("ops", until_idle=True) as requests:
+        assert [p.request.id async for p in requests] == []  # nothing was asked twice
