@@ -21,7 +21,7 @@ from a2a.types import GetTaskRequest, Message, Part, Role, Task, TaskState
 import toolnexus
 from mcp_processes import a2a_agent_http, responder_process
 from toolnexus import Broker
-from toolnexus.frameworks import RunNotFound
+from toolnexus.frameworks import RemoteAgentError, RunNotFound
 from toolnexus.frameworks.a2a import resume, send_message
 
 pytestmark = pytest.mark.redis
@@ -214,3 +214,14 @@ async def test_a_killed_bridge_is_resumed_in_a_new_process_on_the_same_task(
     assert (ended["state"], ended["text"]) == ("TASK_STATE_COMPLETED", "told: Grace")
     async with broker.responder("ops", until_idle=True) as requests:
         assert [p.request.id async for p in requests] == []  # nothing was asked twice
+
+
+async def test_a_call_the_agent_refuses_is_a_remote_agent_error(
+    client: Client, broker: Broker, agent_url: str
+) -> None:
+    unknown = Message(
+        role=Role.ROLE_USER, message_id="m-1", task_id="no-such-task", parts=[Part(text="hi")]
+    )
+    with pytest.raises(RemoteAgentError, match="sending a message failed") as caught:
+        await send_message(client, unknown, wait_for=broker.wait_for, remote=agent_url)
+    assert f"A2A agent {agent_url!r}" in str(caught.value)

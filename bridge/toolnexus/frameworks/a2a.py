@@ -42,9 +42,16 @@ import msgspec
 from .._broker import Broker
 from .._question import question_schema
 from .._schema import check_answer
-from ..errors import ConfigurationError, InvalidAnswer, InvalidRequest, ToolnexusError
+from ..errors import ConfigurationError, InvalidAnswer, InvalidRequest
 from ..models import Answer, Request, Source, WaitFor
-from ._tool_call import TOOL_CALL, RunNotFound, decide, tool_call_of, tool_call_request
+from ._tool_call import (
+    TOOL_CALL,
+    RemoteAgentError,
+    RunNotFound,
+    decide,
+    tool_call_of,
+    tool_call_request,
+)
 
 try:
     import httpx
@@ -69,7 +76,6 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in the t
 __all__ = [
     "PAUSED",
     "STORE",
-    "RemoteAgentError",
     "continuation",
     "pause_request",
     "resume",
@@ -83,11 +89,6 @@ STORE: Final = "a2a"
 STATE_TTL_S: Final = 7 * 24 * 3600.0
 PAUSED: Final = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
 """The states in which a task waits for its caller."""
-
-
-class RemoteAgentError(ToolnexusError):
-    """The remote A2A agent could not be reached, or refused a call (the a2a-sdk's error is
-    the cause)."""
 
 
 def _ints(value: Any) -> Any:
