@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
+import textwrap
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -225,3 +227,40 @@ async def test_a_call_the_agent_refuses_is_a_remote_agent_error(
     with pytest.raises(RemoteAgentError, match="sending a message failed") as caught:
         await send_message(client, unknown, wait_for=broker.wait_for, remote=agent_url)
     assert f"A2A agent {agent_url!r}" in str(caught.value)
+
+
+PAGE = Path(__file__).parents[1] / "docs" / "how-to" / "a2a.md"
+
+
+def example(code: str, **names: Any) -> Awaitable[dict[str, Any]]:
+    """A Python block of docs/how-to/a2a.md run as the body of a coroutine with ``names``;
+    it returns the block's locals."""
+    source = "async def example():\n" + textwrap.indent(code + "\nreturn locals()", "    ")
+    exec(compile(source, str(PAGE), "exec"), names)
+    coroutine: Awaitable[dict[str, Any]] = names["example"]()
+    return coroutine
+
+
+async def test_the_docs_examples_run_as_written(
+    broker: Broker, agent_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocks = re.findall(r"^```python\n(.*?)^```", PAGE.read_text(), re.S | re.M)
+    inline, _executor_fragment, resumable, resumed = blocks
+    running = asyncio.create_task(example(inline, broker=broker, url=agent_url))
+    async with broker.responder("ops") as requests, asyncio.timeout(30):
+        pending = await anext(requests)
+    await pending.accept({"answer": "Ada"})
+    await asyncio.wait_for(running, 30)
+    assert capsys.readouterr().out == "told: Ada\n"
+
+    names = {"broker": broker, "url": agent_url, "create_client": create_client}
+    first = asyncio.create_task(example(resumable, hello=said("name"), **names))
+    async with broker.responder("ops") as requests, asyncio.timeout(30):
+        pending = await anext(requests)
+    first.cancel()  # as if its process died: a durable question is not withdrawn
+    await asyncio.gather(first, return_exceptions=True)
+    second = asyncio.create_task(example(resumed, **names))
+    await pending.accept({"answer": "Grace"})
+    task = (await asyncio.wait_for(second, 30))["task"]
+    assert task.id == pending.request.meta["a2a"]["task_id"]
+    assert get_message_text(task.status.message) == "told: Grace"
