@@ -22,7 +22,7 @@ from a2a.types import GetTaskRequest, Message, Part, Role, Task, TaskState
 
 import toolnexus
 from mcp_processes import a2a_agent_http, responder_process
-from toolnexus import Broker
+from toolnexus import Broker, Request
 from toolnexus.frameworks import RemoteAgentError, RunNotFound
 from toolnexus.frameworks.a2a import resume, send_message
 
@@ -56,26 +56,56 @@ def said(text: str) -> Message:
 Through = Callable[..., Awaitable[tuple[Task, list[dict[str, Any]]]]]
 
 
+def seen_as_printed(request: Request) -> dict[str, Any]:
+    """What tests/servers/responder.py prints of a request it sees."""
+    expires = request.expires_at
+    return {
+        "id": request.id,
+        "prompt": request.prompt,
+        "kind": request.kind,
+        "server": request.source.server,
+        "tool": request.source.tool,
+        "agent": request.source.agent,
+        "timeout_s": None if expires is None else round(expires - request.created_at),
+        "meta": request.meta,
+    }
+
+
+async def answer_by(broker: Broker, rules: dict[str, Any], seen: list[dict[str, Any]]) -> None:
+    """Answer as tests/servers/responder.py does, in this process."""
+    async with broker.responder("ops") as requests:
+        async for pending in requests:
+            seen.append(seen_as_printed(pending.request))
+            rule = rules[pending.request.prompt]
+            if rule == "decline":
+                await pending.decline(person="tester")
+            elif rule != "hold":
+                await pending.accept(rule["accept"], person="tester")
+
+
 @pytest.fixture
 def through(
     client: Client, broker: Broker, agent_url: str, redis_url: str, namespace: str
 ) -> Through:
-    """Send a text to the agent, a responder process answering by ``rules``: the ended task
-    and the requests the responder saw."""
+    """Send a text to the agent, a responder answering by ``rules`` (in another process with
+    ``process=True``): the ended task and the requests the responder saw."""
 
     async def call(
-        text: str, rules: dict[str, Any], **options: Any
+        text: str, rules: dict[str, Any], *, process: bool = False, **options: Any
     ) -> tuple[Task, list[dict[str, Any]]]:
-        with responder_process(redis_url, namespace, rules) as responder:
-            ended = await send_message(
-                client,
-                said(text),
-                wait_for=broker.wait_for,
-                remote=agent_url,
-                agent="agent-7",
-                **options,
-            )
-            seen = list(responder.seen)
+        options |= {"wait_for": broker.wait_for, "remote": agent_url, "agent": "agent-7"}
+        if process:
+            with responder_process(redis_url, namespace, rules) as responder:
+                ended = await send_message(client, said(text), **options)
+                seen = list(responder.seen)
+        else:
+            seen = []
+            answering = asyncio.create_task(answer_by(broker, rules, seen))
+            try:
+                ended = await send_message(client, said(text), **options)
+            finally:
+                answering.cancel()
+                await asyncio.gather(answering, return_exceptions=True)
         assert isinstance(ended, Task)
         return ended, seen
 
@@ -86,11 +116,12 @@ def state(task: Task) -> str:
     return TaskState.Name(task.status.state)
 
 
+@pytest.mark.slow
 async def test_a_free_text_answer_continues_the_same_task_which_completes_with_it(
     through: Through, agent_url: str
 ) -> None:
     rules = {"What is your name?": {"accept": {"answer": "Ada"}}}
-    ended, [asked] = await through("name", rules)
+    ended, [asked] = await through("name", rules, process=True)
     assert (state(ended), get_message_text(ended.status.message)) == (
         "TASK_STATE_COMPLETED",
         "told: Ada",
@@ -99,8 +130,10 @@ async def test_a_free_text_answer_continues_the_same_task_which_completes_with_i
     paused = asked["meta"]["a2a"]
     assert (paused["task_id"], paused["context_id"]) == (ended.id, ended.context_id)
     assert paused["state"] == "TASK_STATE_INPUT_REQUIRED"
-    continued = ended.history[-2] if ended.history else None
-    assert continued is None or continued.task_id == ended.id
+    ours = [m for m in ended.history if "toolnexus" in m.metadata.fields]
+    [continued] = [m for m in ours if m.metadata["toolnexus"]["request"] == asked["id"]]
+    assert (continued.task_id, continued.context_id) == (ended.id, ended.context_id)
+    assert get_message_text(continued) == "Ada" and continued.role == Role.ROLE_USER
 
 
 async def test_a_schema_question_is_a_form_whose_fields_reach_the_agent_as_data(
@@ -142,6 +175,7 @@ async def test_a_declined_question_is_a_decline_message_on_the_task(
     assert get_message_text(ended.status.message) == 'told: Declined. data: [{"declined": true}]'
 
 
+@pytest.mark.slow
 async def test_no_answer_before_the_deadline_cancels_the_task(
     through: Through, agent_url: str
 ) -> None:
@@ -150,6 +184,7 @@ async def test_no_answer_before_the_deadline_cancels_the_task(
     assert state(ended) == "TASK_STATE_CANCELED"
 
 
+@pytest.mark.slow
 async def test_an_unanswered_tool_approval_is_denied_with_the_deadline_message(
     through: Through, agent_url: str
 ) -> None:
