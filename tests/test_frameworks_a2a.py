@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from a2a.client import Client, create_client
 from a2a.helpers import get_message_text
-from a2a.types import GetTaskRequest, Message, Part, Role, Task, TaskState
+from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest, Task, TaskState
 
 import toolnexus
 from mcp_processes import a2a_agent_http, responder_process
 from toolnexus import Broker, Request
 from toolnexus.frameworks import RemoteAgentError, RunNotFound
-from toolnexus.frameworks.a2a import resume, send_message
+from toolnexus.frameworks.a2a import resume, send_message, watch
 
 pytestmark = pytest.mark.redis
 
@@ -277,10 +277,10 @@ def example(code: str, **names: Any) -> Awaitable[dict[str, Any]]:
 
 
 async def test_the_docs_examples_run_as_written(
-    broker: Broker, agent_url: str, capsys: pytest.CaptureFixture[str]
+    client: Client, broker: Broker, agent_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     blocks = re.findall(r"^```python\n(.*?)^```", PAGE.read_text(), re.S | re.M)
-    inline, _executor_fragment, resumable, resumed = blocks
+    inline, _executor_fragment, resumable, resumed, watching = blocks
     running = asyncio.create_task(example(inline, broker=broker, url=agent_url))
     async with broker.responder("ops") as requests, asyncio.timeout(30):
         pending = await anext(requests)
@@ -299,3 +299,92 @@ async def test_the_docs_examples_run_as_written(
     task = (await asyncio.wait_for(second, 30))["task"]
     assert task.id == pending.request.meta["a2a"]["task_id"]
     assert get_message_text(task.status.message) == "told: Grace"
+
+    paused = await paused_elsewhere(client, "ctx-7")
+    watcher = asyncio.create_task(example(watching, **names))
+    try:
+        async with broker.responder("ops") as requests, asyncio.timeout(30):
+            pending = await anext(requests)
+        await pending.accept({"answer": "Alan"})
+        ended = await ended_task(client, paused.id)
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+    assert get_message_text(ended.status.message) == "told: Alan"
+
+
+async def paused_elsewhere(client: Client, context_id: str) -> Task:
+    """A task another caller started in ``context_id`` and left paused (it asks a name)."""
+    message = said("name")
+    message.context_id = context_id
+    async for event in client.send_message(SendMessageRequest(message=message)):
+        if event.HasField("task"):
+            task_id = event.task.id
+    task = await client.get_task(GetTaskRequest(id=task_id))
+    assert state(task) == "TASK_STATE_INPUT_REQUIRED"
+    return task
+
+
+async def ended_task(client: Client, task_id: str) -> Task:
+    async with asyncio.timeout(30):
+        while state(task := await client.get_task(GetTaskRequest(id=task_id))) in PAUSED_STATES:
+            await asyncio.sleep(0.05)
+    return task
+
+
+PAUSED_STATES = ("TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED")
+
+
+async def test_a_watcher_continues_a_task_another_caller_left_paused(
+    client: Client, broker: Broker, agent_url: str
+) -> None:
+    context_id = f"ctx-{uuid.uuid4()}"
+    paused = await paused_elsewhere(client, context_id)
+    other = await paused_elsewhere(client, f"ctx-{uuid.uuid4()}")  # not watched
+    watching = asyncio.create_task(
+        watch(client, broker=broker, remote=agent_url, poll_s=0.05, context_id=context_id)
+    )
+    try:
+        async with broker.responder("ops") as requests, asyncio.timeout(30):
+            pending = await anext(requests)
+        assert pending.request.meta["a2a"]["task_id"] == paused.id
+        await pending.accept({"answer": "Ada"})
+        ended = await ended_task(client, paused.id)
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+    assert get_message_text(ended.status.message) == "told: Ada"
+    assert state(await client.get_task(GetTaskRequest(id=other.id))) == "TASK_STATE_INPUT_REQUIRED"
+    async with broker.responder("ops", until_idle=True) as requests:
+        assert [p.request.id async for p in requests] == []  # the other task was not asked
+
+
+async def test_a_watcher_refuses_a_poll_that_is_no_time(client: Client, broker: Broker) -> None:
+    with pytest.raises(toolnexus.InvalidRequest, match="poll_s must be a positive number"):
+        await watch(client, broker=broker, remote="x", poll_s=0)
+
+
+@pytest.mark.slow
+async def test_a_killed_watcher_is_restarted_and_attaches_to_the_same_question(
+    client: Client, broker: Broker, agent_url: str, redis_url: str, namespace: str
+) -> None:
+    context_id = f"ctx-{uuid.uuid4()}"
+    paused = await paused_elsewhere(client, context_id)
+    command = [sys.executable, str(BRIDGE), agent_url, redis_url, namespace, context_id, "watch"]
+    first = subprocess.Popen(command)
+    try:
+        async with broker.responder("ops") as requests, asyncio.timeout(30):
+            pending = await anext(requests)
+    finally:
+        first.kill()
+        first.wait()
+    second = subprocess.Popen(command)
+    try:
+        await pending.accept({"answer": "Grace"}, person="tester")
+        ended = await ended_task(client, paused.id)
+    finally:
+        second.kill()
+        second.wait()
+    assert get_message_text(ended.status.message) == "told: Grace"
+    async with broker.responder("ops", until_idle=True) as requests:
+        assert [p.request.id async for p in requests] == []  # nothing was asked twice

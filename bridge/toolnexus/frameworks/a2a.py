@@ -26,12 +26,16 @@ What the agent is sent (:func:`continuation`):
 
 Each request's id is derived from the agent, the task and the status message that paused it,
 so :func:`resume` (in any process) attaches to the durable requests of a task
-:func:`send_resumable` left waiting instead of asking again.
+:func:`send_resumable` left waiting instead of asking again. :func:`watch` is a bridge for
+the paused tasks no caller waits on: it lists them (``tasks/list``) and sees each through.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
+import logging
 import math
 import time
 from collections.abc import Awaitable, Sequence
@@ -60,6 +64,7 @@ try:
     from a2a.types import (
         CancelTaskRequest,
         GetTaskRequest,
+        ListTasksRequest,
         Message,
         Part,
         Role,
@@ -81,7 +86,10 @@ __all__ = [
     "resume",
     "send_message",
     "send_resumable",
+    "watch",
 ]
+
+logger = logging.getLogger(__name__)
 
 FRAMEWORK: Final = "a2a"
 STORE: Final = "a2a"
@@ -405,3 +413,77 @@ async def resume(client: Client, *, broker: Broker, run: str) -> Task | Message:
     )
     await broker.store(STORE).delete(run)
     return ended
+
+
+async def _paused(client: Client, remote: str, context_id: str | None) -> list[Task]:
+    """The tasks of the agent that ``client`` may list and that wait for input."""
+    found: list[Task] = []
+    for state in sorted(PAUSED):
+        token = ""
+        while True:
+            listing = ListTasksRequest(status=state, page_token=token, context_id=context_id)
+            page = await _call("tasks/list", remote, client.list_tasks(listing))
+            found.extend(page.tasks)
+            token = page.next_page_token
+            if not token:
+                break
+    return found
+
+
+async def watch(
+    client: Client,
+    *,
+    broker: Broker,
+    remote: str,
+    agent: str | None = None,
+    timeout_s: float | None = None,
+    poll_s: float = 5.0,
+    context_id: str | None = None,
+) -> None:
+    """Answer every paused task of the agent ``remote`` that ``client`` may list: every
+    ``poll_s`` seconds, list the tasks in ``input-required`` and ``auth-required``
+    (``tasks/list``, only those of ``context_id`` if given) and see each through as
+    :func:`send_message` does, asking durably. Runs until cancelled; a restarted watcher
+    attaches to the questions already asked (nothing is asked twice).
+
+    For tasks no other caller continues: a task its own caller is seeing through is
+    answered twice. A call the agent refuses for one task is logged, and the task is
+    taken up again at the next listing if it still waits.
+
+    Raises:
+        RemoteAgentError: listing the agent's tasks failed.
+        InvalidRequest: ``poll_s`` is not a positive number of seconds.
+    """
+    if not (isinstance(poll_s, int | float) and math.isfinite(poll_s) and poll_s > 0):
+        raise InvalidRequest(f"poll_s must be a positive number of seconds, got {poll_s!r}")
+    driving: dict[str, asyncio.Task[Task | Message]] = {}
+
+    def ended(task_id: str, driver: asyncio.Task[Task | Message]) -> None:
+        driving.pop(task_id, None)
+        if not driver.cancelled() and (error := driver.exception()) is not None:
+            logger.warning("A2A agent %r, task %r: %s", remote, task_id, error)
+
+    try:
+        while True:
+            for task in await _paused(client, remote, context_id):
+                if task.id in driving:
+                    continue
+                driver = asyncio.create_task(
+                    _drive(
+                        client,
+                        task,
+                        wait_for=broker.wait_for,
+                        remote=remote,
+                        agent=agent,
+                        timeout_s=timeout_s,
+                        durable=True,
+                    )
+                )
+                driving[task.id] = driver
+                driver.add_done_callback(functools.partial(ended, task.id))
+            await asyncio.sleep(poll_s)
+    finally:
+        drivers = list(driving.values())
+        for driver in drivers:
+            driver.cancel()
+        await asyncio.gather(*drivers, return_exceptions=True)
