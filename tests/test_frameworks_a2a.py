@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -365,26 +366,38 @@ async def test_a_watcher_refuses_a_poll_that_is_no_time(client: Client, broker: 
 
 
 @pytest.mark.slow
-async def test_a_killed_watcher_is_restarted_and_attaches_to_the_same_question(
+async def test_the_worker_killed_while_a_task_waits_is_restarted_and_continues_it(
     client: Client, broker: Broker, agent_url: str, redis_url: str, namespace: str
 ) -> None:
+    """``toolnexus worker a2a``: killed, started again, and stopped by SIGTERM."""
     context_id = f"ctx-{uuid.uuid4()}"
     paused = await paused_elsewhere(client, context_id)
-    command = [sys.executable, str(BRIDGE), agent_url, redis_url, namespace, context_id, "watch"]
-    first = subprocess.Popen(command)
+    argv = ["--url", redis_url, "--namespace", namespace, "--agent", agent_url]
+    argv += ["--context", context_id, "--poll-s", "0.1", "--name", "bridge-1"]
+    code = f"import sys\nfrom toolnexus_workers.a2a import main\nsys.exit(main({argv!r}))"
+    first = subprocess.Popen([sys.executable, "-c", code])
     try:
         async with broker.responder("ops") as requests, asyncio.timeout(30):
             pending = await anext(requests)
     finally:
         first.kill()
         first.wait()
-    second = subprocess.Popen(command)
+    assert pending.request.source.agent == "bridge-1"
+    second = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
     try:
         await pending.accept({"answer": "Grace"}, person="tester")
         ended = await ended_task(client, paused.id)
     finally:
-        second.kill()
-        second.wait()
+        second.send_signal(signal.SIGTERM)
+        _, err = await asyncio.to_thread(second.communicate, timeout=30)
+    assert second.returncode == 0, err
     assert get_message_text(ended.status.message) == "told: Grace"
     async with broker.responder("ops", until_idle=True) as requests:
         assert [p.request.id async for p in requests] == []  # nothing was asked twice
+
+
+def test_the_worker_refuses_a_poll_that_is_no_time(capsys: pytest.CaptureFixture[str]) -> None:
+    from toolnexus_workers.a2a import main
+
+    assert main(["--agent", "http://127.0.0.1:1", "--poll-s", "0"]) == 2
+    assert "--poll-s must be a positive number of seconds, not 0.0" in capsys.readouterr().err

@@ -2,11 +2,9 @@
 
     python a2a_bridge.py AGENT_URL REDIS_URL NAMESPACE RUN send TEXT
     python a2a_bridge.py AGENT_URL REDIS_URL NAMESPACE RUN resume
-    python a2a_bridge.py AGENT_URL REDIS_URL NAMESPACE CONTEXT watch
 
-``send`` sends TEXT (``send_resumable``), ``resume`` continues the kept call (``resume``):
-each prints the ended task as one JSON line (its id, context id, state and status text).
-``watch`` continues every paused task of the A2A context CONTEXT (``watch``) until killed.
+``send`` sends TEXT (``send_resumable``), ``resume`` continues the kept call (``resume``).
+Prints the ended task as one JSON line: its id, context id, state and status text.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from a2a.helpers import get_message_text
 from a2a.types import Message, Part, Role, Task, TaskState
 
 import toolnexus
-from toolnexus.frameworks.a2a import resume, send_resumable, watch
+from toolnexus.frameworks.a2a import resume, send_resumable
 
 
 async def main(agent_url: str, redis_url: str, namespace: str, run: str, mode: str) -> None:
@@ -29,9 +27,6 @@ async def main(agent_url: str, redis_url: str, namespace: str, run: str, mode: s
         toolnexus.connect(redis_url, namespace=namespace, block_ms=100, lease_ms=600) as broker,
         await create_client(agent_url) as client,
     ):
-        if mode == "watch":
-            await watch(client, broker=broker, remote=agent_url, poll_s=0.1, context_id=run)
-            return
         if mode == "send":
             message = Message(
                 role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=sys.argv[6])]
