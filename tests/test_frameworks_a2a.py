@@ -54,29 +54,15 @@ def said(text: str) -> Message:
     return Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=text)])
 
 
-Through = Callable[..., Awaitable[tuple[Task, list[dict[str, Any]]]]]
+Through = Callable[..., Awaitable[tuple[Task, list[Request]]]]
 
 
-def seen_as_printed(request: Request) -> dict[str, Any]:
-    """What tests/servers/responder.py prints of a request it sees."""
-    expires = request.expires_at
-    return {
-        "id": request.id,
-        "prompt": request.prompt,
-        "kind": request.kind,
-        "server": request.source.server,
-        "tool": request.source.tool,
-        "agent": request.source.agent,
-        "timeout_s": None if expires is None else round(expires - request.created_at),
-        "meta": request.meta,
-    }
-
-
-async def answer_by(broker: Broker, rules: dict[str, Any], seen: list[dict[str, Any]]) -> None:
-    """Answer as tests/servers/responder.py does, in this process."""
+async def answer_by(broker: Broker, rules: dict[str, Any], seen: list[Request]) -> None:
+    """Answer by prompt as tests/servers/responder.py does (``{"accept": data}``,
+    ``"decline"``, ``"hold"``), in this process."""
     async with broker.responder("ops") as requests:
         async for pending in requests:
-            seen.append(seen_as_printed(pending.request))
+            seen.append(pending.request)
             rule = rules[pending.request.prompt]
             if rule == "decline":
                 await pending.decline(person="tester")
@@ -85,28 +71,20 @@ async def answer_by(broker: Broker, rules: dict[str, Any], seen: list[dict[str, 
 
 
 @pytest.fixture
-def through(
-    client: Client, broker: Broker, agent_url: str, redis_url: str, namespace: str
-) -> Through:
-    """Send a text to the agent, a responder answering by ``rules`` (in another process with
-    ``process=True``): the ended task and the requests the responder saw."""
+def through(client: Client, broker: Broker, agent_url: str) -> Through:
+    """Send a text to the agent, a responder answering by ``rules``: the ended task and the
+    requests the responder saw."""
 
-    async def call(
-        text: str, rules: dict[str, Any], *, process: bool = False, **options: Any
-    ) -> tuple[Task, list[dict[str, Any]]]:
-        options |= {"wait_for": broker.wait_for, "remote": agent_url, "agent": "agent-7"}
-        if process:
-            with responder_process(redis_url, namespace, rules) as responder:
-                ended = await send_message(client, said(text), **options)
-                seen = list(responder.seen)
-        else:
-            seen = []
-            answering = asyncio.create_task(answer_by(broker, rules, seen))
-            try:
-                ended = await send_message(client, said(text), **options)
-            finally:
-                answering.cancel()
-                await asyncio.gather(answering, return_exceptions=True)
+    async def call(text: str, rules: dict[str, Any], **options: Any) -> tuple[Task, list[Request]]:
+        seen: list[Request] = []
+        answering = asyncio.create_task(answer_by(broker, rules, seen))
+        try:
+            ended = await send_message(
+                client, said(text), wait_for=broker.wait_for, remote=agent_url, **options
+            )
+        finally:
+            answering.cancel()
+            await asyncio.gather(answering, return_exceptions=True)
         assert isinstance(ended, Task)
         return ended, seen
 
@@ -119,10 +97,15 @@ def state(task: Task) -> str:
 
 @pytest.mark.slow
 async def test_a_free_text_answer_continues_the_same_task_which_completes_with_it(
-    through: Through, agent_url: str
+    client: Client, broker: Broker, agent_url: str, redis_url: str, namespace: str
 ) -> None:
     rules = {"What is your name?": {"accept": {"answer": "Ada"}}}
-    ended, [asked] = await through("name", rules, process=True)
+    with responder_process(redis_url, namespace, rules) as responder:
+        ended = await send_message(
+            client, said("name"), wait_for=broker.wait_for, remote=agent_url, agent="agent-7"
+        )
+        [asked] = responder.seen
+    assert isinstance(ended, Task)
     assert (state(ended), get_message_text(ended.status.message)) == (
         "TASK_STATE_COMPLETED",
         "told: Ada",
@@ -143,7 +126,7 @@ async def test_a_schema_question_is_a_form_whose_fields_reach_the_agent_as_data(
     ended, [asked] = await through("form", {"Your booking?": {"accept": {"seats": 4}}})
     text = get_message_text(ended.status.message)
     assert json.loads(text.removeprefix("told:  data: ")) == [{"seats": 4}]  # 4.0: protobuf
-    assert asked["kind"] == "input"
+    assert asked.kind == "input"
 
 
 async def test_a_tool_approval_is_a_tool_call_request_and_an_edit_reaches_the_agent(
@@ -151,7 +134,7 @@ async def test_a_tool_approval_is_a_tool_call_request_and_an_edit_reaches_the_ag
 ) -> None:
     rules = {"Run transfer?": {"accept": {"to": "ACME", "amount": 5}}}
     ended, [asked] = await through("tool", rules)
-    assert (asked["kind"], asked["tool"]) == ("tool_call", "transfer")
+    assert (asked.kind, asked.source.tool) == ("tool_call", "transfer")
     text = get_message_text(ended.status.message)
     assert text.startswith("told: Approved. data: ")
     [data] = json.loads(text.removeprefix("told: Approved. data: "))
@@ -181,7 +164,7 @@ async def test_no_answer_before_the_deadline_cancels_the_task(
     through: Through, agent_url: str
 ) -> None:
     ended, [asked] = await through("name", {"What is your name?": "hold"}, timeout_s=1)
-    assert asked["timeout_s"] == 1
+    assert asked.expires_at is not None and round(asked.expires_at - asked.created_at) == 1
     assert state(ended) == "TASK_STATE_CANCELED"
 
 
@@ -198,8 +181,11 @@ async def test_auth_required_with_a_link_is_an_authorization_request(
     through: Through, agent_url: str
 ) -> None:
     ended, [asked] = await through("login", {"Sign in to the calendar": {"accept": None}})
-    assert asked["kind"] == "authorization"
-    assert asked["meta"]["a2a"]["state"] == "TASK_STATE_AUTH_REQUIRED"
+    assert (asked.kind, asked.url) == (
+        "authorization",
+        "https://calendar.example.com/oauth?state=1",
+    )
+    assert asked.meta["a2a"]["state"] == "TASK_STATE_AUTH_REQUIRED"
     assert get_message_text(ended.status.message) == 'told: Done. data: [{"authorized": true}]'
 
 
