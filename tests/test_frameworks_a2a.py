@@ -18,14 +18,23 @@ from typing import Any
 
 import pytest
 from a2a.client import Client, create_client
-from a2a.helpers import get_message_text
-from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest, Task, TaskState
+from a2a.helpers import get_message_text, new_data_part
+from a2a.types import (
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    Task,
+    TaskState,
+    TaskStatus,
+)
 
 import toolnexus
 from mcp_processes import a2a_agent_http, responder_process
 from toolnexus import Broker, Request
 from toolnexus.frameworks import RemoteAgentError, RunNotFound
-from toolnexus.frameworks.a2a import resume, send_message, watch
+from toolnexus.frameworks.a2a import pause_request, resume, send_message, watch
 
 pytestmark = pytest.mark.redis
 
@@ -387,3 +396,32 @@ def test_the_worker_refuses_a_poll_that_is_no_time(capsys: pytest.CaptureFixture
 
     assert main(["--agent", "http://127.0.0.1:1", "--poll-s", "0"]) == 2
     assert "--poll-s must be a positive number of seconds, not 0.0" in capsys.readouterr().err
+
+
+def paused_task(state: TaskState, *parts: Part) -> Task:
+    message = Message(message_id="s-1", role=Role.ROLE_AGENT, parts=list(parts))
+    return Task(id="t-1", context_id="c-1", status=TaskStatus(state=state, message=message))
+
+
+def test_a_task_that_is_not_paused_is_no_request() -> None:
+    done = paused_task(TaskState.TASK_STATE_COMPLETED, Part(text="done"))
+    with pytest.raises(toolnexus.InvalidRequest, match="'t-1' is not waiting for input"):
+        pause_request(done, remote="a")
+
+
+def test_a_schema_that_is_no_flat_form_is_refused_by_name() -> None:
+    nested = {"type": "object", "properties": {"address": {"type": "object"}}}
+    task = paused_task(
+        TaskState.TASK_STATE_INPUT_REQUIRED, Part(text="Where?"), new_data_part({"schema": nested})
+    )
+    with pytest.raises(toolnexus.InvalidRequest, match="address"):
+        pause_request(task, remote="a")
+
+
+def test_the_same_pause_is_the_same_request_and_another_pause_another() -> None:
+    first = paused_task(TaskState.TASK_STATE_INPUT_REQUIRED, Part(text="Name?"))
+    again = pause_request(first, remote="a").id
+    assert again == pause_request(first, remote="a").id != pause_request(first, remote="b").id
+    later = paused_task(TaskState.TASK_STATE_INPUT_REQUIRED, Part(text="Name?"))
+    later.status.message.message_id = "s-2"
+    assert pause_request(later, remote="a").id != again

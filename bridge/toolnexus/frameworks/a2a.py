@@ -141,7 +141,8 @@ def pause_request(
     names the agent that called it. ``meta["a2a"]`` holds the task's ids and state.
 
     Raises:
-        InvalidRequest: ``task`` is not paused, or its tool call is malformed.
+        InvalidRequest: ``task`` is not paused, its tool call is malformed, or its schema is
+            not a flat form (the MCP subset :func:`toolnexus.question` asks too).
     """
     if task.status.state not in PAUSED:
         state = TaskState.Name(task.status.state)
@@ -151,7 +152,7 @@ def pause_request(
     data = _data(message)
     request_id = _pause_id(remote, task)
     expires_at = None if timeout_s is None else time.time() + timeout_s
-    meta = {
+    meta: dict[str, Any] = {
         "a2a": {
             "agent": remote,
             "task_id": task.id,
@@ -190,9 +191,13 @@ def pause_request(
         prompt = text or f"Sign in for {remote}"
         return Request(kind="authorization", prompt=prompt, url=urls[0], **common)
     schema = data.get("schema")
-    form = question_schema(schema=schema if isinstance(schema, dict) else None)
+    if not isinstance(schema, dict):
+        meta["a2a"]["answer_as"] = "text"  # a free-text question: its answer goes as text
+        schema = None
     prompt = text or f"{remote} needs your input"
-    return Request(kind="input", prompt=prompt, data={"schema": form}, **common)
+    return Request(
+        kind="input", prompt=prompt, data={"schema": question_schema(schema=schema)}, **common
+    )
 
 
 def _reply(task: Task, request: Request, parts: Sequence[Part], answer: Answer) -> Message:
@@ -251,11 +256,8 @@ def continuation(task: Task, request: Request, answer: Answer) -> Message | None
             task, request, [Part(text="Done."), new_data_part({"authorized": True})], answer
         )
     fields = check_answer(request, answer, None).data
-    schema = request.schema or {}
-    if set(schema.get("properties", {})) == {"answer"} and "answer" in fields:
-        value = fields["answer"]
-        if isinstance(value, str):
-            return _reply(task, request, [Part(text=value)], answer)
+    if request.meta.get("a2a", {}).get("answer_as") == "text":
+        return _reply(task, request, [Part(text=str(fields["answer"]))], answer)
     return _reply(task, request, [new_data_part(fields)], answer)
 
 
