@@ -29,6 +29,7 @@ COMMANDS = [
     ["worker", "slack"],
     ["worker", "telegram"],
     ["worker", "gateway"],
+    ["worker", "a2a"],
 ]
 ROOT = Path(__file__).parents[1]
 

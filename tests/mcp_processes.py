@@ -20,6 +20,7 @@ FASTMCP = [sys.executable, str(SERVERS / "fastmcp_server.py")]
 WIRE = [sys.executable, str(SERVERS / "wire_server.py")]
 MCP1 = [sys.executable, str(SERVERS / "mcp1_server.py")]
 TASK_SERVER = [sys.executable, str(Path(__file__).resolve().parent / "mcp_task_server.py")]
+A2A_AGENT = [sys.executable, str(SERVERS / "a2a_agent.py")]
 
 BOOKING = "Your booking details?"
 SEATS = "How many seats?"
@@ -117,7 +118,16 @@ def task_server_http() -> Iterator[str]:
 
 
 @contextmanager
-def _http_process(command: list[str], port: int) -> Iterator[str]:
+def a2a_agent_http() -> Iterator[str]:
+    """``tests/servers/a2a_agent.py`` (an A2A agent of the a2a-sdk) in its own process;
+    yields its base URL."""
+    port = free_port()
+    with _http_process([*A2A_AGENT, str(port)], port, path="") as url:
+        yield url
+
+
+@contextmanager
+def _http_process(command: list[str], port: int, path: str = "/mcp") -> Iterator[str]:
     process = subprocess.Popen(command, env={**os.environ, "NO_COLOR": "1"})
     try:
         deadline = time.monotonic() + 30
@@ -128,7 +138,7 @@ def _http_process(command: list[str], port: int) -> Iterator[str]:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the HTTP server {command[1]} did not start")
             time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}{path}"
     finally:
         process.terminate()
         try:

@@ -39,6 +39,8 @@ PUBLIC_MODULES = (
     "toolnexus.rendering",
     "toolnexus.cli",
     "toolnexus.observability",
+    "toolnexus.frameworks",
+    "toolnexus.frameworks.a2a",
 )
 """The namespaces with an ``__all__``: a worker imports only what they list."""
 

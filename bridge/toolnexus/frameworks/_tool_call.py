@@ -54,6 +54,11 @@ class RunNotFound(ToolnexusError):
     """No resumable run of this name is kept (it finished, or never stopped to ask)."""
 
 
+class RemoteAgentError(ToolnexusError):
+    """A remote agent (A2A) could not be reached, or refused a call; the framework's error is
+    the cause."""
+
+
 TOOL_CALL: Final = "tool_call"
 """The ``kind`` of a tool-approval request."""
 
