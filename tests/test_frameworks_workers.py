@@ -36,7 +36,9 @@ from chat_fakes import (
 from chat_fakes import eventually as chat_eventually
 from conformance import CHROMIUM, CHROMIUM_ARGS, TerminalAdapter
 from conftest import FAST
+from test_web_worker import TOKEN, WAIT_MS, signed_in_page
 from toolnexus import Answer, Broker, Request, Service, Source
+from toolnexus.cli._ops import audit_object, audit_text
 from toolnexus.frameworks import ToolDecision, decide, tool_call_request
 from toolnexus.rendering import (
     argument_changes,
@@ -62,8 +64,6 @@ SCHEMA = {
 }
 MEMO = "Invoice 42: " + "for the consulting work of the third quarter, " * 4
 ARGS = {"to": "ACME", "amount": 10, "memo": MEMO}
-TOKEN = "tool-call-token-for-the-tests"
-WAIT_MS = 20_000
 
 
 @contextlib.asynccontextmanager
@@ -343,9 +343,11 @@ async def test_the_auto_worker_approves_a_matching_call_as_proposed_and_skips_th
                     await asyncio.sleep(0.02)
             assert not left.done()  # left for a person
             left.cancel()
+            records = await broker.audit(request_id=small.id)
         finally:
             service.stop()
             await run
+    assert "tool transfer_funds approved as proposed" in audit_text(records[-1])
     assert decision.approved and not decision.edited and decision.arguments == ARGS
     assert decision.answered_by is not None
     assert decision.answered_by.endswith("auto:small transfers to ACME")
@@ -368,14 +370,6 @@ async def redis_broker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
         yield broker
 
 
-async def page_for(browser: Browser, web: WebServer) -> Any:
-    page = await browser.new_page()
-    page.set_default_timeout(WAIT_MS)
-    await page.goto(f"{web.url}?token={TOKEN}")
-    await expect(page.locator("#live[data-state=live]")).to_be_visible(timeout=WAIT_MS)
-    return page
-
-
 @pytest.mark.redis
 @pytest.mark.slow
 async def test_the_web_page_shows_the_arguments_and_an_edit_as_a_diff(
@@ -386,7 +380,7 @@ async def test_the_web_page_shows_the_arguments_and_an_edit_as_a_diff(
         WebServer(redis_broker, port=0, access=Access(token=TOKEN)) as web,
         waiting(redis_broker, request) as (answered,),
     ):
-        page = await page_for(browser, web)
+        page = await signed_in_page(browser, web)
         card = page.locator(f"article#{request_anchor(request.id)}")
         await expect(card).to_be_visible(timeout=WAIT_MS)
         await expect(card.locator(".kind")).to_have_text("Tool call")
@@ -431,8 +425,19 @@ async def test_the_web_page_shows_the_arguments_and_an_edit_as_a_diff(
         await expect(page.locator("#notes .note")).to_contain_text(
             'Approved with changes (Payee: "ACME" → "ACME Ltd"; Amount: 10 → 3)'
         )
+        # and what is recorded says so: the audit trail, as `toolnexus audit` reads it
+        records = await redis_broker.audit(request_id=request.id)
     assert decision.approved and decision.edited
     assert decision.arguments == {**ARGS, "to": "ACME Ltd", "amount": 3}
+    assert len(records) == 1
+    assert (
+        'tool transfer_funds approved with changes (Payee: "ACME" → "ACME Ltd"; Amount: 10 → 3)'
+        in audit_text(records[0])
+    )
+    assert audit_object(records[0])["tool_call"]["changes"] == [
+        {"argument": "to", "before": '"ACME"', "after": '"ACME Ltd"'},
+        {"argument": "amount", "before": "10", "after": "3"},
+    ]
 
 
 @pytest.mark.redis
@@ -449,7 +454,7 @@ async def test_the_web_page_denies_with_a_message_and_shows_a_rich_call_as_it_is
         WebServer(redis_broker, port=0, access=Access(token=TOKEN)) as web,
         waiting(redis_broker, request, rich) as (denied, approved),
     ):
-        page = await page_for(browser, web)
+        page = await signed_in_page(browser, web)
         card = page.locator(f"article#{request_anchor(request.id)}")
         await card.get_by_label("Message for the agent, if you deny").fill("Not this quarter")
         await card.get_by_role("button", name="Deny").click()
@@ -499,6 +504,9 @@ async def test_slack_shows_a_summary_approves_and_denies_with_a_message(
             chat.running.url, block_actions(chat.allowed, message, "tnx.accept", approve.id)
         )
         approved = decide(approve, await asyncio.wait_for(approving, 20))
+        closed = f"Approved by slack:{chat.allowed}"
+        await chat_eventually(lambda: closed in chat.text(chat.message_about("now?")), closed)
+        assert not chat.controls(chat.message_about("now?"))
 
         await chat_eventually(lambda: bool(chat.controls(chat.message_about("later?"))), "posted")
         later = chat.message_about("later?")
@@ -550,5 +558,7 @@ async def test_telegram_shows_a_summary_approves_and_denies_with_a_message(
         chat.say(int(chat.other), chat.home, "Fine by me")  # not theirs to answer
         chat.say(int(chat.allowed), chat.home, "Over budget")
         denied = decide(deny, await asyncio.wait_for(denying, 20))
+        closed = f"Denied by telegram:{chat.allowed}"
+        await chat_eventually(lambda: closed in chat.text(chat.message_about("later?")), closed)
     assert approved.approved and approved.arguments == ARGS
     assert not denied.approved and denied.message == "Over budget"

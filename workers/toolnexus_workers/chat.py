@@ -205,8 +205,11 @@ def default_text(f: Field) -> str | None:
     return str(f.default)
 
 
-def answered_note(person: str, *, accepted: bool) -> str:
-    """What a message says once its request was answered here."""
+def answered_note(person: str, *, accepted: bool, kind: str = "") -> str:
+    """What a message says once its request (of ``kind``) was answered here: a tool
+    approval is approved or denied."""
+    if kind == "tool_call":
+        return f"✅ Approved by {person}." if accepted else f"❌ Denied by {person}."
     return f"✅ Answered by {person}." if accepted else f"❌ Declined by {person}."
 
 
@@ -512,7 +515,8 @@ class ChatBot(Worker):
             await self.progress(pending, progress)
             return f"Your vote is counted: {approvals_line(progress)}."
         self.shown.pop(request_id, None)
-        await self.finish(request_id, answered_note(person, accepted=accepted))
+        note = answered_note(person, accepted=accepted, kind=pending.request.kind)
+        await self.finish(request_id, note)
         return None
 
     async def start(self) -> None:

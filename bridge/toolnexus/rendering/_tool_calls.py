@@ -79,6 +79,11 @@ class Argument:
     def short(self) -> str:
         return shorten(self.text)
 
+    @property
+    def label(self) -> str:
+        """How a line of text names it: ``Amount (amount)``, or the name without a title."""
+        return self.name if self.title == self.name else f"{self.title} ({self.name})"
+
 
 @dataclass(frozen=True)
 class ToolCallView:
@@ -101,11 +106,7 @@ class ToolCallView:
         lines = [f"Tool: {self.call.name} ({self.origin})"]
         if not self.arguments:
             lines.append("  (no arguments)")
-        for argument in self.arguments:
-            label = argument.name
-            if argument.title != argument.name:
-                label = f"{argument.title} ({argument.name})"
-            lines.append(f"  {label} = {shorten(argument.text, limit)}")
+        lines += [f"  {a.label} = {shorten(a.text, limit)}" for a in self.arguments]
         return lines
 
 

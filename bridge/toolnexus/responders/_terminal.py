@@ -263,10 +263,7 @@ class Terminal:
         if not tool.arguments:
             self._say("  (no arguments)")
         for argument in tool.arguments:
-            label = argument.name
-            if argument.title != argument.name:
-                label = f"{argument.title} ({argument.name})"
-            self._say(f"    {label} = {argument.text}")
+            self._say(f"    {argument.label} = {argument.text}")
         return tool
 
     def _highlight_host(self, url: str, host: str) -> str:
