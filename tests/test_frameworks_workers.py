@@ -477,6 +477,7 @@ WEB_URL = "https://desk.example/"
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_slack_shows_a_summary_approves_and_denies_with_a_message(
     redis_broker: Broker,
 ) -> None:
@@ -525,6 +526,7 @@ async def test_slack_shows_a_summary_approves_and_denies_with_a_message(
 
 
 @pytest.mark.redis
+@pytest.mark.slow
 async def test_telegram_shows_a_summary_approves_and_denies_with_a_message(
     redis_broker: Broker,
 ) -> None:

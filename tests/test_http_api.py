@@ -493,3 +493,15 @@ async def test_a_tool_approval_shows_its_call_and_an_edit_is_checked(setup: Setu
     assert sent.status_code == 200
     decision = decide(request, await asyncio.wait_for(wait, 30))
     assert decision.edited and decision.arguments == {"to": "ACME", "amount": 5}
+
+
+async def test_a_decline_carries_its_message_to_a_tool_approval(setup: Setup) -> None:
+    request = tool_call_request("transfer", {"to": "ACME"}, framework="test")
+    wait = await setup.ask("ops", request)
+    path = f"/v1/requests/{request.id}/answer"
+    wrong = await setup.post(path, {"action": "accept", "message": "why"})
+    assert wrong.status_code == 400 and wrong.json()["field"] == "message"
+    sent = await setup.post(path, {"action": "decline", "message": "Not this quarter"})
+    assert sent.status_code == 200
+    decision = decide(request, await asyncio.wait_for(wait, 30))
+    assert not decision.approved and decision.message == "Not this quarter"
