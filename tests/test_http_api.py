@@ -23,6 +23,7 @@ import pytest
 import toolnexus
 from conftest import FAST
 from toolnexus import Answer, Broker, Quorum, Request, Source, new_id
+from toolnexus.frameworks import decide, tool_call_digest, tool_call_request
 from toolnexus.security import SigningKey
 from toolnexus_workers.http import main as http_main
 from toolnexus_workers.http.app import openapi_document
@@ -457,3 +458,50 @@ async def test_a_quorum_counts_each_tokens_person_once(setup: Setup) -> None:
     assert second.json() == {"outcome": "answered"}
     answer = await asyncio.wait_for(wait, 30)
     assert answer.ok and {a.person for a in answer.approvals or []} == {"http:alice", "http:ci"}
+
+
+async def test_a_tool_approval_shows_its_call_and_an_edit_is_checked(setup: Setup) -> None:
+    """The API returns a tool approval's call (name, arguments, framework, run, digest) and
+    the tool's schema in its JSON; an edit that breaks the schema is refused naming the
+    argument, a valid one is what the agent is told to run."""
+    tool_schema = {
+        "type": "object",
+        "properties": {"to": {"type": "string"}, "amount": {"type": "integer", "maximum": 100}},
+        "required": ["to", "amount"],
+    }
+    arguments = {"to": "ACME", "amount": 10}
+    request = tool_call_request(
+        "transfer", arguments, framework="test", run="run-42", schema=tool_schema
+    )
+    wait = await setup.ask("ops", request)
+    body = (await setup.get(f"/v1/requests/{request.id}")).json()
+    jsonschema.validate(body, schema("OpenRequest"))
+    assert body["kind"] == "tool_call"
+    assert body["data"]["tool_call"] == {
+        "name": "transfer",
+        "arguments": arguments,
+        "framework": "test",
+        "run": "run-42",
+        "call_id": None,
+        "digest": tool_call_digest("transfer", arguments),
+    }
+    assert body["data"]["schema"]["properties"]["amount"]["default"] == 10
+    path = f"/v1/requests/{request.id}/answer"
+    refused = await setup.post(path, {"action": "accept", "data": {**arguments, "amount": 500}})
+    assert refused.status_code == 422 and refused.json()["field"] == "amount"
+    sent = await setup.post(path, {"action": "accept", "data": {**arguments, "amount": 5}})
+    assert sent.status_code == 200
+    decision = decide(request, await asyncio.wait_for(wait, 30))
+    assert decision.edited and decision.arguments == {"to": "ACME", "amount": 5}
+
+
+async def test_a_decline_carries_its_message_to_a_tool_approval(setup: Setup) -> None:
+    request = tool_call_request("transfer", {"to": "ACME"}, framework="test")
+    wait = await setup.ask("ops", request)
+    path = f"/v1/requests/{request.id}/answer"
+    wrong = await setup.post(path, {"action": "accept", "message": "why"})
+    assert wrong.status_code == 400 and wrong.json()["field"] == "message"
+    sent = await setup.post(path, {"action": "decline", "message": "Not this quarter"})
+    assert sent.status_code == 200
+    decision = decide(request, await asyncio.wait_for(wait, 30))
+    assert not decision.approved and decision.message == "Not this quarter"

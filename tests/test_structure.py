@@ -37,6 +37,7 @@ PUBLIC_MODULES = (
     "toolnexus.security",
     "toolnexus.responders",
     "toolnexus.rendering",
+    "toolnexus.frameworks",
     "toolnexus.cli",
     "toolnexus.observability",
     "toolnexus.frameworks",

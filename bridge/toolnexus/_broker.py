@@ -176,9 +176,17 @@ class Pending(abc.ABC):
         """
         return await self.answer(Answer(id=self.request.id, ok=True, data=data, person=person))
 
-    async def decline(self, *, person: str | None = None) -> ApprovedEvent | None:
-        """Answer an explicit no (see :meth:`answer` for the result and errors)."""
-        answer = Answer(id=self.request.id, ok=False, reason=DECLINED, person=person)
+    async def decline(
+        self, message: str | None = None, *, person: str | None = None
+    ) -> ApprovedEvent | None:
+        """Answer an explicit no (see :meth:`answer` for the result and errors).
+
+        ``message`` says why, as the answer's data: a tool approval's denial tells the
+        model (:func:`toolnexus.frameworks.decide`).
+        """
+        answer = Answer(
+            id=self.request.id, ok=False, reason=DECLINED, data=message or None, person=person
+        )
         return await self.answer(answer)
 
     async def dismiss(self, *, person: str | None = None) -> ApprovedEvent | None:

@@ -152,7 +152,7 @@ def check_schema(schema: Any) -> None:
         if not isinstance(field, dict):
             raise InvalidRequest(f"field {name!r}: its schema must be an object")
         kind = field.get("type")
-        if kind is not None and kind not in _FIELD_TYPES:
+        if kind is not None and (not isinstance(kind, str) or kind not in _FIELD_TYPES):
             raise InvalidRequest(
                 f"field {name!r}: type {kind!r} is not an MCP form field type "
                 f"(one of {sorted(_FIELD_TYPES)})"

@@ -12,6 +12,21 @@ decides; a request no rule matches is skipped (left for a person)::
     data = { environment = "staging" }  # accept: the form's data; the schema's defaults fill in
     after_s = 0                         # act only after this long: a person may answer first
 
+A tool approval (``kind = "tool_call"``) is matched by its call: ``tool`` is the name of
+the tool it would run (the call's own, bound to its digest, not the request's source),
+and ``arguments`` sets conditions on the proposed arguments, all of which must hold (an
+argument that is absent, or of another type, fails its condition)::
+
+    [[rule]]
+    name = "small transfers to ACME"
+    kind = "tool_call"
+    tool = "transfer_*"
+    arguments.amount = { max = 100 }         # a number within bounds: min, max (inclusive)
+    arguments.to = "ACME*"                   # a string matching a glob (or a list of them)
+    arguments.memo = { regex = "(?i)refund" }  # a string a regular expression finds
+    arguments.dry_run = false                # a number or boolean: exactly it ({ equals = ... }
+    action = "accept"                        #   for any JSON value); accept: as proposed
+
 A rules file that cannot be used is refused at start with its line and the reason.
 Every decision is logged as one line, its outcome last (``decision=accept
 request=… rule=1 (name) kind=… server=… tool=… agent=… prompt='…' outcome=answered``);
@@ -42,7 +57,10 @@ from toolnexus import (
     Worker,
 )
 from toolnexus.cli import EXIT_OK, failed
+from toolnexus.errors import InvalidRequest
+from toolnexus.frameworks import TOOL_CALL, ToolCall, tool_call_of
 from toolnexus.models import EndedEvent
+from toolnexus.rendering import shorten, value_text
 
 from .options import configure_logging, run_main, service, worker_parser
 
@@ -51,12 +69,49 @@ log = logging.getLogger("toolnexus.auto")
 Action = Literal["accept", "decline", "skip"]
 ACTIONS: tuple[Action, ...] = ("accept", "decline", "skip")
 MATCHED = ("kind", "server", "tool", "agent")
-KEYS = frozenset({*MATCHED, "prompt", "action", "data", "after_s", "name"})
+KEYS = frozenset({*MATCHED, "prompt", "arguments", "action", "data", "after_s", "name"})
+CONDITIONS = frozenset({"min", "max", "regex", "glob", "equals"})
 _HEADER = re.compile(r"\s*\[\[\s*rule\s*\]\]\s*(#.*)?$")
 
 
 class RulesError(ConfigurationError):
     """A rules file that cannot be used; the message names the file, line and reason."""
+
+
+@dataclass(frozen=True)
+class Condition:
+    """What one argument of a tool call must be (every part given must hold): a number
+    from ``low`` to ``high``, a string matching one of ``globs`` or found by ``regex``, or
+    exactly ``equals`` (``has_equals``: JSON-equal, so ``1`` is not ``true``)."""
+
+    low: float | None = None
+    high: float | None = None
+    regex: re.Pattern[str] | None = None
+    globs: tuple[str, ...] | None = None
+    equals: Any = None
+    has_equals: bool = False
+
+    def holds(self, value: Any) -> bool:
+        """Whether argument ``value`` meets this condition."""
+        if self.has_equals and value_text(value) != value_text(self.equals):
+            return False
+        if self.low is not None or self.high is not None:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return False
+            if self.low is not None and value < self.low:
+                return False
+            if self.high is not None and value > self.high:
+                return False
+        if self.globs is not None or self.regex is not None:
+            if not isinstance(value, str):
+                return False
+            if self.globs is not None and not any(
+                fnmatch.fnmatchcase(value, g) for g in self.globs
+            ):
+                return False
+            if self.regex is not None and self.regex.search(value) is None:
+                return False
+        return True
 
 
 @dataclass(frozen=True)
@@ -71,16 +126,22 @@ class Rule:
     tool: tuple[str, ...] | None = None
     agent: tuple[str, ...] | None = None
     prompt: re.Pattern[str] | None = None
+    arguments: tuple[tuple[str, Condition], ...] | None = None
     data: dict[str, Any] | None = None
     after_s: float = 0.0
 
     def matches(self, request: Request) -> bool:
         """Whether every condition of this rule holds for ``request``."""
         source = request.source
+        call = _call(request)
+        if call is None and (
+            self.arguments is not None or (request.kind == TOOL_CALL and self.tool is not None)
+        ):
+            return False  # not a tool call, or one that is malformed: no tool to match
         values = {
             "kind": request.kind,
             "server": source.server or "",
-            "tool": source.tool or "",
+            "tool": call.name if call is not None else source.tool or "",
             "agent": source.agent or "",
         }
         for key in MATCHED:
@@ -89,7 +150,12 @@ class Rule:
                 fnmatch.fnmatchcase(values[key], p) for p in patterns
             ):
                 return False
-        return self.prompt is None or self.prompt.search(request.prompt) is not None
+        if self.prompt is not None and self.prompt.search(request.prompt) is None:
+            return False
+        return call is None or all(
+            name in call.arguments and condition.holds(call.arguments[name])
+            for name, condition in self.arguments or ()
+        )
 
     @property
     def label(self) -> str:
@@ -212,7 +278,17 @@ def _rule(index: int, table: dict[str, Any], where: _Where) -> Rule:
         key: _patterns(table[key], key, where) for key in MATCHED if key in table
     }
     if "prompt" in table:
-        fields["prompt"] = _regex(table["prompt"], where)
+        fields["prompt"] = _regex(table["prompt"], where, "prompt")
+    if "arguments" in table:
+        conditions = table["arguments"]
+        if not isinstance(conditions, dict) or not conditions:
+            raise where.error(
+                "arguments", f"must be a table of conditions by argument name, not {conditions!r}"
+            )
+        fields["arguments"] = tuple(
+            (name, _condition(value, f"arguments.{name}", where))
+            for name, value in conditions.items()
+        )
     if "name" in table:
         if not isinstance(table["name"], str) or not table["name"]:
             raise where.error("name", f"must be a non-empty string, not {table['name']!r}")
@@ -241,13 +317,54 @@ def _patterns(value: Any, key: str, where: _Where) -> tuple[str, ...]:
     raise where.error(key, f"must be a glob pattern or a non-empty list of them, not {value!r}")
 
 
-def _regex(value: Any, where: _Where) -> re.Pattern[str]:
+def _regex(value: Any, where: _Where, key: str) -> re.Pattern[str]:
     if not isinstance(value, str):
-        raise where.error("prompt", f"must be a regular expression string, not {value!r}")
+        raise where.error(key, f"must be a regular expression string, not {value!r}")
     try:
         return re.compile(value)
     except re.error as exc:
-        raise where.error("prompt", f"is not a valid regular expression: {exc}") from exc
+        raise where.error(key, f"is not a valid regular expression: {exc}") from exc
+
+
+def _condition(value: Any, key: str, where: _Where) -> Condition:
+    """An argument's condition: a glob (or list of them), a number or boolean to equal, or
+    a table of ``min``, ``max``, ``regex``, ``glob``, ``equals``."""
+    if isinstance(value, str | list):
+        return Condition(globs=_patterns(value, key, where))
+    if isinstance(value, bool | int | float):
+        return Condition(equals=value, has_equals=True)
+    if not isinstance(value, dict) or not value:
+        raise where.error(key, f"must be a glob, a number, a boolean or a table, not {value!r}")
+    unknown = sorted(set(value) - CONDITIONS)
+    if unknown:
+        raise where.error(
+            key, f"has unknown condition {unknown[0]!r} (known: {', '.join(sorted(CONDITIONS))})"
+        )
+    bounds: dict[str, float] = {}
+    for bound in ("min", "max"):
+        if bound in value:
+            number = value[bound]
+            if isinstance(number, bool) or not isinstance(number, int | float):
+                raise where.error(key, f"{bound} must be a number, not {number!r}")
+            bounds[bound] = number
+    return Condition(
+        low=bounds.get("min"),
+        high=bounds.get("max"),
+        regex=_regex(value["regex"], where, key) if "regex" in value else None,
+        globs=_patterns(value["glob"], key, where) if "glob" in value else None,
+        equals=value.get("equals"),
+        has_equals="equals" in value,
+    )
+
+
+def _call(request: Request) -> ToolCall | None:
+    """The call a tool approval proposes; None for any other request, or a malformed one."""
+    if request.kind != TOOL_CALL:
+        return None
+    try:
+        return tool_call_of(request)
+    except InvalidRequest:
+        return None
 
 
 class AutoWorker(Worker):
@@ -326,10 +443,14 @@ def _log(request: Request, rule: Rule | None, outcome: str, *, level: int = logg
 
 def _describe(request: Request) -> str:
     source = request.source
-    return (
+    call = _call(request)
+    described = (
         f"kind={request.kind} server={source.server or '-'} tool={source.tool or '-'} "
         f"agent={source.agent or '-'} prompt={request.prompt[:120]!r}"
     )
+    if call is not None:
+        described += f" arguments={shorten(value_text(call.arguments), 120)}"
+    return described
 
 
 def parser() -> argparse.ArgumentParser:
@@ -371,4 +492,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_main(args, work)
 
 
-__all__ = ["AutoWorker", "Rule", "Rules", "RulesError", "main", "parser"]
+__all__ = ["AutoWorker", "Condition", "Rule", "Rules", "RulesError", "main", "parser"]

@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -36,17 +37,21 @@ from toolnexus.rendering import (
     KNOWN_DOMAINS,
     Field,
     Link,
+    ToolCallView,
     check_link,
     escalated_note,
     form_fields,
     gone_note,
+    kind_label,
+    page_link,
     standing_notes,
+    tool_call_view,
 )
 from toolnexus.responders import approvals_line
 
 log = logging.getLogger("toolnexus.chat")
 
-Layout = Literal["approval", "choice", "multi", "form", "authorization"]
+Layout = Literal["approval", "choice", "multi", "form", "authorization", "tool_call"]
 Ref = dict[str, Any]
 """Where a message is, as the platform names it (Slack: channel and ts; Telegram: chat
 and message id): JSON-able, kept in Redis."""
@@ -61,12 +66,8 @@ TOO_LATE = (
     "Thank you anyway; nothing was changed."
 )
 """What a click on a request no longer open here is told."""
-_KINDS = {
-    "input": "Question",
-    "authorization": "Authorization",
-    "approval": "Approval",
-    "tool_call": "Tool call",
-}
+ARGUMENT_CHARS = 80
+"""How much of each argument a tool approval's message shows (the web page shows all)."""
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,10 @@ class View:
     ``layout``: ``approval`` (Accept / Decline), ``choice`` (one button per option of
     ``fields[0]``), ``multi`` (options of ``fields[0]`` to tick, then Send), ``form``
     (every field of ``fields``, asked in a modal or reply by reply), ``authorization``
-    (``link`` to open, then Done / Decline). ``problem`` is set when the request's
-    schema cannot be shown: the message says so and offers Decline only.
+    (``link`` to open, then Done / Decline), ``tool_call`` (the ``tool`` call and its
+    arguments, shortened, with Approve / Deny, and ``page``: the request on the web page,
+    to edit the arguments there). ``problem`` is set when the request's schema cannot be
+    shown: the message says so and offers Decline only.
     """
 
     request: Request
@@ -86,6 +89,8 @@ class View:
     fields: tuple[Field, ...] = ()
     link: Link | None = None
     problem: str | None = None
+    tool: ToolCallView | None = None
+    page: str | None = None
 
     @property
     def text(self) -> str:
@@ -93,13 +98,29 @@ class View:
 
 
 def view_of(
-    request: Request, known_domains: tuple[str, ...] = KNOWN_DOMAINS, approvals: str | None = None
+    request: Request,
+    known_domains: tuple[str, ...] = KNOWN_DOMAINS,
+    approvals: str | None = None,
+    *,
+    web_url: str | None = None,
 ) -> View:
     """How ``request`` is shown: its header lines (who asks, the prompt, the time left; a
-    quorum's ``approvals`` so far, SPEC §14), and its layout (see :class:`View`)."""
+    quorum's ``approvals`` so far, SPEC §14), and its layout (see :class:`View`).
+    ``web_url``: the web page's address, linked from a tool approval to edit it there."""
     lines = [*header(request)]
     if request.quorum is not None:
         lines.append(f"🗳️ {approvals or f'0 of {request.quorum.need} approvals'}")
+    if request.kind == "tool_call":
+        try:
+            tool = tool_call_view(request)
+        except InvalidRequest as exc:  # shown as what it is: a request that cannot be run
+            lines.append(f"This tool call cannot be shown: {exc}")
+            return View(request, "approval", tuple(lines), problem=str(exc))
+        lines += tool.lines(limit=ARGUMENT_CHARS)
+        page = page_link(web_url, request.id) if web_url else None
+        if page:
+            lines.append("To change the arguments before approving, open it on the web page.")
+        return View(request, "tool_call", tuple(lines), tool=tool, page=page)
     if request.kind == "authorization":
         link = check_link(request.url or "", known_domains)
         lines.append(f"Address: {request.url or '(none given)'}")
@@ -140,7 +161,7 @@ def header(request: Request, now_s: float | None = None) -> list[str]:
         )
         if value
     ]
-    kind = _KINDS.get(request.kind, request.kind.capitalize() or "Request")
+    kind = kind_label(request.kind)
     lines = [f"{kind} from {', '.join(who)}" if who else kind]
     if request.prompt:
         lines.append(request.prompt)
@@ -184,8 +205,11 @@ def default_text(f: Field) -> str | None:
     return str(f.default)
 
 
-def answered_note(person: str, *, accepted: bool) -> str:
-    """What a message says once its request was answered here."""
+def answered_note(person: str, *, accepted: bool, kind: str = "") -> str:
+    """What a message says once its request (of ``kind``) was answered here: a tool
+    approval is approved or denied."""
+    if kind == "tool_call":
+        return f"✅ Approved by {person}." if accepted else f"❌ Denied by {person}."
     return f"✅ Answered by {person}." if accepted else f"❌ Declined by {person}."
 
 
@@ -197,6 +221,15 @@ did not decide: see :meth:`toolnexus.Pending.answer`)."""
 async def declining(pending: Pending, person: str) -> ApprovedEvent | None:
     """Answer ``pending`` no, for ``person``."""
     return await pending.decline(person=person)
+
+
+def denying(message: str) -> Answering:
+    """Answer no with ``message`` (a tool approval's: the model is told it), for the person."""
+
+    async def deny(pending: Pending, person: str) -> ApprovedEvent | None:
+        return await pending.decline(message.strip() or None, person=person)
+
+    return deny
 
 
 def accepting(data: Any) -> Answering:
@@ -305,11 +338,13 @@ class ChatBot(Worker):
         allowed: Allowed,
         *,
         known_domains: tuple[str, ...] = KNOWN_DOMAINS,
+        web_url: str | None = None,
     ) -> None:
         self.broker = broker
         self.messages = messages
         self.allowed = allowed
         self.known_domains = known_domains
+        self.web_url = web_url
         self.shown: dict[str, Pending] = {}
         self.refs: dict[str, Ref] = {}
         self.posting: dict[str, asyncio.Future[None]] = {}
@@ -317,7 +352,7 @@ class ChatBot(Worker):
 
     def view(self, request: Request) -> View:
         """How ``request`` is shown here: :func:`view_of`, and where it escalated to."""
-        view = view_of(request, self.known_domains)
+        view = view_of(request, self.known_domains, web_url=self.web_url)
         queues = self.escalations.get(request.id)
         if not queues:
             return view
@@ -379,7 +414,7 @@ class ChatBot(Worker):
         ref = self.refs.get(request.id)
         if ref is None or request.id not in self.shown:
             return
-        view = view_of(request, self.known_domains, approvals_line(event))
+        view = view_of(request, self.known_domains, approvals_line(event), web_url=self.web_url)
         edited = {**ref, **await self.post(view, ref)}
         self.refs[request.id] = edited
         await self.messages.put(request.id, edited)
@@ -480,7 +515,8 @@ class ChatBot(Worker):
             await self.progress(pending, progress)
             return f"Your vote is counted: {approvals_line(progress)}."
         self.shown.pop(request_id, None)
-        await self.finish(request_id, answered_note(person, accepted=accepted))
+        note = answered_note(person, accepted=accepted, kind=pending.request.kind)
+        await self.finish(request_id, note)
         return None
 
     async def start(self) -> None:
@@ -495,12 +531,33 @@ def split_ids(text: str | None) -> list[str]:
     return [part.strip() for part in (text or "").split(",") if part.strip()]
 
 
+def add_chat_flags(group: Any, platform: str) -> None:
+    """The flags every chat bot takes besides its platform's own: ``--known-domain`` and
+    ``--web-url`` (``$TOOLNEXUS_WEB_URL``)."""
+    group.add_argument(
+        "--known-domain",
+        action="append",
+        default=[],
+        metavar="DOMAIN",
+        help="a domain to guard against look-alikes, besides the built-in list (repeatable)",
+    )
+    group.add_argument(
+        "--web-url",
+        default=os.environ.get("TOOLNEXUS_WEB_URL"),
+        metavar="URL",
+        help=f"the web page's address (toolnexus worker web), linked from each {platform} "
+        "tool approval to edit its arguments there ($TOOLNEXUS_WEB_URL)",
+    )
+
+
 def server_options(args: argparse.Namespace) -> dict[str, Any]:
-    """What every chat server takes from the worker flags they share: the known domains
-    (``--known-domain`` added), where it reads (group, consumer: the namespace and queue
+    """What every chat server takes from the worker flags they share (see
+    :func:`add_chat_flags`): the known domains (``--known-domain`` added), the web page's
+    address (``--web-url``), where it reads (group, consumer: the namespace and queue
     are the broker's) and how it serves (concurrency, drain, heartbeat)."""
     return {
         "known_domains": KNOWN_DOMAINS + tuple(d.lower() for d in args.known_domain),
+        "web_url": args.web_url,
         "group": args.group,
         "consumer": args.consumer,
         "concurrency": args.concurrency,

@@ -25,12 +25,20 @@ import redis.exceptions
 
 from .._broker import connect, redacted
 from ..codec import JSON, MSGPACK
-from ..errors import BrokerUnavailable, ConfigurationError, DecodeError
+from ..errors import (
+    BrokerUnavailable,
+    ConfigurationError,
+    DecodeError,
+    InvalidAnswer,
+    InvalidRequest,
+)
+from ..frameworks import TOOL_CALL, decide
 from ..models import Answer, Request
 from ..redis_broker import RedisBroker
 from ..redis_broker import _inspect as state
 from ..redis_broker._inspect import DeadLetter, Status
 from ..redis_broker._layout import LUA_FIELDS
+from ..rendering import ArgumentChange, argument_changes
 from ..security._audit import AuditRecord
 from ._exits import one_line
 
@@ -231,6 +239,16 @@ def audit_object(record: AuditRecord, *, raw: bool = False) -> dict[str, Any]:
         for v in _votes(record)
     ]
     shown["digest"] = record.digest.hex() if record.digest is not None else None
+    call = _tool_call(record)
+    if call is not None:
+        name, approved, changes = call
+        shown["tool_call"] = {
+            "name": name,
+            "approved": approved,
+            "changes": [
+                {"argument": c.name, "before": c.before, "after": c.after} for c in changes
+            ],
+        }
     if raw:
         shown["raw"] = {n: msgspec.to_builtins(getattr(record, n)) for n in signed}
     return shown
@@ -252,6 +270,24 @@ def _prompt(record: AuditRecord) -> str | None:
         return str(_codec(record).decode_as(record.request, Request).prompt)
     except DecodeError:
         return None
+
+
+def _tool_call(record: AuditRecord) -> tuple[str, dict[str, Any], list[ArgumentChange]] | None:
+    """A tool approval's tool, the arguments its answer approved and their changes from
+    the proposal, as the record keeps them. None for another request, or a record that
+    does not hold the whole request and a readable, approving answer."""
+    if record.kind != TOOL_CALL or record.request is None or record.cut or not record.answer:
+        return None
+    codec = _codec(record)
+    try:
+        request = codec.decode_as(record.request, Request)
+        decision = decide(request, codec.decode_as(record.answer, Answer))
+        if decision.arguments is None:
+            return None
+        changes = argument_changes(request, decision.arguments)
+    except (DecodeError, InvalidRequest, InvalidAnswer):
+        return None
+    return str(request.data["tool_call"]["name"]), decision.arguments, changes
 
 
 def _outcome(record: AuditRecord) -> str:
@@ -282,6 +318,11 @@ def audit_text(record: AuditRecord) -> str:
         parts.append(f"via {source}")
     if record.votes:
         parts.append(f"votes {', '.join(_voters(record))}")
+    call = _tool_call(record)
+    if call is not None:
+        name, _, changes = call
+        edit = f"with changes ({'; '.join(map(str, changes))})" if changes else "as proposed"
+        parts.append(f"tool {name} approved {edit}")
     prompt = _prompt(record)
     shown = "" if prompt is None else f": {' '.join(prompt.split())[:AUDIT_PROMPT_CHARS]!r}"
     return " ".join(parts) + f" ({verified}{took}{refused}){shown}"

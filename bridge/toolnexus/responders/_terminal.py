@@ -2,7 +2,9 @@
 
 A form is asked field by field (defaults offered, choices numbered, each value
 checked as it is typed); an authorization shows its URL with the domain singled
-out, and is never opened or fetched; y/n confirms. End of input (Ctrl-D) dismisses,
+out, and is never opened or fetched; a tool approval shows the tool and its arguments,
+then approves them (y), denies with a message (n) or edits them field by field (e),
+showing the changes before approving; y/n confirms. End of input (Ctrl-D) dismisses,
 and so does :meth:`Terminal.interrupt` (what ``worker terminal`` calls on Ctrl-C).
 
 Input is read by one thread per terminal, line by line, so a question abandoned
@@ -20,8 +22,9 @@ from urllib.parse import urlsplit
 
 from .._broker import Pending
 from .._schema import options, validate_form
-from ..errors import AlreadyVoted, InvalidAnswer, NotResolved
+from ..errors import AlreadyVoted, InvalidAnswer, InvalidRequest, NotResolved
 from ..models import DECLINED, DISMISSED, Answer, Request
+from ..rendering import ToolCallView, argument_changes, tool_call_fields, tool_call_view
 from ._serve import approvals_line
 
 _BOLD, _DIM, _URL_HOST, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[1;4;33m", "\x1b[0m"
@@ -93,10 +96,12 @@ class Terminal:
         """The person's answer to ``request``; end of input or :meth:`interrupt` gives
         ``reason="dismissed"``."""
         try:
-            self._header(request)
+            tool = self._header(request)
             schema = request.schema
             if request.kind == "authorization" and request.url:
                 return await self._ask_url(request, request.url)
+            if tool is not None:
+                return await self._ask_tool_call(request, tool)
             if schema is not None:
                 return await self._ask_form(request, schema)
             accept = await self._yes_no("  Accept?")
@@ -122,7 +127,32 @@ class Terminal:
         accept = await self._yes_no("  Continue with this authorization?")
         return _yes_or_declined(request, accept)
 
-    async def _ask_form(self, request: Request, schema: dict[str, Any]) -> Answer:
+    async def _ask_tool_call(self, request: Request, tool: ToolCallView) -> Answer:
+        schema = request.schema
+        editable = tool_call_fields(request) is not None  # else: approve or deny as proposed
+        keys = "y/n/e" if editable else "y/n"
+        while True:
+            text = (
+                await self._read(f"  Approve this call to {tool.call.name}? [{keys}]: ")
+            ).lower()
+            if text in _YES:
+                return Answer(id=request.id, ok=True)
+            if text in _NO:
+                message = await self._read("  Message for the agent (why not; optional): ")
+                return Answer(id=request.id, ok=False, reason=DECLINED, data=message or None)
+            if editable and schema is not None and text in ("e", "edit"):
+                self._say(self._style("  Enter keeps an argument as proposed.", _DIM))
+                data = await self._fields(schema)
+                changes = argument_changes(request, validate_form(schema, data))
+                for change in changes:
+                    self._say(f"  changed: {change}")
+                if not changes:
+                    self._say("  (no changes: the arguments as proposed)")
+                if await self._yes_no("  Approve the call with these arguments?"):
+                    return Answer(id=request.id, ok=True, data=data)
+
+    async def _fields(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """Each field of ``schema`` asked in turn: the values given (a skipped one left out)."""
         required = set(schema.get("required", []))
         data: dict[str, Any] = {}
         for name, field in schema.get("properties", {}).items():
@@ -131,6 +161,10 @@ class Terminal:
             )
             if value is not _SKIP:
                 data[name] = value
+        return data
+
+    async def _ask_form(self, request: Request, schema: dict[str, Any]) -> Answer:
+        data = await self._fields(schema)
         accept = await self._yes_no("  Send this answer?")
         if not accept:
             return Answer(id=request.id, ok=False, reason=DECLINED)
@@ -200,7 +234,9 @@ class Terminal:
             self._lines = _Lines(self.stdin)
         return self._lines
 
-    def _header(self, request: Request) -> None:
+    def _header(self, request: Request) -> ToolCallView | None:
+        """Say what ``request`` is, who asks and its prompt; a tool approval's call (then
+        returned), its tool and each argument."""
         source = request.source
         who = " · ".join(
             part
@@ -211,17 +247,24 @@ class Terminal:
             )
             if part
         )
-        title = f"{request.kind} request" + (f" from {who}" if who else "")
+        title = f"{request.kind.replace('_', ' ')} request" + (f" from {who}" if who else "")
         self._say("")
         self._say(self._style(f"── {title} ──", _BOLD))
         if request.prompt:
             self._say(request.prompt)
-        call = request.data.get("tool_call") if isinstance(request.data, dict) else None
-        if request.kind == "tool_call" and isinstance(call, dict):
-            self._say(f"  Tool:   {self._style(str(call.get('name')), _BOLD)}")
-            arguments = call.get("arguments")
-            for name, value in (arguments if isinstance(arguments, dict) else {}).items():
-                self._say(f"    {name} = {value!r}")
+        if request.kind != "tool_call":
+            return None
+        try:
+            tool = tool_call_view(request)
+        except InvalidRequest as exc:  # asked as the form it also is
+            self._say(f"  ✗ This tool call cannot be shown: {exc}")
+            return None
+        self._say(f"  Tool:   {self._style(tool.call.name, _BOLD)} ({tool.origin})")
+        if not tool.arguments:
+            self._say("  (no arguments)")
+        for argument in tool.arguments:
+            self._say(f"    {argument.label} = {argument.text}")
+        return tool
 
     def _highlight_host(self, url: str, host: str) -> str:
         start = url.find(host, url.find("//") + 2)

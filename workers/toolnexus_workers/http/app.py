@@ -6,7 +6,8 @@ Described in ``openapi.json`` beside this file, served at ``GET /openapi.json``.
 - ``GET /v1/requests/{id}``: one of them (``?queue=`` picks among queues sharing an id;
   an id is percent-encoded, ``/`` as ``%2F``).
 - ``POST /v1/requests/{id}/answer``: ``{"action": "accept", "data": {...}}``, ``decline``
-  or ``dismiss``, sent as the token's name (``person``), signed with the worker's key. A
+  (with an optional ``"message"``: why not, which a tool approval's denial tells the
+  model) or ``dismiss``, sent as the token's name (``person``), signed with the worker's key. A
   form's data is checked against the request's schema as every responder checks it (422
   ``{"error", "field", "rule"}``).
 - ``GET /v1/events?after=CURSOR&wait=S``: long polling: the changes after ``CURSOR``
@@ -69,6 +70,8 @@ DEFAULT_WAIT_S = 25.0
 """How long ``GET /v1/events`` waits without ``?wait=``."""
 
 ACTIONS = ("accept", "decline", "dismiss")
+MAX_MESSAGE_CHARS = 2000
+"""The longest message a decline may carry (the OpenAPI document says the same)."""
 
 
 @dataclass
@@ -293,12 +296,19 @@ class HttpApi:
             return error(400, f"action must be one of {', '.join(ACTIONS)}", field="action")
         if action != "accept" and body.get("data") is not None:
             return error(400, f"{action} takes no data", field="data")
+        message = body.get("message")
+        if message is not None and (action != "decline" or not isinstance(message, str)):
+            return error(400, "message is a decline's text, why not", field="message")
+        if message is not None and len(message) > MAX_MESSAGE_CHARS:
+            return error(
+                400, f"message is longer than {MAX_MESSAGE_CHARS} characters", field="message"
+            )
         pending, person = held.pending, grant.person
         try:
             if action == "accept":
                 progress = await pending.accept(body.get("data"), person=person)
-            elif action == "decline":
-                progress = await pending.decline(person=person)
+            elif action == "decline":  # a tool approval's message is for the model
+                progress = await pending.decline(message or None, person=person)
             else:
                 progress = await pending.dismiss(person=person)
         except InvalidAnswer as exc:

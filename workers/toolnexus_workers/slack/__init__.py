@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
 
-from ..chat import server_options, split_ids
+from ..chat import add_chat_flags, server_options, split_ids
 from ..options import add_listen_flags, require_extra, run_checked, worker_parser
 
 API_URL = "https://slack.com/api/"
@@ -66,13 +66,7 @@ def parser() -> argparse.ArgumentParser:
         default=env("TOOLNEXUS_SLACK_API_URL") or API_URL,
         help=f"Slack Web API base URL ({API_URL}; $TOOLNEXUS_SLACK_API_URL)",
     )
-    slack.add_argument(
-        "--known-domain",
-        action="append",
-        default=[],
-        metavar="DOMAIN",
-        help="a domain to guard against look-alikes, besides the built-in list (repeatable)",
-    )
+    add_chat_flags(slack, "Slack")
     return p
 
 

@@ -31,6 +31,7 @@ from ..chat import (
     View,
     accepting,
     declining,
+    denying,
     field_line,
 )
 
@@ -38,6 +39,8 @@ log = logging.getLogger("toolnexus.slack")
 
 FORM_CALLBACK = "tnx.form"
 """The ``callback_id`` of the form modal."""
+DENY_CALLBACK = "tnx.deny"
+"""The ``callback_id`` of the modal that asks a tool approval's denial for its message."""
 
 
 def escape(text: str) -> str:
@@ -103,6 +106,15 @@ def message_blocks(view: View) -> list[dict[str, Any]]:
         elements = [select, _button("Send", "tnx.send", request_id, "primary"), decline]
     elif view.layout == "form":
         elements = [_button("Fill in…", "tnx.form", request_id, "primary"), decline]
+    elif view.layout == "tool_call":
+        elements = [
+            _button("Approve", "tnx.accept", request_id, "primary"),
+            _button("Deny…", "tnx.deny", request_id, "danger"),
+        ]
+        if view.page is not None:
+            elements.append(
+                {**_button("Edit on the web page", "tnx.link", request_id), "url": view.page}
+            )
     else:
         elements = [_button("Accept", "tnx.accept", request_id, "primary"), decline]
     blocks.append({"type": "actions", "block_id": "tnx.controls", "elements": elements})
@@ -129,6 +141,30 @@ def modal(view: View, channel: str) -> dict[str, Any]:
         "submit": _plain("Send", 24),
         "close": _plain("Cancel", 24),
         "blocks": blocks,
+    }
+
+
+def deny_modal(view: View, channel: str) -> dict[str, Any]:
+    """The modal that denies ``view``'s tool call, with a message for the agent (optional:
+    the model is told it)."""
+    tool = view.tool.call.name if view.tool is not None else "the tool"
+    return {
+        "type": "modal",
+        "callback_id": DENY_CALLBACK,
+        "private_metadata": json.dumps({"id": view.request.id, "channel": channel}),
+        "title": _plain("Deny the tool call", 24),
+        "submit": _plain("Deny", 24),
+        "close": _plain("Cancel", 24),
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": escape(view.text)[:3000]}},
+            {
+                "type": "input",
+                "block_id": "message",
+                "label": _plain(f"Why not? The agent is told (optional) — {tool}", 2000),
+                "element": {"type": "plain_text_input", "action_id": "v", "multiline": True},
+                "optional": True,
+            },
+        ],
     }
 
 
@@ -214,13 +250,15 @@ class SlackBot(ChatBot):
         app: AsyncApp,
         channel: str,
         known_domains: tuple[str, ...] = KNOWN_DOMAINS,
+        web_url: str | None = None,
     ) -> None:
-        super().__init__(broker, messages, allowed, known_domains=known_domains)
+        super().__init__(broker, messages, allowed, known_domains=known_domains, web_url=web_url)
         self.app = app
         self.client: AsyncWebClient = app.client
         self.channel = channel
         app.action(re.compile(r"^tnx\."))(self._on_action)
         app.view(FORM_CALLBACK)(self._on_submission)
+        app.view(DENY_CALLBACK)(self._on_denial)
 
     def __repr__(self) -> str:
         return f"<SlackBot {self.channel} showing {len(self.shown)}>"
@@ -268,6 +306,14 @@ class SlackBot(ChatBot):
             view = self._view(pending)
             await self.client.views_open(
                 trigger_id=body["trigger_id"], view=modal(view, self.channel)
+            )
+            return None
+        if name == "tnx.deny":
+            if pending is None or user not in self.allowed:  # told why, as for a decline
+                return await self.resolve(request_id, user, declining, accepted=False)
+            view = self._view(pending)
+            await self.client.views_open(
+                trigger_id=body["trigger_id"], view=deny_modal(view, self.channel)
             )
             return None
         data: Any = None
@@ -320,8 +366,18 @@ class SlackBot(ChatBot):
         if told is not None:
             await self._tell({"channel": {"id": meta.get("channel")}}, user, told)
 
+    async def _on_denial(self, ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
+        await ack()
+        meta = json.loads(view.get("private_metadata") or "{}")
+        request_id, user = str(meta.get("id", "")), body["user"]["id"]
+        state = view.get("state", {}).get("values", {})
+        message = str((state.get("message", {}).get("v") or {}).get("value") or "")
+        told = await self.resolve(request_id, user, denying(message), accepted=False)
+        if told is not None:
+            await self._tell({"channel": {"id": meta.get("channel")}}, user, told)
+
     def _view(self, pending: Pending) -> View:
         return self.view(pending.request)
 
 
-__all__ = ["SlackBot", "message_blocks", "modal", "submitted"]
+__all__ = ["SlackBot", "deny_modal", "message_blocks", "modal", "submitted"]

@@ -45,6 +45,7 @@ class SlackServer(ChatServer):
         path: str = "/slack/events",
         api_url: str = "https://slack.com/api/",
         known_domains: tuple[str, ...] = KNOWN_DOMAINS,
+        web_url: str | None = None,
         group: str = SlackBot.group,
         consumer: str | None = None,
         concurrency: int = 100,
@@ -67,6 +68,7 @@ class SlackServer(ChatServer):
             app=self.app,
             channel=channel,
             known_domains=known_domains,
+            web_url=web_url,
         )
         super().__init__(
             broker,

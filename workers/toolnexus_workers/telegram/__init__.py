@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
 
-from ..chat import server_options, split_ids
+from ..chat import add_chat_flags, server_options, split_ids
 from ..options import require_extra, run_checked, worker_parser
 
 API_URL = "https://api.telegram.org"
@@ -61,13 +61,7 @@ def parser() -> argparse.ArgumentParser:
         default=10,
         help="how long one getUpdates call waits for updates (10 s)",
     )
-    telegram.add_argument(
-        "--known-domain",
-        action="append",
-        default=[],
-        metavar="DOMAIN",
-        help="a domain to guard against look-alikes, besides the built-in list (repeatable)",
-    )
+    add_chat_flags(telegram, "Telegram")
     return p
 
 

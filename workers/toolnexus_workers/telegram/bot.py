@@ -32,6 +32,7 @@ from ..chat import (
     accepting,
     declining,
     default_text,
+    denying,
     field_line,
     view_of,
 )
@@ -39,19 +40,24 @@ from ..chat import (
 log = logging.getLogger("toolnexus.telegram")
 
 SKIP, CANCEL = "-", "/cancel"
+DENY_QUESTION = (
+    f"Reply with the message for the agent: why the tool must not run. ({CANCEL} to stop)"
+)
 _YES = ("y", "yes", "true", "1", "on")
 _NO = ("n", "no", "false", "0", "off")
 
 
 @dataclass
 class Conversation:
-    """A form being filled in by one person, reply by reply."""
+    """A form being filled in by one person, reply by reply; or (``denying``) the message
+    a tool approval's denial gives the agent, asked in one reply."""
 
     request_id: str
     user_id: int
     fields: tuple[Field, ...]
     index: int = 0
     data: dict[str, Any] = field(default_factory=dict)
+    denying: bool = False
 
     @property
     def current(self) -> Field:
@@ -88,6 +94,16 @@ def keyboard(view: View, chosen: frozenset[int] = frozenset()) -> InlineKeyboard
         rows.append([InlineKeyboardButton(text="Done", callback_data="s"), decline])
     elif view.layout == "form":
         rows = [[InlineKeyboardButton(text="Fill in", callback_data="f"), decline]]
+    elif view.layout == "tool_call":
+        rows = [
+            [
+                InlineKeyboardButton(text="Approve", callback_data="a"),
+                InlineKeyboardButton(text="Deny", callback_data="d"),
+            ],
+            [InlineKeyboardButton(text="Deny with a message…", callback_data="m")],
+        ]
+        if view.page is not None:
+            rows.append([InlineKeyboardButton(text="Edit on the web page", url=view.page)])
     else:
         rows = [[InlineKeyboardButton(text="Accept", callback_data="a"), decline]]
     return InlineKeyboardMarkup(inline_keyboard=rows)
@@ -168,8 +184,9 @@ class TelegramBot(ChatBot):
         dispatcher: Dispatcher,
         chat_id: int,
         known_domains: tuple[str, ...] = KNOWN_DOMAINS,
+        web_url: str | None = None,
     ) -> None:
-        super().__init__(broker, messages, allowed, known_domains=known_domains)
+        super().__init__(broker, messages, allowed, known_domains=known_domains, web_url=web_url)
         self.bot = bot
         self.chat_id = chat_id
         self.ticked: dict[str, frozenset[int]] = {}
@@ -212,8 +229,9 @@ class TelegramBot(ChatBot):
         for user_id, conversation in list(self.conversations.items()):
             if conversation.request_id == request_id:
                 del self.conversations[user_id]
+                unsent = "message was" if conversation.denying else "answers to the form were"
                 await self.bot.send_message(
-                    self.chat_id, f"{gone_note(event)} Your answers to the form were not sent."
+                    self.chat_id, f"{gone_note(event)} Your {unsent} not sent."
                 )
         await super().gone(pending, event)
 
@@ -253,6 +271,10 @@ class TelegramBot(ChatBot):
                 self.conversations[user_id] = conversation
                 await self.bot.send_message(self.chat_id, question(conversation))
                 return None
+            if action == "m":
+                self.conversations[user_id] = Conversation(request_id, user_id, (), denying=True)
+                await self.bot.send_message(self.chat_id, DENY_QUESTION)
+                return None
         data: Any = None
         fields = view_of(pending.request).fields if pending is not None else ()
         if fields and action.startswith("c"):
@@ -279,12 +301,20 @@ class TelegramBot(ChatBot):
             return
         if message.text.strip() == CANCEL:
             del self.conversations[user.id]
-            await message.reply("Stopped; nothing was sent. Press Fill in to start again.")
+            again = "Deny with a message" if conversation.denying else "Fill in"
+            await message.reply(f"Stopped; nothing was sent. Press {again} to start again.")
             return
         pending = self.pending_for(conversation.request_id)
         if pending is None:
             del self.conversations[user.id]
             await message.reply(TOO_LATE)
+            return
+        if conversation.denying:
+            del self.conversations[user.id]
+            told = await self.resolve(
+                conversation.request_id, user.id, denying(message.text), accepted=False
+            )
+            await message.reply(told or "✓ Denied; the agent is told your message.")
             return
         f = conversation.current
         try:

@@ -39,6 +39,7 @@ class TelegramServer(ChatServer):
         api_url: str = "https://api.telegram.org",
         polling_timeout_s: int = 10,
         known_domains: tuple[str, ...] = KNOWN_DOMAINS,
+        web_url: str | None = None,
         group: str = TelegramBot.group,
         consumer: str | None = None,
         concurrency: int = 100,
@@ -60,6 +61,7 @@ class TelegramServer(ChatServer):
             dispatcher=self.dispatcher,
             chat_id=chat_id,
             known_domains=known_domains,
+            web_url=web_url,
         )
         super().__init__(
             broker,

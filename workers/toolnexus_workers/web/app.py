@@ -15,7 +15,6 @@ after repeated failures (429 with ``Retry-After``, see :mod:`.access`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import secrets
@@ -47,18 +46,26 @@ from toolnexus.errors import (
 )
 from toolnexus.rendering import (
     KNOWN_DOMAINS,
+    SHORT_CHARS,
     Field,
     Link,
     Submitted,
+    ToolCallView,
+    argument_changes,
     check_link,
     escalated_note,
     field_errors,
     form_data,
     form_fields,
+    kind_label,
     message_for_field,
+    request_anchor,
+    shorten,
     standing_notes,
+    tool_call_fields,
+    tool_call_view,
 )
-from toolnexus.responders import is_loopback
+from toolnexus.responders import is_loopback, validate_form
 
 from .access import Access, SignIn
 from .board import Board, Change
@@ -82,12 +89,8 @@ SECURITY_HEADERS = [
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
 ]
-_KINDS = {
-    "input": "Question",
-    "authorization": "Authorization",
-    "approval": "Approval",
-    "tool_call": "Tool call",
-}
+MESSAGE_INPUT = "message"
+"""A tool approval's form input for the message a denial gives the agent."""
 _ACTIONS = ("accept", "decline", "dismiss")
 
 
@@ -110,6 +113,13 @@ class FieldView:
     text: str
     chosen: frozenset[int]
     error: str | None
+    proposed: str | None = None  # a tool approval's proposed value, as the input holds it
+
+    @property
+    def long(self) -> bool:
+        """Whether a tool approval's argument is too long for a line: folded
+        (``<details>``) on the page, open once it is not the proposed value."""
+        return self.proposed is not None and (len(self.text) > SHORT_CHARS or "\n" in self.text)
 
 
 @dataclass(frozen=True)
@@ -131,6 +141,7 @@ class Card:
     escalated: str = ""  # where it escalated to while shown here (SPEC §14), as a note
     signer: str | None = None  # the trusted key whose signature on the request verified
     name: str = ""  # what notes call it: kind, source and prompt
+    tool: ToolCallView | None = None  # a tool approval's call: its tool and arguments
 
 
 class SecurityHeaders:
@@ -180,6 +191,7 @@ class WebPage:
             lstrip_blocks=True,
         )
         self.templates.filters["breakable"] = breakable
+        self.templates.filters["shorten"] = shorten
 
     def app(self) -> ASGIApp:
         """The ASGI application."""
@@ -332,7 +344,7 @@ class WebPage:
 
     def change_event(self, change: Change, who: Identity) -> ServerSentEvent:
         request = change.pending.request
-        key = card_key(request.id)
+        key = request_anchor(request.id)
         if change.kind == "shown":
             html = self.render_cards([self.card(request)], who)
             payload = {"key": key, "created": request.created_at, "html": html}
@@ -371,22 +383,24 @@ class WebPage:
         if pending is None:
             return self.outcome(fetch, who, "gone", "This request is no longer open.")
         req = pending.request
+        tool = self.tool_view(req)
         data: Any = None
         if action == "accept" and req.schema is not None:
             try:
-                fields = form_fields(req.schema)
+                fields = self.fields(req, tool)
             except InvalidRequest as exc:
                 card = self.card(req, error=f"This form cannot be answered here: {exc}")
                 return self.outcome(fetch, who, "invalid", "", card)
-            data = form_data(fields, form)
-            errors = field_errors(req.schema, fields, data)
+            data = form_data(fields, form) if fields else None
+            errors = field_errors(req.schema, fields, data) if fields else {}
             if errors:
                 return self.outcome(fetch, who, "invalid", "", self.card(req, form, errors))
+        message = _last(form, MESSAGE_INPUT).strip() if tool is not None else ""
         try:
             if action == "accept":
                 progress = await pending.accept(data, person=who.person)
-            elif action == "decline":
-                progress = await pending.decline(person=who.person)
+            elif action == "decline":  # a tool approval's message is for the model
+                progress = await pending.decline(message or None, person=who.person)
             else:
                 progress = await pending.dismiss(person=who.person)
         except AlreadyVoted as exc:  # the card stays, for others to vote on
@@ -404,6 +418,8 @@ class WebPage:
             card = self.card(req, form, error="The broker cannot be reached: try again.")
             return self.outcome(fetch, who, "invalid", "", card, status_code=503)
         done = {"accept": "Accepted", "decline": "Declined", "dismiss": "Dismissed"}[action]
+        if tool is not None:
+            done = self.tool_outcome(req, action, data, message)
         if progress is not None:  # a quorum's vote, counted: the card stays for others
             self.board.progress(progress)
             note = f"{done}: your vote is counted ({self.board.approvals(request_id)})."
@@ -432,6 +448,45 @@ class WebPage:
             return RedirectResponse("/", status_code=303)
         return HTMLResponse(self.render_page(who, replaced=card), status_code=status)
 
+    @staticmethod
+    def fields(request: Request, tool: ToolCallView | None) -> list[Field]:
+        """The fields of ``request``'s form; a tool approval's that edit its arguments
+        (none: its arguments are shown as they are, approved as proposed or denied).
+
+        Raises:
+            InvalidRequest: the schema is not a form (:func:`toolnexus.rendering.form_fields`).
+        """
+        if tool is not None:
+            return tool_call_fields(request) or []
+        return form_fields(request.schema or {})
+
+    @staticmethod
+    def tool_view(request: Request) -> ToolCallView | None:
+        """The call a tool approval proposes (None: not a tool approval, or a malformed one,
+        which shows as a plain request)."""
+        if request.kind != "tool_call":
+            return None
+        try:
+            return tool_call_view(request)
+        except InvalidRequest:
+            return None
+
+    @staticmethod
+    def tool_outcome(request: Request, action: str, data: Any, message: str) -> str:
+        """What a tool approval's answer did, in words: approved as proposed, or with each
+        change from the proposal (``Approved with changes (Amount: 10 → 3)``); denied, with
+        its message."""
+        if action == "dismiss":
+            return "Dismissed"
+        if action == "decline":
+            return f"Denied (“{shorten(message, 120)}”)" if message else "Denied"
+        if data is None or request.schema is None:
+            return "Approved as proposed"
+        changes = argument_changes(request, validate_form(request.schema, data))
+        if not changes:
+            return "Approved as proposed"
+        return f"Approved with changes ({'; '.join(str(c) for c in changes)})"
+
     # -- cards ----------------------------------------------------------------------
 
     def card(
@@ -443,14 +498,15 @@ class WebPage:
         error: str | None = None,
     ) -> Card:
         """The view of ``request``: with ``submitted`` values and ``errors`` after a refusal."""
-        key = card_key(request.id)
+        key = request_anchor(request.id)
+        tool = self.tool_view(request)
         errors = errors or {}
         views: list[FieldView] = []
         problem = None
         schema = request.schema
         if schema is not None:
             try:
-                fields = form_fields(schema)
+                fields = self.fields(request, tool)
             except InvalidRequest as exc:
                 problem = f"This form cannot be shown here: {exc}"
             else:
@@ -459,7 +515,8 @@ class WebPage:
                     message = errors.get(f.name)
                     if message is not None:
                         message = labelled(message, fields)
-                    views.append(FieldView(f, f"{key}-f{index}", text, chosen, message))
+                    proposed = proposed_key(f) if tool is not None else None
+                    views.append(FieldView(f, f"{key}-f{index}", text, chosen, message, proposed))
                 if error is not None:
                     error = labelled(error, fields)
         source = request.source
@@ -481,7 +538,7 @@ class WebPage:
         return Card(
             request=request,
             key=key,
-            kind=_KINDS.get(request.kind, request.kind.title()),
+            kind=kind_label(request.kind),
             who=who,
             asked=asked.isoformat(timespec="seconds"),
             left=time_left(request.expires_at),
@@ -495,12 +552,20 @@ class WebPage:
             escalated=escalated_note(escalated) if escalated else "",
             signer=shown.signer if shown is not None else None,
             name=request_name(request),
+            tool=tool,
         )
 
 
-def card_key(request_id: str) -> str:
-    """The DOM id of a request's card: ``r-`` and a digest (a request id may be any text)."""
-    return "r-" + hashlib.sha256(request_id.encode()).hexdigest()[:20]
+def proposed_key(f: Field) -> str:
+    """A field's proposed value as its input holds it, for the page's script to tell an
+    edit: the text; ``true``/``false`` for a checkbox; the chosen positions, comma-separated,
+    for a choice."""
+    text, chosen = f.state(None)
+    if f.widget == "checkbox":
+        return "true" if chosen else "false"
+    if f.widget in ("select", "checks"):
+        return ",".join(str(i) for i in sorted(chosen))
+    return text
 
 
 def time_left(expires_at: float | None) -> str:
@@ -520,7 +585,7 @@ def time_left(expires_at: float | None) -> str:
 def request_name(request: Request) -> str:
     """What a note calls ``request``: its kind, where it comes from and its prompt, e.g.
     ``Question from agent ci-bot (tool deploy): “Ship it?”``."""
-    kind = _KINDS.get(request.kind, request.kind.title())
+    kind = kind_label(request.kind)
     source = request.source
     origin = source.agent or source.server
     name = f"{kind} from {'agent' if source.agent else 'server'} {origin}" if origin else kind

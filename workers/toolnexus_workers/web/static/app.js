@@ -36,8 +36,57 @@
     }
   }
 
+  // A tool approval's inputs carry the proposed value (data-proposed): what differs is an
+  // edit, listed as "Title: before → after" before the person sends it.
+  function current(element) {
+    if (element.matches("fieldset")) {
+      return Array.from(element.querySelectorAll("input:checked"), (i) => i.value).join(",");
+    }
+    if (element.type === "checkbox") return element.checked ? "true" : "false";
+    return element.value;
+  }
+
+  function said(element, key) {
+    if (element.matches("fieldset")) {
+      const picked = key.split(",").filter((k) => k !== "");
+      const labels = picked.map((k) => {
+        const label = element.querySelector(`input[value="${k}"] + label`);
+        return label ? label.textContent : k;
+      });
+      return labels.length ? labels.join(", ") : "(none)";
+    }
+    if (element.type === "checkbox") return key === "true" ? "yes" : "no";
+    if (element.matches("select")) {
+      const option = Array.from(element.options).find((o) => o.value === key && key !== "");
+      return option ? option.textContent : "(none)";
+    }
+    return key === "" ? "(empty)" : key;
+  }
+
+  function showEdits(card) {
+    const box = card.querySelector(".edits");
+    if (!box) return;
+    const changes = box.querySelector("ul");
+    changes.replaceChildren();
+    for (const element of card.querySelectorAll("[data-proposed]")) {
+      const now = current(element);
+      if (now === element.dataset.proposed) continue;
+      const item = document.createElement("li");
+      const title = document.createElement("strong");
+      title.textContent = element.dataset.title;
+      const before = document.createElement("del");
+      before.textContent = said(element, element.dataset.proposed);
+      const after = document.createElement("ins");
+      after.textContent = said(element, now);
+      item.append(title, ": ", before, " → ", after);
+      changes.append(item);
+    }
+    box.hidden = changes.children.length === 0;
+  }
+
   function refresh() {
     empty.hidden = cards(list).length > 0;
+    for (const card of cards(list)) showEdits(card);
     for (const element of list.querySelectorAll("time.asked:not([data-local])")) {
       element.textContent = `asked at ${new Date(element.dateTime).toLocaleTimeString()}`;
       element.dataset.local = "1";
@@ -67,7 +116,8 @@
   }
 
   function typedIn(card) {
-    for (const input of card.querySelectorAll("form.answer input:not([type=hidden])")) {
+    const typed = "form.answer input:not([type=hidden]), form.answer textarea";
+    for (const input of card.querySelectorAll(typed)) {
       if (input.type === "checkbox" ? input.checked !== input.defaultChecked
         : input.value !== input.defaultValue) return true;
     }
@@ -80,7 +130,9 @@
   function keep(card, text) {
     // A request that left while an answer was being typed in it: kept, greyed, until dismissed.
     card.classList.add("is-gone");
-    for (const element of card.querySelectorAll("input, select, button")) element.disabled = true;
+    for (const element of card.querySelectorAll("input, select, textarea, button")) {
+      element.disabled = true;
+    }
     const line = document.createElement("p");
     line.className = "gone-note";
     line.setAttribute("role", "status");
@@ -142,6 +194,11 @@
     if (!remove) return;
     remove.closest("article.request").remove();
     refresh();
+  });
+
+  list.addEventListener("input", (event) => {
+    const card = event.target.closest("article.request");
+    if (card) showEdits(card);
   });
 
   list.addEventListener("submit", async (event) => {
