@@ -159,6 +159,7 @@ class _Session:
     ) -> CallToolResult:
         call = Call(name, timeout_s if timeout_s is not None else self.timeout_s)
         call.durable = durable
+        call.arguments = arguments
         read_timeout = read_timeout_s if read_timeout_s is not None else self.read_timeout_s
         token = current_call.set(call)
         self._inflight.add(call)
