@@ -259,18 +259,9 @@ def _digest(*parts: str | None) -> str:
 
 
 def _call_digest(call: Call) -> str:
-    """A digest of ``call``'s tool name and arguments (as JSON, keys sorted).
-
-    Raises:
-        ConfigurationError: the arguments are not JSON.
-    """
-    try:
-        encoded = json.dumps([call.name, call.arguments], sort_keys=True, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(
-            f"durable call {call.durable!r}: its arguments must be JSON ({exc})"
-        ) from exc
-    return _digest(encoded)
+    """A digest of ``call``'s tool name and arguments (as JSON, keys sorted; a value JSON
+    cannot hold by its ``str``, as the SDK's own encoding may send it)."""
+    return _digest(json.dumps([call.name, call.arguments], sort_keys=True, default=str))
 
 
 class _QuestionShape:
