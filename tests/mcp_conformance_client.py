@@ -1,6 +1,11 @@
 """The client the MCP conformance package drives (tests/test_mcp_conformance.py): ``load_mcp``
 with its defaults against the scenario's server, given as the last argument.
 
+In the ``auth/*`` scenarios ``load_mcp`` gets ``auth=`` the SDK's own OAuth client
+(``OAuthClientProvider``, authorization code with PKCE): the "browser" follows the
+authorization URL without a person and hands back the code the redirect carries; a client id
+(and secret) the scenario's context gives is used as pre-registered.
+
 It lists the tools and calls the ones the scenario's context names (``MCP_CONFORMANCE_CONTEXT``,
 ``toolCalls``) or else each one, with arguments made from its input schema (a ``schema``
 argument gets the other tools' input schema, as the JSON Schema scenarios echo it); every
@@ -14,9 +19,27 @@ import json
 import os
 import sys
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx2
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.auth.extensions.client_credentials import (
+    ClientCredentialsOAuthProvider,
+    PrivateKeyJWTOAuthProvider,
+    SignedJWTParameters,
+)
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthToken,
+)
 
 from toolnexus import Answer, Request, load_mcp
 from toolnexus.mcp import McpError
+
+REDIRECT = "http://localhost:3000/callback"
+CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
 
 
 async def accept(request: Request) -> Answer:
@@ -44,10 +67,97 @@ def sample(schema: dict[str, Any]) -> Any:
     return "test"
 
 
+class Storage:
+    """The OAuth client's tokens and registration, in memory."""
+
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.info: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.info
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.info = client_info
+
+
+class Browser:
+    """Follows an authorization URL as a person's browser would (the scenario's
+    authorization server approves at once) and keeps what the redirect carries."""
+
+    def __init__(self) -> None:
+        self.result: AuthorizationCodeResult | None = None
+
+    async def redirect(self, url: str) -> None:
+        async with httpx2.AsyncClient() as client:
+            response = await client.get(url, follow_redirects=False)
+        query = parse_qs(urlsplit(response.headers.get("location", "")).query)
+        self.result = AuthorizationCodeResult(
+            code=query["code"][0],
+            state=query.get("state", [None])[0],
+            iss=query.get("iss", [None])[0],
+        )
+
+    async def callback(self) -> AuthorizationCodeResult:
+        assert self.result is not None, "no authorization redirect was followed"
+        return self.result
+
+
+def oauth(url: str, scenario: str, context: dict[str, Any]) -> OAuthClientProvider:
+    """The SDK's OAuth client for ``url``: its client-credentials providers in those
+    scenarios, else authorization code, pre-registered if ``context`` gives a client id."""
+    storage = Storage()
+    if scenario == "auth/client-credentials-basic":
+        return ClientCredentialsOAuthProvider(
+            url, storage, context["client_id"], context["client_secret"]
+        )
+    if scenario == "auth/client-credentials-jwt":
+        signed = SignedJWTParameters(
+            issuer=context["client_id"],
+            subject=context["client_id"],
+            signing_key=context["private_key_pem"],
+            signing_algorithm=context.get("signing_algorithm", "ES256"),
+        )
+        return PrivateKeyJWTOAuthProvider(
+            url, storage, context["client_id"], signed.create_assertion_provider()
+        )
+    if context.get("client_id"):
+        secret = context.get("client_secret")
+        storage.info = OAuthClientInformationFull(
+            client_id=context["client_id"],
+            client_secret=secret,
+            redirect_uris=[REDIRECT],  # type: ignore[list-item]
+            token_endpoint_auth_method="client_secret_basic" if secret else "none",
+        )
+    browser = Browser()
+    metadata = OAuthClientMetadata(
+        client_name="toolnexus-conformance",
+        redirect_uris=[REDIRECT],  # type: ignore[list-item]
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+    )
+    return OAuthClientProvider(
+        server_url=url,
+        client_metadata=metadata,
+        storage=storage,
+        redirect_handler=browser.redirect,
+        callback_handler=browser.callback,
+        client_metadata_url=CLIENT_METADATA_URL,
+    )
+
+
 async def main(url: str) -> None:
-    async with load_mcp(url, wait_for=accept, timeout_s=10) as tools:
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
+    auth = oauth(url, scenario, context) if scenario.startswith("auth/") else None
+    async with load_mcp(url, wait_for=accept, timeout_s=10, auth=auth) as tools:
         print(f"connected at {tools.protocol_version}: {', '.join(tools)}")
-        context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
         calls = [(c["name"], c.get("arguments", {})) for c in context.get("toolCalls", [])]
         if not calls:
             for tool in tools.values():

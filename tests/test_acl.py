@@ -371,6 +371,41 @@ async def test_agent_and_responder_do_their_whole_job_with_nothing_denied(
     assert await denials(admin) == []
 
 
+@pytest.mark.slow
+async def test_a_durable_task_backed_mcp_call_works_as_the_agent_user(
+    acl_server: RedisServer, admin: aioredis.Redis, as_user: Any
+) -> None:
+    """The agent keeps, reads and forgets its durable MCP task's record in its own store
+    (``{toolnexus:w:agent.*}:store:mcp-tasks``) with nothing denied; the responder user can
+    neither read nor write it."""
+    from mcp_processes import task_server_http
+    from toolnexus import load_mcp
+    from toolnexus.keys import MCP_TASKS_STORE
+
+    with task_server_http() as task_url:
+        async with (
+            connect(acl_server, "agent") as agent,
+            connect(acl_server, "responder") as bot,
+            bot.responder("person") as questions,
+            load_mcp(task_url, wait_for=agent.wait_for, mode="2026-07-28") as tools,
+        ):
+            call = asyncio.create_task(tools["ask_hold"].call(durable="acl"))
+            pending = await asyncio.wait_for(anext(questions), 30)
+            call.cancel()  # left for the next call: the record stays in the agent's store
+            await asyncio.gather(call, return_exceptions=True)
+            record = KEYS.agent_store("agent", MCP_TASKS_STORE)
+            assert await admin.hlen(record) == 1
+            await noperm(as_user("responder").hgetall(record))
+            await noperm(as_user("responder").hset(record, "x", "{}"))
+            again = asyncio.create_task(tools["ask_hold"].call(durable="acl"))
+            await asyncio.sleep(0.5)
+            await pending.accept({"ok": True}, person="web:alice")
+            result = await asyncio.wait_for(again, 30)
+            assert result.content[0].text == "accept"  # type: ignore[union-attr]
+            assert await admin.exists(record) == 0  # forgotten once the task ended
+    assert [line for line in await denials(admin) if not line.startswith("responder:")] == []
+
+
 async def test_a_quorum_is_voted_checked_and_shown_to_ops_with_nothing_denied(
     acl_server: RedisServer, admin: aioredis.Redis
 ) -> None:

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
@@ -113,6 +114,31 @@ def test_server_specs_are_recognised() -> None:
     assert hasattr(how.connect(), "__aenter__")
     with pytest.raises(ConfigurationError, match="must not be empty"):
         target([])
+
+
+class CountingAuth(httpx2.Auth):
+    """An ``httpx2.Auth`` that stamps and counts the requests it authenticates."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    def auth_flow(self, request: httpx2.Request) -> Any:
+        self.requests += 1
+        request.headers["Authorization"] = "Bearer test"
+        yield request
+
+
+@pytest.mark.slow
+async def test_auth_authenticates_an_http_servers_requests_and_nothing_else() -> None:
+    auth = CountingAuth()
+    with http_server(make_server().server) as url:
+        async with load_mcp(url, auth=auth) as tools:
+            await tools["capabilities"]()
+    assert auth.requests >= 3  # discovery or handshake, the listing, the call
+    with pytest.raises(ConfigurationError, match="auth= authenticates an http"):
+        target("python server.py", auth=auth)
+    with pytest.raises(ConfigurationError, match="name= and auth= are one server's"):
+        load_mcp({"mcpServers": {}}, auth=auth)
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])

@@ -25,7 +25,7 @@ from mcp_types import CallToolResult
 import toolnexus
 from mcp_helpers import FAST, answering, http_server, make_server
 from mcp_processes import SERVERS, responder_process, task_server_http
-from toolnexus import Broker, ConfigurationError, Pending, load_mcp
+from toolnexus import Broker, ConfigurationError, InvalidRequest, Pending, load_mcp
 from toolnexus.mcp import McpError, TaskCancelled
 from toolnexus.mcp._tasks import STORE_NAME
 
@@ -258,7 +258,7 @@ async def test_durable_needs_a_brokers_wait_for(task_url: str) -> None:
 async def test_a_durable_call_left_behind_goes_on_and_a_lost_task_is_forgotten(
     task_url: str, rbroker: Broker
 ) -> None:
-    store = rbroker.store(STORE_NAME)
+    store = rbroker.store(STORE_NAME, agent=True)
     async with (
         rbroker.responder("person") as questions,
         load_mcp(task_url, wait_for=rbroker.wait_for, mode="2026-07-28") as tools,
@@ -287,6 +287,24 @@ async def test_a_durable_call_left_behind_goes_on_and_a_lost_task_is_forgotten(
                 await tools["ask_hold"].call(durable="lost")
     assert lost.value.code == -32602
     assert await store.items() == {}  # forgotten: the next call starts a new task
+
+
+@pytest.mark.slow
+async def test_a_durable_id_names_one_call(task_url: str, rbroker: Broker) -> None:
+    store = rbroker.store(STORE_NAME, agent=True)
+    async with (
+        rbroker.responder("person") as questions,
+        load_mcp(task_url, wait_for=rbroker.wait_for, mode="2026-07-28") as tools,
+    ):
+        call = asyncio.create_task(tools["ask_hold"].call({"table": 1}, durable="one"))
+        await asyncio.wait_for(anext(questions), 30)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        kept = await store.items()
+        with pytest.raises(InvalidRequest, match="durable call 'one' of tool 'ask_hold' exists"):
+            await tools["ask_hold"].call({"table": 2}, durable="one")
+    assert await store.items() == kept  # the record of the first call is left alone
 
 
 class Agent:
@@ -339,7 +357,7 @@ async def test_a_durable_task_survives_a_killed_agent(
                     break
             task_id = seen[0].request.meta["mcp_task"]
             assert all(p.request.durable for p in seen)
-            record = await rbroker.store(STORE_NAME).items()
+            record = await rbroker.store(STORE_NAME, agent=True).items()
             assert [json.loads(value)["task_id"] for value in record.values()] == [task_id]
             os.kill(first.process.pid, signal.SIGKILL)  # kill -9, mid-task
             assert first.process.wait(10) == -signal.SIGKILL
@@ -362,7 +380,7 @@ async def test_a_durable_task_survives_a_killed_agent(
         seen_updates = [u for u in (await journal(tools))["updates"] if u["task"] == task_id]
     assert sorted(key for u in seen_updates for key in u["keys"]) == ["name", "seats"]
     # the record is gone once the task ended
-    assert await rbroker.store(STORE_NAME).items() == {}
+    assert await rbroker.store(STORE_NAME, agent=True).items() == {}
 
 
 @pytest.mark.slow

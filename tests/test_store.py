@@ -105,6 +105,30 @@ async def test_on_redis_a_store_is_one_hash_in_the_queues_slot_with_a_ttl(
         assert sorted(await broker.store("slack").items()) == ["req-1", "req-2"]
 
 
+async def test_an_agent_store_is_apart_from_the_queues_store_of_that_name(
+    broker: Broker,
+) -> None:
+    await broker.store("tasks").set("k", "queue's", ttl_s=60)
+    await broker.store("tasks", agent=True).set("k", "agent's", ttl_s=60)
+    assert await broker.store("tasks").get("k") == b"queue's"
+    assert await broker.store("tasks", agent=True).get("k") == b"agent's"
+
+
+@pytest.mark.redis
+async def test_on_redis_an_agent_store_lies_among_the_agents_own_waiter_keys(
+    redis_url: str, namespace: str
+) -> None:
+    async with toolnexus.connect(
+        redis_url, namespace=namespace, queue="q1", agent="agent-7", **FAST
+    ) as broker:
+        assert isinstance(broker, RedisBroker)
+        key = Keys(namespace, "q1").agent_store("agent-7", "mcp-tasks")
+        assert key == f"{{{namespace}:w:{broker.keys.durable_waiter('agent-7')}}}:store:mcp-tasks"
+        assert key.startswith(f"{{{namespace}:w:agent-7.")  # its ACL pattern {ns:w:agent-7.*}
+        await broker.store("mcp-tasks", agent=True).set("call", "{}", ttl_s=60)
+        assert await broker.redis.hgetall(key) == {b"call": b"{}"}
+
+
 @pytest.mark.slow
 @pytest.mark.redis
 async def test_a_store_call_waits_out_a_short_outage_then_says_unavailable(

@@ -27,6 +27,7 @@ from ._wire10 import Request10
 from .errors import BrokerClosed, ConfigurationError, InvalidRequest, ToolnexusError
 from .models import DECLINED, DISMISSED, Answer, ApprovedEvent, Event, Heartbeat, Request
 from .security._audit import AuditRecord
+from .security._signing import SigningKey
 from .settings import RedisSettings, default_url
 
 REDIS_SCHEMES = frozenset(
@@ -493,14 +494,24 @@ class Broker(_Closing):
         """
 
     @abc.abstractmethod
-    def store(self, name: str) -> Store:
+    def store(self, name: str, *, agent: bool = False) -> Store:
         """The :class:`Store` named ``name`` of this broker's namespace and queue (a chat
         bot's messages: ``broker.store("slack")``); stores of one name are the same store,
         from any process of the queue.
 
+        ``agent=True``: the store of this broker's agent alone (the records of its durable
+        MCP tasks), from any process of that agent; on Redis it lies among the agent's own
+        waiter keys, which the shipped ACL gives that agent's user alone (and ops, to read).
+
         Raises:
             ConfigurationError: ``name`` is empty or has braces, colons or whitespace.
         """
+
+    @property
+    def signing_key(self) -> SigningKey | None:
+        """This process's own signing key, if it has one: it signs its requests, and what it
+        keeps for itself in a store (a durable MCP task's record)."""
+        return None
 
     @abc.abstractmethod
     async def aclose(self) -> None:

@@ -452,9 +452,9 @@ class MemoryBroker(Broker):
 
     # -- stores -------------------------------------------------------------------
 
-    def store(self, name: str) -> MemoryStore:
+    def store(self, name: str, *, agent: bool = False) -> MemoryStore:
         Keys().store(name)  # the names the Redis broker takes
-        return self._stores.setdefault(name, MemoryStore(name))
+        return self._stores.setdefault(f"agent:{name}" if agent else name, MemoryStore(name))
 
     async def aclose(self) -> None:
         """Withdraw the waits still open (they end with ``BrokerClosed``, and their ends are

@@ -19,6 +19,9 @@ step touches share a slot, while queues and waiters spread over slots:
 - ``{ns:q:<queue>}:store:<name>`` a worker's store (:meth:`toolnexus.Broker.store`): a hash
                                that expires as a whole (a chat bot's messages: request
                                id -> where its message is)
+- ``{ns:w:<durable>}:store:<name>`` a store of one agent alone (``broker.store(name,
+                               agent=True)``: durable MCP tasks' records), under that
+                               agent's own waiter keys
 
 A waiter id is ``<agent>.<16 hex digits>``: the agent that waits (the broker option
 ``agent``, see :func:`agent_problem`) comes first, so that one ACL key pattern,
@@ -56,6 +59,10 @@ WAITER_ID = re.compile(rf"(?P<agent>{AGENT_NAME.pattern})\.[0-9a-f]{{16}}")
 nothing else is accepted)."""
 
 MAX_REQUEST_ID_CHARS = 200
+
+MCP_TASKS_STORE = "mcp-tasks"
+"""The agent store (:meth:`Keys.agent_store`) that keeps durable MCP tasks' records: the one
+store an agent's Redis user may write (``toolnexus acl``)."""
 
 
 def check_request_id(request_id: str) -> str | None:
@@ -211,6 +218,18 @@ class Keys:
         """
         return f"{self._tag}:store:{_check_name('store name', name)}"
 
+    def agent_store(self, agent: str, name: str) -> str:
+        """The hash of agent ``agent``'s own store ``name`` on this queue
+        (``broker.store(name, agent=True)``): under the agent's durable waiter id
+        (:meth:`durable_waiter`), so the ACL key pattern of its waiter keys covers it and no
+        other agent's does.
+
+        Raises:
+            ConfigurationError: ``name`` is empty or has braces, colons or whitespace.
+        """
+        waiter = self.durable_waiter(agent)
+        return f"{{{self.namespace}:w:{waiter}}}:store:{_check_name('store name', name)}"
+
     def __repr__(self) -> str:
         return f"Keys(namespace={self.namespace!r}, queue={self.queue!r})"
 
@@ -219,6 +238,7 @@ __all__ = [
     "AGENT_NAME",
     "DEFAULT_AGENT",
     "MAX_REQUEST_ID_CHARS",
+    "MCP_TASKS_STORE",
     "WAITER_ID",
     "WORKERS_PATTERN",
     "Keys",

@@ -6,8 +6,9 @@ Each user gets only the commands its role needs, each with the key patterns it n
 
 - an **agent** publishes requests, reads its own reply streams, keeps its own states,
   liveness marks and durable requests, records its expiries and withdrawals, writes
-  audit records and dead letters, and reads heartbeats (to warn when nobody reads a
-  queue). Its waiter keys are ``{ns:w:<agent>.*}:...``
+  audit records and dead letters, reads heartbeats (to warn when nobody reads a
+  queue), and keeps its durable MCP tasks' records (its own store ``mcp-tasks``,
+  :meth:`toolnexus.keys.Keys.agent_store`). Its waiter keys are ``{ns:w:<agent>.*}:...``
   (:func:`toolnexus.keys.waiter_tag_pattern`): a broker waits as the agent named by its
   option ``agent`` (by default its Redis user), so no agent user can read, write or attach
   to another agent's answers, states or durable requests.
@@ -28,10 +29,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..keys import agent_problem, name_problem, queue_tag_pattern, waiter_tag_pattern
+from ..keys import (
+    MCP_TASKS_STORE,
+    agent_problem,
+    name_problem,
+    queue_tag_pattern,
+    waiter_tag_pattern,
+)
 
 AGENT_RULES = (
-    "+ping +hello +auth +select +client|setname +script|load +time +evalsha "
+    "+ping +hello +auth +select +client|setname +script|load +time +multi +exec +discard "
+    "+evalsha "
     "~<q>:requests ~<q>:route:* ~<q>:events ~<q>:audit ~<w>:answers ~<w>:r:* ~<w>:alive "
     "(%W~<q>:requests %W~<q>:events %W~<q>:dead %W~<q>:audit %W~<w>:answers +xadd) "
     "(%W~<q>:requests +xdel) "
@@ -41,7 +49,8 @@ AGENT_RULES = (
     "(%W~<w>:answers %W~<q>:audit +xtrim) "
     "(~<w>:alive +set +pexpire +del) "
     "(~<q>:events +pexpire) "
-    "(%R~<q>:workers +hgetall)"
+    "(%R~<q>:workers +hgetall) "
+    f"(~<w>:store:{MCP_TASKS_STORE} +hget +hset +hdel +expire)"
 )
 """An agent's rules: ``<w>`` is the hash tag of its own waiter keys alone."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextvars
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
@@ -54,9 +55,10 @@ class Call:
     timeout_s: float | None
     clock: Clock | None = None
     durable: str | None = None
+    """The caller's id for a task-backed call that outlives this process (see ``_tasks``)."""
+    arguments: dict[str, Any] = field(default_factory=dict)
     group: str = field(default_factory=lambda: new_id("call"))
     """Names the input requests this call asks together (``Request.meta["input_group"]``)."""
-    """The caller's id for a task-backed call that outlives this process (see mcp_tasks)."""
     active: bool = True
     waits: set[Wait] = field(default_factory=set)
 

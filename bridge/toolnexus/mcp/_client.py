@@ -57,6 +57,7 @@ from typing import Any, TypeAlias, overload
 
 import anyio
 import anyio.abc
+import httpx2
 import msgspec
 import pydantic
 from mcp import Client
@@ -159,6 +160,7 @@ class _Session:
     ) -> CallToolResult:
         call = Call(name, timeout_s if timeout_s is not None else self.timeout_s)
         call.durable = durable
+        call.arguments = arguments
         read_timeout = read_timeout_s if read_timeout_s is not None else self.read_timeout_s
         token = current_call.set(call)
         self._inflight.add(call)
@@ -526,6 +528,7 @@ def load_mcp(
     headers: Mapping[str, str] | None = None,
     allow: Sequence[str] | None = None,
     name: str | None = None,
+    auth: httpx2.Auth | None = None,
 ) -> AbstractAsyncContextManager[McpTools]: ...
 
 
@@ -543,6 +546,7 @@ def load_mcp(
     name: str | None = None,
     tool_name: str | None = None,
     require_all: bool | None = None,
+    auth: httpx2.Auth | None = None,
 ) -> AbstractAsyncContextManager[McpTools] | AbstractAsyncContextManager[McpToolset]:
     """Connect to ``server`` and yield its tools; with ``wait_for``, elicitation is advertised.
 
@@ -560,7 +564,9 @@ def load_mcp(
     the name it gives itself). ``on_complete`` receives the request id of an authorization
     the server reports complete; by default, when ``wait_for`` is a broker's bound
     ``wait_for``, it is that broker's ``complete``. ``allow`` lists the responders that may
-    answer (``Request.allow``). ``headers`` go with HTTP requests.
+    answer (``Request.allow``). ``headers`` go with HTTP requests; ``auth`` (an ``httpx2.Auth``,
+    such as the SDK's ``mcp.client.auth.OAuthClientProvider``) authenticates them, for one
+    ``http(s)://`` server.
 
     ``mode`` picks the protocol. ``None`` (the default): over HTTP ``server/discover``
     first, then 2026-07-28 if the server offers it, else the initialize handshake; over
@@ -582,8 +588,10 @@ def load_mcp(
     check_options(timeout_s, allow)
     options = _Options(wait_for, timeout_s, read_timeout_s, agent, on_complete, mode, allow)
     if isinstance(server, Mapping | os.PathLike):
-        if name is not None:
-            raise ConfigurationError("name= names one server; a config names its servers")
+        if name is not None or auth is not None:
+            raise ConfigurationError(
+                "name= and auth= are one server's; a config names its servers (and headers)"
+            )
         shared = dict(headers or {})
 
         def open_one(entry_name: str, entry: ServerEntry) -> AbstractAsyncContextManager[McpTools]:
@@ -601,7 +609,7 @@ def load_mcp(
         raise ConfigurationError(
             f"{server!r} looks like an MCP config file: pass it as pathlib.Path({server!r})"
         )
-    return _load_one(server, options, headers, name)
+    return _load_one(server, options, headers, name, auth)
 
 
 @dataclass(frozen=True)
@@ -619,10 +627,14 @@ class _Options:
 
 @asynccontextmanager
 async def _load_one(
-    server: ServerSpec, options: _Options, headers: Mapping[str, str] | None, name: str | None
+    server: ServerSpec,
+    options: _Options,
+    headers: Mapping[str, str] | None,
+    name: str | None,
+    auth: httpx2.Auth | None = None,
 ) -> AsyncIterator[McpTools]:
     """One server's tools (see :func:`load_mcp`)."""
-    how = target(server, headers)
+    how = target(server, headers, auth)
     label = name or how.label
     asker = on_complete = None
     if options.wait_for is not None:

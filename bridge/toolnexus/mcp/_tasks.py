@@ -23,12 +23,22 @@ Field names follow the extension's published schema (``ttlMs``, ``pollIntervalMs
 adds one (as a 2026-07-28 ``InputRequiredResult`` does) gets its newest one echoed.
 
 Durable (``tool.call(..., durable="an id")``): the task id, the newest ``requestState`` and
-the keys answered are kept in the broker's store (``broker.store("mcp-tasks")``), keyed by
-agent, server, tool and that id, and every question is a durable request whose id follows
-from the same names, the task and the key. A process of the same agent that makes the same
-call again — after the first one was killed — finds the task, polls it, attaches to the
-questions still open (a person's answer given meanwhile is not lost) and returns the
-task's result. Cancelling a durable call leaves its task to whoever calls again.
+the keys answered are kept in the agent's own store (``broker.store("mcp-tasks",
+agent=True)``), keyed by agent, server, tool and that id, and every question is a durable
+request whose id follows from the same names, the task and the key. A process of the same
+agent that makes the same call again — after the first one was killed — finds the task,
+polls it, attaches to the questions still open (a person's answer given meanwhile is not
+lost) and returns the task's result. Cancelling a durable call leaves its task to whoever
+calls again.
+
+Redis is not trusted with that record (docs/security.md, S3): with a signing key the agent
+signs it (:func:`~toolnexus.security._signing.sign_own`) over its store key (agent, server,
+tool, durable id), a digest of the tool's arguments, the task id, ``requestState``, the keys
+answered and the task's end, and a process going on with it verifies it with its own key
+first. A record that does not verify is never used: it is removed and the call raises
+:class:`~toolnexus.errors.SignatureError` saying why; one made for other arguments raises
+:class:`~toolnexus.errors.InvalidRequest` and is kept; one past the task's end is stale and
+the call starts anew.
 """
 
 from __future__ import annotations
@@ -62,9 +72,11 @@ from mcp_types import (
 from pydantic import ConfigDict
 from pydantic.alias_generators import to_camel
 
-from ..errors import ConfigurationError
-from ..models import WITHDRAWN, Answer
+from ..errors import ConfigurationError, InvalidRequest, SignatureError
+from ..keys import MCP_TASKS_STORE
+from ..models import WITHDRAWN, Answer, Signature
 from ..models import Request as Question
+from ..security._signing import sign_own, verify_own
 from ._calls import Call, current_call
 from ._errors import McpError
 from ._source import input_request_meta
@@ -77,8 +89,8 @@ log = logging.getLogger(__name__)
 __all__ = ["TASKS_EXTENSION", "TaskCancelled", "Tasks"]
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-STORE_NAME = "mcp-tasks"
-"""The broker store that keeps durable calls' tasks."""
+STORE_NAME = MCP_TASKS_STORE
+"""The agent store that keeps durable calls' tasks."""
 
 DEFAULT_POLL_S = 1.0
 MIN_POLL_S = 0.05
@@ -174,11 +186,28 @@ class Asker(Protocol):
 
 
 class _Record(msgspec.Struct):
-    """What a durable call keeps: enough for another process to go on with its task."""
+    """What a durable call keeps: enough for another process to go on with its task, signed
+    by the agent's key where it has one (see the module docstring)."""
 
     task_id: str
     request_state: str | None = None
     answered: list[str] = msgspec.field(default_factory=list)
+    call: str = ""
+    """A digest of the tool's name and arguments: the call the task answers."""
+    expires_at: float | None = None
+    """When the task ends (its TTL); past it the record is stale."""
+    signature: Signature | None = None
+
+    def signed(self, store_key: str) -> dict[str, Any]:
+        """What the signature covers: every field, and the store key it is kept under."""
+        return {
+            "store_key": store_key,
+            "call": self.call,
+            "task_id": self.task_id,
+            "request_state": self.request_state,
+            "answered": self.answered,
+            "expires_at": None if self.expires_at is None else float(self.expires_at),
+        }
 
 
 @dataclass
@@ -195,6 +224,8 @@ class _Drive:
     interval_s: float = DEFAULT_POLL_S
     expires_at: float | None = None
     ttl_s: float | None = None
+    kept_until: float | None = None
+    """The end a durable record names for a task without a TTL (set once)."""
     terminal: bool = False
     given_up: bool = False
     """This side ends the task (a question withdrawn, one it cannot answer)."""
@@ -225,6 +256,12 @@ def _parse_time(text: str | None) -> float | None:
 
 def _digest(*parts: str | None) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+def _call_digest(call: Call) -> str:
+    """A digest of ``call``'s tool name and arguments (as JSON, keys sorted; a value JSON
+    cannot hold by its ``str``, as the SDK's own encoding may send it)."""
+    return _digest(json.dumps([call.name, call.arguments], sort_keys=True, default=str))
 
 
 class _QuestionShape:
@@ -300,16 +337,14 @@ class Tasks:
         raw = await self._store().get(key)
         if raw is None:
             return None
-        try:
-            record = msgspec.json.decode(raw, type=_Record)
-        except msgspec.DecodeError:
-            log.warning("unreadable task record for durable call %r: calling anew", call.durable)
-            await self._store().delete(key)
+        record = await self._admit(call, key, raw)
+        if record is None:
             return None
         log.info("durable call %r: resuming task %s", call.durable, record.task_id)
         drive = _Drive(record.task_id, call, session, key, record.request_state)
         drive.answered = set(record.answered)
         drive.asked = set(record.answered)
+        drive.kept_until = record.expires_at
         try:
             result = await self._run(drive, None)
         except* MCPError as errors:
@@ -448,7 +483,46 @@ class Tasks:
 
     def _store(self) -> Any:
         assert self._broker is not None
-        return self._broker.store(STORE_NAME)
+        return self._broker.store(STORE_NAME, agent=True)
+
+    async def _admit(self, call: Call, key: str, raw: bytes) -> _Record | None:
+        """The record ``raw`` of durable call ``call`` (kept under ``key``) if it may be gone
+        on with; None if it is stale or, unsigned, unreadable (both removed).
+
+        Raises:
+            SignatureError: with a signing key, it is unreadable, unsigned, signed by another
+                key, or altered (made for another call among them): it is removed.
+            InvalidRequest: it was made for this durable id with other arguments (kept).
+        """
+        signer = self._broker.signing_key if self._broker is not None else None
+        what = (
+            f"the task record of durable call {call.durable!r} of tool {call.name!r} (removed: "
+            "calling again starts a new task)"
+        )
+        try:
+            record = msgspec.json.decode(raw, type=_Record)
+        except msgspec.DecodeError:
+            await self._store().delete(key)
+            if signer is not None:
+                raise SignatureError(what, "unreadable") from None
+            log.warning("unreadable task record for durable call %r: calling anew", call.durable)
+            return None
+        if signer is not None:
+            try:
+                verify_own(STORE_NAME, record.signed(key), record.signature, signer, what)
+            except SignatureError:
+                await self._store().delete(key)
+                raise
+        if record.call != _call_digest(call):
+            raise InvalidRequest(
+                f"durable call {call.durable!r} of tool {call.name!r} exists with other "
+                "arguments: a durable id names one call (use another id)"
+            )
+        if record.expires_at is not None and record.expires_at < time.time():
+            log.info("durable call %r: its task has ended: calling anew", call.durable)
+            await self._store().delete(key)
+            return None
+        return record
 
     def _durable_key(self, call: Call) -> str:
         return _digest(self._agent, self._asker.server_name, call.name, call.durable)
@@ -464,13 +538,25 @@ class Tasks:
     async def _save(self, drive: _Drive) -> None:
         if drive.durable_key is None or drive.terminal:
             return
-        record = _Record(drive.task_id, drive.request_state, sorted(drive.answered))
-        encoded = msgspec.json.encode(record)
-        if encoded == drive.saved:  # a poll that changed nothing writes nothing
-            return
         ttl_s = drive.ttl_s if drive.ttl_s else UNLIMITED_TTL_S
-        await self._store().set(drive.durable_key, encoded, ttl_s=ttl_s)
-        drive.saved = encoded
+        if drive.kept_until is None:
+            drive.kept_until = time.time() + ttl_s
+        expires_at = drive.expires_at if drive.expires_at is not None else drive.kept_until
+        record = _Record(
+            drive.task_id,
+            drive.request_state,
+            sorted(drive.answered),
+            _call_digest(drive.call),
+            expires_at,
+        )
+        unsigned = msgspec.json.encode(record)
+        if unsigned == drive.saved:  # a poll that changed nothing writes nothing
+            return
+        signer = self._broker.signing_key if self._broker is not None else None
+        if signer is not None:
+            record.signature = sign_own(STORE_NAME, record.signed(drive.durable_key), signer)
+        await self._store().set(drive.durable_key, msgspec.json.encode(record), ttl_s=ttl_s)
+        drive.saved = unsigned
 
 
 class _Extension(ClientExtension):

@@ -50,19 +50,28 @@ class Target:
     http: bool = False
 
 
-def target(server: ServerSpec, headers: Mapping[str, str] | None = None) -> Target:
+def target(
+    server: ServerSpec, headers: Mapping[str, str] | None = None, auth: httpx2.Auth | None = None
+) -> Target:
     """The :class:`Target` for ``server``.
 
     Raises:
-        ConfigurationError: an empty command line.
+        ConfigurationError: an empty command line, or ``auth`` for a server that is not an
+            ``http(s)://`` URL.
     """
     if isinstance(server, str):
         parts = urlsplit(server)
         if parts.scheme in ("http", "https"):
             url = server
             return Target(
-                lambda: _completing(_http_transport(url, headers)), parts.hostname, http=True
+                lambda: _completing(_http_transport(url, headers, auth)), parts.hostname, http=True
             )
+    if auth is not None:
+        raise ConfigurationError(
+            "auth= authenticates an http(s):// URL's requests; give an SDK transport its own "
+            "httpx2 client instead"
+        )
+    if isinstance(server, str):
         server = shlex.split(server)
     if isinstance(server, StdioServerParameters):
         return _stdio(server)
@@ -84,12 +93,17 @@ def _stdio(params: StdioServerParameters) -> Target:
 
 
 @asynccontextmanager
-async def _http_transport(url: str, headers: Mapping[str, str] | None) -> AsyncIterator[Any]:
+async def _http_transport(
+    url: str, headers: Mapping[str, str] | None, auth: httpx2.Auth | None
+) -> AsyncIterator[Any]:
     """Streamable HTTP with no read timeout: a response stream may idle while a person answers."""
     timeout = httpx2.Timeout(HTTP_TIMEOUT_S, read=None)
     hooks = {"request": [_method_header]}
+    client = httpx2.AsyncClient(
+        headers=dict(headers or {}), timeout=timeout, event_hooks=hooks, auth=auth
+    )
     async with (
-        httpx2.AsyncClient(headers=dict(headers or {}), timeout=timeout, event_hooks=hooks) as http,
+        client as http,
         streamable_http_client(url, http_client=http) as streams,
     ):
         yield streams

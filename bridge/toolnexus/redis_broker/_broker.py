@@ -191,10 +191,14 @@ class RedisBroker(Broker):
         """
         return await dead_letters(self.core, entry_id)
 
-    def store(self, name: str) -> RedisStore:
+    def store(self, name: str, *, agent: bool = False) -> RedisStore:
         if self.core.closed:
             raise BrokerClosed("the broker is closed")
-        return RedisStore(self.core, name)
+        return RedisStore(self.core, name, agent=agent)
+
+    @property
+    def signing_key(self) -> SigningKey | None:
+        return self.core.signatures.key
 
     async def audit(
         self, *, since: float | None = None, request_id: str | None = None, limit: int = 10_000

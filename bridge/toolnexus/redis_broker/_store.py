@@ -19,11 +19,13 @@ T = TypeVar("T")
 
 
 class RedisStore(Store):
-    """A :class:`~toolnexus.Store` in the hash :meth:`toolnexus.keys.Keys.store`
-    names, on the broker's own connections (Cluster, Sentinel, TLS, ACL users alike)."""
+    """A :class:`~toolnexus.Store` in the hash :meth:`toolnexus.keys.Keys.store` names (with
+    ``agent``, :meth:`~toolnexus.keys.Keys.agent_store`), on the broker's own connections
+    (Cluster, Sentinel, TLS, ACL users alike)."""
 
-    def __init__(self, core: Core, name: str) -> None:
-        self.key = core.keys.store(name)
+    def __init__(self, core: Core, name: str, *, agent: bool = False) -> None:
+        keys = core.keys
+        self.key = keys.agent_store(core.agent, name) if agent else keys.store(name)
         self.name = name
         self._core = core
 

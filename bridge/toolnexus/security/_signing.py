@@ -50,6 +50,7 @@ _REQUEST_SIGNATURE: Final = b"toolnexus request signature v1\n"
 _ANSWER_SIGNATURE: Final = b"toolnexus answer signature v1\n"
 _REQUEST_BYTES: Final = b"toolnexus request bytes v1\n"
 _REFUSAL_SIGNATURE: Final = b"toolnexus refusal signature v1\n"
+_OWN_SIGNATURE: Final = b"toolnexus own record signature v1\n"
 """Prefixes that keep a signature made for one purpose from being valid for another."""
 
 _CANONICAL = msgspec.msgpack.Encoder(order="sorted")
@@ -538,6 +539,37 @@ def verify_refusal(
     if signature.digest != payload_digest(payload):
         raise SignatureError(what, "signed for another request")
     return signature.key
+
+
+def _own_message(kind: str, fields: Mapping[str, Any], key: str) -> bytes:
+    return _OWN_SIGNATURE + _CANONICAL.encode({"kind": kind, "fields": fields, "key": key})
+
+
+def sign_own(kind: str, fields: Mapping[str, Any], key: SigningKey) -> Signature:
+    """``key``'s signature on a record this process keeps for itself in Redis, of kind
+    ``kind`` (``"mcp-task"``), over ``fields`` (msgpack-encodable; sorted) and the key's
+    name: only a process holding the key makes one, and :func:`verify_own` refuses it for
+    any other kind or fields (bind what the record is for among them)."""
+    return Signature(key=key.name, sig=key.sign(_own_message(kind, fields, key.name)))
+
+
+def verify_own(
+    kind: str, fields: Mapping[str, Any], signature: Signature | None, key: SigningKey, what: str
+) -> None:
+    """Check that ``key`` itself signed exactly ``fields`` as a record of kind ``kind``.
+
+    Raises:
+        SignatureError: about ``what``, with ``reason`` ``"missing signature"``, ``"signed
+            by key 'x', not this process's 'y'"`` or ``"bad signature"`` (a field was
+            changed, or the record was made for something else).
+    """
+    if signature is None:
+        raise SignatureError(what, "missing signature")
+    if signature.key != key.name:
+        raise SignatureError(
+            what, f"signed by key {signature.key!r}, not this process's {key.name!r}"
+        )
+    _check(_public_raw(key.public_key), signature.sig, _own_message(kind, fields, key.name), what)
 
 
 # -- who may answer -----------------------------------------------------------------
