@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,8 @@ MAX_BODY_BYTES = 1024 * 1024
 """The largest answer body accepted."""
 
 JOURNAL_SIZE = 10_000
-"""Events kept for followers; one further behind is told to list again (``reset``)."""
+"""Events kept for followers; one further behind is told to list again (``reset``); as
+many ended requests are remembered, with how they ended, for the links followed late."""
 
 MAX_WAIT_S = 60.0
 """The longest ``?wait=`` of ``GET /v1/events`` by default (``--max-wait-s``)."""
@@ -116,6 +118,7 @@ class Desk:
     def __init__(self) -> None:
         self.open: dict[tuple[str, str], Open] = {}
         self.journal: deque[dict[str, Any]] = deque(maxlen=JOURNAL_SIZE)
+        self.ended: dict[tuple[str, str], str] = {}  # (queue, id) -> how it ended
         self.cursor = 0
         self.closed = False
         self._changed = asyncio.Event()
@@ -143,6 +146,9 @@ class Desk:
     def remove(self, queue: str, request_id: str, note: str) -> None:
         held = self.open.pop((queue, request_id), None)
         if held is not None:
+            self.ended[(queue, request_id)] = note
+            if len(self.ended) > JOURNAL_SIZE:
+                del self.ended[next(iter(self.ended))]
             self.record("gone", held, note)
 
     def progress(self, queue: str, event: ApprovedEvent) -> None:
@@ -210,9 +216,11 @@ class HttpApi:
         self.max_wait_s = max_wait_s
         self._openapi = OPENAPI.read_bytes()
 
-    def app(self) -> Starlette:
+    def app(self, more: Sequence[Route] = ()) -> Starlette:
+        """The API's application, with ``more`` routes (the answer links')."""
         return Starlette(
             routes=[
+                *more,
                 Route("/openapi.json", self.openapi, methods=["GET"]),
                 Route("/v1/requests", self.listing, methods=["GET"]),
                 Route("/v1/requests/{id:path}/answer", self.answer, methods=["POST"]),
@@ -293,32 +301,7 @@ class HttpApi:
             return error(400, f"action must be one of {', '.join(ACTIONS)}", field="action")
         if action != "accept" and body.get("data") is not None:
             return error(400, f"{action} takes no data", field="data")
-        pending, person = held.pending, grant.person
-        try:
-            if action == "accept":
-                progress = await pending.accept(body.get("data"), person=person)
-            elif action == "decline":
-                progress = await pending.decline(person=person)
-            else:
-                progress = await pending.dismiss(person=person)
-        except InvalidAnswer as exc:
-            return error(422, str(exc), field=exc.field, rule=exc.rule)
-        except NotAllowed as exc:
-            return error(403, f"{person!r} may not answer this request: {exc.reason}")
-        except AlreadyVoted as exc:
-            return error(409, f"not counted: {exc.reason}")
-        except NotResolved as exc:
-            self.desk.remove(held.queue, held.pending.request.id, f"Not answered: {exc.reason}.")
-            return error(409, f"not answered: this request was {exc.reason}")
-        except BrokerUnavailable as exc:
-            return error(503, f"the broker cannot be reached: {exc}")
-        if progress is not None:  # a quorum's vote, counted: it stays open for others
-            self.desk.progress(held.queue, progress)
-            return JSONResponse({"outcome": "voted", "approvals": held.approvals})
-        done = {"accept": "Accepted", "decline": "Declined", "dismiss": "Dismissed"}[action]
-        self.desk.remove(held.queue, pending.request.id, f"{done} by {person} over HTTP.")
-        log.info("request %s %s by %s over HTTP", pending.request.id, action, person)
-        return JSONResponse({"outcome": "answered"})
+        return await settle(self.desk, held, action, body.get("data"), grant.person, "over HTTP")
 
     async def events(self, request: HttpRequest) -> Response:
         grant = self.grant(request)
@@ -347,6 +330,40 @@ class HttpApi:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(left):
                     await self.desk.changed()
+
+
+async def settle(
+    desk: Desk, held: Open, action: str, data: Any, person: str, how: str
+) -> JSONResponse:
+    """Answer ``held`` by ``action`` (with ``data`` to accept) as ``person``: 200 with
+    ``{"outcome": "answered"}`` (or ``"voted"`` for a quorum's vote that did not decide),
+    or the error saying why not."""
+    pending = held.pending
+    try:
+        if action == "accept":
+            progress = await pending.accept(data, person=person)
+        elif action == "decline":
+            progress = await pending.decline(person=person)
+        else:
+            progress = await pending.dismiss(person=person)
+    except InvalidAnswer as exc:
+        return error(422, str(exc), field=exc.field, rule=exc.rule)
+    except NotAllowed as exc:
+        return error(403, f"{person!r} may not answer this request: {exc.reason}")
+    except AlreadyVoted as exc:
+        return error(409, f"not counted: {exc.reason}")
+    except NotResolved as exc:
+        desk.remove(held.queue, pending.request.id, f"Not answered: {exc.reason}.")
+        return error(409, f"not answered: this request was {exc.reason}")
+    except BrokerUnavailable as exc:
+        return error(503, f"the broker cannot be reached: {exc}")
+    if progress is not None:  # a quorum's vote, counted: it stays open for others
+        desk.progress(held.queue, progress)
+        return JSONResponse({"outcome": "voted", "approvals": held.approvals})
+    done = {"accept": "Accepted", "decline": "Declined", "dismiss": "Dismissed"}[action]
+    desk.remove(held.queue, pending.request.id, f"{done} by {person} {how}.")
+    log.info("request %s %s by %s %s", pending.request.id, action, person, how)
+    return JSONResponse({"outcome": "answered"})
 
 
 def number(
