@@ -29,6 +29,8 @@ COMMANDS = [
     ["worker", "slack"],
     ["worker", "telegram"],
     ["worker", "gateway"],
+    ["worker", "http"],
+    ["worker", "webhook"],
 ]
 ROOT = Path(__file__).parents[1]
 
@@ -37,8 +39,11 @@ def help_text(command: list[str]) -> str:
     """``toolnexus COMMAND --help``, as the installed parsers print it (80 columns)."""
     path = os.pathsep.join([str(ROOT / "bridge"), str(ROOT / "workers")])
     env = {**os.environ, "COLUMNS": "88", "PYTHONPATH": path}
+    run = ["-m", "toolnexus.cli", *command, "--help"]
+    if command[:1] == ["worker"] and len(command) == 2:  # this tree's worker, installed or not
+        run = ["-c", f"from toolnexus_workers.{command[1]} import main; main(['--help'])"]
     done = subprocess.run(
-        [sys.executable, "-m", "toolnexus.cli", *command, "--help"],
+        [sys.executable, *run],
         capture_output=True,
         text=True,
         env=env,

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
@@ -50,6 +49,7 @@ from toolnexus.models import ApprovedEvent, EndedEvent, EscalatedEvent
 from toolnexus.rendering import escalated_note, gone_note
 from toolnexus.responders import approvals_line
 
+from ..views import request_view
 from .tokens import Grant, Tokens
 
 log = logging.getLogger("toolnexus.http")
@@ -84,22 +84,10 @@ class Open:
 
     def view(self) -> dict[str, Any]:
         """The request as the API shows it."""
-        request = self.pending.request
         return {
-            "id": request.id,
-            "queue": self.queue,
-            "kind": request.kind,
-            "prompt": request.prompt,
-            "data": msgspec.to_builtins(request.data),
-            "url": request.url,
-            "source": msgspec.to_builtins(request.source),
-            "created_at": request.created_at,
-            "expires_at": request.expires_at,
-            "allow": request.allow,
-            "quorum": msgspec.to_builtins(request.quorum) if request.quorum else None,
+            **request_view(self.queue, self.pending),
             "approvals": self.approvals,
             "escalated_to": list(self.escalated),
-            "signer": self.pending.signer,
         }
 
     def matches(self, source: str | None, kind: str | None) -> bool:

@@ -28,6 +28,7 @@ from starlette.routing import Route
 from toolnexus.rendering import Field, form_data, form_fields
 
 from ..links import ACTIONS, BadLink, Claims, LinkKey, request_digest
+from ..views import time_left
 from .app import Desk, Open, error, read_json, settle
 
 DELIVERY_GRACE_S = 3.0
@@ -151,18 +152,6 @@ def _frame(title: str, body: str) -> str:
         "padding:.4rem 1rem}pre{background:#f4f4f4;padding:.5rem;overflow:auto}</style>"
         f"</head><body><h1>{html.escape(title)}</h1>{body}</body></html>"
     )
-
-
-def time_left(expires_at: float | None, now: float | None = None) -> str:
-    """``12 min left`` (or ``no deadline``): what a person is told of a request's time."""
-    if expires_at is None:
-        return "no deadline"
-    left = max(0, int(expires_at - (now or time.time())))
-    if left >= 7200:
-        return f"{left // 3600} h left"
-    if left >= 120:
-        return f"{left // 60} min left"
-    return f"{left} s left"
 
 
 def _page(held: Open, claims: Claims, path: str) -> str:

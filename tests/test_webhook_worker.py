@@ -1,0 +1,213 @@
+"""``toolnexus worker webhook`` (issue #29): requests POSTed to local receivers that verify
+the Standard Webhooks signatures with the ``standardwebhooks`` package; the answer link in
+each message answers through the HTTP answering API; failed deliveries are retried with
+the same ``webhook-id``; the end of each request is announced."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+from standardwebhooks import Webhook
+from starlette.applications import Starlette
+from starlette.requests import Request as HttpRequest
+from starlette.responses import Response
+from starlette.routing import Route
+
+from answering import QUEUE, Fleet, fleet, form_request
+from toolnexus import Service
+from toolnexus_workers.serving import AppServer
+from toolnexus_workers.webhook import main as webhook_main
+from toolnexus_workers.webhook.sender import Endpoint, Retry, WebhookWorker
+
+pytestmark = pytest.mark.redis
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "how-to" / "webhooks.md"
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+class Receiver(AppServer):
+    """Serves a receiver's ASGI app on a free local port."""
+
+    name = "test-receiver"
+
+    def __init__(self, app: Starlette) -> None:
+        super().__init__("127.0.0.1", 0)
+        self._app = app
+
+    def app(self) -> Starlette:
+        return self._app
+
+
+@dataclass
+class Recording:
+    """What a receiver got: every attempt's headers, and each verified message by id."""
+
+    fail_first: int = 0
+    attempts: list[dict[str, str]] = field(default_factory=list)
+    messages: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def app(self) -> Starlette:
+        hook = Webhook(SECRET)
+
+        async def receive(request: HttpRequest) -> Response:
+            body = await request.body()
+            self.attempts.append(dict(request.headers))
+            if len(self.attempts) <= self.fail_first:
+                return Response("not now", status_code=503)
+            message = hook.verify(body, dict(request.headers))  # raises when not genuine
+            self.messages.setdefault(request.headers["webhook-id"], message)
+            return Response(status_code=204)
+
+        return Starlette(routes=[Route("/hook", receive, methods=["POST"])])
+
+    async def message(self, message_id: str) -> dict[str, Any]:
+        async with asyncio.timeout(20):
+            while message_id not in self.messages:
+                await asyncio.sleep(0.02)
+        return self.messages[message_id]
+
+
+@contextlib.asynccontextmanager
+async def sending(setup: Fleet, receiver: Receiver, **options: Any) -> AsyncIterator[WebhookWorker]:
+    worker = WebhookWorker(
+        QUEUE,
+        [Endpoint.parse(f"ci={receiver.url}/hook")],
+        SECRET,
+        setup.link_key,
+        setup.server.url,
+        retry=options.pop("retry", Retry(attempts=4, first_delay_s=0.05)),
+        **options,
+    )
+    async with setup.connect("webhook-worker") as broker:
+        service = Service(broker, worker, group="webhook")
+        run = asyncio.create_task(service.run())
+        try:
+            yield worker
+        finally:
+            service.stop()
+            await run
+            await worker.aclose()
+
+
+@pytest.fixture
+async def setup(redis_url: str, namespace: str, tmp_path: Path) -> AsyncIterator[Fleet]:
+    async with fleet(redis_url, namespace, tmp_path) as made:
+        yield made
+
+
+async def test_a_request_is_announced_signed_and_its_link_answers_it(setup: Fleet) -> None:
+    recording = Recording()
+    async with Receiver(recording.app()) as receiver, sending(setup, receiver):
+        request = form_request()
+        wait = await setup.ask(request)
+        opened = await recording.message(f"{request.id}.open")
+        assert opened["type"] == "request.open"
+        shown = opened["data"]["request"]
+        assert (shown["id"], shown["queue"], shown["signer"]) == (request.id, QUEUE, "agent-1")
+        assert shown["data"]["schema"]["required"] == ["name"]
+        assert re.fullmatch(r"\d+ (s|min) left", opened["data"]["time_left"])
+        link = opened["data"]["answer_link"]
+        assert link.startswith(f"{setup.server.url}/v1/links/tnl1.")
+        async with httpx.AsyncClient(timeout=30) as http:
+            sent = await http.post(link, json={"action": "accept", "data": {"name": "Ada"}})
+            assert sent.json() == {"outcome": "answered"}
+            answer = await asyncio.wait_for(wait, 30)
+            assert (answer.ok, answer.data) == (True, {"name": "Ada"})
+            assert (answer.person, answer.responder) == ("link:webhook:ci", "http-worker")
+            ended = await recording.message(f"{request.id}.ended")
+            assert ended["type"] == "request.answered"
+            assert ended["data"]["outcome"] == {
+                "ok": True,
+                "reason": None,
+                "person": "link:webhook:ci",
+            }
+            again = await http.post(link, json={"action": "decline"})
+            assert again.status_code == 410
+
+
+async def test_a_failing_receiver_is_retried_with_the_same_id(setup: Fleet) -> None:
+    recording = Recording(fail_first=2)
+    async with Receiver(recording.app()) as receiver, sending(setup, receiver):
+        request = form_request()
+        wait = await setup.ask(request)
+        await recording.message(f"{request.id}.open")
+        ids = [attempt["webhook-id"] for attempt in recording.attempts]
+        assert ids == [f"{request.id}.open"] * 3  # two refused, the third taken
+        wait.cancel()  # the waiter leaves: withdrawn
+        await asyncio.gather(wait, return_exceptions=True)
+        ended = await recording.message(f"{request.id}.ended")
+        assert ended["type"] == "request.withdrawn"
+        assert ended["data"]["note"] == "Withdrawn: the agent stopped waiting."
+
+
+async def test_a_request_still_open_is_announced_again(setup: Fleet) -> None:
+    recording = Recording()
+    async with Receiver(recording.app()) as receiver, sending(setup, receiver, remind_after_s=0.3):
+        request = form_request()
+        wait = await setup.ask(request)
+        reminded = await recording.message(f"{request.id}.reminder.1")
+        assert reminded["type"] == "request.reminder"
+        assert reminded["data"]["request"]["id"] == request.id
+        assert reminded["data"]["time_left"].endswith("left")
+        wait.cancel()
+        await asyncio.gather(wait, return_exceptions=True)
+        await recording.message(f"{request.id}.ended")
+
+
+async def test_the_documented_receiver_answers_through_the_link(setup: Fleet) -> None:
+    """The receiver of docs/how-to/webhooks.md approves a read_file tool call through its
+    link; the waiter gets exactly that, and a write_file call is left open."""
+    blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
+    assert len(blocks) == 1
+    namespace: dict[str, Any] = {}
+    exec(compile(blocks[0], str(PAGE), "exec"), namespace)
+    receiver_app: Callable[[str], Starlette] = namespace["receiver"]
+    app = receiver_app(SECRET)
+    async with Receiver(app) as receiver:
+        endpoint = Endpoint(f"{receiver.url}/hooks/toolnexus", "docs")
+        worker = WebhookWorker(QUEUE, [endpoint], SECRET, setup.link_key, setup.server.url)
+        async with setup.connect("webhook-worker") as broker:
+            service = Service(broker, worker, group="webhook")
+            run = asyncio.create_task(service.run())
+            try:
+                calls = {}
+                for name in ("read_file", "write_file"):
+                    call = {"name": name, "arguments": {"path": "/etc/motd"}}
+                    calls[name] = await setup.ask(
+                        form_request(
+                            kind="tool_call", prompt=f"May {name} run?", data={"tool_call": call}
+                        )
+                    )
+                answer = await asyncio.wait_for(calls["read_file"], 30)
+                assert (answer.ok, answer.data, answer.person) == (True, None, "link:webhook:docs")
+                assert not calls["write_file"].done()
+                calls["write_file"].cancel()
+                await asyncio.gather(calls["write_file"], return_exceptions=True)
+            finally:
+                service.stop()
+                await run
+                await worker.aclose()
+
+
+def test_the_command_makes_a_secret_and_refuses_a_bad_configuration(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert webhook_main(["--new-secret"]) == 0
+    secret = capsys.readouterr().out.strip()
+    assert secret.startswith("whsec_")
+    Webhook(secret)  # standardwebhooks takes it
+    base = ["--url", "redis://127.0.0.1:1/0", "--queue", QUEUE]
+    assert webhook_main([*base, "--webhook-secret", secret]) == 2
+    assert "--endpoint" in capsys.readouterr().err
+    no_links = [*base, "--webhook-secret", secret, "--endpoint", "http://127.0.0.1:9/h"]
+    assert webhook_main(no_links) == 2
+    assert "answer link" in capsys.readouterr().err
