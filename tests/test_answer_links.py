@@ -5,17 +5,15 @@ API's key as the link's recipient."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx2 as httpx
-import msgspec
 import pytest
 
-from answering import QUEUE, Fleet, fleet, form_request
+from answering import Fleet, fleet, form_request
 from toolnexus.security import SigningKey
-from toolnexus_workers.links import LinkKey, link_url
+from toolnexus_workers.links import LinkKey
 
 pytestmark = pytest.mark.redis
 
@@ -52,42 +50,6 @@ async def test_a_link_answers_once_and_the_waiter_gets_exactly_that(
     assert (answer.person, answer.responder) == ("link:alice@example.com", "http-worker")
     again = await http.post(url, json={"action": "decline"})
     assert again.status_code == 410 and "used already" in again.json()["error"]
-
-
-async def test_forged_expired_and_other_requests_links_are_refused(
-    setup: Fleet, http: httpx.AsyncClient
-) -> None:
-    request = form_request()
-    wait = await setup.ask(request)
-    delivered = setup.delivered(request)
-    token = setup.link_key.mint(QUEUE, delivered, "bob")
-    prefix, payload, signature = token.split(".")
-    other_key = LinkKey(secret="another secret of at least thirty-two characters")
-    edited = msgspec.structs.replace(delivered, prompt="Book the whole restaurant?")
-    past = msgspec.structs.replace(delivered, expires_at=time.time() - 1)
-    refused = {
-        "damaged": f"{prefix}.{payload[:-2]}xx.{signature}",
-        "not ours": other_key.mint(QUEUE, delivered, "bob"),
-        "spliced": f"{prefix}.{other_key.mint(QUEUE, delivered, 'eve').split('.')[1]}.{signature}",
-        "another request": setup.link_key.mint(QUEUE, edited, "bob"),
-        "expired": setup.link_key.mint(QUEUE, past, "bob"),
-        "garbage": "tnl1.%%%.!!!",
-    }
-    for what, bad in refused.items():
-        sent = await http.post(link_url(setup.server.url, bad), json={"action": "accept"})
-        expected = 410 if what == "expired" else 403
-        assert sent.status_code == expected, (what, sent.text)
-        assert sent.json()["error"], what
-    assert (
-        "another request"
-        in (await http.get(link_url(setup.server.url, refused["another request"]))).json()["error"]
-    )
-    assert not wait.done()
-    # the genuine link still answers
-    sent = await http.post(link_url(setup.server.url, token), json={"action": "decline"})
-    assert sent.json() == {"outcome": "answered"}
-    answer = await asyncio.wait_for(wait, 30)
-    assert (answer.ok, answer.reason, answer.person) == (False, "declined", "link:bob")
 
 
 async def test_an_action_link_takes_only_its_action(setup: Fleet, http: httpx.AsyncClient) -> None:
