@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import itertools
 import json
 import logging
 import time
@@ -41,6 +40,7 @@ from toolnexus.models import AnsweredEvent, EndedEvent, ExpiredEvent
 from toolnexus.rendering import gone_note
 
 from ..links import LinkKey, link_url
+from ..reminders import Reminders
 from ..views import request_view, time_left
 
 log = logging.getLogger("toolnexus.webhook")
@@ -100,8 +100,9 @@ class WebhookWorker(Worker):
         self.queue, self.endpoints = queue, list(endpoints)
         self.signer = Webhook(secret)
         self.links, self.link_base = links, link_base
-        self.retry, self.remind_after_s = retry, remind_after_s
+        self.retry = retry
         self.client = httpx.AsyncClient(timeout=TIMEOUT_S)
+        self.reminders = Reminders(remind_after_s, self._remind)
         self._open: dict[str, list[asyncio.Task[None]]] = {}  # request id -> its deliveries
         self._ending: set[asyncio.Task[None]] = set()
         self.delivered = self.failed = 0
@@ -110,13 +111,11 @@ class WebhookWorker(Worker):
         request_id = pending.request.id
         if request_id in self._open:  # delivered again (at least once): already announced
             return
-        tasks = self._announce(pending, "request.open", f"{request_id}.open")
-        if self.remind_after_s is not None:
-            reminder = asyncio.ensure_future(self._remind(pending, self.remind_after_s))
-            tasks.append(reminder)
-        self._open[request_id] = tasks
+        self._open[request_id] = self._announce(pending, "request.open", f"{request_id}.open")
+        self.reminders.start(pending)
 
     async def gone(self, pending: Pending, event: EndedEvent) -> None:
+        self.reminders.stop(pending.request.id)
         for task in self._open.pop(pending.request.id, []):
             task.cancel()
         answer = event.answer
@@ -142,14 +141,10 @@ class WebhookWorker(Worker):
             self._ending.add(task)
             task.add_done_callback(self._ending.discard)
 
-    async def _remind(self, pending: Pending, after_s: float) -> None:
-        for count in itertools.count(1):
-            await asyncio.sleep(after_s)
-            request_id = pending.request.id
-            reminders = self._announce(
-                pending, "request.reminder", f"{request_id}.reminder.{count}"
-            )
-            self._open.setdefault(request_id, []).extend(reminders)
+    async def _remind(self, pending: Pending, count: int) -> None:
+        request_id = pending.request.id
+        reminders = self._announce(pending, "request.reminder", f"{request_id}.reminder.{count}")
+        self._open.setdefault(request_id, []).extend(reminders)
 
     def _announce(self, pending: Pending, kind: str, message: str) -> list[asyncio.Task[None]]:
         request = pending.request
@@ -212,6 +207,7 @@ class WebhookWorker(Worker):
 
     async def aclose(self, grace_s: float = 5.0) -> None:
         """Let the end announcements under way finish (within ``grace_s``), stop the rest."""
+        await self.reminders.aclose()
         for tasks in self._open.values():
             for task in tasks:
                 task.cancel()
