@@ -23,9 +23,10 @@ from starlette.routing import Route
 
 from answering import QUEUE, Fleet, fleet, form_request
 from toolnexus import Service
+from toolnexus_workers.delivery import Retry
 from toolnexus_workers.serving import AppServer
 from toolnexus_workers.webhook import main as webhook_main
-from toolnexus_workers.webhook.sender import Endpoint, Retry, WebhookWorker
+from toolnexus_workers.webhook.sender import Endpoint, WebhookWorker
 
 pytestmark = pytest.mark.redis
 

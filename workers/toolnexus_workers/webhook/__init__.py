@@ -87,7 +87,8 @@ def _check(args: argparse.Namespace) -> None:
     require_extra("webhook", _EXTRA)
     from standardwebhooks import Webhook
 
-    from .sender import Endpoint, Retry
+    from ..delivery import Retry
+    from .sender import Endpoint
 
     if not args.endpoint:
         raise ConfigurationError("give at least one --endpoint URL to POST to")

@@ -39,6 +39,7 @@ from toolnexus import Pending, Worker
 from toolnexus.models import AnsweredEvent, EndedEvent, ExpiredEvent
 from toolnexus.rendering import gone_note
 
+from ..delivery import Retry, deliver
 from ..links import LinkKey, link_url
 from ..reminders import Reminders
 from ..views import request_view, time_left
@@ -65,19 +66,6 @@ class Endpoint:
         return cls(url, name)
 
 
-@dataclass(frozen=True)
-class Retry:
-    """How failed deliveries are tried again: ``attempts`` in all, waiting ``first_delay_s``,
-    then twice as long each time, at most ``max_delay_s``."""
-
-    attempts: int = 8
-    first_delay_s: float = 1.0
-    max_delay_s: float = 300.0
-
-    def delay_s(self, failures: int) -> float:
-        return float(min(self.max_delay_s, self.first_delay_s * 2 ** (failures - 1)))
-
-
 class WebhookWorker(Worker):
     """Announces every request of ``queue`` to ``endpoints`` (signed with ``secret``, a
     ``whsec_`` Standard Webhooks secret) with an answer link made by ``links`` for the HTTP
@@ -94,13 +82,13 @@ class WebhookWorker(Worker):
         links: LinkKey,
         link_base: str,
         *,
-        retry: Retry = Retry(),
+        retry: Retry | None = None,
         remind_after_s: float | None = None,
     ) -> None:
         self.queue, self.endpoints = queue, list(endpoints)
         self.signer = Webhook(secret)
         self.links, self.link_base = links, link_base
-        self.retry = retry
+        self.retry = retry or Retry()
         self.client = httpx.AsyncClient(timeout=TIMEOUT_S)
         self.reminders = Reminders(remind_after_s, self._remind)
         self._open: dict[str, list[asyncio.Task[None]]] = {}  # request id -> its deliveries
@@ -165,7 +153,8 @@ class WebhookWorker(Worker):
         """POST one message to ``endpoint``, retried until it is taken or attempts run out."""
         now = datetime.datetime.now(datetime.UTC)
         body = json.dumps({"type": kind, "timestamp": now.isoformat(), "data": data})
-        for attempt in range(1, self.retry.attempts + 1):
+
+        async def attempt() -> str | None:
             sent_at = datetime.datetime.fromtimestamp(time.time(), datetime.UTC)
             headers = {
                 "content-type": "application/json",
@@ -176,34 +165,15 @@ class WebhookWorker(Worker):
             try:
                 response = await self.client.post(endpoint.url, content=body, headers=headers)
             except httpx.HTTPError as exc:
-                why = f"{type(exc).__name__}: {exc}"
-            else:
-                if 200 <= response.status_code < 300:
-                    self.delivered += 1
-                    log.info("%s %s delivered to %s", kind, message, endpoint.name)
-                    return
-                why = f"status {response.status_code}"
-            if attempt == self.retry.attempts:
-                break
-            delay_s = self.retry.delay_s(attempt)
-            log.warning(
-                "%s %s to %s failed (%s): trying again in %g s",
-                kind,
-                message,
-                endpoint.name,
-                why,
-                delay_s,
-            )
-            await asyncio.sleep(delay_s)
-        self.failed += 1
-        log.error(
-            "%s %s to %s failed %d times (%s): giving up",
-            kind,
-            message,
-            endpoint.name,
-            self.retry.attempts,
-            why,
-        )
+                return f"{type(exc).__name__}: {exc}"
+            ok = 200 <= response.status_code < 300
+            return None if ok else f"status {response.status_code}"
+
+        what = f"{kind} {message} to {endpoint.name}"
+        if await deliver(attempt, self.retry, what):
+            self.delivered += 1
+        else:
+            self.failed += 1
 
     async def aclose(self, grace_s: float = 5.0) -> None:
         """Let the end announcements under way finish (within ``grace_s``), stop the rest."""
