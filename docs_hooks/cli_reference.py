@@ -31,7 +31,10 @@ COMMANDS = [
     ["worker", "gateway"],
     ["worker", "http"],
     ["worker", "webhook"],
+    ["worker", "email"],
 ]
+MODULES = {"email": "mail"}
+"""Workers whose module (``toolnexus_workers.MODULE``) is not named as the worker."""
 ROOT = Path(__file__).parents[1]
 
 
@@ -41,7 +44,8 @@ def help_text(command: list[str]) -> str:
     env = {**os.environ, "COLUMNS": "88", "PYTHONPATH": path}
     run = ["-m", "toolnexus.cli", *command, "--help"]
     if command[:1] == ["worker"] and len(command) == 2:  # this tree's worker, installed or not
-        run = ["-c", f"from toolnexus_workers.{command[1]} import main; main(['--help'])"]
+        module = MODULES.get(command[1], command[1])
+        run = ["-c", f"from toolnexus_workers.{module} import main; main(['--help'])"]
     done = subprocess.run(
         [sys.executable, *run],
         capture_output=True,

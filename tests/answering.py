@@ -85,7 +85,7 @@ def form_request(**extra: Any) -> Request:
         kind=extra.pop("kind", "input"),
         prompt=extra.pop("prompt", "Book a table?"),
         data=extra.pop("data", {"schema": FORM}),
-        source=Source(server="bookings", tool="book", agent="agent-1"),
+        source=extra.pop("source", Source(server="bookings", tool="book", agent="agent-1")),
         **extra,
     )
 

@@ -42,12 +42,12 @@ def test_an_unknown_worker_is_refused_by_name() -> None:
     assert done.returncode == 2
     assert (
         done.stderr == "toolnexus: no worker named 'slak' "
-        "(installed: auto, gateway, http, slack, telegram, terminal, web, webhook)\n"
+        "(installed: auto, email, gateway, http, slack, telegram, terminal, web, webhook)\n"
     )
 
 
 @pytest.mark.parametrize(
-    "name", ["auto", "http", "slack", "telegram", "terminal", "web", "webhook"]
+    "name", ["auto", "email", "http", "slack", "telegram", "terminal", "web", "webhook"]
 )
 @pytest.mark.slow
 def test_every_worker_takes_the_common_options(name: str) -> None:
@@ -76,6 +76,7 @@ def test_the_url_comes_from_the_environment(tmp_path: Path) -> None:
         ("gateway", ["uvicorn"]),
         ("http", ["uvicorn"]),
         ("webhook", ["standardwebhooks"]),
+        ("email", ["aiosmtplib"]),
     ],
 )
 @pytest.mark.slow
