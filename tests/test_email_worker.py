@@ -136,9 +136,9 @@ async def test_a_tool_call_is_mailed_and_its_approve_link_answers_once(
         request = tool_call()
         wait = await setup.ask(request)
         mail = await inbox.mail("oncall@example.com")
-        assert re.fullmatch(r"May deploy run\? \(\d+ (s|min) left\)", mail["Subject"])
+        assert mail["Subject"] == "May deploy run?"
         body = text(mail)
-        assert "Asked by agent ci-7, server infra, tool deploy, on queue ops;" in body
+        assert "Asked by agent ci-7, server infra, tool deploy, on queue ops.\nTime left: " in body
         assert 'Tool call: deploy\n{\n  "environment": "production"\n}' in body
         found = links(mail)
         assert sorted(found) == ["Approve", "Decline"]
@@ -201,8 +201,8 @@ async def test_a_request_still_open_is_mailed_again(setup: Fleet) -> None:
     ):
         wait = await setup.ask(tool_call())
         reminder = await inbox.mail("oncall@example.com", 2)
-        assert reminder["Subject"].startswith("Reminder: May deploy run? (")
-        assert "left" in reminder["Subject"]
+        assert reminder["Subject"] == "Reminder: May deploy run?"
+        assert "Time left: " in text(reminder)
         wait.cancel()
         await asyncio.gather(wait, return_exceptions=True)
 

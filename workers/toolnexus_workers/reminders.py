@@ -3,14 +3,16 @@ until it ends (the webhook, email and chat workers; docs/how-to/beyond.md#remind
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from toolnexus import Pending
 
-__all__ = ["Reminders"]
+__all__ = ["Reminders", "add_reminder_flag"]
 
 log = logging.getLogger("toolnexus.reminders")
 
@@ -58,3 +60,24 @@ class Reminders:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def add_reminder_flag(group: Any, doing: str) -> None:
+    """``--remind-after-s`` (positive) in the argument ``group``: ``doing`` (``mail``) a
+    request still open again after that long, and so on."""
+    group.add_argument(
+        "--remind-after-s",
+        type=_seconds,
+        default=None,
+        help=f"{doing} a request still open after this long, and so on (default: never)",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return value

@@ -27,8 +27,8 @@ from starlette.routing import Route
 
 from toolnexus.rendering import Field, form_data, form_fields
 
+from ..chat import time_left
 from ..links import ACTIONS, BadLink, Claims, LinkKey, request_digest
-from ..views import time_left
 from .app import Desk, Open, error, read_json, settle
 
 DELIVERY_GRACE_S = 3.0
@@ -167,7 +167,7 @@ def _page(held: Open, claims: Claims, path: str) -> str:
         if name
     )
     parts = [f"<p><strong>{html.escape(request.prompt or '(no question)')}</strong></p>"]
-    parts.append(f"<p>Asked by {asked_by or 'an agent'}; {time_left(request.expires_at)}.</p>")
+    parts.append(f"<p>Asked by {asked_by or 'an agent'}. {html.escape(time_left(request))}</p>")
     call = request.data.get("tool_call") if isinstance(request.data, dict) else None
     if isinstance(call, dict):
         arguments = json.dumps(call.get("arguments"), indent=2, ensure_ascii=False)

@@ -21,6 +21,7 @@ from toolnexus.cli import EXIT_OK
 
 from ..links import add_link_flags, link_key
 from ..options import require_extra, run_checked, service, worker_parser
+from ..reminders import add_reminder_flag
 
 log = logging.getLogger("toolnexus.email")
 
@@ -51,12 +52,7 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="TOML file of [[route]]s: kind/server/tool/agent patterns and the addresses (to)",
     )
-    mail.add_argument(
-        "--remind-after-s",
-        type=float,
-        default=None,
-        help="mail a request still open again after this long, and so on (default: never)",
-    )
+    add_reminder_flag(mail, "mail")
     smtp = p.add_argument_group("SMTP")
     smtp.add_argument("--smtp-host", default="127.0.0.1", help="the SMTP server (127.0.0.1)")
     smtp.add_argument("--smtp-port", type=int, default=None, help="its port (25, 465 with tls)")
@@ -97,8 +93,6 @@ def _check(args: argparse.Namespace) -> None:
             "every mail carries answer links: give the link key (--link-secret or "
             "--link-key, the same as the HTTP answering API's) and --link-base (its address)"
         )
-    if args.remind_after_s is not None and not args.remind_after_s > 0:
-        raise ConfigurationError(f"--remind-after-s must be positive, not {args.remind_after_s}")
     if args.smtp_user is not None and args.smtp_password is None:
         raise ConfigurationError(f"--smtp-user needs --smtp-password (or ${PASSWORD_ENV})")
     port = args.smtp_port or (465 if args.smtp_tls == "tls" else 25)

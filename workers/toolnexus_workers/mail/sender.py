@@ -33,10 +33,10 @@ import aiosmtplib
 from toolnexus import ConfigurationError, Pending, Request, Worker
 from toolnexus.models import EndedEvent
 
+from ..chat import time_left
 from ..delivery import Retry, deliver
 from ..links import LinkKey, link_url
 from ..reminders import Reminders
-from ..views import time_left
 
 log = logging.getLogger("toolnexus.email")
 
@@ -197,8 +197,7 @@ class EmailWorker(Worker):
         source = request.source
         named = (("agent", source.agent), ("server", source.server), ("tool", source.tool))
         asked_by = ", ".join(f"{what} {name}" for what, name in named if name) or "an agent"
-        left = time_left(request.expires_at)
-        lines = [prompt, "", f"Asked by {asked_by}, on queue {self.queue}; {left}."]
+        lines = [prompt, "", f"Asked by {asked_by}, on queue {self.queue}.", time_left(request)]
         call = request.data.get("tool_call") if isinstance(request.data, dict) else None
         if isinstance(call, dict):
             arguments = json.dumps(call.get("arguments"), indent=2, ensure_ascii=False)
@@ -217,7 +216,7 @@ class EmailWorker(Worker):
         ]
         message = EmailMessage()
         subject = prompt if len(prompt) <= 70 else prompt[:69] + "…"
-        message["Subject"] = f"{'Reminder: ' if reminder else ''}{subject} ({left})"
+        message["Subject"] = f"{'Reminder: ' if reminder else ''}{subject}"
         message["From"] = self.sender
         message["To"] = address
         message["Message-ID"] = make_msgid(domain=self.sender.rpartition("@")[2] or None)

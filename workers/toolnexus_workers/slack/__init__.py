@@ -24,6 +24,7 @@ from toolnexus.errors import ConfigurationError
 
 from ..chat import server_options, split_ids
 from ..options import add_listen_flags, require_extra, run_checked, worker_parser
+from ..reminders import add_reminder_flag
 
 API_URL = "https://slack.com/api/"
 
@@ -73,6 +74,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="DOMAIN",
         help="a domain to guard against look-alikes, besides the built-in list (repeatable)",
     )
+    add_reminder_flag(slack, "post a reminder of")
     return p
 
 

@@ -21,6 +21,7 @@ from toolnexus.errors import ConfigurationError
 
 from ..chat import server_options, split_ids
 from ..options import require_extra, run_checked, worker_parser
+from ..reminders import add_reminder_flag
 
 API_URL = "https://api.telegram.org"
 
@@ -68,6 +69,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="DOMAIN",
         help="a domain to guard against look-alikes, besides the built-in list (repeatable)",
     )
+    add_reminder_flag(telegram, "post a reminder of")
     return p
 
 

@@ -25,6 +25,7 @@ from toolnexus.cli import EXIT_OK
 
 from ..links import add_link_flags, link_key
 from ..options import require_extra, run_checked, service, worker_parser
+from ..reminders import add_reminder_flag
 
 log = logging.getLogger("toolnexus.webhook")
 
@@ -63,12 +64,7 @@ def parser() -> argparse.ArgumentParser:
         default=1.0,
         help="the wait before the first retry, doubled after each (1 s; at most 300 s)",
     )
-    hooks.add_argument(
-        "--remind-after-s",
-        type=float,
-        default=None,
-        help="announce a request still open again after this long, and so on (default: never)",
-    )
+    add_reminder_flag(hooks, "announce")
     links = p.add_argument_group("answer links", "the link key and the HTTP API that takes them")
     add_link_flags(links, base=True)
     return p
@@ -109,8 +105,6 @@ def _check(args: argparse.Namespace) -> None:
         )
     if args.attempts < 1 or not args.retry_delay_s > 0:
         raise ConfigurationError("--attempts must be 1 or more and --retry-delay-s positive")
-    if args.remind_after_s is not None and not args.remind_after_s > 0:
-        raise ConfigurationError(f"--remind-after-s must be positive, not {args.remind_after_s}")
     args.webhook_endpoints = [Endpoint.parse(text) for text in args.endpoint]
     for endpoint in args.webhook_endpoints:
         if not endpoint.url.startswith(("http://", "https://")):

@@ -13,7 +13,7 @@ The body is ``{"type": ..., "timestamp": ..., "data": {...}}``:
 
 - ``request.open``: ``data.request`` (as the HTTP API shows it), ``data.answer_link`` (POST
   ``{"action": "accept", "data": ...}`` to it: it answers once, as ``link:webhook:NAME``),
-  ``data.time_left``;
+  ``data.time_left_s`` (None: no deadline);
 - ``request.reminder``: the same, for a request still open after ``remind_after_s``;
 - ``request.answered``, ``request.expired``, ``request.withdrawn``: ``data.id``,
   ``data.queue``, ``data.note`` (how it ended) and ``data.outcome`` (``ok``, ``reason``,
@@ -42,7 +42,7 @@ from toolnexus.rendering import gone_note
 from ..delivery import Retry, deliver
 from ..links import LinkKey, link_url
 from ..reminders import Reminders
-from ..views import request_view, time_left
+from ..views import request_view
 
 log = logging.getLogger("toolnexus.webhook")
 
@@ -137,12 +137,13 @@ class WebhookWorker(Worker):
     def _announce(self, pending: Pending, kind: str, message: str) -> list[asyncio.Task[None]]:
         request = pending.request
         tasks = []
+        left_s = None if request.expires_at is None else max(0, request.expires_at - time.time())
         for endpoint in self.endpoints:
             token = self.links.mint(self.queue, request, f"webhook:{endpoint.name}")
             data = {
                 "request": request_view(self.queue, pending),
                 "answer_link": link_url(self.link_base, token),
-                "time_left": time_left(request.expires_at),
+                "time_left_s": left_s,
             }
             tasks.append(asyncio.ensure_future(self._deliver(endpoint, message, kind, data)))
         return tasks
