@@ -6,23 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email
-import email.policy
 import os
 import re
 import shlex
 import signal
 import sys
 from collections.abc import AsyncIterator
-from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 import pytest
-from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from answering import LINK_SECRET, QUEUE, Fleet, fleet, form_request
+from answering import LINK_SECRET, QUEUE, Fleet, fleet, form_request, links, smtp_server, text
 from toolnexus import Service, Source
 from toolnexus.rendering import FIELD_PREFIX
 from toolnexus.security import SigningKey
@@ -35,52 +31,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "how-to" / "email.md"
 HTML = {"Accept": "text/html"}
 CALL = {"name": "deploy", "arguments": {"environment": "production"}}
-
-
-class Inbox:
-    """What the SMTP server received, one parsed message per recipient."""
-
-    def __init__(self) -> None:
-        self.mails: list[tuple[str, EmailMessage]] = []
-
-    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
-        assert isinstance(envelope.content, bytes)
-        parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        assert isinstance(parsed, EmailMessage)
-        for address in envelope.rcpt_tos:
-            self.mails.append((address, parsed))
-        return "250 OK"
-
-    async def mail(self, to: str, count: int = 1) -> EmailMessage:
-        """The ``count``-th mail to ``to``, once it arrives."""
-        async with asyncio.timeout(20):
-            while len(found := [m for a, m in self.mails if a == to]) < count:
-                await asyncio.sleep(0.02)
-        return found[count - 1]
-
-
-def text(mail: EmailMessage) -> str:
-    body = mail.get_body(("plain",))
-    assert body is not None
-    content = body.get_content()
-    assert isinstance(content, str)
-    return content.replace("\r\n", "\n")
-
-
-def links(mail: EmailMessage) -> dict[str, str]:
-    return dict(re.findall(r"^(Approve|Decline|Open the form): (\S+)$", text(mail), re.M))
-
-
-@contextlib.asynccontextmanager
-async def smtp_server() -> AsyncIterator[tuple[Inbox, int]]:
-    inbox = Inbox()
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: SMTP(inbox), "127.0.0.1", 0)
-    try:
-        yield inbox, server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
-        await server.wait_closed()
 
 
 @contextlib.asynccontextmanager

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +16,11 @@ import httpx2 as httpx
 import pytest
 from standardwebhooks import Webhook
 from starlette.applications import Starlette
-from starlette.requests import Request as HttpRequest
-from starlette.responses import Response
-from starlette.routing import Route
 
-from answering import QUEUE, Fleet, fleet, form_request
+from answering import QUEUE, Fleet, Receiver, Recording, fleet, form_request
+from answering import WEBHOOK_SECRET as SECRET
 from toolnexus import Service
 from toolnexus_workers.delivery import Retry
-from toolnexus_workers.serving import AppServer
 from toolnexus_workers.webhook import main as webhook_main
 from toolnexus_workers.webhook.sender import Endpoint, WebhookWorker
 
@@ -32,49 +28,6 @@ pytestmark = pytest.mark.redis
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "how-to" / "webhooks.md"
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
-
-class Receiver(AppServer):
-    """Serves a receiver's ASGI app on a free local port."""
-
-    name = "test-receiver"
-
-    def __init__(self, app: Starlette) -> None:
-        super().__init__("127.0.0.1", 0)
-        self._app = app
-
-    def app(self) -> Starlette:
-        return self._app
-
-
-@dataclass
-class Recording:
-    """What a receiver got: every attempt's headers, and each verified message by id."""
-
-    fail_first: int = 0
-    attempts: list[dict[str, str]] = field(default_factory=list)
-    messages: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def app(self) -> Starlette:
-        hook = Webhook(SECRET)
-
-        async def receive(request: HttpRequest) -> Response:
-            body = await request.body()
-            self.attempts.append(dict(request.headers))
-            if len(self.attempts) <= self.fail_first:
-                return Response("not now", status_code=503)
-            message = hook.verify(body, dict(request.headers))  # raises when not genuine
-            self.messages.setdefault(request.headers["webhook-id"], message)
-            return Response(status_code=204)
-
-        return Starlette(routes=[Route("/hook", receive, methods=["POST"])])
-
-    async def message(self, message_id: str) -> dict[str, Any]:
-        async with asyncio.timeout(20):
-            while message_id not in self.messages:
-                await asyncio.sleep(0.02)
-        return self.messages[message_id]
 
 
 @contextlib.asynccontextmanager
