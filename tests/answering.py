@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 import toolnexus
 from conftest import FAST
-from toolnexus import Answer, Broker, Request, Source, new_id
+from toolnexus import Answer, Broker, Request, Service, Source, new_id
 from toolnexus.security import SigningKey
 from toolnexus_workers.http.server import HttpServer
 from toolnexus_workers.http.tokens import Tokens, add_token
@@ -77,6 +77,21 @@ class Fleet:
                 assert not wait.done(), wait
                 await asyncio.sleep(0.02)
         return wait
+
+
+@contextlib.asynccontextmanager
+async def serving(setup: Fleet, worker: Any) -> AsyncIterator[None]:
+    """Run ``worker`` (a webhook or email worker) on the fleet's queue with a key of its
+    group's name; stop it and close it after the block."""
+    async with setup.connect(f"{worker.group}-worker") as broker:
+        service = Service(broker, worker, group=worker.group)
+        run = asyncio.create_task(service.run())
+        try:
+            yield
+        finally:
+            service.stop()
+            await run
+            await worker.aclose()
 
 
 def responder(redis_url: str, namespace: str, keys: Path, trusted: Path, key: str) -> Broker:

@@ -741,29 +741,19 @@ queues = ["*"]
 HTTP_TOKEN = "conformance-http-token-0123456789"
 
 
-class HttpAdapter:
-    """``toolnexus worker http`` in a subprocess, answered over its HTTP API."""
+class ProcessAdapter:
+    """A worker run as a ``toolnexus worker`` process: its log read, SIGTERM sent to it."""
 
-    group = "http"
+    process: asyncio.subprocess.Process | None = None
 
-    def __init__(self, directory: Path) -> None:
-        self.tokens = directory / "tokens.toml"
-        self.tokens.write_text(HTTP_TOKENS % hashlib.sha256(HTTP_TOKEN.encode()).hexdigest())
-        self.process: asyncio.subprocess.Process | None = None
+    async def launch(self, command: list[str], env: dict[str, str], what: str) -> None:
+        """Start ``command`` and wait until it logs that it is serving."""
         self.lines: list[str] = []
-        self.http = httpx.AsyncClient(timeout=20, headers={"Authorization": f"Bearer {HTTP_TOKEN}"})
-
-    async def start(self, url: str, namespace: str, queue: str) -> None:
-        command = worker_command(
-            "http", url, namespace, queue, "--port", "0", "--tokens", str(self.tokens)
-        )
         self.process = await asyncio.create_subprocess_exec(
-            *command, stderr=asyncio.subprocess.PIPE, env=clean_env()
+            *command, stderr=asyncio.subprocess.PIPE, env=env
         )
         self.reader = asyncio.create_task(self._read())
-        await eventually(self._serving, "the http worker serving", STARTUP_S)
-        line = next(line for line in self.lines if "answering API on" in line)
-        self.address = line.split("answering API on ")[1].split()[0]
+        await eventually(self._serving, f"the {what} worker serving", STARTUP_S)
 
     async def _read(self) -> None:
         assert self.process is not None and self.process.stderr is not None
@@ -772,6 +762,38 @@ class HttpAdapter:
 
     async def _serving(self) -> bool:
         return any("serving" in line for line in self.lines)
+
+    async def terminate(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return await self.process.wait()
+
+    async def stop_process(self) -> None:
+        """Kill the process if it still runs."""
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+        if self.process is not None:
+            await asyncio.gather(self.reader, return_exceptions=True)
+
+
+class HttpAdapter(ProcessAdapter):
+    """``toolnexus worker http`` in a subprocess, answered over its HTTP API."""
+
+    group = "http"
+
+    def __init__(self, directory: Path) -> None:
+        self.tokens = directory / "tokens.toml"
+        self.tokens.write_text(HTTP_TOKENS % hashlib.sha256(HTTP_TOKEN.encode()).hexdigest())
+        self.http = httpx.AsyncClient(timeout=20, headers={"Authorization": f"Bearer {HTTP_TOKEN}"})
+
+    async def start(self, url: str, namespace: str, queue: str) -> None:
+        command = worker_command(
+            "http", url, namespace, queue, "--port", "0", "--tokens", str(self.tokens)
+        )
+        await self.launch(command, clean_env(), "http")
+        line = next(line for line in self.lines if "answering API on" in line)
+        self.address = line.split("answering API on ")[1].split()[0]
 
     async def shows(self, request: Request) -> bool:
         response = await self.http.get(f"{self.address}/v1/requests/{request.id}")
@@ -791,28 +813,19 @@ class HttpAdapter:
         assert response.status_code == 422, response.text
         return str(response.json()["error"])
 
-    async def terminate(self) -> int:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        return await self.process.wait()
-
     async def close(self) -> None:
         await self.http.aclose()
-        if self.process is not None and self.process.returncode is None:
-            self.process.kill()
-            await self.process.wait()
-        if self.process is not None:
-            await asyncio.gather(self.reader, return_exceptions=True)
+        await self.stop_process()
 
 
 LINK_SECRET_FOR_ADAPTERS = "a link secret for the conformance suite, long enough"
 
 
-class LinkedAdapter:
+class LinkedAdapter(HttpAdapter):
     """A worker that announces requests with single-use links (webhook, email) in a
     subprocess, beside an HTTP answering API in this process that takes the links: it
-    is answered by following the link it sent, so its answers come from the API's group
-    (``answers_as``)."""
+    is answered by following the link it sent (as :class:`HttpAdapter` answers, at the
+    link), so its answers come from the API's group (``answers_as``)."""
 
     group = ""
     answers_as = "http"
@@ -820,8 +833,6 @@ class LinkedAdapter:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.process: asyncio.subprocess.Process | None = None
-        self.lines: list[str] = []
         self.http = httpx.AsyncClient(timeout=20)
         self.stack = contextlib.AsyncExitStack()
 
@@ -849,24 +860,11 @@ class LinkedAdapter:
         command = worker_command(
             self.name, url, namespace, queue, "--link-base", self.api.url, *self.extra()
         )
-        self.process = await asyncio.create_subprocess_exec(
-            *command,
-            stderr=asyncio.subprocess.PIPE,
-            env=clean_env(TOOLNEXUS_LINK_SECRET=LINK_SECRET_FOR_ADAPTERS),
-        )
-        self.reader = asyncio.create_task(self._read())
-        await eventually(self._serving, f"the {self.name} worker serving", STARTUP_S)
+        env = clean_env(TOOLNEXUS_LINK_SECRET=LINK_SECRET_FOR_ADAPTERS)
+        await self.launch(command, env, self.name)
 
     async def serve_receiver(self) -> None:
         """Start where the worker sends (a webhook receiver, an SMTP server)."""
-
-    async def _read(self) -> None:
-        assert self.process is not None and self.process.stderr is not None
-        async for line in self.process.stderr:
-            self.lines.append(line.decode())
-
-    async def _serving(self) -> bool:
-        return any("serving" in line for line in self.lines)
 
     async def shows(self, request: Request) -> bool:
         link = self.link(request)
@@ -880,27 +878,10 @@ class LinkedAdapter:
         assert link is not None
         return await self.http.post(link, json={"action": "accept", "data": data})
 
-    async def answer(self, request: Request) -> None:
-        response = await self._send(request, DATA)
-        assert response.status_code == 200, response.text
-
-    async def answer_invalidly(self, request: Request) -> str:
-        response = await self._send(request, INVALID)
-        assert response.status_code == 422, response.text
-        return str(response.json()["error"])
-
-    async def terminate(self) -> int:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        return await self.process.wait()
-
     async def close(self) -> None:
         await self.http.aclose()
-        if self.process is not None and self.process.returncode is None:
-            self.process.kill()
-            await self.process.wait()
-        if self.process is not None:
-            await asyncio.gather(self.reader, return_exceptions=True)
+        await self.stop_process()
+        await self.stack.aclose()
         await self.stack.aclose()
 
 

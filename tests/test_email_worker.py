@@ -5,7 +5,6 @@ API takes; following a link answers the request, once; links expire with the req
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import shlex
@@ -18,10 +17,21 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 
-from answering import LINK_SECRET, QUEUE, Fleet, fleet, form_request, links, smtp_server, text
-from toolnexus import Service, Source
+from answering import (
+    LINK_SECRET,
+    QUEUE,
+    Fleet,
+    fleet,
+    form_request,
+    links,
+    serving,
+    smtp_server,
+    text,
+)
+from toolnexus import Source
 from toolnexus.rendering import FIELD_PREFIX
 from toolnexus.security import SigningKey
+from toolnexus_workers.auto import Rule
 from toolnexus_workers.delivery import Retry
 from toolnexus_workers.mail.sender import EmailWorker, Route, Smtp, read_routes
 
@@ -33,8 +43,8 @@ HTML = {"Accept": "text/html"}
 CALL = {"name": "deploy", "arguments": {"environment": "production"}}
 
 
-@contextlib.asynccontextmanager
-async def mailing(setup: Fleet, port: int, **options: Any) -> AsyncIterator[EmailWorker]:
+def mailing(setup: Fleet, port: int, **options: Any) -> Any:
+    """The email worker running, mailing through the SMTP server at ``port``."""
     worker = EmailWorker(
         QUEUE,
         Smtp("127.0.0.1", port, "none"),
@@ -44,15 +54,7 @@ async def mailing(setup: Fleet, port: int, **options: Any) -> AsyncIterator[Emai
         retry=Retry(attempts=2, first_delay_s=0.05),
         **options,
     )
-    async with setup.connect("email-worker") as broker:
-        service = Service(broker, worker, group="email")
-        run = asyncio.create_task(service.run())
-        try:
-            yield worker
-        finally:
-            service.stop()
-            await run
-            await worker.aclose()
+    return serving(setup, worker)
 
 
 @pytest.fixture
@@ -76,7 +78,7 @@ def tool_call() -> Any:
     )
 
 
-ROUTES = [Route(("oncall@example.com",), (("kind", ("tool_call",)),))]
+ROUTES = [Route(("oncall@example.com",), Rule(1, "skip", kind=("tool_call",)))]
 
 
 async def test_a_tool_call_is_mailed_and_its_approve_link_answers_once(
@@ -88,7 +90,8 @@ async def test_a_tool_call_is_mailed_and_its_approve_link_answers_once(
         mail = await inbox.mail("oncall@example.com")
         assert mail["Subject"] == "May deploy run?"
         body = text(mail)
-        assert "Asked by agent ci-7, server infra, tool deploy, on queue ops.\nTime left: " in body
+        assert "Tool call from server infra, tool deploy, agent ci-7\nMay deploy run?\n" in body
+        assert re.search(r"\nTime left: [\w ]+ \(until [\d:]+ UTC\)\nQueue: ops\n", body)
         assert 'Tool call: deploy\n{\n  "environment": "production"\n}' in body
         found = links(mail)
         assert sorted(found) == ["Approve", "Decline"]

@@ -6,7 +6,6 @@ the same ``webhook-id``; the end of each request is announced."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -17,9 +16,8 @@ import pytest
 from standardwebhooks import Webhook
 from starlette.applications import Starlette
 
-from answering import QUEUE, Fleet, Receiver, Recording, fleet, form_request
+from answering import QUEUE, Fleet, Receiver, Recording, fleet, form_request, serving
 from answering import WEBHOOK_SECRET as SECRET
-from toolnexus import Service
 from toolnexus_workers.delivery import Retry
 from toolnexus_workers.webhook import main as webhook_main
 from toolnexus_workers.webhook.sender import Endpoint, WebhookWorker
@@ -30,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "how-to" / "webhooks.md"
 
 
-@contextlib.asynccontextmanager
-async def sending(setup: Fleet, receiver: Receiver, **options: Any) -> AsyncIterator[WebhookWorker]:
+def sending(setup: Fleet, receiver: Receiver, **options: Any) -> Any:
+    """The webhook worker running, POSTing to ``receiver``'s ``/hook``."""
     worker = WebhookWorker(
         QUEUE,
         [Endpoint.parse(f"ci={receiver.url}/hook")],
@@ -41,15 +39,7 @@ async def sending(setup: Fleet, receiver: Receiver, **options: Any) -> AsyncIter
         retry=options.pop("retry", Retry(attempts=4, first_delay_s=0.05)),
         **options,
     )
-    async with setup.connect("webhook-worker") as broker:
-        service = Service(broker, worker, group="webhook")
-        run = asyncio.create_task(service.run())
-        try:
-            yield worker
-        finally:
-            service.stop()
-            await run
-            await worker.aclose()
+    return serving(setup, worker)
 
 
 @pytest.fixture
@@ -130,27 +120,20 @@ async def test_the_documented_receiver_answers_through_the_link(setup: Fleet) ->
     async with Receiver(app) as receiver:
         endpoint = Endpoint(f"{receiver.url}/hooks/toolnexus", "docs")
         worker = WebhookWorker(QUEUE, [endpoint], SECRET, setup.link_key, setup.server.url)
-        async with setup.connect("webhook-worker") as broker:
-            service = Service(broker, worker, group="webhook")
-            run = asyncio.create_task(service.run())
-            try:
-                calls = {}
-                for name in ("read_file", "write_file"):
-                    call = {"name": name, "arguments": {"path": "/etc/motd"}}
-                    calls[name] = await setup.ask(
-                        form_request(
-                            kind="tool_call", prompt=f"May {name} run?", data={"tool_call": call}
-                        )
+        async with serving(setup, worker):
+            calls = {}
+            for name in ("read_file", "write_file"):
+                call = {"name": name, "arguments": {"path": "/etc/motd"}}
+                calls[name] = await setup.ask(
+                    form_request(
+                        kind="tool_call", prompt=f"May {name} run?", data={"tool_call": call}
                     )
-                answer = await asyncio.wait_for(calls["read_file"], 30)
-                assert (answer.ok, answer.data, answer.person) == (True, None, "link:webhook:docs")
-                assert not calls["write_file"].done()
-                calls["write_file"].cancel()
-                await asyncio.gather(calls["write_file"], return_exceptions=True)
-            finally:
-                service.stop()
-                await run
-                await worker.aclose()
+                )
+            answer = await asyncio.wait_for(calls["read_file"], 30)
+            assert (answer.ok, answer.data, answer.person) == (True, None, "link:webhook:docs")
+            assert not calls["write_file"].done()
+            calls["write_file"].cancel()
+            await asyncio.gather(calls["write_file"], return_exceptions=True)
 
 
 def test_the_command_makes_a_secret_and_refuses_a_bad_configuration(
@@ -166,3 +149,21 @@ def test_the_command_makes_a_secret_and_refuses_a_bad_configuration(
     no_links = [*base, "--webhook-secret", secret, "--endpoint", "http://127.0.0.1:9/h"]
     assert webhook_main(no_links) == 2
     assert "answer link" in capsys.readouterr().err
+
+
+async def test_a_tool_approval_is_announced_with_its_arguments(setup: Fleet) -> None:
+    recording = Recording()
+    call = {"name": "transfer", "arguments": {"to": "ACME", "amount": 10}}
+    async with Receiver(recording.app()) as receiver, sending(setup, receiver):
+        request = form_request(
+            kind="tool_call", prompt="May transfer run?", data={"tool_call": call}
+        )
+        wait = await setup.ask(request)
+        opened = await recording.message(f"{request.id}.open")
+        shown = opened["data"]["request"]
+        assert (shown["kind"], shown["data"]["tool_call"]) == ("tool_call", call)
+        async with httpx.AsyncClient(timeout=30) as http:
+            denied = await http.post(opened["data"]["answer_link"], json={"action": "decline"})
+        assert denied.json() == {"outcome": "answered"}
+        answer = await asyncio.wait_for(wait, 30)
+        assert (answer.ok, answer.reason) == (False, "declined")

@@ -51,6 +51,7 @@ __all__ = [
     "link_key",
     "link_url",
     "request_digest",
+    "sender_links",
 ]
 
 LINK_SECRET_ENV = "TOOLNEXUS_LINK_SECRET"
@@ -225,6 +226,22 @@ def add_link_flags(group: object, *, base: bool) -> None:
             help="the public address of the HTTP answering API that takes the links, e.g. "
             "https://answers.example.com (default: $TOOLNEXUS_LINK_BASE)",
         )
+
+
+def sender_links(secret: str | None, key_file: Path | None, base: str | None) -> LinkKey:
+    """The link key of a worker that sends links (webhook, email), which must have one
+    and ``--link-base``.
+
+    Raises:
+        ConfigurationError: either is missing, or :func:`link_key` refuses the key.
+    """
+    key = link_key(secret, key_file)
+    if key is None or not base:
+        raise ConfigurationError(
+            "every message carries answer links: give the link key (--link-secret or "
+            "--link-key, the same as the HTTP answering API's) and --link-base (its address)"
+        )
+    return key
 
 
 def link_key(secret: str | None, key_file: Path | None) -> LinkKey | None:

@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from toolnexus.rendering import Field, form_data, form_fields
 
-from ..chat import time_left
+from ..chat import header
 from ..links import ACTIONS, BadLink, Claims, LinkKey, request_digest
 from .app import Desk, Open, error, read_json, settle
 
@@ -156,18 +156,7 @@ def _frame(title: str, body: str) -> str:
 
 def _page(held: Open, claims: Claims, path: str) -> str:
     request = held.pending.request
-    source = request.source
-    asked_by = ", ".join(
-        f"{what} {html.escape(name)}"
-        for what, name in (
-            ("agent", source.agent),
-            ("server", source.server),
-            ("tool", source.tool),
-        )
-        if name
-    )
-    parts = [f"<p><strong>{html.escape(request.prompt or '(no question)')}</strong></p>"]
-    parts.append(f"<p>Asked by {asked_by or 'an agent'}. {html.escape(time_left(request))}</p>")
+    parts = [f"<p>{html.escape(line)}</p>" for line in header(request)]
     call = request.data.get("tool_call") if isinstance(request.data, dict) else None
     if isinstance(call, dict):
         arguments = json.dumps(call.get("arguments"), indent=2, ensure_ascii=False)

@@ -19,7 +19,7 @@ from pathlib import Path
 from toolnexus import Broker, ConfigurationError
 from toolnexus.cli import EXIT_OK
 
-from ..links import add_link_flags, link_key
+from ..links import add_link_flags, sender_links
 from ..options import require_extra, run_checked, service, worker_parser
 from ..reminders import add_reminder_flag
 
@@ -87,12 +87,7 @@ def _check(args: argparse.Namespace) -> None:
     args.email_routes = read_routes(args.rules) if args.rules is not None else []
     if not args.email_to and not args.email_routes:
         raise ConfigurationError("name who gets mail: --to ADDRESS or --rules FILE")
-    args.email_links = link_key(args.link_secret, args.link_key)
-    if args.email_links is None or not args.link_base:
-        raise ConfigurationError(
-            "every mail carries answer links: give the link key (--link-secret or "
-            "--link-key, the same as the HTTP answering API's) and --link-base (its address)"
-        )
+    args.email_links = sender_links(args.link_secret, args.link_key, args.link_base)
     if args.smtp_user is not None and args.smtp_password is None:
         raise ConfigurationError(f"--smtp-user needs --smtp-password (or ${PASSWORD_ENV})")
     port = args.smtp_port or (465 if args.smtp_tls == "tls" else 25)

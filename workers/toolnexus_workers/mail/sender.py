@@ -18,7 +18,6 @@ request::
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import logging
 import tomllib
@@ -33,38 +32,28 @@ import aiosmtplib
 from toolnexus import ConfigurationError, Pending, Request, Worker
 from toolnexus.models import EndedEvent
 
-from ..chat import time_left
+from ..auto import MATCHED, Rule
+from ..chat import header
 from ..delivery import Retry, deliver
 from ..links import LinkKey, link_url
 from ..reminders import Reminders
 
 log = logging.getLogger("toolnexus.email")
 
-MATCHED = ("kind", "server", "tool", "agent")
 TIMEOUT_S = 30.0
 """How long one SMTP delivery may take."""
 
 
 @dataclass(frozen=True)
 class Route:
-    """Requests matching every given pattern (``kind``, ``server``, ``tool``, ``agent``)
-    are mailed to ``to``."""
+    """Requests that ``match`` (the auto worker's matching: glob patterns on the kind and
+    the source's server, tool and agent) are mailed to ``to``."""
 
     to: tuple[str, ...]
-    patterns: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    match: Rule
 
     def matches(self, request: Request) -> bool:
-        source = request.source
-        values = {
-            "kind": request.kind,
-            "server": source.server or "",
-            "tool": source.tool or "",
-            "agent": source.agent or "",
-        }
-        return all(
-            any(fnmatch.fnmatchcase(values[what], p) for p in globs)
-            for what, globs in self.patterns
-        )
+        return self.match.matches(request)
 
 
 def read_routes(path: Path) -> list[Route]:
@@ -88,7 +77,7 @@ def read_routes(path: Path) -> list[Route]:
         to = [to] if isinstance(to, str) else to
         if not to or not all(isinstance(a, str) and "@" in a for a in to):
             raise ConfigurationError(f"{where}: 'to' must name one or more email addresses")
-        patterns = []
+        patterns: dict[str, tuple[str, ...]] = {}
         for what in MATCHED:
             globs = table.get(what)
             if globs is None:
@@ -96,8 +85,16 @@ def read_routes(path: Path) -> list[Route]:
             globs = [globs] if isinstance(globs, str) else globs
             if not isinstance(globs, list) or not all(isinstance(g, str) for g in globs):
                 raise ConfigurationError(f"{where}: {what!r} must be a pattern or a list of them")
-            patterns.append((what, tuple(globs)))
-        routes.append(Route(tuple(to), tuple(patterns)))
+            patterns[what] = tuple(globs)
+        match = Rule(
+            number,
+            "skip",
+            kind=patterns.get("kind"),
+            server=patterns.get("server"),
+            tool=patterns.get("tool"),
+            agent=patterns.get("agent"),
+        )
+        routes.append(Route(tuple(to), match))
     if not routes:
         raise ConfigurationError(f"{path} has no [[route]]")
     return routes
@@ -194,10 +191,7 @@ class EmailWorker(Worker):
             return link_url(self.link_base, token)
 
         prompt = request.prompt or "(no question)"
-        source = request.source
-        named = (("agent", source.agent), ("server", source.server), ("tool", source.tool))
-        asked_by = ", ".join(f"{what} {name}" for what, name in named if name) or "an agent"
-        lines = [prompt, "", f"Asked by {asked_by}, on queue {self.queue}.", time_left(request)]
+        lines = [*header(request), f"Queue: {self.queue}"]
         call = request.data.get("tool_call") if isinstance(request.data, dict) else None
         if isinstance(call, dict):
             arguments = json.dumps(call.get("arguments"), indent=2, ensure_ascii=False)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from toolnexus import Broker, ConfigurationError
 from toolnexus.cli import EXIT_OK
 
-from ..links import add_link_flags, link_key
+from ..links import add_link_flags, sender_links
 from ..options import require_extra, run_checked, service, worker_parser
 from ..reminders import add_reminder_flag
 
@@ -97,12 +97,7 @@ def _check(args: argparse.Namespace) -> None:
         Webhook(args.webhook_secret)
     except Exception as exc:  # binascii.Error, or standardwebhooks' empty-secret error
         raise ConfigurationError(f"--webhook-secret is not a whsec_ secret: {exc}") from None
-    args.webhook_links = link_key(args.link_secret, args.link_key)
-    if args.webhook_links is None or not args.link_base:
-        raise ConfigurationError(
-            "every message carries an answer link: give the link key (--link-secret or "
-            "--link-key, the same as the HTTP answering API's) and --link-base (its address)"
-        )
+    args.webhook_links = sender_links(args.link_secret, args.link_key, args.link_base)
     if args.attempts < 1 or not args.retry_delay_s > 0:
         raise ConfigurationError("--attempts must be 1 or more and --retry-delay-s positive")
     args.webhook_endpoints = [Endpoint.parse(text) for text in args.endpoint]
