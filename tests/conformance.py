@@ -583,22 +583,21 @@ class WebAdapter:
             await asyncio.gather(self.reader, return_exceptions=True)
 
 
-class _ChatAdapter:
-    """A chat bot's command in a subprocess, talking to a fake chat API in this process."""
+class ProcessAdapter:
+    """A worker run as a ``toolnexus worker`` process: its log read until it says
+    ``ready``, SIGTERM sent to it, killed on close if it still runs."""
 
-    group = "chat"
+    group = "worker"
     ready = "serving"
+    process: asyncio.subprocess.Process | None = None
 
-    def __init__(self, directory: Path) -> None:
-        self.process: asyncio.subprocess.Process | None = None
+    async def launch(self, command: list[str], env: dict[str, str] | None = None) -> None:
         self.lines: list[str] = []
-
-    async def launch(self, command: list[str]) -> None:
         self.process = await asyncio.create_subprocess_exec(
-            *command, stderr=asyncio.subprocess.PIPE, env=clean_env()
+            *command, stderr=asyncio.subprocess.PIPE, env=env or clean_env()
         )
         self.reader = asyncio.create_task(self._read())
-        await eventually(self._serving, f"the {self.group} bot serving", STARTUP_S)
+        await eventually(self._serving, f"the {self.group} worker serving", STARTUP_S)
 
     async def _read(self) -> None:
         assert self.process is not None and self.process.stderr is not None
@@ -619,6 +618,15 @@ class _ChatAdapter:
             await self.process.wait()
         if self.process is not None:
             await asyncio.gather(self.reader, return_exceptions=True)
+
+
+class _ChatAdapter(ProcessAdapter):
+    """A chat bot's command in a subprocess, talking to a fake chat API in this process."""
+
+    group = "chat"
+
+    def __init__(self, directory: Path) -> None:
+        pass
 
 
 class SlackAdapter(_ChatAdapter):
@@ -741,42 +749,6 @@ queues = ["*"]
 HTTP_TOKEN = "conformance-http-token-0123456789"
 
 
-class ProcessAdapter:
-    """A worker run as a ``toolnexus worker`` process: its log read, SIGTERM sent to it."""
-
-    process: asyncio.subprocess.Process | None = None
-
-    async def launch(self, command: list[str], env: dict[str, str], what: str) -> None:
-        """Start ``command`` and wait until it logs that it is serving."""
-        self.lines: list[str] = []
-        self.process = await asyncio.create_subprocess_exec(
-            *command, stderr=asyncio.subprocess.PIPE, env=env
-        )
-        self.reader = asyncio.create_task(self._read())
-        await eventually(self._serving, f"the {what} worker serving", STARTUP_S)
-
-    async def _read(self) -> None:
-        assert self.process is not None and self.process.stderr is not None
-        async for line in self.process.stderr:
-            self.lines.append(line.decode())
-
-    async def _serving(self) -> bool:
-        return any("serving" in line for line in self.lines)
-
-    async def terminate(self) -> int:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        return await self.process.wait()
-
-    async def stop_process(self) -> None:
-        """Kill the process if it still runs."""
-        if self.process is not None and self.process.returncode is None:
-            self.process.kill()
-            await self.process.wait()
-        if self.process is not None:
-            await asyncio.gather(self.reader, return_exceptions=True)
-
-
 class HttpAdapter(ProcessAdapter):
     """``toolnexus worker http`` in a subprocess, answered over its HTTP API."""
 
@@ -791,7 +763,7 @@ class HttpAdapter(ProcessAdapter):
         command = worker_command(
             "http", url, namespace, queue, "--port", "0", "--tokens", str(self.tokens)
         )
-        await self.launch(command, clean_env(), "http")
+        await self.launch(command)
         line = next(line for line in self.lines if "answering API on" in line)
         self.address = line.split("answering API on ")[1].split()[0]
 
@@ -815,7 +787,7 @@ class HttpAdapter(ProcessAdapter):
 
     async def close(self) -> None:
         await self.http.aclose()
-        await self.stop_process()
+        await super().close()
 
 
 LINK_SECRET_FOR_ADAPTERS = "a link secret for the conformance suite, long enough"
@@ -861,7 +833,7 @@ class LinkedAdapter(HttpAdapter):
             self.name, url, namespace, queue, "--link-base", self.api.url, *self.extra()
         )
         env = clean_env(TOOLNEXUS_LINK_SECRET=LINK_SECRET_FOR_ADAPTERS)
-        await self.launch(command, env, self.name)
+        await self.launch(command, env)
 
     async def serve_receiver(self) -> None:
         """Start where the worker sends (a webhook receiver, an SMTP server)."""
@@ -879,8 +851,7 @@ class LinkedAdapter(HttpAdapter):
         return await self.http.post(link, json={"action": "accept", "data": data})
 
     async def close(self) -> None:
-        await self.http.aclose()
-        await self.stop_process()
+        await super().close()
         await self.stack.aclose()
         await self.stack.aclose()
 

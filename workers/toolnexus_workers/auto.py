@@ -44,7 +44,7 @@ from toolnexus import (
 from toolnexus.cli import EXIT_OK, failed
 from toolnexus.models import EndedEvent
 
-from .options import configure_logging, run_main, service, worker_parser
+from .options import configure_logging, run_main, serve_worker, worker_parser
 
 log = logging.getLogger("toolnexus.auto")
 
@@ -362,11 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     async def work(broker: Broker) -> int:
         worker = AutoWorker(rules)
         log.info("answering queue %r by %d rules from %s", args.queue, len(rules), rules.source)
-        try:
-            await service(broker, args, worker).run(handle_signals=True)
-        finally:
-            await worker.aclose()
-        return EXIT_OK
+        return await serve_worker(broker, args, worker, worker.aclose)
 
     return run_main(args, work)
 

@@ -17,10 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolnexus import Broker, ConfigurationError
-from toolnexus.cli import EXIT_OK
 
 from ..links import add_link_flags, sender_links
-from ..options import require_extra, run_checked, service, worker_parser
+from ..options import require_extra, run_checked, serve_worker, worker_parser
 from ..reminders import add_reminder_flag
 
 log = logging.getLogger("toolnexus.email")
@@ -108,11 +107,7 @@ async def _serve(broker: Broker, args: argparse.Namespace) -> int:
         remind_after_s=args.remind_after_s,
     )
     log.info("mailing queue %r through %s:%d", args.queue, args.smtp_host, args.email_smtp.port)
-    try:
-        await service(broker, args, worker).run(handle_signals=True)
-    finally:
-        await worker.aclose()
-    return EXIT_OK
+    return await serve_worker(broker, args, worker, worker.aclose)
 
 
 __all__ = ["main", "parser"]

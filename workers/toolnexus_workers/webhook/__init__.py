@@ -24,7 +24,7 @@ from toolnexus import Broker, ConfigurationError
 from toolnexus.cli import EXIT_OK
 
 from ..links import add_link_flags, sender_links
-from ..options import require_extra, run_checked, service, worker_parser
+from ..options import require_extra, run_checked, serve_worker, worker_parser
 from ..reminders import add_reminder_flag
 
 log = logging.getLogger("toolnexus.webhook")
@@ -121,11 +121,7 @@ async def _serve(broker: Broker, args: argparse.Namespace) -> int:
     )
     names = ", ".join(e.name for e in args.webhook_endpoints)
     log.info("announcing queue %r to %s", args.queue, names)
-    try:
-        await service(broker, args, worker).run(handle_signals=True)
-    finally:
-        await worker.aclose()
-    return EXIT_OK
+    return await serve_worker(broker, args, worker, worker.aclose)
 
 
 __all__ = ["main", "parser"]
