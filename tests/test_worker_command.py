@@ -32,8 +32,8 @@ def test_the_workers_are_listed() -> None:
     done = run("worker", "--help")
     assert done.returncode == 0
     assert (
-        "Run a responder worker: auto, gateway, http, slack, telegram, terminal, web."
-        in " ".join(done.stdout.split())
+        "Run a responder worker: auto, email, gateway, http, slack, telegram, terminal, web, "
+        "webhook." in " ".join(done.stdout.split())
     )
 
 

@@ -37,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
         concurrency=20,
     )
     mail = p.add_argument_group("email")
-    mail.add_argument("--from", dest="sender", required=True, help="the sender's address")
+    mail.add_argument("--from", dest="sender", help="the sender's address (required)")
     mail.add_argument(
         "--to",
         action="append",
@@ -81,6 +81,8 @@ def _check(args: argparse.Namespace) -> None:
     require_extra("email", _EXTRA)
     from .sender import Smtp, checked_addresses, read_routes
 
+    if not args.sender:
+        raise ConfigurationError("give the sender's address: --from ADDRESS")
     args.email_to = checked_addresses(args.to, "--to")
     checked_addresses([args.sender], "--from")
     args.email_routes = read_routes(args.rules) if args.rules is not None else []
