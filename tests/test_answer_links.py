@@ -9,9 +9,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx2 as httpx
+import jsonschema
 import pytest
 
 from answering import Fleet, fleet, form_request
+from test_http_api import schema
 from toolnexus.security import SigningKey
 from toolnexus_workers.links import LinkKey
 
@@ -39,6 +41,7 @@ async def test_a_link_answers_once_and_the_waiter_gets_exactly_that(
     wait = await setup.ask(request)
     url = setup.link(request, "alice@example.com")
     described = (await http.get(url)).json()
+    jsonschema.validate(described, schema("LinkDescription"))  # as the OpenAPI document says
     assert described["request"]["id"] == request.id
     assert (described["recipient"], described["action"]) == ("alice@example.com", None)
     invalid = await http.post(url, json={"action": "accept", "data": {"name": "A"}})

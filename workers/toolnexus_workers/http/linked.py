@@ -39,9 +39,10 @@ _LABELS = {"accept": "Approve", "decline": "Decline", "dismiss": "Dismiss"}
 
 
 class AnswerLinks:
-    """The link routes over ``desk``, for tokens signed with ``key``."""
+    """The link routes over ``desk``, for tokens signed with ``key`` (None: every link is
+    refused, 404)."""
 
-    def __init__(self, desk: Desk, key: LinkKey) -> None:
+    def __init__(self, desk: Desk, key: LinkKey | None) -> None:
         self.desk, self.key = desk, key
         self.used: dict[str, float] = {}  # nonce -> its link's expiry
 
@@ -50,6 +51,9 @@ class AnswerLinks:
 
     async def follow(self, request: HttpRequest) -> Response:
         wants_page = _wants_page(request)
+        if self.key is None:
+            message = "this worker takes no answer links: it has no link key"
+            return _refusal(404, message, wants_page)
         try:
             claims = self.key.read(request.path_params["token"])
         except BadLink as exc:

@@ -54,7 +54,7 @@ class HttpServer(AppServer):
     ) -> None:
         self.desk = Desk()
         self.api = HttpApi(self.desk, tokens, list(brokers), max_wait_s=max_wait_s)
-        self.links = AnswerLinks(self.desk, links) if links is not None else None
+        self.links = AnswerLinks(self.desk, links)
         services = [
             Service(
                 broker,
@@ -69,12 +69,12 @@ class HttpServer(AppServer):
         super().__init__(host, port, services)
 
     def app(self) -> ASGIApp:
-        return self.api.app(self.links.routes() if self.links is not None else ())
+        return self.api.app(self.links.routes())
 
     async def start(self, *, handle_signals: bool = False) -> None:
         await super().start(handle_signals=handle_signals)
         log.info("HTTP answering API on %s (queues %s)", self.url, ", ".join(self.api.queues))
-        if self.links is not None:
+        if self.links.key is not None:
             log.info("answer links taken at %s/v1/links/", self.url)
 
     async def closing(self) -> None:
