@@ -97,3 +97,20 @@ async def test_redis_holds_nothing_of_a_link_and_a_used_link_stays_used(
     setup.server.links.used.clear()  # as after a restart: the link's use is forgotten here
     again = await http.post(url, json={"action": "decline"})
     assert again.status_code == 410 and "closed" in again.json()["error"]
+
+
+async def test_a_link_used_twice_at_once_answers_once(
+    setup: Fleet, http: httpx.AsyncClient
+) -> None:
+    """Observation 2, S1: two uses of one link sent together: one answers, the other is
+    refused, and the waiter gets the one answer."""
+    request = form_request()
+    wait = await setup.ask(request)
+    url = setup.link(request, "gail")
+    bodies = [{"action": "accept", "data": {"name": f"Gail {n}"}} for n in (1, 2)]
+    sent = await asyncio.gather(*(http.post(url, json=body) for body in bodies))
+    statuses = sorted(response.status_code for response in sent)
+    assert statuses[0] == 200 and statuses[1] in (409, 410), [r.text for r in sent]
+    taken = next(n for n, r in enumerate(sent) if r.status_code == 200)
+    answer = await asyncio.wait_for(wait, 30)
+    assert (answer.data, answer.person) == (bodies[taken]["data"], "link:gail")

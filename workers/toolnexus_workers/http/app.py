@@ -371,16 +371,24 @@ def number(
     return value
 
 
-async def read_json(request: HttpRequest) -> dict[str, Any] | Response:
-    """The body as a JSON object, or the 400/413 response naming what is wrong."""
+async def read_body(request: HttpRequest) -> bytes | Response:
+    """The body, or the 413 response when it is over :data:`MAX_BODY_BYTES`."""
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY_BYTES:
             return error(413, f"the body is over {MAX_BODY_BYTES} bytes")
         chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(request: HttpRequest) -> dict[str, Any] | Response:
+    """The body as a JSON object, or the 400/413 response naming what is wrong."""
+    raw = await read_body(request)
+    if isinstance(raw, Response):
+        return raw
     try:
-        body = json.loads(b"".join(chunks))
+        body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         return error(400, f"the body is not JSON: {exc}")
     if not isinstance(body, dict):

@@ -25,11 +25,12 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from toolnexus import InvalidRequest
 from toolnexus.rendering import Field, form_data, form_fields
 
 from ..chat import header
 from ..links import ACTIONS, BadLink, Claims, LinkKey, request_digest
-from .app import Desk, Open, error, read_json, settle
+from .app import Desk, Open, error, read_body, read_json, settle
 
 DELIVERY_GRACE_S = 3.0
 """How long a followed link waits for its request to reach this worker (a webhook can be
@@ -93,11 +94,13 @@ class AnswerLinks:
         action: Any
         data: Any
         if form:
-            submitted = parse_qs((await request.body()).decode("utf-8", "replace"))
+            raw = await read_body(request)
+            if isinstance(raw, Response):
+                return raw
+            submitted = parse_qs(raw.decode("utf-8", "replace"))
             action = (submitted.get("action") or [""])[-1]
-            schema = held.pending.request.schema
-            data = form_data(form_fields(schema), submitted) if schema else None
-            data = data if action == "accept" else None
+            fields = _fields(held)
+            data = form_data(fields, submitted) if fields and action == "accept" else None
         else:
             body = await read_json(request)
             if isinstance(body, Response):
@@ -110,11 +113,14 @@ class AnswerLinks:
             return _refusal(403, message, wants_page)
         if action != "accept" and data is not None:
             return error(400, f"{action} takes no data", field="data")
+        if claims.nonce in self.used:  # another use of the link came first
+            return _refusal(410, "this link was used already: it answers once", wants_page)
+        now = time.time()
+        self.used = {n: t for n, t in self.used.items() if t > now}
+        self.used[claims.nonce] = claims.expires_at  # taken while the answer is sent
         sent = await settle(self.desk, held, action, data, claims.person, "through a link")
-        if sent.status_code == 200:
-            now = time.time()
-            self.used = {n: t for n, t in self.used.items() if t > now}
-            self.used[claims.nonce] = claims.expires_at
+        if sent.status_code != 200:  # not taken (an invalid form, say): the link still works
+            self.used.pop(claims.nonce, None)
         if not wants_page:
             return sent
         outcome = json.loads(bytes(sent.body))
@@ -124,6 +130,18 @@ class AnswerLinks:
         if outcome["outcome"] == "voted":
             done = f"counted as a vote ({outcome['approvals']})"
         return HTMLResponse(_frame("Thank you", f"<p>The request was {done}.</p>"))
+
+
+def _fields(held: Open) -> list[Field]:
+    """The form fields of ``held``'s schema (none without one, or for one that cannot be
+    shown: the answer is then checked, and refused, by the schema itself)."""
+    schema = held.pending.request.schema
+    if not schema:
+        return []
+    try:
+        return form_fields(schema)
+    except InvalidRequest:
+        return []
 
 
 def _wants_page(request: HttpRequest) -> bool:
@@ -168,10 +186,7 @@ def _page(held: Open, claims: Claims, path: str) -> str:
         parts.append(f"<pre>{html.escape(arguments)}</pre>")
     if request.url:
         parts.append(f"<p>Link: <code>{html.escape(request.url)}</code> (not opened here)</p>")
-    fields: list[Field] = []
-    schema = request.schema
-    if schema and claims.action in (None, "accept"):
-        fields = form_fields(schema)
+    fields = _fields(held) if claims.action in (None, "accept") else []
     inputs = "".join(_input(f) for f in fields)
     actions = [claims.action] if claims.action else ["accept", "decline"]
     buttons = "".join(f'<button name="action" value="{a}">{_LABELS[a]}</button>' for a in actions)
