@@ -30,7 +30,12 @@ COMMANDS = [
     ["worker", "telegram"],
     ["worker", "gateway"],
     ["worker", "a2a"],
+    ["worker", "http"],
+    ["worker", "webhook"],
+    ["worker", "email"],
 ]
+MODULES = {"email": "mail"}
+"""Workers whose module (``toolnexus_workers.MODULE``) is not named as the worker."""
 ROOT = Path(__file__).parents[1]
 
 
@@ -38,8 +43,12 @@ def help_text(command: list[str]) -> str:
     """``toolnexus COMMAND --help``, as the installed parsers print it (80 columns)."""
     path = os.pathsep.join([str(ROOT / "bridge"), str(ROOT / "workers")])
     env = {**os.environ, "COLUMNS": "88", "PYTHONPATH": path}
+    run = ["-m", "toolnexus.cli", *command, "--help"]
+    if command[:1] == ["worker"] and len(command) == 2:  # this tree's worker, installed or not
+        module = MODULES.get(command[1], command[1])
+        run = ["-c", f"from toolnexus_workers.{module} import main; main(['--help'])"]
     done = subprocess.run(
-        [sys.executable, "-m", "toolnexus.cli", *command, "--help"],
+        [sys.executable, *run],
         capture_output=True,
         text=True,
         env=env,

@@ -27,6 +27,7 @@ import pexpect
 from playwright.async_api import Browser, Locator, Playwright, async_playwright
 
 import toolnexus
+from answering import WEBHOOK_SECRET, Receiver, Recording, links, smtp_server
 from chat_fakes import (
     BOT_TOKEN,
     SIGNING_SECRET,
@@ -53,6 +54,9 @@ from toolnexus import (
     Worker,
     new_id,
 )
+from toolnexus_workers.http.server import HttpServer
+from toolnexus_workers.http.tokens import Tokens, add_token
+from toolnexus_workers.links import LinkKey
 
 FORM = {
     "type": "object",
@@ -103,6 +107,9 @@ class WorkerUnderTest(Protocol):
     """How the suite drives one worker."""
 
     group: str
+    """The worker's consumer group; its answers come from responders named ``GROUP/...``,
+    or ``answers_as`` if the adapter says (the webhook and email workers are answered
+    through the HTTP answering API's links)."""
 
     async def start(self, url: str, namespace: str, queue: str) -> None:
         """Start the worker on ``url`` (Redis), answering ``queue`` of ``namespace``."""
@@ -170,7 +177,8 @@ async def answers_exactly_once(worker: WorkerUnderTest, broker: Broker) -> None:
             await worker.answer(request)
             answer = await asyncio.wait_for(wait, 30)
         assert (answer.ok, answer.data) == (True, EXPECTED)
-        assert answer.responder is not None and answer.responder.startswith(f"{worker.group}/")
+        answers_as = getattr(worker, "answers_as", worker.group)
+        assert answer.responder is not None and answer.responder.startswith(f"{answers_as}/")
         await asyncio.sleep(1.0)  # room for a second answer, were there one
         assert not await worker.shows(request)
     assert [e.event for e in seen if e.id == request.id] == ["answered"]
@@ -575,22 +583,21 @@ class WebAdapter:
             await asyncio.gather(self.reader, return_exceptions=True)
 
 
-class _ChatAdapter:
-    """A chat bot's command in a subprocess, talking to a fake chat API in this process."""
+class ProcessAdapter:
+    """A worker run as a ``toolnexus worker`` process: its log read until it says
+    ``ready``, SIGTERM sent to it, killed on close if it still runs."""
 
-    group = "chat"
+    group = "worker"
     ready = "serving"
+    process: asyncio.subprocess.Process | None = None
 
-    def __init__(self, directory: Path) -> None:
-        self.process: asyncio.subprocess.Process | None = None
+    async def launch(self, command: list[str], env: dict[str, str] | None = None) -> None:
         self.lines: list[str] = []
-
-    async def launch(self, command: list[str]) -> None:
         self.process = await asyncio.create_subprocess_exec(
-            *command, stderr=asyncio.subprocess.PIPE, env=clean_env()
+            *command, stderr=asyncio.subprocess.PIPE, env=env or clean_env()
         )
         self.reader = asyncio.create_task(self._read())
-        await eventually(self._serving, f"the {self.group} bot serving", STARTUP_S)
+        await eventually(self._serving, f"the {self.group} worker serving", STARTUP_S)
 
     async def _read(self) -> None:
         assert self.process is not None and self.process.stderr is not None
@@ -611,6 +618,15 @@ class _ChatAdapter:
             await self.process.wait()
         if self.process is not None:
             await asyncio.gather(self.reader, return_exceptions=True)
+
+
+class _ChatAdapter(ProcessAdapter):
+    """A chat bot's command in a subprocess, talking to a fake chat API in this process."""
+
+    group = "chat"
+
+    def __init__(self, directory: Path) -> None:
+        pass
 
 
 class SlackAdapter(_ChatAdapter):
@@ -733,7 +749,7 @@ queues = ["*"]
 HTTP_TOKEN = "conformance-http-token-0123456789"
 
 
-class HttpAdapter:
+class HttpAdapter(ProcessAdapter):
     """``toolnexus worker http`` in a subprocess, answered over its HTTP API."""
 
     group = "http"
@@ -741,29 +757,15 @@ class HttpAdapter:
     def __init__(self, directory: Path) -> None:
         self.tokens = directory / "tokens.toml"
         self.tokens.write_text(HTTP_TOKENS % hashlib.sha256(HTTP_TOKEN.encode()).hexdigest())
-        self.process: asyncio.subprocess.Process | None = None
-        self.lines: list[str] = []
         self.http = httpx.AsyncClient(timeout=20, headers={"Authorization": f"Bearer {HTTP_TOKEN}"})
 
     async def start(self, url: str, namespace: str, queue: str) -> None:
         command = worker_command(
             "http", url, namespace, queue, "--port", "0", "--tokens", str(self.tokens)
         )
-        self.process = await asyncio.create_subprocess_exec(
-            *command, stderr=asyncio.subprocess.PIPE, env=clean_env()
-        )
-        self.reader = asyncio.create_task(self._read())
-        await eventually(self._serving, "the http worker serving", STARTUP_S)
+        await self.launch(command)
         line = next(line for line in self.lines if "answering API on" in line)
         self.address = line.split("answering API on ")[1].split()[0]
-
-    async def _read(self) -> None:
-        assert self.process is not None and self.process.stderr is not None
-        async for line in self.process.stderr:
-            self.lines.append(line.decode())
-
-    async def _serving(self) -> bool:
-        return any("serving" in line for line in self.lines)
 
     async def shows(self, request: Request) -> bool:
         response = await self.http.get(f"{self.address}/v1/requests/{request.id}")
@@ -783,18 +785,130 @@ class HttpAdapter:
         assert response.status_code == 422, response.text
         return str(response.json()["error"])
 
-    async def terminate(self) -> int:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        return await self.process.wait()
-
     async def close(self) -> None:
         await self.http.aclose()
-        if self.process is not None and self.process.returncode is None:
-            self.process.kill()
-            await self.process.wait()
-        if self.process is not None:
-            await asyncio.gather(self.reader, return_exceptions=True)
+        await super().close()
+
+
+LINK_SECRET_FOR_ADAPTERS = "a link secret for the conformance suite, long enough"
+
+
+class LinkedAdapter(HttpAdapter):
+    """A worker that announces requests with single-use links (webhook, email) in a
+    subprocess, beside an HTTP answering API in this process that takes the links: it
+    is answered by following the link it sent (as :class:`HttpAdapter` answers, at the
+    link), so its answers come from the API's group (``answers_as``)."""
+
+    group = ""
+    answers_as = "http"
+    name = ""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.http = httpx.AsyncClient(timeout=20)
+        self.stack = contextlib.AsyncExitStack()
+
+    def extra(self) -> list[str]:
+        """The worker's own options: where it sends."""
+        raise NotImplementedError
+
+    def link(self, request: Request) -> str | None:
+        """The answer link sent for ``request``, if it was sent."""
+        raise NotImplementedError
+
+    def ended(self, request: Request) -> bool:
+        """Whether the worker said that ``request`` ended (the email worker does not)."""
+        return False
+
+    async def start(self, url: str, namespace: str, queue: str) -> None:
+        tokens = self.directory / "tokens.toml"
+        add_token(tokens, "nobody", [queue])
+        api_broker = toolnexus.connect(url, namespace=namespace, queue=queue, block_ms=200)
+        await self.stack.enter_async_context(api_broker)
+        links = LinkKey(secret=LINK_SECRET_FOR_ADAPTERS)
+        self.api = HttpServer({queue: api_broker}, Tokens(tokens), port=0, links=links)
+        await self.stack.enter_async_context(self.api)
+        await self.serve_receiver()
+        command = worker_command(
+            self.name, url, namespace, queue, "--link-base", self.api.url, *self.extra()
+        )
+        env = clean_env(TOOLNEXUS_LINK_SECRET=LINK_SECRET_FOR_ADAPTERS)
+        await self.launch(command, env)
+
+    async def serve_receiver(self) -> None:
+        """Start where the worker sends (a webhook receiver, an SMTP server)."""
+
+    async def shows(self, request: Request) -> bool:
+        link = self.link(request)
+        if link is None or self.ended(request):
+            return False
+        return (await self.http.get(link)).status_code == 200
+
+    async def _send(self, request: Request, data: object) -> httpx.Response:
+        await eventually(lambda: self.shows(request), f"{request.id} announced")
+        link = self.link(request)
+        assert link is not None
+        return await self.http.post(link, json={"action": "accept", "data": data})
+
+    async def close(self) -> None:
+        await super().close()
+        await self.stack.aclose()
+        await self.stack.aclose()
+
+
+class WebhookAdapter(LinkedAdapter):
+    """``toolnexus worker webhook``, POSTing to a receiver in this process."""
+
+    group = name = "webhook"
+
+    async def serve_receiver(self) -> None:
+        self.recording = Recording()
+        self.receiver = await self.stack.enter_async_context(Receiver(self.recording.app()))
+
+    def extra(self) -> list[str]:
+        endpoint = f"{self.receiver.url}/hook"
+        return [
+            "--endpoint",
+            endpoint,
+            "--webhook-secret",
+            WEBHOOK_SECRET,
+            "--retry-delay-s",
+            "0.1",
+        ]
+
+    def link(self, request: Request) -> str | None:
+        opened = self.recording.messages.get(f"{request.id}.open")
+        return None if opened is None else str(opened["data"]["answer_link"])
+
+    def ended(self, request: Request) -> bool:
+        return f"{request.id}.ended" in self.recording.messages
+
+
+class EmailAdapter(LinkedAdapter):
+    """``toolnexus worker email``, mailing to an SMTP server (aiosmtpd) in this process."""
+
+    group = name = "email"
+
+    async def serve_receiver(self) -> None:
+        self.inbox, self.smtp_port = await self.stack.enter_async_context(smtp_server())
+
+    def extra(self) -> list[str]:
+        return [
+            "--smtp-port",
+            str(self.smtp_port),
+            "--smtp-tls",
+            "none",
+            "--from",
+            "toolnexus@example.com",
+            "--to",
+            "conformance@example.com",
+        ]
+
+    def link(self, request: Request) -> str | None:
+        for _, mail in self.inbox.mails:
+            if mail["X-Toolnexus-Request"] == request.id:
+                return links(mail)["Open the form"]
+        return None
 
 
 Adapter = Callable[[Path], WorkerUnderTest]
@@ -805,6 +919,8 @@ ADAPTERS: dict[str, Adapter] = {
     "terminal": TerminalAdapter,
     "web": WebAdapter,
     "http": HttpAdapter,
+    "webhook": WebhookAdapter,
+    "email": EmailAdapter,
     "slack": SlackAdapter,
     "telegram": TelegramAdapter,
 }

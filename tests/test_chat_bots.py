@@ -380,3 +380,25 @@ async def test_both_bots_run_over_tls(
     server, client = tls
     assert server.url.startswith("rediss://")
     await answered_and_restarted(server.url, chat, **FAST, **client)
+
+
+async def test_a_request_still_open_gets_a_reminder_in_reply_with_the_time_left(
+    broker: Broker, chat: ChatFake
+) -> None:
+    request = ask("Restart the cache?")
+    async with chat.server(broker, remind_after_s=0.3), waiting(broker, request):
+        message = await shown(chat, request)
+
+        def reminders() -> list[Any]:
+            return [
+                call
+                for call in chat.named(chat.posted_method)
+                if str(call.params.get("text", "")).startswith("⏰ Reminder: still open.")
+            ]
+
+        await eventually(lambda: len(reminders()) >= 2, "two reminders")
+        first = reminders()[0].params
+        assert "Time left: " in first["text"]
+        # a reply to the request's message, which keeps its controls
+        assert (first.get("thread_ts") or first.get("reply_parameters")) is not None
+        assert chat.controls(chat.message_about(request.prompt)) == chat.controls(message)

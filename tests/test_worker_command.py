@@ -32,8 +32,8 @@ def test_the_workers_are_listed() -> None:
     done = run("worker", "--help")
     assert done.returncode == 0
     assert (
-        "Run a responder worker: a2a, auto, gateway, http, slack, telegram, terminal, web."
-        in " ".join(done.stdout.split())
+        "Run a responder worker: a2a, auto, email, gateway, http, slack, telegram, terminal, "
+        "web, webhook." in " ".join(done.stdout.split())
     )
 
 
@@ -42,11 +42,14 @@ def test_an_unknown_worker_is_refused_by_name() -> None:
     assert done.returncode == 2
     assert (
         done.stderr == "toolnexus: no worker named 'slak' "
-        "(installed: a2a, auto, gateway, http, slack, telegram, terminal, web)\n"
+        "(installed: a2a, auto, email, gateway, http, slack, telegram, terminal, web, webhook)\n"
     )
 
 
-@pytest.mark.parametrize("name", ["a2a", "auto", "http", "slack", "telegram", "terminal", "web"])
+@pytest.mark.parametrize(
+    "name",
+    ["a2a", "auto", "email", "http", "slack", "telegram", "terminal", "web", "webhook"],
+)
 @pytest.mark.slow
 def test_every_worker_takes_the_common_options(name: str) -> None:
     done = run("worker", name, "--help")
@@ -74,6 +77,8 @@ def test_the_url_comes_from_the_environment(tmp_path: Path) -> None:
         ("gateway", ["uvicorn"]),
         ("http", ["uvicorn"]),
         ("a2a", ["a2a"]),
+        ("webhook", ["standardwebhooks"]),
+        ("email", ["aiosmtplib"]),
     ],
 )
 @pytest.mark.slow

@@ -62,7 +62,7 @@ from toolnexus.frameworks import TOOL_CALL, ToolCall, tool_call_of
 from toolnexus.models import EndedEvent
 from toolnexus.rendering import shorten, value_text
 
-from .options import configure_logging, run_main, service, worker_parser
+from .options import configure_logging, run_main, serve_worker, worker_parser
 
 log = logging.getLogger("toolnexus.auto")
 
@@ -483,11 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     async def work(broker: Broker) -> int:
         worker = AutoWorker(rules)
         log.info("answering queue %r by %d rules from %s", args.queue, len(rules), rules.source)
-        try:
-            await service(broker, args, worker).run(handle_signals=True)
-        finally:
-            await worker.aclose()
-        return EXIT_OK
+        return await serve_worker(broker, args, worker, worker.aclose)
 
     return run_main(args, work)
 

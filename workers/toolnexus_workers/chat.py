@@ -49,6 +49,8 @@ from toolnexus.rendering import (
 )
 from toolnexus.responders import approvals_line
 
+from .reminders import Reminders
+
 log = logging.getLogger("toolnexus.chat")
 
 Layout = Literal["approval", "choice", "multi", "form", "authorization", "tool_call"]
@@ -349,6 +351,8 @@ class ChatBot(Worker):
         self.refs: dict[str, Ref] = {}
         self.posting: dict[str, asyncio.Future[None]] = {}
         self.escalations: dict[str, list[str]] = {}  # request id -> queues it escalated to
+        self.reminders = Reminders(None, self._remind)
+        """Reminders of the requests still open (``remind_after_s`` of the server)."""
 
     def view(self, request: Request) -> View:
         """How ``request`` is shown here: :func:`view_of`, and where it escalated to."""
@@ -366,13 +370,29 @@ class ChatBot(Worker):
     async def close_message(self, ref: Ref, text: str) -> None:
         """Edit the message at ``ref`` to say ``text``, without controls."""
 
+    @abc.abstractmethod
+    async def notify(self, ref: Ref, text: str) -> None:
+        """Say ``text`` in reply to the message at ``ref`` (a reminder)."""
+
     async def show(self, pending: Pending) -> None:
         request = pending.request
         self.shown[request.id] = pending
         posting = asyncio.ensure_future(self._post(request))
         self.posting[request.id] = posting
+        self.reminders.start(pending)
         # not cut short when the request ends meanwhile: gone() waits for it, then edits it
         await asyncio.shield(posting)
+
+    async def _remind(self, pending: Pending, count: int) -> None:
+        """A reminder (SPEC §12): the message shows the time left now, and a reply says the
+        request is still open."""
+        request = pending.request
+        if request.id not in self.shown or request.id not in self.refs:
+            return
+        await self._post(request)
+        ref = self.refs.get(request.id)
+        if ref is not None:
+            await self.notify(ref, f"⏰ Reminder: still open. {time_left(request)}")
 
     async def _post(self, request: Request) -> None:
         try:
@@ -422,6 +442,7 @@ class ChatBot(Worker):
     async def finish(self, request_id: str, note: str) -> None:
         """Close request ``request_id``'s message (who asked, what) with ``note`` and
         forget it."""
+        self.reminders.stop(request_id)
         self.escalations.pop(request_id, None)
         ref = self.refs.pop(request_id, None) or await self.messages.get(request_id)
         if ref is not None:
@@ -563,6 +584,7 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
         "concurrency": args.concurrency,
         "drain_s": args.drain_s,
         "heartbeat_ttl_s": args.heartbeat_ttl_s,
+        "remind_after_s": args.remind_after_s,
     }
 
 
@@ -583,9 +605,11 @@ class ChatServer(abc.ABC):
         concurrency: int,
         drain_s: float,
         heartbeat_ttl_s: float,
+        remind_after_s: float | None = None,
     ) -> None:
         self.broker = broker
         self.bot = bot
+        bot.reminders.after_s = remind_after_s
         self.service = Service(
             broker,
             bot,
@@ -625,6 +649,7 @@ class ChatServer(abc.ABC):
             if self._serving is not None:
                 await self._serving
         finally:
+            await self.bot.reminders.aclose()
             await self.close_transport()
 
     async def run(self) -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "require_extra",
     "run_checked",
     "run_main",
+    "serve_worker",
     "service",
     "watch_service",
     "worker_parser",
@@ -178,6 +179,18 @@ def service(broker: Broker, args: argparse.Namespace, worker: Worker) -> Service
     )
     watch_service(args, runner)
     return runner
+
+
+async def serve_worker(
+    broker: Broker, args: argparse.Namespace, worker: Worker, close: Callable[[], Awaitable[None]]
+) -> int:
+    """Run ``worker`` as the parsed options say until SIGTERM or SIGINT, then ``close()``
+    it (its own tasks, clients); return the exit status (0)."""
+    try:
+        await service(broker, args, worker).run(handle_signals=True)
+    finally:
+        await close()
+    return 0
 
 
 def watch_service(args: argparse.Namespace, runner: Service) -> None:

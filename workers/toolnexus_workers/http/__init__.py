@@ -6,7 +6,9 @@ Every request of the served queues is held open by this worker until a call answ
 declines or dismisses one, ``GET /v1/events`` follows changes by long polling. Callers
 authenticate with bearer tokens from a tokens file (stored as SHA-256 digests, scoped to
 queues, revocable); the worker answers as the person the token names (``http:NAME``),
-signed with its key. Needs ``pip install 'toolnexus-bridge[http]'``.
+signed with its key. Given a link key (``--link-secret`` or ``--link-key``), it takes the
+single-use answer links of the webhook and email workers too (``/v1/links/TOKEN``). Needs
+``pip install 'toolnexus-bridge[http]'``.
 
     toolnexus worker http tokens add alice --queue ops --tokens tokens.toml   # prints it once
     toolnexus worker http tokens list --tokens tokens.toml
@@ -28,6 +30,7 @@ from toolnexus import Broker
 from toolnexus.cli import failed
 from toolnexus.errors import ConfigurationError
 
+from ..links import add_link_flags, link_key
 from ..options import (
     add_listen_flags,
     broker_options,
@@ -72,6 +75,10 @@ def parser() -> argparse.ArgumentParser:
         default=60.0,
         help="the longest a long poll of GET /v1/events waits (60 s)",
     )
+    links = p.add_argument_group(
+        "answer links", "take the single-use links the webhook and email workers send"
+    )
+    add_link_flags(links, base=False)
     return p
 
 
@@ -143,6 +150,7 @@ def _check(args: argparse.Namespace) -> None:
     if not args.tokens.is_file():
         raise ConfigurationError(f"tokens file {args.tokens} does not exist")
     args.http_tokens = Tokens(args.tokens)
+    args.http_links = link_key(args.link_secret, args.link_key)
     args.http_queues = list(dict.fromkeys([args.queue, *args.also_queue]))
 
 
@@ -167,6 +175,7 @@ async def _serve(broker: Broker, args: argparse.Namespace) -> int:
             drain_s=args.drain_s,
             heartbeat_ttl_s=args.heartbeat_ttl_s,
             max_wait_s=args.max_wait_s,
+            links=args.http_links,
         )
         for service in server.services:
             watch_service(args, service)

@@ -27,11 +27,11 @@ import contextlib
 import json
 import logging
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
@@ -50,6 +50,7 @@ from toolnexus.models import ApprovedEvent, EndedEvent, EscalatedEvent
 from toolnexus.rendering import escalated_note, gone_note
 from toolnexus.responders import approvals_line
 
+from ..views import request_view
 from .tokens import Grant, Tokens
 
 log = logging.getLogger("toolnexus.http")
@@ -61,7 +62,8 @@ MAX_BODY_BYTES = 1024 * 1024
 """The largest answer body accepted."""
 
 JOURNAL_SIZE = 10_000
-"""Events kept for followers; one further behind is told to list again (``reset``)."""
+"""Events kept for followers; one further behind is told to list again (``reset``); as
+many ended requests are remembered, with how they ended, for the links followed late."""
 
 MAX_WAIT_S = 60.0
 """The longest ``?wait=`` of ``GET /v1/events`` by default (``--max-wait-s``)."""
@@ -85,22 +87,10 @@ class Open:
 
     def view(self) -> dict[str, Any]:
         """The request as the API shows it."""
-        request = self.pending.request
         return {
-            "id": request.id,
-            "queue": self.queue,
-            "kind": request.kind,
-            "prompt": request.prompt,
-            "data": msgspec.to_builtins(request.data),
-            "url": request.url,
-            "source": msgspec.to_builtins(request.source),
-            "created_at": request.created_at,
-            "expires_at": request.expires_at,
-            "allow": request.allow,
-            "quorum": msgspec.to_builtins(request.quorum) if request.quorum else None,
+            **request_view(self.queue, self.pending),
             "approvals": self.approvals,
             "escalated_to": list(self.escalated),
-            "signer": self.pending.signer,
         }
 
     def matches(self, source: str | None, kind: str | None) -> bool:
@@ -119,6 +109,7 @@ class Desk:
     def __init__(self) -> None:
         self.open: dict[tuple[str, str], Open] = {}
         self.journal: deque[dict[str, Any]] = deque(maxlen=JOURNAL_SIZE)
+        self.ended: dict[tuple[str, str], str] = {}  # (queue, id) -> how it ended
         self.cursor = 0
         self.closed = False
         self._changed = asyncio.Event()
@@ -146,6 +137,9 @@ class Desk:
     def remove(self, queue: str, request_id: str, note: str) -> None:
         held = self.open.pop((queue, request_id), None)
         if held is not None:
+            self.ended[(queue, request_id)] = note
+            if len(self.ended) > JOURNAL_SIZE:
+                del self.ended[next(iter(self.ended))]
             self.record("gone", held, note)
 
     def progress(self, queue: str, event: ApprovedEvent) -> None:
@@ -213,9 +207,11 @@ class HttpApi:
         self.max_wait_s = max_wait_s
         self._openapi = OPENAPI.read_bytes()
 
-    def app(self) -> Starlette:
+    def app(self, more: Sequence[Route] = ()) -> Starlette:
+        """The API's application, with ``more`` routes (the answer links')."""
         return Starlette(
             routes=[
+                *more,
                 Route("/openapi.json", self.openapi, methods=["GET"]),
                 Route("/v1/requests", self.listing, methods=["GET"]),
                 Route("/v1/requests/{id:path}/answer", self.answer, methods=["POST"]),
@@ -303,32 +299,9 @@ class HttpApi:
             return error(
                 400, f"message is longer than {MAX_MESSAGE_CHARS} characters", field="message"
             )
-        pending, person = held.pending, grant.person
-        try:
-            if action == "accept":
-                progress = await pending.accept(body.get("data"), person=person)
-            elif action == "decline":  # a tool approval's message is for the model
-                progress = await pending.decline(message or None, person=person)
-            else:
-                progress = await pending.dismiss(person=person)
-        except InvalidAnswer as exc:
-            return error(422, str(exc), field=exc.field, rule=exc.rule)
-        except NotAllowed as exc:
-            return error(403, f"{person!r} may not answer this request: {exc.reason}")
-        except AlreadyVoted as exc:
-            return error(409, f"not counted: {exc.reason}")
-        except NotResolved as exc:
-            self.desk.remove(held.queue, held.pending.request.id, f"Not answered: {exc.reason}.")
-            return error(409, f"not answered: this request was {exc.reason}")
-        except BrokerUnavailable as exc:
-            return error(503, f"the broker cannot be reached: {exc}")
-        if progress is not None:  # a quorum's vote, counted: it stays open for others
-            self.desk.progress(held.queue, progress)
-            return JSONResponse({"outcome": "voted", "approvals": held.approvals})
-        done = {"accept": "Accepted", "decline": "Declined", "dismiss": "Dismissed"}[action]
-        self.desk.remove(held.queue, pending.request.id, f"{done} by {person} over HTTP.")
-        log.info("request %s %s by %s over HTTP", pending.request.id, action, person)
-        return JSONResponse({"outcome": "answered"})
+        return await settle(
+            self.desk, held, action, body.get("data"), grant.person, "over HTTP", message
+        )
 
     async def events(self, request: HttpRequest) -> Response:
         grant = self.grant(request)
@@ -359,6 +332,47 @@ class HttpApi:
                     await self.desk.changed()
 
 
+async def settle(
+    desk: Desk,
+    held: Open,
+    action: str,
+    data: Any,
+    person: str,
+    how: str,
+    message: str | None = None,
+) -> JSONResponse:
+    """Answer ``held`` by ``action`` (with ``data`` to accept; a decline with ``message``,
+    which a tool approval's denial hands to the model) as ``person``: 200 with
+    ``{"outcome": "answered"}`` (or ``"voted"`` for a quorum's vote that did not decide),
+    or the error saying why not."""
+    pending = held.pending
+    try:
+        if action == "accept":
+            progress = await pending.accept(data, person=person)
+        elif action == "decline":
+            progress = await pending.decline(message or None, person=person)
+        else:
+            progress = await pending.dismiss(person=person)
+    except InvalidAnswer as exc:
+        return error(422, str(exc), field=exc.field, rule=exc.rule)
+    except NotAllowed as exc:
+        return error(403, f"{person!r} may not answer this request: {exc.reason}")
+    except AlreadyVoted as exc:
+        return error(409, f"not counted: {exc.reason}")
+    except NotResolved as exc:
+        desk.remove(held.queue, pending.request.id, f"Not answered: {exc.reason}.")
+        return error(409, f"not answered: this request was {exc.reason}")
+    except BrokerUnavailable as exc:
+        return error(503, f"the broker cannot be reached: {exc}")
+    if progress is not None:  # a quorum's vote, counted: it stays open for others
+        desk.progress(held.queue, progress)
+        return JSONResponse({"outcome": "voted", "approvals": held.approvals})
+    done = {"accept": "Accepted", "decline": "Declined", "dismiss": "Dismissed"}[action]
+    desk.remove(held.queue, pending.request.id, f"{done} by {person} {how}.")
+    log.info("request %s %s by %s %s", pending.request.id, action, person, how)
+    return JSONResponse({"outcome": "answered"})
+
+
 def number(
     request: HttpRequest, name: str, default: float, *, integer: bool = False
 ) -> float | Response:
@@ -376,16 +390,24 @@ def number(
     return value
 
 
-async def read_json(request: HttpRequest) -> dict[str, Any] | Response:
-    """The body as a JSON object, or the 400/413 response naming what is wrong."""
+async def read_body(request: HttpRequest) -> bytes | Response:
+    """The body, or the 413 response when it is over :data:`MAX_BODY_BYTES`."""
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY_BYTES:
             return error(413, f"the body is over {MAX_BODY_BYTES} bytes")
         chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(request: HttpRequest) -> dict[str, Any] | Response:
+    """The body as a JSON object, or the 400/413 response naming what is wrong."""
+    raw = await read_body(request)
+    if isinstance(raw, Response):
+        return raw
     try:
-        body = json.loads(b"".join(chunks))
+        body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         return error(400, f"the body is not JSON: {exc}")
     if not isinstance(body, dict):

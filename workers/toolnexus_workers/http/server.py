@@ -10,8 +10,10 @@ from starlette.types import ASGIApp
 
 from toolnexus import Broker, Service
 
+from ..links import LinkKey
 from ..serving import AppServer
 from .app import MAX_WAIT_S, Desk, HttpApi, HttpWorker
+from .linked import AnswerLinks
 from .tokens import Tokens
 
 log = logging.getLogger("toolnexus.http")
@@ -22,7 +24,9 @@ class HttpServer(AppServer):
     requests of ``brokers`` (by queue, each connected with ``queue=`` that queue), answering
     them as the person each bearer token of ``tokens`` names.
 
-    A long poll of ``GET /v1/events`` waits at most ``max_wait_s`` seconds.
+    A long poll of ``GET /v1/events`` waits at most ``max_wait_s`` seconds. With ``links``
+    (the link key of the workers that send links) it is the home of the single-use answer
+    links too (``/v1/links/TOKEN``, :mod:`toolnexus_workers.http.linked`).
     Use ``async with HttpServer(...)`` or :meth:`run` (until SIGTERM/SIGINT). One server
     per consumer group: run replicas in groups of their own (``group``), as the web page's.
 
@@ -46,9 +50,11 @@ class HttpServer(AppServer):
         drain_s: float = 10.0,
         heartbeat_ttl_s: float = 30.0,
         max_wait_s: float = MAX_WAIT_S,
+        links: LinkKey | None = None,
     ) -> None:
         self.desk = Desk()
         self.api = HttpApi(self.desk, tokens, list(brokers), max_wait_s=max_wait_s)
+        self.links = AnswerLinks(self.desk, links)
         services = [
             Service(
                 broker,
@@ -63,11 +69,13 @@ class HttpServer(AppServer):
         super().__init__(host, port, services)
 
     def app(self) -> ASGIApp:
-        return self.api.app()
+        return self.api.app(self.links.routes())
 
     async def start(self, *, handle_signals: bool = False) -> None:
         await super().start(handle_signals=handle_signals)
         log.info("HTTP answering API on %s (queues %s)", self.url, ", ".join(self.api.queues))
+        if self.links.key is not None:
+            log.info("answer links taken at %s/v1/links/", self.url)
 
     async def closing(self) -> None:
         self.desk.close()

@@ -24,6 +24,7 @@ from toolnexus.errors import ConfigurationError
 
 from ..chat import add_chat_flags, server_options, split_ids
 from ..options import add_listen_flags, require_extra, run_checked, worker_parser
+from ..reminders import add_reminder_flag
 
 API_URL = "https://slack.com/api/"
 
@@ -67,6 +68,7 @@ def parser() -> argparse.ArgumentParser:
         help=f"Slack Web API base URL ({API_URL}; $TOOLNEXUS_SLACK_API_URL)",
     )
     add_chat_flags(slack, "Slack")
+    add_reminder_flag(slack, "post a reminder of")
     return p
 
 

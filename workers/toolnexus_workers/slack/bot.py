@@ -283,6 +283,9 @@ class SlackBot(ChatBot):
             channel=ref["channel"], ts=ref["ts"], text=text, blocks=closed_blocks(text)
         )
 
+    async def notify(self, ref: Ref, text: str) -> None:
+        await self.client.chat_postMessage(channel=ref["channel"], thread_ts=ref["ts"], text=text)
+
     async def _tell(self, body: Mapping[str, Any], user: str, text: str) -> None:
         channel = (body.get("channel") or {}).get("id") or self.channel
         await self.client.chat_postEphemeral(channel=channel, user=user, text=text)

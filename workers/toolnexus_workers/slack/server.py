@@ -51,6 +51,7 @@ class SlackServer(ChatServer):
         concurrency: int = 100,
         drain_s: float = 10.0,
         heartbeat_ttl_s: float = 30.0,
+        remind_after_s: float | None = None,
     ) -> None:
         require_verification(signing_secret, app_token)
         client = AsyncWebClient(token=bot_token, base_url=api_url.rstrip("/") + "/")
@@ -78,6 +79,7 @@ class SlackServer(ChatServer):
             concurrency=concurrency,
             drain_s=drain_s,
             heartbeat_ttl_s=heartbeat_ttl_s,
+            remind_after_s=remind_after_s,
         )
         self._runner: web.AppRunner | None = None
         self._socket_mode: object | None = None

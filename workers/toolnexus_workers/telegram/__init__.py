@@ -21,6 +21,7 @@ from toolnexus.errors import ConfigurationError
 
 from ..chat import add_chat_flags, server_options, split_ids
 from ..options import require_extra, run_checked, worker_parser
+from ..reminders import add_reminder_flag
 
 API_URL = "https://api.telegram.org"
 
@@ -62,6 +63,7 @@ def parser() -> argparse.ArgumentParser:
         help="how long one getUpdates call waits for updates (10 s)",
     )
     add_chat_flags(telegram, "Telegram")
+    add_reminder_flag(telegram, "post a reminder of")
     return p
 
 

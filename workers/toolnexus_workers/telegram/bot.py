@@ -15,7 +15,13 @@ from typing import Any
 
 from aiogram import Bot, Dispatcher
 from aiogram.exceptions import TelegramBadRequest
-from aiogram.types import CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message
+from aiogram.types import (
+    CallbackQuery,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    Message,
+    ReplyParameters,
+)
 
 from toolnexus import Broker, Pending
 from toolnexus.errors import InvalidAnswer
@@ -212,6 +218,10 @@ class TelegramBot(ChatBot):
 
     async def close_message(self, ref: Ref, text: str) -> None:
         await self._edit(ref, text, None)
+
+    async def notify(self, ref: Ref, text: str) -> None:
+        reply = ReplyParameters(message_id=ref["message_id"])
+        await self.bot.send_message(ref["chat_id"], text, reply_parameters=reply)
 
     async def _edit(self, ref: Ref, text: str, markup: InlineKeyboardMarkup | None) -> None:
         """Edit the message at ``ref``; one already so is left alone."""

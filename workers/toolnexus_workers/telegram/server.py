@@ -45,6 +45,7 @@ class TelegramServer(ChatServer):
         concurrency: int = 100,
         drain_s: float = 10.0,
         heartbeat_ttl_s: float = 30.0,
+        remind_after_s: float | None = None,
     ) -> None:
         session = AiohttpSession(api=TelegramAPIServer.from_base(api_url.rstrip("/")))
         try:
@@ -71,6 +72,7 @@ class TelegramServer(ChatServer):
             concurrency=concurrency,
             drain_s=drain_s,
             heartbeat_ttl_s=heartbeat_ttl_s,
+            remind_after_s=remind_after_s,
         )
         self._polling: asyncio.Task[None] | None = None
 
