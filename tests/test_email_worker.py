@@ -29,6 +29,7 @@ from answering import (
     text,
 )
 from toolnexus import Source
+from toolnexus.frameworks import tool_call_request
 from toolnexus.rendering import FIELD_PREFIX
 from toolnexus.security import SigningKey
 from toolnexus_workers.auto import Rule
@@ -40,7 +41,9 @@ pytestmark = pytest.mark.redis
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "how-to" / "email.md"
 HTML = {"Accept": "text/html"}
-CALL = {"name": "deploy", "arguments": {"environment": "production"}}
+PROPOSAL = tool_call_request(
+    "deploy", {"environment": "production"}, framework="pydantic-ai", run="run-1", call_id="c1"
+)
 
 
 def mailing(setup: Fleet, port: int, **options: Any) -> Any:
@@ -73,7 +76,7 @@ def tool_call() -> Any:
     return form_request(
         kind="tool_call",
         prompt="May deploy run?",
-        data={"tool_call": CALL},
+        data=PROPOSAL.data,
         source=Source(server="infra", tool="deploy", agent="ci-7"),
     )
 
@@ -100,8 +103,8 @@ async def test_a_tool_call_is_mailed_and_its_approve_link_answers_once(
         assert not wait.done()
         done = await http.post(found["Approve"], data={"action": "accept"}, headers=HTML)
         assert done.status_code == 200 and "approved" in done.text
-        answer = await asyncio.wait_for(wait, 30)
-        assert (answer.ok, answer.data) == (True, None)
+        answer = await asyncio.wait_for(wait, 30)  # approved as proposed
+        assert (answer.ok, answer.data) == (True, {"environment": "production"})
         assert (answer.person, answer.responder) == ("link:oncall@example.com", "http-worker")
         again = await http.post(found["Approve"], data={"action": "accept"}, headers=HTML)
         assert again.status_code == 410 and "used already" in again.text
