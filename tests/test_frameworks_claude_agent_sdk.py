@@ -7,7 +7,9 @@ after a kill."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import gc
 import json
 import os
 import re
@@ -49,11 +51,10 @@ async def memory() -> AsyncIterator[Broker]:
 
 async def final_text(agent: ClaudeAgentOptions, prompt: str = "Pay ACME") -> Any:
     """Run one query; what the session answered (the fake's JSON list of tool results)."""
-    async for message in query(prompt=prompt, options=agent):
-        if isinstance(message, ResultMessage):
-            assert message.result is not None, message
-            return json.loads(message.result)
-    raise AssertionError("the session ended without a result")
+    async with contextlib.aclosing(query(prompt=prompt, options=agent)) as messages:
+        results = [m async for m in messages if isinstance(m, ResultMessage)]
+    assert results and results[-1].result is not None, results
+    return json.loads(results[-1].result)
 
 
 def ran(home: Path) -> list[dict[str, Any]]:
@@ -127,6 +128,9 @@ async def test_a_deadline_denies_with_a_clear_message(
     assert ran(tmp_path) == []
 
 
+# The SDK (0.2.189) leaves a memory stream of a cancelled query unclosed: collected here,
+# its warning ignored, so that it is not blamed on a later test.
+@pytest.mark.filterwarnings("ignore:Unclosed <MemoryObjectReceiveStream:ResourceWarning")
 async def test_cancelling_the_session_withdraws_the_question(
     memory: Broker, api: FakeAnthropic, tmp_path: Path
 ) -> None:
@@ -142,6 +146,9 @@ async def test_cancelling_the_session_withdraws_the_question(
     [record] = await memory.audit(request_id=pending.request.id)
     assert record.status == "withdrawn"
     assert ran(tmp_path) == []
+    with contextlib.suppress(asyncio.CancelledError):
+        await session
+    gc.collect()
 
 
 @pytest.mark.redis
