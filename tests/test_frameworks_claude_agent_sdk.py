@@ -30,7 +30,7 @@ from conftest import free_port
 from servers.claude_agent import SCHEMA, TOOL, options
 from toolnexus import Answer, Broker, InvalidAnswer, Pending
 from toolnexus.frameworks import Ledger, audit_digests, tool_call_digest, tool_call_of
-from toolnexus.frameworks.claude_agent_sdk import can_use_tool
+from toolnexus.frameworks.claude_agent_sdk import can_use_tool, run_resumable
 
 pytestmark = pytest.mark.slow  # each session starts the CLI (about a second)
 ARGS = {"to": "ACME", "amount": 10}
@@ -149,6 +149,24 @@ async def test_cancelling_the_session_withdraws_the_question(
     with contextlib.suppress(asyncio.CancelledError):
         await session
     gc.collect()
+
+
+async def test_deferred_and_denied_the_resumed_session_tells_the_model_why(
+    memory: Broker, api: FakeAnthropic, tmp_path: Path
+) -> None:
+    agent = options(api.url, tmp_path)
+    session = asyncio.create_task(
+        run_resumable("Pay ACME", options=agent, broker=memory, run="s-7")
+    )
+    pending = await shown(memory)
+    assert pending.request.durable and ran(tmp_path) == []
+    await pending.answer(Answer(id=pending.request.id, ok=False, data="Not this month."))
+    result = await asyncio.wait_for(session, 60)
+    assert result.result is not None
+    [told] = json.loads(result.result)  # the CLI frames a hook's denial, reason last
+    assert told == "PreToolUse:mcp__bank__transfer hook error: Not this month."
+    assert ran(tmp_path) == []
+    assert await memory.store("claude-agent-sdk").get("s-7") is None  # the session is over
 
 
 @pytest.mark.redis

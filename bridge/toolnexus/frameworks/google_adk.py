@@ -105,13 +105,13 @@ class Confirmations(BasePlugin):
     def __init__(self, ledger: Ledger | None = None) -> None:
         super().__init__(name=PLUGIN)
         self.ledger = ledger
-        self.schemas: dict[str, dict[str, Any]] = {}
-        self.decided: dict[str, _Decided] = {}
+        self.schemas: dict[str, dict[str, Any]] = {}  # by "session id/function call id"
+        self.decided: dict[str, _Decided] = {}  # the same
 
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
     ) -> dict[str, Any] | None:
-        call_id = tool_context.function_call_id or ""
+        call_id = f"{tool_context.session.id}/{tool_context.function_call_id}"
         if tool_context.tool_confirmation is None:  # the first call: it may ask
             declaration = tool._get_declaration()
             schema = declaration.parameters_json_schema if declaration else None
@@ -147,14 +147,15 @@ def _plugin(runner: Runner, ledger: Ledger | None) -> Confirmations:
 def confirmation_requests(
     events: Sequence[Event],
     *,
-    run: str,
+    session_id: str,
     plugin: Confirmations | None = None,
     agent: str | None = None,
     durable: bool = False,
 ) -> list[Request]:
-    """The ``tool_call`` request of each ``adk_request_confirmation`` call in ``events``
-    (``run`` names the session; ``plugin`` knows the tools' schemas). Each request's
-    ``data["adk"]`` keeps the confirmation call's id and the tool's payload."""
+    """The ``tool_call`` request of each ``adk_request_confirmation`` call in ``events`` of
+    session ``session_id`` (the requests' ``run``; ``plugin`` knows the tools' schemas).
+    Each request's ``data["adk"]`` keeps the confirmation call's id and the tool's
+    payload."""
     requests = []
     for event in events:
         for call in event.get_function_calls():
@@ -164,16 +165,17 @@ def confirmation_requests(
             confirmation = call.args.get("toolConfirmation") or {}
             name, call_id = original.get("name") or "tool", original.get("id") or call.id
             payload = confirmation.get("payload")
-            schema = plugin.schemas.get(call_id) if plugin is not None else None
+            key = f"{session_id}/{call_id}"
+            schema = plugin.schemas.get(key) if plugin is not None else None
             request = tool_call_request(
                 name,
                 dict(original.get("args") or {}),
                 framework=FRAMEWORK,
                 schema=schema,
-                run=run,
+                run=session_id,
                 call_id=call_id,
                 prompt=confirmation.get("hint") or None,
-                request_id=call_request_id(FRAMEWORK, run, call_id),
+                request_id=call_request_id(FRAMEWORK, session_id, call_id),
                 agent=agent,
                 durable=durable,
                 editable=payload is None,
@@ -220,7 +222,8 @@ async def _answer(
         decided, response = _decided(request, answer)
         if plugin.ledger is not None:
             await plugin.ledger.decided(request, decided.decision)
-        plugin.decided[tool_call_of(request).call_id or ""] = decided
+        call = tool_call_of(request)
+        plugin.decided[f"{call.run}/{call.call_id}"] = decided
         confirmation_id = request.data["adk"]["confirmation_id"]
         reply = types.FunctionResponse(name=CONFIRMATION, id=confirmation_id, response=response)
         parts.append(types.Part(function_response=reply))
@@ -254,7 +257,9 @@ async def run_with_confirmations(
     plugin = _plugin(runner, ledger)
     step = await _run(runner, user_id, session_id, new_message)
     events, agent = list(step), runner.agent.name
-    while requests := confirmation_requests(step, run=session_id, plugin=plugin, agent=agent):
+    while requests := confirmation_requests(
+        step, session_id=session_id, plugin=plugin, agent=agent
+    ):
         step = await _run(runner, user_id, session_id, await _answer(plugin, requests, wait_for))
         events += step
     return events
@@ -281,7 +286,7 @@ async def _finish(
     forget them once the run ends."""
     store, key, agent = broker.store(STORE), _key(runner, session_id), runner.agent.name
     while requests := confirmation_requests(
-        events, run=session_id, plugin=plugin, agent=agent, durable=True
+        events, session_id=session_id, plugin=plugin, agent=agent, durable=True
     ):
         kept = _State(user_id, [JSON.encode(request) for request in requests])
         await store.set(key, msgspec.json.encode(kept), ttl_s=STATE_TTL_S)
