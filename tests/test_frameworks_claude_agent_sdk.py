@@ -27,6 +27,7 @@ from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
 import toolnexus
 from anthropic_fake import FakeAnthropic
 from conftest import free_port
+from helpers import cancelling_withdraws
 from servers.claude_agent import SCHEMA, TOOL, options
 from toolnexus import Answer, Broker, InvalidAnswer, Pending
 from toolnexus.frameworks import Ledger, audit_digests, tool_call_digest, tool_call_of
@@ -135,19 +136,10 @@ async def test_cancelling_the_session_withdraws_the_question(
     memory: Broker, api: FakeAnthropic, tmp_path: Path
 ) -> None:
     callback = can_use_tool(memory.wait_for, run="s-5")
-    async with memory.events() as events:
-        session = asyncio.create_task(final_text(options(api.url, tmp_path, can_use_tool=callback)))
-        pending = await shown(memory)
-        session.cancel()
-        async with asyncio.timeout(30):
-            async for event in events:
-                if event.id == pending.request.id and event.event == "withdrawn":
-                    break
-    [record] = await memory.audit(request_id=pending.request.id)
-    assert record.status == "withdrawn"
+    await cancelling_withdraws(
+        memory, final_text(options(api.url, tmp_path, can_use_tool=callback))
+    )
     assert ran(tmp_path) == []
-    with contextlib.suppress(asyncio.CancelledError):
-        await session
     gc.collect()
 
 

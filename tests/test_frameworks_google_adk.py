@@ -23,6 +23,7 @@ from google.adk.runners import Runner
 from google.genai import types
 
 import toolnexus
+from helpers import cancelling_withdraws
 from servers.adk_agent import APP, ARGS, USER, final_text, runner
 from toolnexus import Answer, Broker, InvalidAnswer, Pending
 from toolnexus.frameworks import Ledger, audit_digests, tool_call_digest, tool_call_of
@@ -136,16 +137,7 @@ async def test_a_deadline_denies_with_a_clear_message(memory: Broker, tmp_path: 
 
 
 async def test_cancelling_the_run_withdraws_the_question(memory: Broker, tmp_path: Path) -> None:
-    async with memory.events() as events:
-        session = asyncio.create_task(run(runner(tmp_path), memory.wait_for))
-        pending = await shown(memory)
-        session.cancel()
-        async with asyncio.timeout(10):
-            async for event in events:
-                if event.id == pending.request.id and event.event == "withdrawn":
-                    break
-    [record] = await memory.audit(request_id=pending.request.id)
-    assert record.status == "withdrawn"
+    await cancelling_withdraws(memory, run(runner(tmp_path), memory.wait_for))
     assert ran(tmp_path) == []
 
 
