@@ -203,10 +203,10 @@ PAGE = Path(__file__).parents[1] / "docs" / "how-to" / "claude-agent-sdk.md"
 
 
 async def test_the_docs_example_runs_as_written(
-    memory: Broker, api: FakeAnthropic, tmp_path: Path
+    memory: Broker, api: FakeAnthropic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The inline block of docs/how-to/claude-agent-sdk.md, run as written with the page's
-    names bound to the fake API's options."""
+    """The inline block of docs/how-to/claude-agent-sdk.md, run as written with ``broker``
+    and ``bank`` bound, its CLI pointed at the fake API by the environment it inherits."""
     [code] = [
         m.group(1)
         for m in re.finditer(r"^```python\n(.*?)^```", PAGE.read_text(), re.S | re.M)
@@ -214,8 +214,10 @@ async def test_the_docs_example_runs_as_written(
     ]
     source = "async def example():\n" + textwrap.indent(code + "\nreturn locals()", "    ")
     bank = options(api.url, tmp_path)
+    for name, value in bank.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
     scope: dict[str, Any] = {"broker": memory, "bank": bank.mcp_servers["bank"]}  # type: ignore[index]
-    scope["ClaudeAgentOptions"] = functools.partial(ClaudeAgentOptions, env=bank.env, cwd=tmp_path)
     exec(compile(source, str(PAGE), "exec"), scope)
     example = asyncio.create_task(scope["example"]())
     await (await shown(memory)).accept({"to": "ACME", "amount": 3})
