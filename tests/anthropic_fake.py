@@ -6,14 +6,11 @@ It scripts one tool call: a request offering the tool ``tool`` is answered with 
 ``tool_use`` block calling it with ``arguments``; once the conversation holds that call's
 ``tool_result``, with a text block: the JSON list of every tool result's text. A request
 that does not offer the tool (the CLI's side requests) gets a short text.
-
-    python tests/anthropic_fake.py PORT TOOL ARGUMENTS_JSON   # serves until killed
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -136,8 +133,3 @@ class FakeAnthropic:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(10)
-
-
-if __name__ == "__main__":
-    port, name, args = sys.argv[1:4]
-    uvicorn.run(app(name, json.loads(args)), host="127.0.0.1", port=int(port), log_level="warning")
