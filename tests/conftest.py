@@ -276,3 +276,17 @@ def fleet(redis_server: RedisServer) -> Fleet:
 MCP_MAJOR = int(importlib.metadata.version("mcp").split(".")[0])
 collect_ignore_glob = ["test_mcp1_*.py"] if MCP_MAJOR >= 2 else []
 """The mcp 1.x tests run in .venv-mcp1 (``./run test`` makes it), not beside mcp 2.x."""
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+if not _installed("google-adk"):
+    collect_ignore_glob.append("test_frameworks_google_adk.py")
+"""google-adk's tests run in .venv-frameworks (``./run test`` makes it): its pins conflict
+with .venv's."""

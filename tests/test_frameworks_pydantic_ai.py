@@ -29,6 +29,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import toolnexus
+from helpers import cancelling_withdraws
 from toolnexus import Answer, Broker, InvalidAnswer, Pending
 from toolnexus.frameworks import Ledger, audit_digests, tool_call_digest, tool_call_of
 from toolnexus.frameworks.pydantic_ai import approvals
@@ -154,16 +155,7 @@ async def test_a_deadline_denies_with_a_clear_message_never_approves(memory: Bro
 async def test_cancelling_the_run_withdraws_the_question(memory: Broker) -> None:
     ran: list[dict[str, Any]] = []
     agent = bank(ran, capabilities=[approvals(memory.wait_for)])
-    async with memory.events() as events:
-        run = asyncio.create_task(agent.run("Pay ACME"))
-        pending = await shown(memory)
-        run.cancel()
-        async with asyncio.timeout(10):
-            async for event in events:
-                if event.id == pending.request.id and event.event == "withdrawn":
-                    break
-    [record] = await memory.audit(request_id=pending.request.id)
-    assert record.status == "withdrawn"
+    await cancelling_withdraws(memory, agent.run("Pay ACME"))
     assert ran == []
 
 
