@@ -1,6 +1,7 @@
 """What many test files need, in one place: a request to ask, waiting until something
 holds (polling with a deadline, not a guessed sleep), the wait for a request's state in
-Redis, the next event of a broker, and a clock that tests move by hand."""
+Redis, the next event of a broker, a clock that tests move by hand, and a scripted
+pydantic-ai model."""
 
 from __future__ import annotations
 
@@ -8,15 +9,19 @@ import asyncio
 import contextlib
 import heapq
 import inspect
+import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from toolnexus import EventStream
 from toolnexus.models import Event, EventType, Request, Source, new_id
 from toolnexus.redis_broker import RedisBroker
+
+if TYPE_CHECKING:  # pydantic-ai is not in every test environment (.venv-mcp1)
+    from pydantic_ai.models.function import FunctionModel
 
 POLL_S = 0.02
 """How often a condition is checked again."""
@@ -142,3 +147,32 @@ async def asked(responder: Any, prompt: str, timeout_s: float = 20) -> dict[str,
 
     await eventually(seen, f"{prompt!r} asked", timeout_s)
     return responder.by_prompt(prompt)  # type: ignore[no-any-return]
+
+
+def scripted(*calls: tuple[str, dict[str, Any]]) -> FunctionModel:
+    """A pydantic-ai model without a model: it calls ``calls`` in turn, then answers with
+    what the tools returned, as a JSON list."""
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelRequest,
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+    )
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    def respond(messages: list[ModelMessage], _info: AgentInfo) -> ModelResponse:
+        returned = [
+            part.content
+            for message in messages
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, ToolReturnPart)
+        ]
+        if len(returned) < len(calls):
+            name, arguments = calls[len(returned)]
+            return ModelResponse(parts=[ToolCallPart(name, arguments)])
+        return ModelResponse(parts=[TextPart(json.dumps(returned))])
+
+    return FunctionModel(respond)

@@ -1,6 +1,6 @@
 """An OpenAI Agents SDK agent with a scripted model (no network) whose ``transfer`` tool
-needs approval, run by tests/test_frameworks_openai_agents.py in a process of its own:
-the SDK is imported as ``agents``, a name tests/agents.py takes in the test process.
+needs approval, run by tests/test_frameworks_openai_agents.py in a process of its own
+(which a test kills, then resumes the run in another).
 
     python openai_agents_agent.py URL NAMESPACE RUN RAN_FILE MODE [TIMEOUT_S]
 
@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from agents import Agent, ModelSettings, function_tool, set_tracing_disabled
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.models.interface import Model
 from agents.usage import Usage
@@ -32,7 +33,6 @@ from openai.types.responses import (
 )
 
 import toolnexus
-from agents import Agent, ModelSettings, function_tool, set_tracing_disabled
 from toolnexus.frameworks import Ledger
 from toolnexus.frameworks.openai_agents import resume, run_resumable, run_with_approvals
 
