@@ -147,13 +147,10 @@ AGENT = textwrap.dedent(
     """
     import asyncio, json, sys
     from pydantic_ai import Agent
-from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.tools import DeferredToolRequests, RunContext
     from pydantic_ai.messages import (
         ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart)
     from pydantic_ai.models.function import FunctionModel
-    from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.tools import DeferredToolRequests, RunContext
+    from pydantic_ai.tools import DeferredToolRequests
     import toolnexus
     from toolnexus.frameworks.pydantic_ai import resume, run_resumable
 

@@ -1,0 +1,117 @@
+"""Issue #27, observation 3 (its leftovers, item 2): the arguments approved are the
+arguments that run. A resumable run keeps its state unsigned in a broker store (the
+message history, the pending calls' requests), which whoever may write stores can edit.
+On a private redis-server with signatures required, a resumer runs a tool only with
+arguments whose digest is the one its own decision took from the signed approval
+(S3: stored state is verified before it counts; S4: the signed answer is bound to the
+exact request): an edited history is refused before the tool runs, with an error naming
+both digests, and an edited request is refused as the durable attach's signed copy
+asks something else."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any
+
+import msgspec
+import pytest
+
+from conftest import Fleet
+from test_forgery import shown
+from test_frameworks_pydantic_ai import ARGS, resumable_bank
+from toolnexus import InvalidAnswer, InvalidRequest
+from toolnexus.frameworks import Ledger, tool_call_digest
+from toolnexus.frameworks.pydantic_ai import STORE, resume, run_resumable
+from toolnexus.redis_broker import RedisBroker
+
+pytestmark = pytest.mark.redis
+
+RUN = "run-tamper"
+
+
+async def asked_then_gone(agent: RedisBroker, bot: RedisBroker, ran: list[Any]) -> str:
+    """Start the run; once its approval is asked, its process is gone (the task cancelled:
+    the durable request stays open). The id of the request asked."""
+    started = asyncio.create_task(
+        run_resumable(resumable_bank(ran), "Pay ACME", broker=agent, run=RUN)
+    )
+    pending = await shown(bot)
+    started.cancel()
+    await asyncio.gather(started, return_exceptions=True)
+    return pending.request.id
+
+
+async def edit_kept_state(agent: RedisBroker, part: str, old: bytes, new: bytes) -> None:
+    """Replace ``old`` by ``new`` in the kept state's ``part`` (``messages``, or each of
+    ``requests``), as a writer of the store could."""
+    store = agent.store(STORE)
+    raw = await store.get(RUN)
+    assert raw is not None
+    kept = msgspec.json.decode(raw)
+    items = kept[part] if isinstance(kept[part], list) else [kept[part]]
+    edited = []
+    for item in items:
+        text = base64.b64decode(item)
+        assert old in text, (old, text)
+        edited.append(base64.b64encode(text.replace(old, new)).decode())
+    kept[part] = edited if isinstance(kept[part], list) else edited[0]
+    await store.set(RUN, msgspec.json.encode(kept), ttl_s=600)
+
+
+async def approve(bot: RedisBroker) -> None:
+    await (await shown(bot)).accept(person="web:alice")
+
+
+async def test_an_edited_message_history_cannot_change_the_arguments_that_run(
+    fleet: Fleet,
+) -> None:
+    """The history's call says 10000 where the signed approval approved 10: the resumer
+    refuses to run the tool (S3, S4; observation 3)."""
+    ran: list[dict[str, Any]] = []
+    async with fleet.agent() as agent, fleet.responder() as bot:
+        request_id = await asked_then_gone(agent, bot, ran)
+        await edit_kept_state(agent, "messages", b'"amount":10}', b'"amount":10000}')
+        await approve(bot)
+        with pytest.raises(InvalidAnswer, match="not the approved ones") as refused:
+            await resume(resumable_bank(ran), broker=agent, run=RUN)
+        assert tool_call_digest("transfer", ARGS) in str(refused.value)
+        assert tool_call_digest("transfer", {"to": "ACME", "amount": 10000}) in str(refused.value)
+        assert ran == []
+        assert "executed" not in await Ledger(agent.store("tool-calls")).get(request_id)
+
+
+async def test_an_edited_pending_request_cannot_change_the_arguments_that_run(
+    fleet: Fleet,
+) -> None:
+    """The kept request (and the history) say 10000, with a digest to match: the durable
+    attach compares it with the signed request it published and refuses it (S3;
+    observation 3)."""
+    ran: list[dict[str, Any]] = []
+    forged = tool_call_digest("transfer", {"to": "ACME", "amount": 10000})
+    async with fleet.agent() as agent, fleet.responder() as bot:
+        await asked_then_gone(agent, bot, ran)
+        await edit_kept_state(agent, "messages", b'"amount":10}', b'"amount":10000}')
+        digest = tool_call_digest("transfer", ARGS).encode()
+        await edit_kept_state(agent, "requests", digest, forged.encode())
+        await edit_kept_state(agent, "requests", b'"amount":10}', b'"amount":10000}')
+        await approve(bot)
+        with pytest.raises(InvalidRequest, match="asks something else"):
+            await resume(resumable_bank(ran), broker=agent, run=RUN)
+        assert ran == []
+
+
+async def test_a_forged_ledger_entry_cannot_approve_other_arguments(fleet: Fleet) -> None:
+    """The ledger's digests are in the store too: one that says the forged arguments were
+    approved changes nothing, as the resumer checks against its own decision (S3;
+    observation 3)."""
+    forged_args = {"to": "ACME", "amount": 10000}
+    forged = tool_call_digest("transfer", forged_args)
+    async with fleet.agent() as agent:
+        ledger = Ledger(agent.store("tool-calls"))
+        await ledger.store.set("tool-x", msgspec.json.encode({"approved": forged}), ttl_s=600)
+        genuine = tool_call_digest("transfer", ARGS)
+        with pytest.raises(InvalidAnswer, match="not the approved ones"):
+            await ledger.executing("tool-x", "transfer", forged_args, approved=genuine)
+        assert "executed" not in await ledger.get("tool-x")
+        assert await ledger.executing("tool-x", "transfer", ARGS, approved=genuine) == genuine
