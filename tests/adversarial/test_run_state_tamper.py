@@ -4,14 +4,16 @@ message history, the pending calls' requests), which whoever may write stores ca
 On a private redis-server with signatures required, a resumer runs a tool only with
 arguments whose digest is the one its own decision took from the signed approval
 (S3: stored state is verified before it counts; S4: the signed answer is bound to the
-exact request): an edited history is refused before the tool runs, with an error naming
-both digests, and an edited request is refused as the durable attach's signed copy
-asks something else."""
+exact request): an edited history (pydantic-ai) or ``RunState`` (OpenAI Agents SDK) is
+refused before the tool runs, with an error naming both digests; an edited request is
+refused as the durable attach's signed copy asks something else; a forged ledger entry
+approves nothing."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import json
 from typing import Any
 
 import msgspec
@@ -115,3 +117,55 @@ async def test_a_forged_ledger_entry_cannot_approve_other_arguments(fleet: Fleet
             await ledger.executing("tool-x", "transfer", forged_args, approved=genuine)
         assert "executed" not in await ledger.get("tool-x")
         assert await ledger.executing("tool-x", "transfer", ARGS, approved=genuine) == genuine
+
+
+async def test_an_edited_openai_agents_run_state_cannot_change_the_arguments_that_run(
+    fleet: Fleet,
+) -> None:
+    """The OpenAI Agents SDK's kept ``RunState`` says 10000 where the signed approval
+    approved 10: the resumer refuses the call as its tool starts (S3; observation 3)."""
+    from agents import Agent, function_tool, set_tracing_disabled
+
+    from openai_scripted import Scripted
+    from toolnexus.frameworks import openai_agents
+
+    set_tracing_disabled(True)
+    ran: list[dict[str, Any]] = []
+
+    @function_tool(needs_approval=True)
+    def transfer(to: str, amount: int) -> str:
+        """Send ``amount`` euros to ``to``."""
+        ran.append({"to": to, "amount": amount})
+        return f"sent {amount} to {to}"
+
+    bank = Agent(name="bank-bot", model=Scripted(), tools=[transfer])
+    async with fleet.agent() as agent, fleet.responder() as bot:
+        started = asyncio.create_task(
+            openai_agents.run_resumable(bank, "Pay ACME", broker=agent, run=RUN)
+        )
+        await shown(bot)
+        started.cancel()
+        await asyncio.gather(started, return_exceptions=True)
+        store = agent.store(openai_agents.STORE)
+        raw = await store.get(RUN)
+        assert raw is not None
+        kept = msgspec.json.decode(raw)
+        kept["state"] = json.dumps(forged_run_state(json.loads(kept["state"])))
+        await store.set(RUN, msgspec.json.encode(kept), ttl_s=600)
+        await approve(bot)
+        with pytest.raises(InvalidAnswer, match="not the approved ones"):
+            await openai_agents.resume(bank, broker=agent, run=RUN)
+        assert ran == []
+
+
+def forged_run_state(node: Any) -> Any:
+    """A serialized ``RunState`` whose calls send 10000 (every copy of their arguments),
+    without the SDK's own record of the calls it saw (which would tell)."""
+    if isinstance(node, dict):
+        forged = {k: forged_run_state(v) for k, v in node.items() if k != "tool_invocations"}
+        if isinstance(forged.get("arguments"), str) and '"amount": 10}' in forged["arguments"]:
+            forged["arguments"] = forged["arguments"].replace('"amount": 10}', '"amount": 10000}')
+        return forged
+    if isinstance(node, list):
+        return [forged_run_state(item) for item in node]
+    return node

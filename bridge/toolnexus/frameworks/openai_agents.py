@@ -26,7 +26,7 @@ import msgspec
 
 from .._broker import Broker
 from ..codec import JSON
-from ..errors import ConfigurationError, InvalidAnswer
+from ..errors import ConfigurationError, InvalidAnswer, ToolnexusError
 from ..models import Request, WaitFor
 from ._tool_call import (
     Ledger,
@@ -41,6 +41,7 @@ from ._tool_call import (
 
 try:
     from agents import Agent, FunctionTool, RunHooks, Runner, RunResult, RunState
+    from agents.exceptions import AgentsException
     from agents.items import ToolApprovalItem
     from agents.run_context import RunContextWrapper
     from agents.tool import Tool
@@ -177,6 +178,23 @@ def _apply(
             state.reject(item, rejection_message=decision.message)
 
 
+async def _run(
+    agent: Agent[Any],
+    input: str | RunState[Any, Any],
+    *,
+    hooks: _Executed | None,
+    **run_kwargs: Any,
+) -> RunResult:
+    """``Runner.run``; a toolnexus error the SDK wrapped (raised as a tool started: a call
+    refused) is raised as itself."""
+    try:
+        return await Runner.run(agent, input, hooks=hooks, **run_kwargs)
+    except AgentsException as exc:
+        if isinstance(exc.__cause__, ToolnexusError):
+            raise exc.__cause__ from None
+        raise
+
+
 async def run_with_approvals(
     agent: Agent[Any],
     input: str,
@@ -190,7 +208,7 @@ async def run_with_approvals(
     through ``wait_for`` (all of one turn at once; cancelling withdraws them). ``run``
     names the run in the requests (unique to it)."""
     hooks = _Executed(ledger, run) if ledger is not None else None
-    result = await Runner.run(agent, input, hooks=hooks, **run_kwargs)
+    result = await _run(agent, input, hooks=hooks, **run_kwargs)
     while result.interruptions:
         state = result.to_state()
         items = list(result.interruptions)
@@ -199,7 +217,7 @@ async def run_with_approvals(
         if hooks is not None:
             hooks.decided(requests, decisions)
         _apply(state, items, requests, decisions)
-        result = await Runner.run(agent, state, hooks=hooks, **run_kwargs)
+        result = await _run(agent, state, hooks=hooks, **run_kwargs)
     return result
 
 
@@ -224,7 +242,7 @@ async def _finish(
         decisions = await _decisions(broker.wait_for, requests, hooks.ledger)
         hooks.decided(requests, decisions)
         _apply(state, list(result.interruptions), requests, decisions)
-        result = await Runner.run(agent, state, hooks=hooks, **run_kwargs)
+        result = await _run(agent, state, hooks=hooks, **run_kwargs)
     await broker.store(STORE).delete(run)
     return result
 
@@ -237,7 +255,7 @@ async def run_resumable(
     in ``broker.store("openai-agents")``, the requests asked durably. Should this process
     die, :func:`resume` finishes the run."""
     hooks = _Executed(Ledger(broker.store("tool-calls")), run)
-    result = await Runner.run(agent, input, hooks=hooks, **run_kwargs)
+    result = await _run(agent, input, hooks=hooks, **run_kwargs)
     return await _finish(agent, broker, run, result, hooks, **run_kwargs)
 
 
@@ -259,5 +277,5 @@ async def resume(agent: Agent[Any], *, broker: Broker, run: str, **run_kwargs: A
     decisions = await _decisions(broker.wait_for, requests, hooks.ledger)
     hooks.decided(requests, decisions)
     _apply(state, state.get_interruptions(), requests, decisions)
-    result = await Runner.run(agent, state, hooks=hooks, **run_kwargs)
+    result = await _run(agent, state, hooks=hooks, **run_kwargs)
     return await _finish(agent, broker, run, result, hooks, **run_kwargs)
