@@ -1,7 +1,7 @@
 """What many test files need, in one place: a request to ask, waiting until something
 holds (polling with a deadline, not a guessed sleep), the wait for a request's state in
-Redis, the next event of a broker, a clock that tests move by hand, and a scripted
-pydantic-ai model."""
+Redis, the next event of a broker, a clock that tests move by hand, a scripted
+pydantic-ai model, and the examples of the manual read from their pages and run."""
 
 from __future__ import annotations
 
@@ -10,12 +10,16 @@ import contextlib
 import heapq
 import inspect
 import json
+import re
+import textwrap
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import redis
 
+import toolnexus
 from toolnexus import EventStream
 from toolnexus.models import Event, EventType, Request, Source, new_id
 from toolnexus.redis_broker import RedisBroker
@@ -176,3 +180,26 @@ def scripted(*calls: tuple[str, dict[str, Any]]) -> FunctionModel:
         return ModelResponse(parts=[TextPart(json.dumps(returned))])
 
     return FunctionModel(respond)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def page_block(page: str, first_line: str, language: str = "python") -> str:
+    """The ``language`` block of ``page`` (a path from the repository's root, such as
+    ``docs/how-to/workers.md``) whose text starts with ``first_line``."""
+    text = (ROOT / page).read_text()
+    for match in re.finditer(rf"^```{language}\n(.*?)^```", text, re.S | re.M):
+        if match.group(1).startswith(first_line):
+            return match.group(1)
+    raise AssertionError(f"{page} has no {language} block starting {first_line!r}")
+
+
+async def run_fragment(code: str, page: str, **names: Any) -> dict[str, Any]:
+    """Run ``code``, a fragment of ``page`` (top-level ``await`` allowed), with ``names``
+    (and ``toolnexus``) bound; its local names when it ends."""
+    source = "async def example():\n" + textwrap.indent(code + "\nreturn locals()", "    ")
+    scope: dict[str, Any] = {"toolnexus": toolnexus, **names}
+    exec(compile(source, page, "exec"), scope)
+    result: dict[str, Any] = await scope["example"]()
+    return result
