@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -21,7 +22,8 @@ import pytest
 
 import toolnexus
 from conftest import FAST, free_port
-from helpers import eventually, page_block
+from helpers import eventually, opened, page_block
+from toolnexus import Request
 from toolnexus.security import SigningKey
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -179,3 +181,70 @@ async def test_the_fleet_tutorial_asks_and_the_page_serves(
             await pending.accept()
         done = await asyncio.wait_for(asking, 60)
     assert (done.returncode, done.stdout.strip().splitlines()[-1]) == (0, "deploying")
+
+
+FORM = {"type": "object", "properties": {"seats": {"type": "integer"}}, "required": ["seats"]}
+
+
+async def test_the_operating_page_commands_run_against_a_fleet(
+    shell: dict[str, str], redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """docs/how-to/operating.md's command lines, each run in turn: the asks answered by a
+    responder beside them (as a person of ops.example.com where the allow-list says so),
+    the answer given to an open request of the line's id, the operator's commands on
+    the same namespace (``./deploy.sh`` and ``form.json`` are the test's)."""
+    block = page_block("docs/how-to/operating.md", 'toolnexus ask "Deploy build 412', "sh")
+    gate, region, seats, answer, dead_letters, status, check, audit = lines(block)
+    (tmp_path / "deploy.sh").write_text("#!/bin/sh\necho deployed\n")
+    (tmp_path / "deploy.sh").chmod(0o755)
+    (tmp_path / "form.json").write_text(json.dumps(FORM))
+
+    def run(command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-c", command],
+            env=shell,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    replies = {
+        "Deploy build 412 to production?": ({}, None),
+        "Region?": ({"answer": "eu"}, None),
+        "Seats?": ({"seats": 2}, "web:ada@ops.example.com"),
+    }
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
+
+        async def person() -> None:
+            async with broker.responder("ops") as requests:
+                async for pending in requests:
+                    data, who = replies[pending.request.prompt]
+                    await pending.accept(data or None, person=who)
+
+        answering = asyncio.create_task(person())
+        try:
+            done = [await asyncio.to_thread(run, line) for line in (gate, region, seats)]
+        finally:
+            answering.cancel()
+            await asyncio.gather(answering, return_exceptions=True)
+        assert [d.returncode for d in done] == [0, 0, 0], [d.stderr for d in done]
+        assert done[0].stdout.splitlines()[-1] == "deployed"
+        assert done[1].stdout.strip() == "eu"
+        assert json.loads(done[2].stdout) == {"seats": 2}
+
+        request_id = answer.split()[2]  # the line's own id: an open request has it here
+        request = Request(id=request_id, kind="input", prompt="Seats?", data={"schema": FORM})
+        waiting = asyncio.create_task(broker.wait_for(request, timeout_s=60))
+        await opened(broker, request_id)
+        answered = await asyncio.to_thread(run, answer)
+        assert answered.returncode == 0, answered.stderr
+        got = await asyncio.wait_for(waiting, 20)
+        assert (got.ok, got.data, got.person) == (True, {"seats": 2}, "ops:alice")
+
+    for line in (dead_letters, status, audit):
+        done_line = await asyncio.to_thread(run, line)
+        assert done_line.returncode == 0, (line, done_line.stderr)
+    assert "Seats?" in (await asyncio.to_thread(run, audit)).stdout
+    checked = await asyncio.to_thread(run, check)  # no web worker here: 1, and why
+    assert checked.returncode == 1 and "web" in checked.stdout + checked.stderr
