@@ -8,7 +8,6 @@ import contextlib
 import functools
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.tools import DeferredToolRequests, RunContext
 
 import toolnexus
-from helpers import scripted
+from helpers import page_block, run_fragment, scripted
 from toolnexus import Answer, Broker, InvalidAnswer, Pending
 from toolnexus.frameworks import Ledger, audit_digests, tool_call_digest, tool_call_of
 from toolnexus.frameworks.pydantic_ai import approvals, resume, run_resumable
@@ -295,27 +294,11 @@ async def test_resumers_racing_for_one_answered_approval_run_the_tool_once(
     assert refused and all("ran already: an approval is used once" in r for r in refused), refused
 
 
-PAGE = Path(__file__).parents[1] / "docs" / "how-to" / "tool-approvals.md"
-
-
-def page_block(first_line: str) -> str:
-    """The Python block of docs/how-to/tool-approvals.md whose first line is ``first_line``."""
-    for match in re.finditer(r"^```python\n(.*?)^```", PAGE.read_text(), re.S | re.M):
-        if match.group(1).startswith(first_line + "\n"):
-            return match.group(1)
-    raise AssertionError(f"{PAGE.name} has no block starting {first_line!r}")
-
-
 async def test_the_docs_inline_example_runs_as_written(memory: Broker) -> None:
-    code = page_block("from toolnexus.frameworks import Ledger")
-    source = "async def example():\n" + textwrap.indent(code + "\nreturn locals()", "    ")
-    scope: dict[str, Any] = {
-        "Agent": Agent,
-        "broker": memory,
-        "model": scripted(("transfer", ARGS)),
-    }
-    exec(compile(source, str(PAGE), "exec"), scope)
-    example = asyncio.create_task(scope["example"]())
+    page = "docs/how-to/tool-approvals.md"
+    code = page_block(page, "from toolnexus.frameworks import Ledger\n")
+    bound = {"Agent": Agent, "broker": memory, "model": scripted(("transfer", ARGS))}
+    example = asyncio.create_task(run_fragment(code, page, **bound))
     await (await shown(memory)).accept({"to": "ACME", "amount": 3})
     names = await asyncio.wait_for(example, 10)
     assert json.loads(names["result"].output) == ["sent 3 to ACME"]
