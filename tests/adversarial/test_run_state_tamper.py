@@ -6,7 +6,8 @@ arguments whose digest is the one its own decision took from the signed approval
 (S3: stored state is verified before it counts; S4: the signed answer is bound to the
 exact request): an edited history (pydantic-ai) or ``RunState`` (OpenAI Agents SDK) is
 refused before the tool runs, with an error naming both digests; an edited request is
-refused as the durable attach's signed copy asks something else; a forged ledger entry
+refused as the durable attach's signed copy asks something else; a ``RunState`` that
+says another call is approved runs nothing (before, it ran); a forged ledger entry
 approves nothing."""
 
 from __future__ import annotations
@@ -119,18 +120,13 @@ async def test_a_forged_ledger_entry_cannot_approve_other_arguments(fleet: Fleet
         assert await ledger.executing("tool-x", "transfer", ARGS, approved=genuine) == genuine
 
 
-async def test_an_edited_openai_agents_run_state_cannot_change_the_arguments_that_run(
-    fleet: Fleet,
-) -> None:
-    """The OpenAI Agents SDK's kept ``RunState`` says 10000 where the signed approval
-    approved 10: the resumer refuses the call as its tool starts (S3; observation 3)."""
+def openai_bank(ran: list[dict[str, Any]]) -> Any:
+    """An OpenAI Agents SDK agent whose ``transfer`` needs approval (a scripted model)."""
     from agents import Agent, function_tool, set_tracing_disabled
 
     from openai_scripted import Scripted
-    from toolnexus.frameworks import openai_agents
 
     set_tracing_disabled(True)
-    ran: list[dict[str, Any]] = []
 
     @function_tool(needs_approval=True)
     def transfer(to: str, amount: int) -> str:
@@ -138,14 +134,31 @@ async def test_an_edited_openai_agents_run_state_cannot_change_the_arguments_tha
         ran.append({"to": to, "amount": amount})
         return f"sent {amount} to {to}"
 
-    bank = Agent(name="bank-bot", model=Scripted(), tools=[transfer])
+    return Agent(name="bank-bot", model=Scripted(), tools=[transfer])
+
+
+async def openai_asked_then_gone(agent: RedisBroker, bot: RedisBroker, bank: Any) -> None:
+    from toolnexus.frameworks import openai_agents
+
+    started = asyncio.create_task(
+        openai_agents.run_resumable(bank, "Pay ACME", broker=agent, run=RUN)
+    )
+    await shown(bot)
+    started.cancel()
+    await asyncio.gather(started, return_exceptions=True)
+
+
+async def test_an_edited_openai_agents_run_state_cannot_change_the_arguments_that_run(
+    fleet: Fleet,
+) -> None:
+    """The OpenAI Agents SDK's kept ``RunState`` says 10000 where the signed approval
+    approved 10: the resumer refuses the call as its tool starts (S3; observation 3)."""
+    from toolnexus.frameworks import openai_agents
+
+    ran: list[dict[str, Any]] = []
+    bank = openai_bank(ran)
     async with fleet.agent() as agent, fleet.responder() as bot:
-        started = asyncio.create_task(
-            openai_agents.run_resumable(bank, "Pay ACME", broker=agent, run=RUN)
-        )
-        await shown(bot)
-        started.cancel()
-        await asyncio.gather(started, return_exceptions=True)
+        await openai_asked_then_gone(agent, bot, bank)
         store = agent.store(openai_agents.STORE)
         raw = await store.get(RUN)
         assert raw is not None
@@ -154,6 +167,36 @@ async def test_an_edited_openai_agents_run_state_cannot_change_the_arguments_tha
         await store.set(RUN, msgspec.json.encode(kept), ttl_s=600)
         await approve(bot)
         with pytest.raises(InvalidAnswer, match="not the approved ones"):
+            await openai_agents.resume(bank, broker=agent, run=RUN)
+        assert ran == []
+
+
+async def test_a_run_state_that_approves_another_call_runs_nothing(fleet: Fleet) -> None:
+    """The kept ``RunState`` is edited into one whose pending call is another (its id
+    ``call_9``, 10000) and already approved, as the SDK itself would mark it
+    (``state.approve``): no approval of this run approved that call, so it is refused as
+    its tool starts (before, the ledger knew nothing of it and let it run) (S3;
+    observation 3)."""
+    from agents import RunState
+
+    from toolnexus.frameworks import openai_agents
+
+    ran: list[dict[str, Any]] = []
+    bank = openai_bank(ran)
+    async with fleet.agent() as agent, fleet.responder() as bot:
+        await openai_asked_then_gone(agent, bot, bank)
+        store = agent.store(openai_agents.STORE)
+        raw = await store.get(RUN)
+        assert raw is not None
+        kept = msgspec.json.decode(raw)
+        forged = json.loads(kept["state"].replace("call_1", "call_9"))
+        state = await RunState.from_string(bank, json.dumps(forged_run_state(forged)))
+        for item in state.get_interruptions():
+            state.approve(item)
+        kept["state"] = state.to_string()
+        await store.set(RUN, msgspec.json.encode(kept), ttl_s=600)
+        await approve(bot)  # the genuine approval, of call_1 with 10
+        with pytest.raises(InvalidAnswer, match="'call_9' of transfer: no approval of this run"):
             await openai_agents.resume(bank, broker=agent, run=RUN)
         assert ran == []
 
