@@ -21,10 +21,10 @@ import redis
 import redis.asyncio as aioredis
 
 import toolnexus
-from agents import agents  # noqa: F401 (a fixture: agents in other processes)
 from toolnexus import Broker
 from toolnexus.redis_broker import RedisBroker
 from toolnexus.security import Keyring, SigningKey
+from waiting_agents import agents  # noqa: F401 (a fixture: agents in other processes)
 
 if TYPE_CHECKING:
     from redis_topologies import LocalCluster

@@ -1,6 +1,7 @@
 """What many test files need, in one place: a request to ask, waiting until something
 holds (polling with a deadline, not a guessed sleep), the wait for a request's state in
-Redis, the next event of a broker, and a clock that tests move by hand."""
+Redis, the next event of a broker, a clock that tests move by hand, a scripted
+pydantic-ai model, and the examples of the manual read from their pages and run."""
 
 from __future__ import annotations
 
@@ -8,15 +9,23 @@ import asyncio
 import contextlib
 import heapq
 import inspect
+import json
+import re
+import textwrap
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import redis
 
+import toolnexus
 from toolnexus import Broker, EventStream, Pending
 from toolnexus.models import Event, EventType, Request, Source, new_id
 from toolnexus.redis_broker import RedisBroker
+
+if TYPE_CHECKING:  # pydantic-ai is not in every test environment (.venv-mcp1)
+    from pydantic_ai.models.function import FunctionModel
 
 POLL_S = 0.02
 """How often a condition is checked again."""
@@ -161,3 +170,55 @@ async def cancelling_withdraws(broker: Broker, run: Coroutine[Any, Any, Any]) ->
     with contextlib.suppress(asyncio.CancelledError):
         await task
     return pending
+
+
+def scripted(*calls: tuple[str, dict[str, Any]]) -> FunctionModel:
+    """A pydantic-ai model without a model: it calls ``calls`` in turn, then answers with
+    what the tools returned, as a JSON list."""
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelRequest,
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+    )
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    def respond(messages: list[ModelMessage], _info: AgentInfo) -> ModelResponse:
+        returned = [
+            part.content
+            for message in messages
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, ToolReturnPart)
+        ]
+        if len(returned) < len(calls):
+            name, arguments = calls[len(returned)]
+            return ModelResponse(parts=[ToolCallPart(name, arguments)])
+        return ModelResponse(parts=[TextPart(json.dumps(returned))])
+
+    return FunctionModel(respond)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def page_block(page: str, first_line: str, language: str = "python") -> str:
+    """The ``language`` block of ``page`` (a path from the repository's root, such as
+    ``docs/how-to/workers.md``) whose text starts with ``first_line``."""
+    text = (ROOT / page).read_text()
+    for match in re.finditer(rf"^```{language}\n(.*?)^```", text, re.S | re.M):
+        if match.group(1).startswith(first_line):
+            return match.group(1)
+    raise AssertionError(f"{page} has no {language} block starting {first_line!r}")
+
+
+async def run_fragment(code: str, page: str, **names: Any) -> dict[str, Any]:
+    """Run ``code``, a fragment of ``page`` (top-level ``await`` allowed), with ``names``
+    (and ``toolnexus``) bound; its local names when it ends."""
+    source = "async def example():\n" + textwrap.indent(code + "\nreturn locals()", "    ")
+    scope: dict[str, Any] = {"toolnexus": toolnexus, **names}
+    exec(compile(source, page, "exec"), scope)
+    result: dict[str, Any] = await scope["example"]()
+    return result

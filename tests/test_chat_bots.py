@@ -20,7 +20,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 import helpers
 import toolnexus
-from agents import AgentFactory
 from chat_fakes import FORM, ChatFake, SlackChat, TelegramChat, eventually
 from conformance import TOOLNEXUS, clean_env
 from conftest import FAST, RedisServer
@@ -28,6 +27,7 @@ from redis_topologies import LocalCluster
 from test_tls import Authority
 from toolnexus import Answer, Broker, Quorum, Request, new_id
 from toolnexus.models import Hop
+from waiting_agents import AgentFactory
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(90)]
 

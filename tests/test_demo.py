@@ -14,6 +14,7 @@ import pexpect
 import pytest
 
 import toolnexus
+from helpers import page_block
 from mcp_helpers import FAST, answering
 from toolnexus import Broker, Pending, Request
 from toolnexus.cli import auto_answer, result_text
@@ -130,6 +131,41 @@ def test_toolnexus_demo_with_the_terminal_responder_in_a_pty() -> None:
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+@pytest.mark.slow
+def test_the_first_pause_tutorial_demo_lines_run_as_written() -> None:
+    """docs/tutorials/first-pause.md: ``toolnexus demo`` answered at a terminal (a pty,
+    every default taken), then ``toolnexus demo --responder auto``."""
+    block = page_block("docs/tutorials/first-pause.md", "toolnexus demo ", language="sh")
+    at_terminal, auto = [line.split("#")[0].strip() for line in block.splitlines()]
+    env = {**clean_env(TERM="xterm"), "PATH": f"{Path(TOOLNEXUS).parent}:{os.environ['PATH']}"}
+    child = pexpect.spawn("bash", ["-c", at_terminal], env=env, encoding="utf-8", timeout=15)
+    try:
+        for prompt, reply in [
+            ("Name for the booking", "Ada Lovelace"),
+            (r"Email \(email\): ", "ada@example.com"),
+            (r"Guests \(integer 1–12\) \[2\]: ", ""),
+            (r"Date \(date\): ", "2026-09-01"),
+            (r"Seating \(1-3\) \[1\]: ", ""),
+            (r"Dietary needs \(numbers 1-4, comma-separated\) \[none\]: ", ""),
+            (r"High chair needed \(y/n\) \[n\]: ", ""),
+            (r"Budget per person \(EUR\) \(number ≥ 0; optional\): ", ""),
+            (r"Send this answer\? \[y/n\]: ", "y"),
+            (r"Continue with this authorization\? \[y/n\]: ", "y"),
+        ]:
+            child.expect(prompt)
+            child.sendline(reply)
+        child.expect("Tool result: Booked: a table for 2 at Chez Toolnexus on 2026-09-01")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+    done = subprocess.run(
+        ["bash", "-c", auto], capture_output=True, text=True, timeout=60, env=env, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Tool result: Booked: a table for 2 at Chez Toolnexus" in done.stdout
 
 
 @pytest.fixture

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import page_block
+
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 NAME = "toolnexus-bridge"
@@ -74,6 +76,52 @@ def test_the_installed_metadata_is_found_by_the_distribution_name() -> None:
     assert DISTRIBUTION == PYPROJECT["name"] == NAME
     extras = importlib.metadata.metadata(DISTRIBUTION).get_all("Provides-Extra") or []
     assert set(extras) == set(PYPROJECT["optional-dependencies"])
+
+
+INSTALL_PAGES = [
+    "README.md",
+    "docs/index.md",
+    "docs/tutorials/first-pause.md",
+    "docs/tutorials/fleet.md",
+]
+"""The pages whose first shell block installs the package."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", INSTALL_PAGES)
+def test_a_page_install_block_runs_as_written_from_this_wheel(
+    page: str, wheel: Path, tmp_path: Path
+) -> None:
+    """The block, as written, in a fresh environment whose pip takes this wheel instead of
+    the package index (``PIP_NO_INDEX``, ``PIP_FIND_LINKS``; dependencies left out)."""
+    block = page_block(page, "pip install ", language="sh")
+    venv.create(tmp_path / "env", with_pip=True)
+    bin_dir = tmp_path / "env" / "bin"
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(bin_dir), os.environ["PATH"]]),
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(wheel.parent),
+        "PIP_NO_DEPS": "1",
+        "PIP_QUIET": "1",
+    }
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run(
+        ["bash", "-euc", block], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    show = subprocess.run(
+        [
+            bin_dir / "python",
+            "-I",
+            "-c",
+            f"import importlib.metadata as m; print(m.version({NAME!r}))",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert show.stdout.strip() == PYPROJECT["version"]
 
 
 @pytest.mark.slow

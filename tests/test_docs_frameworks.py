@@ -18,6 +18,7 @@ from mcp_types import ElicitRequestFormParams
 
 import toolnexus
 from conftest import FAST
+from helpers import scripted
 from mcp_helpers import answering, elicit, http_server
 from toolnexus import Broker, Pending
 
@@ -102,28 +103,6 @@ async def test_the_fastmcp_example_books_through_a_person(broker: Broker, crm: s
 
 
 async def test_the_pydantic_ai_example_books_through_a_person(broker: Broker, crm: str) -> None:
-    from pydantic_ai.messages import (
-        ModelMessage,
-        ModelRequest,
-        ModelResponse,
-        TextPart,
-        ToolCallPart,
-        ToolReturnPart,
-    )
-    from pydantic_ai.models.function import AgentInfo, FunctionModel
-
-    def model(messages: list[ModelMessage], _info: AgentInfo) -> ModelResponse:
-        returned = [
-            part.content
-            for message in messages
-            if isinstance(message, ModelRequest)
-            for part in message.parts
-            if isinstance(part, ToolReturnPart)
-        ]
-        if not returned:
-            return ModelResponse(parts=[ToolCallPart("book_table", {"restaurant": "Noma"})])
-        return ModelResponse(parts=[TextPart(str(returned[0]))])
-
     # the example's model is OpenAI's; here a scripted one calls the tool
     code = block("# pydantic-ai (2.x), through fastmcp's client")
     assert '"openai:gpt-5"' in code
@@ -132,7 +111,12 @@ async def test_the_pydantic_ai_example_books_through_a_person(broker: Broker, cr
 
     async with answering(broker, four_guests) as seen:
         names = await run(
-            code, broker=broker, url=crm, fastmcp=fastmcp, scripted=FunctionModel(model)
+            code,
+            broker=broker,
+            url=crm,
+            fastmcp=fastmcp,
+            scripted=scripted(("book_table", {"restaurant": "Noma"})),
         )
-    assert json.loads(names["run"].output) == {"action": "accept", "content": {"guests": 4}}
+    [returned] = json.loads(names["run"].output)
+    assert json.loads(returned) == {"action": "accept", "content": {"guests": 4}}
     assert [r.prompt for r in seen] == ["Book Noma?"]

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 import toolnexus
-from agents import Agent, AgentFactory
 from conftest import FAST, Fleet
 from helpers import eventually
 from test_cli_ops import TOOLNEXUS, _env, broker_args, connected, run
 from test_forgery import assert_refusal_audited, decline_genuinely, forged, still_waiting
 from toolnexus import AlreadyResolved, Answer, Broker, InvalidRequest, Request, new_id, question
 from toolnexus.redis_broker import RedisBroker
+from waiting_agents import Agent, AgentFactory
 
 pytestmark = pytest.mark.redis
 

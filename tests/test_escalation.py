@@ -18,7 +18,6 @@ import pytest
 import redis.asyncio as aioredis
 
 import toolnexus
-from agents import AgentFactory
 from conftest import FAST
 from helpers import eventually
 from mcp_processes import responder_process
@@ -31,6 +30,7 @@ from toolnexus.keys import Keys
 from toolnexus.models import Hop
 from toolnexus.redis_broker import RedisBroker
 from toolnexus.security import AuditRecord
+from waiting_agents import AgentFactory
 
 if TYPE_CHECKING:
     from redis_topologies import LocalCluster

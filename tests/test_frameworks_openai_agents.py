@@ -1,7 +1,6 @@
 """The OpenAI Agents SDK's tool approvals answered through toolnexus: inline and resumed in
 another process, with a scripted model (no network). The agent runs in a process of its
-own (tests/servers/openai_agents_agent.py): the SDK's module is ``agents``, which tests/agents.py
-shadows here."""
+own (tests/servers/openai_agents_agent.py), which these tests kill and start again."""
 
 from __future__ import annotations
 
@@ -34,9 +33,7 @@ async def broker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
 
 @pytest.fixture
 def agent(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[object]:
-    here = Path(__file__).resolve().parent  # tests/agents.py would shadow the SDK
-    path = [p for p in sys.path if p and Path(p).resolve() != here]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     started: list[subprocess.Popen[str]] = []
 
     def start(mode: str, timeout_s: float = 30) -> subprocess.Popen[str]:

@@ -4,57 +4,31 @@ stop-the-world resumed in another process, with a scripted model (no LLM)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-)
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.tools import DeferredToolRequests, RunContext
 
 import toolnexus
-from helpers import cancelling_withdraws
+from helpers import cancelling_withdraws, page_block, run_fragment, scripted
 from toolnexus import Answer, Broker, InvalidAnswer, Pending
 from toolnexus.frameworks import Ledger, audit_digests, tool_call_digest, tool_call_of
-from toolnexus.frameworks.pydantic_ai import approvals
+from toolnexus.frameworks.pydantic_ai import approvals, resume, run_resumable
 
 ARGS = {"to": "ACME", "amount": 10}
-
-
-def scripted(*calls: tuple[str, dict[str, Any]]) -> FunctionModel:
-    """A model without a model: it calls ``calls`` in turn, then answers with what the
-    tools returned, as a JSON list."""
-
-    def respond(messages: list[ModelMessage], _info: AgentInfo) -> ModelResponse:
-        returned = [
-            part.content
-            for message in messages
-            if isinstance(message, ModelRequest)
-            for part in message.parts
-            if isinstance(part, ToolReturnPart)
-        ]
-        if len(returned) < len(calls):
-            name, arguments = calls[len(returned)]
-            return ModelResponse(parts=[ToolCallPart(name, arguments)])
-        return ModelResponse(parts=[TextPart(json.dumps(returned))])
-
-    return FunctionModel(respond)
 
 
 def bank(ran: list[dict[str, Any]], **capabilities: Any) -> Agent[None, str]:
@@ -238,27 +212,84 @@ async def test_resumed_in_another_process_after_a_kill_runs_the_tool_once(
         assert len(ran.read_text().splitlines()) == 1
 
 
-PAGE = Path(__file__).parents[1] / "docs" / "how-to" / "tool-approvals.md"
+@dataclass
+class AllAtOnce(AbstractCapability[Any]):
+    """Holds each run at its tool until every racer is there: the runs then race on."""
+
+    barrier: asyncio.Barrier
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None
+
+    async def before_tool_execute(
+        self, ctx: RunContext[Any], *, call: Any, tool_def: Any, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        async with asyncio.timeout(20):
+            await self.barrier.wait()
+        return args
 
 
-def page_block(first_line: str) -> str:
-    """The Python block of docs/how-to/tool-approvals.md whose first line is ``first_line``."""
-    for match in re.finditer(r"^```python\n(.*?)^```", PAGE.read_text(), re.S | re.M):
-        if match.group(1).startswith(first_line + "\n"):
-            return match.group(1)
-    raise AssertionError(f"{PAGE.name} has no block starting {first_line!r}")
+def resumable_bank(
+    ran: list[dict[str, Any]], barrier: asyncio.Barrier | None = None
+) -> Agent[None, str | DeferredToolRequests]:
+    """A bank agent that stops the world for approvals (its output admits
+    ``DeferredToolRequests``), as one process would build it; with a ``barrier``, its
+    run waits at the tool for the other racers."""
+    agent: Agent[None, str | DeferredToolRequests] = Agent(
+        scripted(("transfer", ARGS)),
+        output_type=[str, DeferredToolRequests],
+        capabilities=[AllAtOnce(barrier)] if barrier else [],
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def transfer(to: str, amount: int) -> str:
+        ran.append({"to": to, "amount": amount})
+        return f"sent {amount} to {to}"
+
+    return agent
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+async def test_resumers_racing_for_one_answered_approval_run_the_tool_once(
+    redis_url: str, namespace: str
+) -> None:
+    """Issue #27: four resumers (each with a broker of its own, as processes would have)
+    resume the same answered run and reach its tool at the same moment; the ledger's
+    atomic claim lets exactly one run the tool, the others are refused before it runs."""
+    ran: list[dict[str, Any]] = []
+    async with contextlib.AsyncExitStack() as stack:
+        brokers = [
+            await stack.enter_async_context(
+                toolnexus.connect(redis_url, namespace=namespace, block_ms=100)
+            )
+            for _ in range(5)
+        ]
+        started = asyncio.create_task(
+            run_resumable(resumable_bank(ran), "Pay ACME", broker=brokers[0], run="run-race")
+        )
+        pending = await shown(brokers[0])
+        started.cancel()  # the first process is gone; its durable request stays open
+        await asyncio.gather(started, return_exceptions=True)
+        await pending.accept()
+        barrier = asyncio.Barrier(len(brokers) - 1)
+        outcomes = await asyncio.gather(
+            *(resume(resumable_bank(ran, barrier), broker=b, run="run-race") for b in brokers[1:]),
+            return_exceptions=True,
+        )
+    assert ran == [ARGS]
+    finished = [o for o in outcomes if not isinstance(o, BaseException)]
+    assert [json.loads(o.output) for o in finished] == [["sent 10 to ACME"]]
+    refused = [str(o) for o in outcomes if isinstance(o, BaseException)]
+    assert refused and all("ran already: an approval is used once" in r for r in refused), refused
 
 
 async def test_the_docs_inline_example_runs_as_written(memory: Broker) -> None:
-    code = page_block("from toolnexus.frameworks import Ledger")
-    source = "async def example():\n" + textwrap.indent(code + "\nreturn locals()", "    ")
-    scope: dict[str, Any] = {
-        "Agent": Agent,
-        "broker": memory,
-        "model": scripted(("transfer", ARGS)),
-    }
-    exec(compile(source, str(PAGE), "exec"), scope)
-    example = asyncio.create_task(scope["example"]())
+    page = "docs/how-to/tool-approvals.md"
+    code = page_block(page, "from toolnexus.frameworks import Ledger\n")
+    bound = {"Agent": Agent, "broker": memory, "model": scripted(("transfer", ARGS))}
+    example = asyncio.create_task(run_fragment(code, page, **bound))
     await (await shown(memory)).accept({"to": "ACME", "amount": 3})
     names = await asyncio.wait_for(example, 10)
     assert json.loads(names["result"].output) == ["sent 3 to ACME"]

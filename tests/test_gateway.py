@@ -5,10 +5,13 @@ answered by a real responder that requires signatures."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
+import subprocess
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +23,7 @@ import pytest
 
 import toolnexus
 from conftest import FAST
+from helpers import page_block
 from toolnexus import Broker, ConfigurationError, NotResolved, Pending
 from toolnexus._wire10 import iso_time
 from toolnexus.models import new_id
@@ -374,3 +378,66 @@ def test_the_command_refuses_a_bad_configuration(
     monkeypatch.delenv("TOOLNEXUS_GATEWAY_TOKENS")
     assert gateway_main(["--tokens", str(tokens)]) == 2
     assert "agent name 'bad name' must be 1 to 64 letters" in capsys.readouterr().err
+
+
+GATEWAY_PAGE = "docs/how-to/gateway.md"
+
+
+async def test_the_gateway_page_curl_example_gets_the_answer(setup: Setup) -> None:
+    """The curl block of docs/how-to/gateway.md as written, its address this gateway's."""
+    block = page_block(GATEWAY_PAGE, "curl ", language="sh")
+    assert "http://127.0.0.1:8710" in block
+    block = block.replace("http://127.0.0.1:8710", setup.url)
+    env = {**os.environ, "TOKEN": TOKEN}
+    posting = asyncio.create_task(
+        asyncio.to_thread(
+            subprocess.run, ["bash", "-euc", block], env=env, capture_output=True, timeout=30
+        )
+    )
+    pending = await next_pending(setup.responder)
+    assert (pending.request.id, pending.request.prompt) == ("pnd-1", "Deploy?")
+    await pending.accept()
+    done = await posting
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert (got["id"], got["ok"]) == ("pnd-1", True)
+
+
+@dataclasses.dataclass
+class ToolkitRequest:
+    """The toolkit's ``Request``, as its agents hold it."""
+
+    id: str
+    kind: str
+    prompt: str
+    url: str | None = None
+    data: Any = None
+    expiresAt: str | None = None
+
+
+@dataclasses.dataclass
+class ToolkitAnswer:
+    id: str
+    ok: bool
+    data: Any = None
+    reason: str | None = None
+
+
+async def test_the_gateway_page_python_wait_for_gets_the_answer(setup: Setup) -> None:
+    """The Python waitFor of docs/how-to/gateway.md as written, with toolkit-shaped
+    ``Request`` and ``Answer`` classes, against this gateway."""
+    code = page_block(GATEWAY_PAGE, "def wait_for_blocking(request: Request) -> Answer:")
+    scope: dict[str, Any] = {
+        "json": json,
+        "urllib": urllib,
+        "Request": ToolkitRequest,
+        "Answer": ToolkitAnswer,
+        "GATEWAY": setup.url,
+        "TOKEN": TOKEN,
+    }
+    exec(compile(code, GATEWAY_PAGE, "exec"), scope)
+    asked = ToolkitRequest(id=new_id("pnd"), kind="approval", prompt="Deploy?")
+    waiting = asyncio.create_task(asyncio.to_thread(scope["wait_for_blocking"], asked))
+    await (await next_pending(setup.responder)).decline()
+    answer = await asyncio.wait_for(waiting, 20)
+    assert answer == ToolkitAnswer(id=asked.id, ok=False, reason="declined")

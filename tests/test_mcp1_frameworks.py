@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import mcp.types
@@ -27,12 +28,14 @@ from mcp.client.stdio import stdio_client
 from strands.tools.mcp import MCPClient
 
 import toolnexus
-from helpers import asked, next_event
-from mcp_processes import BOOKING, DELETE, MCP1, SEATS, responder_process
+from helpers import asked, next_event, page_block, run_fragment, wait_until
+from mcp_processes import BOOKING, DELETE, MCP1, SEATS, free_port, responder_process
 from toolnexus import Broker
 
 SIGN_IN = "Sign in to the calendar"
+NOMA = "Book Noma?"
 RULES = {
+    NOMA: {"accept": {"guests": 4}},
     BOOKING: {"accept": {"name": "Ada"}},
     DELETE: "decline",
     SEATS: "hold",
@@ -192,3 +195,69 @@ def test_importing_toolnexus_loads_no_mcp_sdk_on_1x() -> None:
     code = "import sys, toolnexus; print('mcp' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# The examples of docs/how-to/frameworks.md that run on mcp 1.x, as written: ``params`` is
+# the stdio server above, ``url`` the same server over streamable HTTP.
+PAGE = "docs/how-to/frameworks.md"
+
+
+@contextlib.contextmanager
+def http_server() -> Iterator[str]:
+    """mcp1_server.py over streamable HTTP on a free port; its URL once it listens."""
+    port = free_port()
+    process = subprocess.Popen([*MCP1, "--http", str(port)], stderr=subprocess.DEVNULL)
+    try:
+        wait_until("the mcp1 server listening", lambda: _listening(port))
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.redis
+async def test_the_frameworks_page_client_session_example(
+    rbroker: Broker, redis_url: str, namespace: str
+) -> None:
+    code = page_block(PAGE, "# MCP SDK 1.x: ClientSession")
+    with responder_process(redis_url, namespace, RULES) as responder:
+        names = await run_fragment(code, PAGE, broker=rbroker, params=SERVER)
+    assert payload(names["result"]) == {"action": "accept", "data": {"guests": 4}}
+    asked_for = responder.by_prompt(NOMA)
+    assert (asked_for["server"], asked_for["agent"]) == ("crm", "agent-7")
+
+
+@pytest.mark.redis
+async def test_the_frameworks_page_langchain_example(
+    rbroker: Broker, redis_url: str, namespace: str
+) -> None:
+    code = page_block(PAGE, "# langchain-mcp-adapters")
+    with http_server() as url, responder_process(redis_url, namespace, RULES) as responder:
+        names = await run_fragment(code, PAGE, broker=rbroker, url=url)
+        tools = {tool.name: tool for tool in await names["client"].get_tools()}
+        booked = await tools["book_table"].ainvoke({"restaurant": "Noma"})
+    assert payload(booked) == {"action": "accept", "data": {"guests": 4}}
+    asked_for = responder.by_prompt(NOMA)
+    assert (asked_for["server"], asked_for["tool"]) == ("crm", "book_table")
+
+
+@pytest.mark.redis
+async def test_the_frameworks_page_strands_example(
+    rbroker: Broker, redis_url: str, namespace: str
+) -> None:
+    code = page_block(PAGE, "# strands-agents")
+    with http_server() as url, responder_process(redis_url, namespace, RULES) as responder:
+        names = await run_fragment(code, PAGE, broker=rbroker, url=url, asyncio=asyncio)
+        crm = names["crm"]
+        await asyncio.to_thread(crm.start)
+        try:
+            booked = await crm.call_tool_async("use-1", "book_table", {"restaurant": "Noma"})
+        finally:
+            await asyncio.to_thread(crm.stop, None, None, None)
+    assert payload(booked) == {"action": "accept", "data": {"guests": 4}}
+    assert responder.by_prompt(NOMA)["server"] == "crm"

@@ -18,18 +18,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ElicitRequestFormParams, ElicitResult, ErrorData
 from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-)
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import toolnexus
-from helpers import asked, next_event
+from helpers import asked, next_event, scripted
 from mcp_helpers import FAST
 from mcp_processes import BOOKING, DELETE, FASTMCP, SEATS, fastmcp_http, responder_process
 from toolnexus import Answer, Broker, ConfigurationError, Request
@@ -101,26 +92,6 @@ async def test_fastmcps_client_with_the_elicitation_handler(
     assert json.loads(booked.data)["data"] == {"name": "Ada", "guests": 2, "vip": False}
     assert json.loads(declined.data)["action"] == "decline"
     assert {(s["server"], s["agent"]) for s in responder.seen} == {("bookings", "fm-agent")}
-
-
-def scripted(*calls: tuple[str, dict[str, Any]]) -> FunctionModel:
-    """A model without a model: it calls ``calls`` in turn, then answers with what the tools
-    returned, as a JSON list."""
-
-    def respond(messages: list[ModelMessage], _info: AgentInfo) -> ModelResponse:
-        returned = [
-            part.content
-            for message in messages
-            if isinstance(message, ModelRequest)
-            for part in message.parts
-            if isinstance(part, ToolReturnPart)
-        ]
-        if len(returned) < len(calls):
-            name, arguments = calls[len(returned)]
-            return ModelResponse(parts=[ToolCallPart(name, arguments)])
-        return ModelResponse(parts=[TextPart(json.dumps(returned))])
-
-    return FunctionModel(respond)
 
 
 @pytest.mark.redis

@@ -17,7 +17,8 @@ from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import REQUEST_TIMEOUT, URL_ELICITATION_REQUIRED, CallToolResult
 
 import toolnexus
-from helpers import next_event
+from conftest import RedisServer
+from helpers import next_event, page_block, run_fragment
 from mcp_helpers import (
     AUTH_URL,
     FAST,
@@ -40,6 +41,7 @@ from toolnexus import (
     load_mcp,
 )
 from toolnexus.cli import booking_server
+from toolnexus.errors import ServerUnavailable
 from toolnexus.mcp._transport import target
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -438,3 +440,64 @@ async def accept_booking(pending: Pending) -> None:
         await pending.accept(
             {"name": "Ada", "email": "ada@example.com", "guests": 3, "date": "2026-09-01"}
         )
+
+
+PAGE = "docs/how-to/mcp-servers.md"
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_the_mcp_servers_page_first_example_books_through_a_person(
+    redis_server: RedisServer,
+) -> None:
+    """The first block of docs/how-to/mcp-servers.md as written, its server the booking
+    example's over stdio and ``url`` a private redis-server's; a responder beside it
+    answers the form and the deposit link."""
+    code = page_block(PAGE, "async with (\n    toolnexus.connect(url) as broker,")
+    command = f"{sys.executable} {EXAMPLES / 'booking_server.py'}"
+    assert '"python my_server.py"' in code
+    code = code.replace('"python my_server.py"', repr(command))
+    async with (
+        toolnexus.connect(redis_server.url, **FAST) as responder,
+        answering(responder, accept_booking) as seen,
+    ):
+        names = await asyncio.wait_for(run_fragment(code, PAGE, url=redis_server.url), 60)
+    assert "deposit authorized" in names["result"].content[0].text
+    assert [r.source.agent for r in seen] == ["agent-7", "agent-7"]
+
+
+CALENDAR = """
+import os
+from mcp.server.mcpserver import MCPServer
+
+calendar = MCPServer("calendar")
+
+
+@calendar.tool()
+def book(day: str) -> str:
+    return f"booked {day} ({os.environ['TZ']})"
+
+
+calendar.run("stdio")
+"""
+
+
+@pytest.mark.slow
+async def test_the_mcp_servers_page_host_config_example_loads_what_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host-config block of docs/how-to/mcp-servers.md as written, run where its
+    ``calendar_server.py`` is a real stdio server and its crm address has nobody: the
+    calendar's tool runs, the crm is a failure."""
+    code = page_block(PAGE, "config = {")
+    assert '"command": "python"' in code and "https://crm.example.com/mcp" in code
+    code = code.replace('"command": "python"', f'"command": {sys.executable!r}')
+    code = code.replace("https://crm.example.com/mcp", "http://127.0.0.1:9/mcp")  # discard
+    (tmp_path / "calendar_server.py").write_text(CALENDAR)
+    monkeypatch.chdir(tmp_path)
+    async with toolnexus.connect("memory://") as broker:
+        names = await asyncio.wait_for(run_fragment(code, PAGE, broker=broker), 60)
+    tools = names["tools"]
+    assert set(tools.failures) == {"crm"}
+    assert isinstance(tools.failures["crm"], ServerUnavailable)
+    assert "calendar.book" in tools

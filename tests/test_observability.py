@@ -18,6 +18,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import toolnexus
+from conftest import free_port
+from helpers import page_block, run_fragment
 from toolnexus import Answer, Broker, Pending, Request, Service, Worker, new_id
 from toolnexus.observability import Metrics, inject, traced
 
@@ -270,3 +272,30 @@ async def test_a_worker_logs_json_lines(redis_url: str, namespace: str, tmp_path
     assert decision["logger"] == "toolnexus.auto" and decision["level"] == "info"
     assert decision["message"].startswith(f"decision=accept request={request.id} rule=1 (yes)")
     assert decision["time"].endswith("+00:00")
+
+
+async def test_the_operating_page_metrics_example_counts_a_wait() -> None:
+    """The metrics block of docs/how-to/operating.md as written (its port a free one),
+    with a request a responder beside it accepts; then its page is scraped."""
+    page = "docs/how-to/operating.md"
+    port = free_port()
+    code = page_block(page, "from toolnexus.observability import Metrics, traced")
+    assert "metrics.serve(9100)" in code
+    code = code.replace("metrics.serve(9100)", f"metrics.serve({port})")
+    async with toolnexus.connect("memory://") as broker:
+
+        async def accept() -> None:
+            async with broker.responder("ops") as requests:
+                await (await anext(requests)).accept()
+
+        answering = asyncio.create_task(accept())
+        request = Request(id=new_id(), kind="approval", prompt="Deploy?")
+        names = await asyncio.wait_for(run_fragment(code, page, broker=broker, request=request), 20)
+        await answering
+    try:
+        assert names["answer"].ok
+        url = f"http://127.0.0.1:{port}/metrics"
+        scraped = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
+        assert 'toolnexus_time_to_answer_seconds_count{queue="default"} 1.0' in scraped.decode()
+    finally:
+        names["metrics"].close()

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 import toolnexus
-from agents import AgentFactory
 from helpers import eventually
 from test_cli_ops import broker_args, connected, run
 from test_durable import DEAD_AGENT, kill, published, published_at_least
@@ -35,6 +34,7 @@ from toolnexus.models import ExpiredEvent, OnExpiry
 from toolnexus.rendering import gone_note, standing_notes
 from toolnexus.security._audit import audit_record
 from toolnexus_workers.chat import header
+from waiting_agents import AgentFactory
 
 FORM = {
     "type": "object",

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ask, eventually
+import toolnexus
+from helpers import ask, eventually, page_block, run_fragment
 from toolnexus import (
     AlreadyResolved,
     Answer,
@@ -409,3 +410,20 @@ def test_what_a_worker_is_told_follows_the_typed_status_not_the_words(
         assert type(ended) is expected and ended.id == "r-1"
         assert ended.event == (lost.status if lost.status in RESOLUTIONS else Status.EXPIRED)
     assert AlreadyResolved("r-2", Status.WITHDRAWN).reason == "no longer open (WITHDRAWN)"
+
+
+async def test_the_workers_page_approver_answers_until_stopped() -> None:
+    """The Approver of docs/how-to/workers.md, as written, run to its first answer."""
+    page = "docs/how-to/workers.md"
+    code = page_block(page, "class Approver(toolnexus.Worker):")
+    async with toolnexus.connect("memory://") as broker:
+        serving = asyncio.create_task(run_fragment(code, page, broker=broker))
+        await eventually(lambda: _serving(broker), "the Approver's heartbeat")
+        answer = await asyncio.wait_for(broker.wait_for(ask("Deploy?")), 10)
+        assert answer.ok and answer.answered_by is not None and "ops-bot" in answer.answered_by
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+
+
+async def _serving(broker: Broker) -> bool:
+    return any(beat.group == "ops-bot" for beat in await broker.heartbeats())

@@ -5,6 +5,7 @@ broker's own policy while Redis is away."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 
@@ -43,6 +44,40 @@ async def test_a_store_keeps_bytes_and_text_by_key_and_forgets_on_delete(broker:
     assert await store.get("req-1") is None
     assert sorted(await store.items()) == ["req-2", "réq-3"]
     assert repr(store).endswith("'bot'>")
+
+
+async def test_a_claim_keeps_the_first_value_only_and_says_who_won(broker: Broker) -> None:
+    store = broker.store("claims")
+    won = await asyncio.gather(*(store.claim("call-1", f"by-{n}", ttl_s=60) for n in range(8)))
+    assert won.count(True) == 1
+    winner = f"by-{won.index(True)}"
+    assert await store.get("call-1") == winner.encode()
+    assert await store.claim("call-1", winner, ttl_s=60)  # the winner's claim, retried: still won
+    assert not await store.claim("call-1", "late", ttl_s=60)
+    assert await store.get("call-1") == winner.encode()  # a lost claim changes nothing
+    await store.delete("call-1")
+    assert await store.claim("call-1", "late", ttl_s=60)  # forgotten: claimable again
+    with pytest.raises(ConfigurationError, match="a store value must be bytes or str"):
+        await store.claim("call-2", 7, ttl_s=60)  # type: ignore[arg-type]
+
+
+@pytest.mark.redis
+async def test_on_redis_brokers_racing_for_one_claim_have_one_winner(
+    redis_url: str, namespace: str
+) -> None:
+    """As processes would: each claimer on a broker (connections) of its own."""
+    async with contextlib.AsyncExitStack() as stack:
+        brokers = [
+            await stack.enter_async_context(toolnexus.connect(redis_url, namespace=namespace))
+            for _ in range(6)
+        ]
+        for _ in range(5):  # a few rounds: the race is not decided by who starts first
+            key = f"call-{time.monotonic_ns()}"
+            won = await asyncio.gather(
+                *(b.store("claims").claim(key, f"by-{n}", ttl_s=60) for n, b in enumerate(brokers))
+            )
+            assert won.count(True) == 1, won
+            assert await brokers[0].store("claims").get(key) == f"by-{won.index(True)}".encode()
 
 
 @pytest.mark.slow

@@ -18,7 +18,6 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 import toolnexus
-from agents import AgentFactory
 from conformance import CHROMIUM, CHROMIUM_ARGS
 from conftest import FAST
 from test_web_worker import ask
@@ -26,6 +25,7 @@ from toolnexus import Broker, ConfigurationError, Request, Source, new_id
 from toolnexus.security import Keyring, SigningKey
 from toolnexus_workers.web.access import Access, hash_password
 from toolnexus_workers.web.server import WebServer
+from waiting_agents import AgentFactory
 
 WAIT_MS = 20_000
 SECRET = "one-secret-every-replica-shares"

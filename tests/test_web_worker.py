@@ -21,7 +21,6 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 
 import helpers
 import toolnexus
-from agents import AgentFactory
 from conformance import CHROMIUM, CHROMIUM_ARGS
 from conftest import FAST
 from toolnexus import Answer, Broker, ConfigurationError, Quorum, Request
@@ -31,6 +30,7 @@ from toolnexus_workers.web.access import Access, hash_password, load_users, veri
 from toolnexus_workers.web.app import CONTENT_SECURITY_POLICY
 from toolnexus_workers.web.board import FOLLOWER_BACKLOG, Board
 from toolnexus_workers.web.server import WebServer
+from waiting_agents import AgentFactory
 
 TOKEN = "s3cret-token-for-the-tests"
 WAIT_MS = 20_000  # for the page to show something; generous on a loaded 2-core machine

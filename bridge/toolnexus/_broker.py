@@ -359,6 +359,22 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def claim(self, key: str, value: bytes | str, *, ttl_s: float) -> bool:
+        """Keep ``value`` under ``key`` only if ``key`` has no value yet, in one atomic
+        step (on Redis one transaction): of several callers, in any processes, exactly one
+        gets True, and the store lives on as :meth:`set` makes it.
+
+        Give each caller a value of its own (a fresh id in it): a claim retried while Redis
+        was away is then still known as this caller's (True), and callers claiming with
+        equal values cannot tell each other apart.
+
+        Raises:
+            ConfigurationError: as :meth:`set`.
+            BrokerUnavailable: the broker stayed unreachable.
+            BrokerClosed: the Redis broker was closed.
+        """
+
+    @abc.abstractmethod
     async def delete(self, key: str) -> None:
         """Forget ``key`` (nothing happens if it has no value).
 

@@ -504,13 +504,23 @@ class MemoryStore(Store):
         return self._live().get(key)
 
     async def set(self, key: str, value: bytes | str, *, ttl_s: float) -> None:
+        self._keep(key, value, ttl_s, replace=True)
+
+    async def claim(self, key: str, value: bytes | str, *, ttl_s: float) -> bool:
+        return self._keep(key, value, ttl_s, replace=False)
+
+    def _keep(self, key: str, value: bytes | str, ttl_s: float, *, replace: bool) -> bool:
+        """Keep ``value`` (unless ``key`` has one and not ``replace``), extending the
+        store's life; whether ``key`` holds ``value`` now. Nothing awaits: atomic."""
         data = check_store_entry(key, value)
         check_number("ttl_s", ttl_s)
         assert data is not None
         entries = self._live()
         until = time.monotonic() + max(1, math.ceil(ttl_s))  # whole seconds, as on Redis
         self._expires_at = max(self._expires_at, until) if entries else until
-        entries[key] = data
+        if replace or key not in entries:
+            entries[key] = data
+        return entries[key] == data
 
     async def delete(self, key: str) -> None:
         check_store_entry(key)

@@ -1,14 +1,16 @@
 """An eliciting server on the mcp 1.x SDK's FastMCP, asking the way its documentation shows:
 ``ctx.elicit`` with a pydantic model, ``ctx.elicit_url`` for URL mode. Runs in .venv-mcp1.
 
-    python mcp1_server.py
+    python mcp1_server.py               # stdio
+    python mcp1_server.py --http PORT   # streamable HTTP at http://127.0.0.1:PORT/mcp
 
-stdio. Each tool returns what it got as JSON: ``{"action": ..., "data": ...}``.
+ Each tool returns what it got as JSON: ``{"action": ..., "data": ...}``.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
 from mcp.server.fastmcp import Context, FastMCP
 from pydantic import BaseModel, Field
@@ -20,6 +22,10 @@ class Booking(BaseModel):
     vip: bool = False
 
 
+class Guests(BaseModel):
+    guests: int = Field(title="Guests", ge=1)
+
+
 class Seats(BaseModel):
     value: int
 
@@ -28,8 +34,16 @@ class Confirmation(BaseModel):
     confirmed: bool
 
 
-def build() -> FastMCP:
-    server = FastMCP("mcp1-elicit")
+def build(port: int = 8000) -> FastMCP:
+    server = FastMCP("mcp1-elicit", port=port)
+
+    @server.tool()
+    async def book_table(ctx: Context, restaurant: str) -> str:
+        """Book a table at ``restaurant``: asks how many guests (the manual's examples)."""
+        result = await ctx.elicit(f"Book {restaurant}?", Guests)
+        if result.action == "accept":
+            return json.dumps({"action": "accept", "data": result.data.model_dump()})
+        return json.dumps({"action": result.action})
 
     @server.tool()
     async def book(ctx: Context) -> str:
@@ -64,4 +78,7 @@ URL = "https://calendar.example.com/oauth/authorize?state=s1"
 
 
 if __name__ == "__main__":
-    build().run()
+    if sys.argv[1:2] == ["--http"]:
+        build(int(sys.argv[2])).run("streamable-http")
+    else:
+        build().run()

@@ -1,6 +1,6 @@
 """An OpenAI Agents SDK agent with a scripted model (no network) whose ``transfer`` tool
-needs approval, run by tests/test_frameworks_openai_agents.py in a process of its own:
-the SDK is imported as ``agents``, a name tests/agents.py takes in the test process.
+needs approval, run by tests/test_frameworks_openai_agents.py in a process of its own
+(which a test kills, then resumes the run in another).
 
     python openai_agents_agent.py URL NAMESPACE RUN RAN_FILE MODE [TIMEOUT_S]
 
@@ -18,58 +18,17 @@ import json
 import re
 import sys
 import textwrap
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
-from agents.models.interface import Model
-from agents.usage import Usage
-from openai.types.responses import (
-    ResponseFunctionToolCall,
-    ResponseOutputMessage,
-    ResponseOutputText,
-)
+from agents import Agent, ModelSettings, function_tool, set_tracing_disabled
 
 import toolnexus
-from agents import Agent, ModelSettings, function_tool, set_tracing_disabled
+from openai_scripted import Scripted
 from toolnexus.frameworks import Ledger
 from toolnexus.frameworks.openai_agents import resume, run_resumable, run_with_approvals
 
 set_tracing_disabled(True)  # no network: traces are not exported
-ARGUMENTS = json.dumps({"to": "ACME", "amount": 10})
-
-
-class Scripted(Model):
-    """Calls ``transfer`` once, then answers with what the tool returned."""
-
-    async def get_response(
-        self, system_instructions: Any, input: str | list[TResponseInputItem], *args: Any, **kw: Any
-    ) -> ModelResponse:
-        items = [] if isinstance(input, str) else input
-        outputs = [
-            item.get("output")
-            for item in items
-            if isinstance(item, dict) and item.get("type") == "function_call_output"
-        ]
-        if not outputs:
-            call = ResponseFunctionToolCall(
-                type="function_call",
-                call_id="call_1",
-                name="transfer",
-                arguments=ARGUMENTS,
-                id="fc_1",
-                status="completed",
-            )
-            return ModelResponse(output=[call], usage=Usage(), response_id=None)
-        text = ResponseOutputText(type="output_text", text=json.dumps(outputs), annotations=[])
-        message = ResponseOutputMessage(
-            id="msg_1", type="message", role="assistant", status="completed", content=[text]
-        )
-        return ModelResponse(output=[message], usage=Usage(), response_id=None)
-
-    def stream_response(self, *args: Any, **kw: Any) -> AsyncIterator[TResponseStreamEvent]:
-        raise NotImplementedError
 
 
 PAGE = Path(__file__).parents[2] / "docs" / "how-to" / "tool-approvals.md"

@@ -68,7 +68,7 @@ RESPONDER_RULES = (
     "(~<q>:workers +hset +hdel +hgetall +pexpire) "
     "(%R~<q>:requests %R~<q>:dead +xlen) "
     "(~<q>:events +xdel +pexpire) "
-    "(~<q>:store:* +hget +hset +hdel +hgetall +expire)"
+    "(~<q>:store:* +hget +hset +hsetnx +hdel +hgetall +expire)"
 )
 """A responder's rules: ``<w>`` is the hash tag of every waiter's keys."""
 

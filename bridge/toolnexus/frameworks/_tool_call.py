@@ -37,7 +37,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 import rfc8785
@@ -212,6 +212,20 @@ class ToolDecision:
     answered_by: str | None
 
 
+def denied(message: str) -> ToolDecision:
+    """A denial that no answer gave (an invalid approval, a call the framework cannot
+    run as approved): ``message`` tells the model why."""
+    return ToolDecision(
+        approved=False,
+        arguments=None,
+        edited=False,
+        message=message,
+        reason=None,
+        digest=None,
+        answered_by=None,
+    )
+
+
 def _message(answer: Answer, call: ToolCall) -> str:
     for text in (answer.data, answer.meta.get("message")):
         if isinstance(text, str) and text.strip():
@@ -314,11 +328,14 @@ class Ledger:
     """The digests of each tool call an adapter saw: ``proposed``, ``approved`` and
     ``executed`` (the arguments the framework ran the tool with), by request id, kept in a
     broker :class:`~toolnexus.Store` (``broker.store("tool-calls")``) beside the
-    audit record, which proves the first two. An adapter refuses to run a call the ledger
-    says ran already, or with arguments whose digest is not the approved one.
+    audit record, which proves the first two. An adapter runs a call only with the
+    arguments its approval approved, and only once: :meth:`executing` claims the call in
+    one atomic step of the store, so of several resumers racing for one answered
+    approval, in any processes, exactly one runs the tool.
 
-    The store is Redis, shared and untrusted: the ledger is a record and a guard against
-    a second run by a well-behaved resumer, not a proof (the audit record is that).
+    The store is Redis, shared and untrusted: the digests it keeps are a record, not a
+    proof (the audit record is that). The arguments a call may run with come from the
+    caller's own decision (``approved=`` of :meth:`executing`), never from the store.
     """
 
     def __init__(self, store: Store) -> None:
@@ -326,40 +343,75 @@ class Ledger:
 
     async def get(self, request_id: str) -> dict[str, str]:
         """The digests recorded for ``request_id`` (empty: none)."""
-        raw = await self.store.get(request_id)
-        if raw is None:
-            return {}
-        try:
-            entry = msgspec.json.decode(raw, type=dict[str, str])
-        except msgspec.DecodeError:
-            return {}
+        entry = _decoded(await self.store.get(request_id), dict[str, str]) or {}
+        claim = _decoded(await self.store.get(_executed_key(request_id)), _Claim)
+        if claim is not None:
+            entry["executed"] = claim.digest
         return entry
-
-    async def _put(self, request_id: str, **digests: str) -> None:
-        entry = await self.get(request_id)
-        entry.update(digests)
-        await self.store.set(request_id, msgspec.json.encode(entry), ttl_s=LEDGER_TTL_S)
 
     async def decided(self, request: Request, decision: ToolDecision) -> None:
         """Record the proposed digest of ``request`` and the approved one of ``decision``."""
-        digests = {"proposed": tool_call_of(request).digest}
+        entry = _decoded(await self.store.get(request.id), dict[str, str]) or {}
+        entry["proposed"] = tool_call_of(request).digest
         if decision.digest is not None:
-            digests["approved"] = decision.digest
-        await self._put(request.id, **digests)
+            entry["approved"] = decision.digest
+        await self.store.set(request.id, msgspec.json.encode(entry), ttl_s=LEDGER_TTL_S)
 
-    async def executing(self, request_id: str, name: str, arguments: dict[str, Any]) -> str:
-        """Record that ``request_id``'s call runs now with ``arguments``; their digest.
+    async def executing(
+        self,
+        request_id: str,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        approved: str | None = None,
+    ) -> str:
+        """Claim ``request_id``'s call, which runs now with ``arguments``, and record their
+        digest, which this returns. The claim is atomic: the first caller gets it, every
+        other (racing or later, in any process) is refused.
+
+        ``approved`` is the digest the caller's own decision approved
+        (:attr:`ToolDecision.digest`); without it the digest recorded by :meth:`decided`
+        is taken, which whoever may write the store can change.
 
         Raises:
-            InvalidAnswer: the call ran already, or ``arguments`` are not the approved ones.
+            InvalidAnswer: ``arguments`` are not the approved ones (nothing is claimed), or
+                the call was claimed already: an approval is used once.
         """
         digest = tool_call_digest(name, arguments)
-        entry = await self.get(request_id)
-        if "executed" in entry:
-            raise InvalidAnswer(f"tool call {request_id!r} ran already: an approval is used once")
-        if entry.get("approved") != digest:
+        if approved is None:
+            approved = (await self.get(request_id)).get("approved")
+        if approved != digest:
             raise InvalidAnswer(
-                f"tool call {request_id!r}: the arguments about to run are not the approved ones"
+                f"tool call {request_id!r}: the arguments about to run are not the approved "
+                f"ones (approved {approved or 'none'}, about to run {digest}): the run's "
+                "kept state may have been altered; the call is not run"
             )
-        await self._put(request_id, executed=digest)
+        claim = msgspec.json.encode(_Claim(digest=digest, by=new_id("run")))
+        if not await self.store.claim(_executed_key(request_id), claim, ttl_s=LEDGER_TTL_S):
+            raise InvalidAnswer(f"tool call {request_id!r} ran already: an approval is used once")
         return digest
+
+
+class _Claim(msgspec.Struct, frozen=True):
+    """Who claimed a call's run (``by``: an id of the claim) and with what digest."""
+
+    digest: str
+    by: str
+
+
+def _executed_key(request_id: str) -> str:
+    return f"{request_id}:executed"
+
+
+T = TypeVar("T")
+
+
+def _decoded(raw: bytes | None, kind: type[T]) -> T | None:
+    """``raw`` JSON as ``kind``; None if absent or not of that shape (the store is
+    untrusted: a mangled entry counts as none)."""
+    if raw is None:
+        return None
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except msgspec.DecodeError:  # ValidationError is one
+        return None

@@ -26,7 +26,7 @@ import msgspec
 
 from .._broker import Broker
 from ..codec import JSON
-from ..errors import ConfigurationError, InvalidAnswer
+from ..errors import ConfigurationError, InvalidAnswer, ToolnexusError
 from ..models import Request, WaitFor
 from ._tool_call import (
     Ledger,
@@ -34,17 +34,18 @@ from ._tool_call import (
     ToolDecision,
     call_request_id,
     decide,
+    denied,
     tool_call_of,
     tool_call_request,
 )
 
 try:
+    from agents import Agent, FunctionTool, RunHooks, Runner, RunResult, RunState
+    from agents.exceptions import AgentsException
     from agents.items import ToolApprovalItem
     from agents.run_context import RunContextWrapper
     from agents.tool import Tool
     from agents.tool_context import ToolContext
-
-    from agents import Agent, FunctionTool, RunHooks, Runner, RunResult, RunState
 except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
     raise ConfigurationError(
         "toolnexus.frameworks.openai_agents needs the OpenAI Agents SDK: "
@@ -62,16 +63,21 @@ def _raw(item: ToolApprovalItem, key: str) -> Any:
     return raw.get(key) if isinstance(raw, dict) else getattr(raw, key, None)
 
 
+def _arguments(text: object) -> dict[str, Any]:
+    """A call's arguments as the SDK holds them (JSON text), as an object: text that is not
+    a JSON object is kept whole as ``{"arguments": ...}``."""
+    try:
+        arguments = json.loads(text) if isinstance(text, str) and text else {}
+    except json.JSONDecodeError:
+        arguments = text
+    return arguments if isinstance(arguments, dict) else {"arguments": arguments}
+
+
 def approval_request(
     agent: Agent[Any], item: ToolApprovalItem, run: str, *, durable: bool = False
 ) -> Request:
     """The ``tool_call`` request of ``item``, with the schema of ``agent``'s tool."""
     name = item.name or "tool"
-    text = _raw(item, "arguments")
-    try:
-        arguments = json.loads(text) if isinstance(text, str) and text else {}
-    except json.JSONDecodeError:
-        arguments = {"arguments": text}
     call_id = str(_raw(item, "call_id") or _raw(item, "id") or name)
     schema = next(
         (
@@ -83,7 +89,7 @@ def approval_request(
     )
     return tool_call_request(
         name,
-        arguments if isinstance(arguments, dict) else {"arguments": arguments},
+        _arguments(_raw(item, "arguments")),
         framework=FRAMEWORK,
         schema=schema,
         run=run,
@@ -96,11 +102,20 @@ def approval_request(
 
 
 class _Executed(RunHooks[Any]):
-    """Records each asked call's executed digest in the ledger as its tool starts."""
+    """As a tool starts: a call that needs approval runs only if this process's own
+    decision approved it with these arguments, and only once (the ledger claims it)."""
 
     def __init__(self, ledger: Ledger, run: str) -> None:
         self.ledger = ledger
         self.run = run
+        self.approved: dict[str, str] = {}
+        """The digest each approved call may run with, by request id: from this
+        process's decisions, never from the kept ``RunState``."""
+
+    def decided(self, requests: Sequence[Request], decisions: Sequence[ToolDecision]) -> None:
+        for request, decision in zip(requests, decisions, strict=True):
+            if decision.digest is not None:
+                self.approved[request.id] = decision.digest
 
     async def on_tool_start(
         self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool
@@ -108,22 +123,24 @@ class _Executed(RunHooks[Any]):
         if not isinstance(context, ToolContext):
             return
         request_id = call_request_id(FRAMEWORK, self.run, context.tool_call_id)
-        if not await self.ledger.get(request_id):
-            return  # a call nobody was asked about
-        arguments = json.loads(context.tool_arguments or "{}")
-        await self.ledger.executing(request_id, tool.name, arguments)
+        arguments = _arguments(context.tool_arguments)
+        approved = self.approved.get(request_id)
+        if approved is None:
+            if not await _needs_approval(tool, context, arguments):
+                return  # a call nobody has to be asked about
+            raise InvalidAnswer(
+                f"tool call {context.tool_call_id!r} of {tool.name}: no approval of this run "
+                "approved it (the run's kept state may have been altered); the call is not run"
+            )
+        await self.ledger.executing(request_id, tool.name, arguments, approved=approved)
 
 
-def _denied(message: str) -> ToolDecision:
-    return ToolDecision(
-        approved=False,
-        arguments=None,
-        edited=False,
-        message=message,
-        reason=None,
-        digest=None,
-        answered_by=None,
-    )
+async def _needs_approval(tool: Tool, context: ToolContext[Any], arguments: dict[str, Any]) -> bool:
+    """Whether the SDK asks before ``tool`` runs this call (its ``needs_approval``)."""
+    needs = getattr(tool, "needs_approval", False)
+    if callable(needs):
+        return bool(await needs(context, arguments, context.tool_call_id))
+    return bool(needs)
 
 
 async def _decisions(
@@ -135,12 +152,9 @@ async def _decisions(
         try:
             decision = decide(request, answer)
         except InvalidAnswer as exc:  # an answer no broker checked: never run it
-            name = tool_call_of(request).name
-            decision = ToolDecision(
-                False, None, False, f"Invalid approval of {name}: {exc}", None, None, None
-            )
+            decision = denied(f"Invalid approval of {tool_call_of(request).name}: {exc}")
         if decision.edited:  # the SDK cannot run other arguments: never run the proposal
-            decision = _denied("Edited arguments cannot be run by this framework.")
+            decision = denied("Edited arguments cannot be run by this framework.")
         if ledger is not None:
             await ledger.decided(request, decision)
         decisions.append(decision)
@@ -164,6 +178,23 @@ def _apply(
             state.reject(item, rejection_message=decision.message)
 
 
+async def _run(
+    agent: Agent[Any],
+    input: str | RunState[Any, Any],
+    *,
+    hooks: _Executed | None,
+    **run_kwargs: Any,
+) -> RunResult:
+    """``Runner.run``; a toolnexus error the SDK wrapped (raised as a tool started: a call
+    refused) is raised as itself."""
+    try:
+        return await Runner.run(agent, input, hooks=hooks, **run_kwargs)
+    except AgentsException as exc:
+        if isinstance(exc.__cause__, ToolnexusError):
+            raise exc.__cause__ from None
+        raise
+
+
 async def run_with_approvals(
     agent: Agent[Any],
     input: str,
@@ -177,13 +208,16 @@ async def run_with_approvals(
     through ``wait_for`` (all of one turn at once; cancelling withdraws them). ``run``
     names the run in the requests (unique to it)."""
     hooks = _Executed(ledger, run) if ledger is not None else None
-    result = await Runner.run(agent, input, hooks=hooks, **run_kwargs)
+    result = await _run(agent, input, hooks=hooks, **run_kwargs)
     while result.interruptions:
         state = result.to_state()
         items = list(result.interruptions)
         requests = [approval_request(agent, item, run) for item in items]
-        _apply(state, items, requests, await _decisions(wait_for, requests, ledger))
-        result = await Runner.run(agent, state, hooks=hooks, **run_kwargs)
+        decisions = await _decisions(wait_for, requests, ledger)
+        if hooks is not None:
+            hooks.decided(requests, decisions)
+        _apply(state, items, requests, decisions)
+        result = await _run(agent, state, hooks=hooks, **run_kwargs)
     return result
 
 
@@ -197,18 +231,18 @@ async def _finish(
     broker: Broker,
     run: str,
     result: RunResult,
-    ledger: Ledger,
+    hooks: _Executed,
     **run_kwargs: Any,
 ) -> RunResult:
-    hooks = _Executed(ledger, run)
     while result.interruptions:
         state = result.to_state()
         requests = [approval_request(agent, i, run, durable=True) for i in result.interruptions]
         kept = _State(state.to_string(), [JSON.encode(r) for r in requests])
         await broker.store(STORE).set(run, msgspec.json.encode(kept), ttl_s=STATE_TTL_S)
-        decisions = await _decisions(broker.wait_for, requests, ledger)
+        decisions = await _decisions(broker.wait_for, requests, hooks.ledger)
+        hooks.decided(requests, decisions)
         _apply(state, list(result.interruptions), requests, decisions)
-        result = await Runner.run(agent, state, hooks=hooks, **run_kwargs)
+        result = await _run(agent, state, hooks=hooks, **run_kwargs)
     await broker.store(STORE).delete(run)
     return result
 
@@ -220,9 +254,9 @@ async def run_resumable(
     serialized ``RunState`` and the requests are kept under ``run`` (unique to this run)
     in ``broker.store("openai-agents")``, the requests asked durably. Should this process
     die, :func:`resume` finishes the run."""
-    ledger = Ledger(broker.store("tool-calls"))
-    result = await Runner.run(agent, input, hooks=_Executed(ledger, run), **run_kwargs)
-    return await _finish(agent, broker, run, result, ledger, **run_kwargs)
+    hooks = _Executed(Ledger(broker.store("tool-calls")), run)
+    result = await _run(agent, input, hooks=hooks, **run_kwargs)
+    return await _finish(agent, broker, run, result, hooks, **run_kwargs)
 
 
 async def resume(agent: Agent[Any], *, broker: Broker, run: str, **run_kwargs: Any) -> RunResult:
@@ -239,8 +273,9 @@ async def resume(agent: Agent[Any], *, broker: Broker, run: str, **run_kwargs: A
     kept = msgspec.json.decode(raw, type=_State)
     requests = [JSON.decode_as(encoded, Request) for encoded in kept.requests]
     state = await RunState.from_string(agent, kept.state)
-    ledger = Ledger(broker.store("tool-calls"))
-    decisions = await _decisions(broker.wait_for, requests, ledger)
+    hooks = _Executed(Ledger(broker.store("tool-calls")), run)
+    decisions = await _decisions(broker.wait_for, requests, hooks.ledger)
+    hooks.decided(requests, decisions)
     _apply(state, state.get_interruptions(), requests, decisions)
-    result = await Runner.run(agent, state, hooks=_Executed(ledger, run), **run_kwargs)
-    return await _finish(agent, broker, run, result, ledger, **run_kwargs)
+    result = await _run(agent, state, hooks=hooks, **run_kwargs)
+    return await _finish(agent, broker, run, result, hooks, **run_kwargs)

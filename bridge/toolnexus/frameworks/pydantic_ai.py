@@ -32,8 +32,10 @@ from ..models import Request, WaitFor
 from ._tool_call import (
     Ledger,
     RunNotFound,
+    ToolDecision,
     call_request_id,
     decide,
+    denied,
     tool_call_of,
     tool_call_request,
 )
@@ -82,28 +84,35 @@ def _request(
 
 async def _decide_all(
     wait_for: WaitFor, requests: Sequence[Request], ledger: Ledger | None
-) -> dict[str, ToolApproved | ToolDenied]:
-    """Ask every request at once; the framework's result for each call id. Cancelling
-    this cancels every wait (which withdraws a request that is not durable)."""
+) -> dict[str, ToolDecision]:
+    """Ask every request at once; the decision for each call id (an answer that fails
+    :func:`decide` denies). Cancelling this cancels every wait (which withdraws a request
+    that is not durable)."""
     answers = await asyncio.gather(*(wait_for(request) for request in requests))
-    results: dict[str, ToolApproved | ToolDenied] = {}
+    decisions: dict[str, ToolDecision] = {}
     for request, answer in zip(requests, answers, strict=True):
         call = tool_call_of(request)
         try:
             decision = decide(request, answer)
         except InvalidAnswer as exc:  # an answer no broker checked: never run it
-            results[call.call_id or ""] = ToolDenied(
-                f"The approval of {call.name} was invalid: {exc}"
-            )
-            continue
+            decision = denied(f"The approval of {call.name} was invalid: {exc}")
         if ledger is not None:
             await ledger.decided(request, decision)
+        decisions[call.call_id or ""] = decision
+    return decisions
+
+
+def _results(decisions: dict[str, ToolDecision]) -> DeferredToolResults:
+    """pydantic-ai's results of ``decisions``: ``ToolApproved`` (``override_args`` for an
+    edit) or ``ToolDenied(message)`` by call id."""
+    results: dict[str, ToolApproved | ToolDenied] = {}
+    for call_id, decision in decisions.items():
         if decision.approved:
             override = decision.arguments if decision.edited else None
-            results[call.call_id or ""] = ToolApproved(override_args=override)
+            results[call_id] = ToolApproved(override_args=override)
         else:
-            results[call.call_id or ""] = ToolDenied(decision.message or "Denied.")
-    return results
+            results[call_id] = ToolDenied(decision.message or "Denied.")
+    return DeferredToolResults(approvals=dict(results))
 
 
 @dataclass
@@ -118,6 +127,13 @@ class Approvals(AbstractCapability[Any]):
     """The run's name in requests (None: pydantic-ai's ``run_id``)."""
     asked: dict[str, Request] = field(default_factory=dict)
     """Requests by the call id they ask about, of this capability's runs."""
+    approved: dict[str, str] = field(default_factory=dict)
+    """The digest each approved call may run with, by call id: from this process's own
+    decisions, never from kept state."""
+
+    def decided(self, decisions: dict[str, ToolDecision]) -> None:
+        """Note the digests ``decisions`` approved (see :attr:`approved`)."""
+        self.approved.update({c: d.digest for c, d in decisions.items() if d.digest is not None})
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -133,9 +149,9 @@ class Approvals(AbstractCapability[Any]):
         self.asked.update({tool_call_of(r).call_id or "": r for r in asked})
         if self.wait_for is None:  # resumable: the caller asks, after the run stopped
             return None
-        return DeferredToolResults(
-            approvals=dict(await _decide_all(self.wait_for, asked, self.ledger))
-        )
+        decisions = await _decide_all(self.wait_for, asked, self.ledger)
+        self.decided(decisions)
+        return _results(decisions)
 
     async def before_tool_execute(
         self,
@@ -149,7 +165,12 @@ class Approvals(AbstractCapability[Any]):
             run = self.run or ctx.run_id or "run"
             asked = self.asked.get(call.tool_call_id)
             request_id = asked.id if asked else call_request_id(FRAMEWORK, run, call.tool_call_id)
-            await self.ledger.executing(request_id, call.tool_name, call.args_as_dict())
+            await self.ledger.executing(
+                request_id,
+                call.tool_name,
+                call.args_as_dict(),
+                approved=self.approved.get(call.tool_call_id),
+            )
         return args
 
 
@@ -204,12 +225,13 @@ async def _step(
     **run_kwargs: Any,
 ) -> tuple[AgentRunResult[Any], Approvals]:
     """Wait for ``requests`` (durably) and continue the run from ``messages``."""
-    decided = await _decide_all(broker.wait_for, requests, ledger)
+    decisions = await _decide_all(broker.wait_for, requests, ledger)
     capability = Approvals(None, ledger=ledger, durable=True, run=run)
     capability.asked.update({tool_call_of(r).call_id or "": r for r in requests})
+    capability.decided(decisions)
     result = await agent.run(
         message_history=messages,
-        deferred_tool_results=DeferredToolResults(approvals=dict(decided)),
+        deferred_tool_results=_results(decisions),
         capabilities=[capability],
         **run_kwargs,
     )

@@ -46,18 +46,33 @@ class RedisStore(Store):
         return None if value is None else bytes(value)
 
     async def set(self, key: str, value: bytes | str, *, ttl_s: float) -> None:
+        await self._keep(key, value, ttl_s, replace=True)
+
+    async def claim(self, key: str, value: bytes | str, *, ttl_s: float) -> bool:
+        return await self._keep(key, value, ttl_s, replace=False)
+
+    async def _keep(self, key: str, value: bytes | str, ttl_s: float, *, replace: bool) -> bool:
+        """``HSET`` (``HSETNX`` unless ``replace``) and the store's TTL, one transaction;
+        whether ``key`` holds ``value`` after it (so a retried claim knows it won)."""
         data = check_store_entry(key, value)
+        assert data is not None  # a value was given
         check_number("ttl_s", ttl_s)
         ttl = max(1, math.ceil(ttl_s))  # EXPIRE takes whole seconds: at least ttl_s
 
-        async def write() -> None:
+        async def write() -> bool:
             async with self._core.redis.pipeline(transaction=True) as pipe:
-                pipe.hset(self.key, key, data)
+                if replace:
+                    pipe.hset(self.key, key, data)
+                else:
+                    pipe.hsetnx(self.key, key, data)
+                pipe.hget(self.key, key)
                 pipe.expire(self.key, ttl, nx=True)  # a new store gets this TTL
                 pipe.expire(self.key, ttl, gt=True)  # an existing one is only ever extended
-                await pipe.execute()
+                replies: list[Any] = await pipe.execute()
+            held = replies[1]
+            return held is not None and bytes(held) == data
 
-        await self._call(f"keeping {key!r}", write)
+        return await self._call(f"{'keeping' if replace else 'claiming'} {key!r}", write)
 
     async def delete(self, key: str) -> None:
         check_store_entry(key)

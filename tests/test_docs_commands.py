@@ -1,0 +1,250 @@
+"""The manual's worker command lines, run as written (issue #33): each is started in a
+scratch directory against the test Redis (``TOOLNEXUS_URL``, and a namespace of the
+test's own in ``TOOLNEXUS_NAMESPACE``), runs until its heartbeat is in Redis, and stops
+on SIGTERM with exit status 0; an ``ask`` beside them is run to its first answer. What
+a line names that is the reader's (a listening port, a key file) is given here a value
+of the test's own, and said where it is."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+import toolnexus
+from conftest import FAST, free_port
+from helpers import eventually, opened, page_block
+from toolnexus import Request
+from toolnexus.security import SigningKey
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+TOKEN = "docs-token-0123456789abcdef"
+
+
+def lines(block: str) -> list[str]:
+    """The command lines of a shell block: continuations joined, comments and blank lines
+    left out."""
+    joined = block.replace("\\\n", " ")
+    found = []
+    for line in joined.splitlines():
+        command = re.sub(r"\s+#.*$", "", line).strip()
+        if command and not command.startswith("#"):
+            found.append(command)
+    return found
+
+
+@pytest.fixture
+def shell(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The environment the lines run in: this Python's ``toolnexus`` first on the path."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TOOLNEXUS_")}
+    yield {
+        **clean,
+        "PATH": path,
+        "TOOLNEXUS_URL": redis_url,
+        "TOOLNEXUS_NAMESPACE": namespace,
+        "TOKEN": TOKEN,
+        "SECRET": "docs-session-secret-0123456789abcdef",
+    }
+
+
+@contextlib.asynccontextmanager
+async def running(
+    commands: list[str], env: dict[str, str], cwd: Path
+) -> AsyncIterator[list[subprocess.Popen[str]]]:
+    """``commands`` started, each a process of its own (``exec`` by bash, unless the
+    command says where); on leaving, each is sent SIGTERM and must end with status 0
+    (killed, with what it said, if it does not)."""
+    started = [
+        subprocess.Popen(
+            ["bash", "-c", command if "exec " in command else f"exec {command}"],
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.PIPE,  # kept open: the terminal worker reads it
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for command in commands
+    ]
+    try:
+        yield started
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process, command in zip(started, commands, strict=True):
+            try:
+                _, err = await asyncio.to_thread(process.communicate, timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                _, err = process.communicate()
+            assert process.returncode == 0, f"{command}: {process.returncode}\n{err}"
+
+
+async def serving(redis_url: str, namespace: str, groups: set[str], queue: str = "default") -> None:
+    """Wait until a worker of each of ``groups`` beats on ``queue``."""
+    async with toolnexus.connect(redis_url, namespace=namespace, queue=queue, **FAST) as b:
+
+        async def beating() -> bool:
+            return groups <= {beat.group for beat in await b.heartbeats()}
+
+        await eventually(beating, f"heartbeats of {sorted(groups)}", timeout_s=60)
+
+
+def with_port(command: str, port: int) -> str:
+    """``command`` listening on ``port`` (a free one: the machine is shared)."""
+    if "--port " in command:
+        return re.sub(r"--port \d+", f"--port {port}", command)
+    return f"{command} --port {port}"
+
+
+async def test_the_workers_page_starts_each_worker(
+    shell: dict[str, str], redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """docs/how-to/workers.md: the terminal, auto and web workers (``rules.toml`` is a
+    rule file of the test's; the web page on a free port)."""
+    block = page_block("docs/how-to/workers.md", "toolnexus worker terminal", language="sh")
+    commands = lines(block)
+    assert [c.split()[2] for c in commands] == ["terminal", "auto", "web"]
+    (tmp_path / "rules.toml").write_text('[[rule]]\naction = "skip"\n')
+    commands[2] = with_port(commands[2], free_port())
+    async with running(commands, shell, tmp_path):
+        await serving(redis_url, namespace, {"terminal", "auto", "web"})
+
+
+async def test_the_deploy_page_starts_two_web_replicas(
+    shell: dict[str, str], redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """docs/how-to/deploy.md: two web replicas sharing a session secret (each on a free
+    port instead of 8700 and 8701)."""
+    block = page_block("docs/how-to/deploy.md", "toolnexus worker web --group web-0", "sh")
+    commands = [with_port(command, free_port()) for command in lines(block)]
+    assert len(commands) == 2
+    async with running(commands, shell, tmp_path):
+        await serving(redis_url, namespace, {"web-0", "web-1"})
+
+
+async def test_the_http_api_page_starts_the_answering_api(
+    shell: dict[str, str], redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """docs/how-to/http-api.md: the answering API (its Redis the test's, its key made
+    here instead of /etc/toolnexus/http.key, on a free port), after the page's token
+    commands made tokens.toml."""
+    page = "docs/how-to/http-api.md"
+    tokens = lines(page_block(page, "toolnexus worker http tokens add", "sh"))
+    for command in tokens:
+        subprocess.run(["bash", "-c", command], env=shell, cwd=tmp_path, check=True, timeout=60)
+    [command] = lines(page_block(page, "toolnexus worker http --url", "sh"))
+    SigningKey.generate("http").save(tmp_path)
+    command = command.replace("/etc/toolnexus/http.key", str(tmp_path / "http.key"))
+    command = command.replace("redis://127.0.0.1:6379/0", redis_url)
+    async with running([with_port(command, free_port())], shell, tmp_path):
+        await serving(redis_url, namespace, {"http"}, queue="ops")
+
+
+async def test_the_fleet_tutorial_asks_and_the_page_serves(
+    shell: dict[str, str], redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """docs/tutorials/fleet.md: the token, the web page (on a free port) and the ask,
+    run to its first answer (given here by a responder beside the page)."""
+    block = page_block("docs/tutorials/fleet.md", "export TOKEN=", "sh")
+    export, web, ask = lines(block)
+    env = {k: v for k, v in shell.items() if k != "TOKEN"}
+    async with running([f"{export}; exec {with_port(web, free_port())}"], env, tmp_path):
+        await serving(redis_url, namespace, {"web"})
+        asking = asyncio.create_task(
+            asyncio.to_thread(
+                subprocess.run,
+                ["bash", "-c", f"{export}; {ask}"],
+                env=env,
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        )
+        async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
+            async with broker.responder("ops") as requests, asyncio.timeout(30):
+                pending = await anext(requests)
+            assert pending.request.prompt == "Deploy build 412 to production?"
+            await pending.accept()
+        done = await asyncio.wait_for(asking, 60)
+    assert (done.returncode, done.stdout.strip().splitlines()[-1]) == (0, "deploying")
+
+
+FORM = {"type": "object", "properties": {"seats": {"type": "integer"}}, "required": ["seats"]}
+
+
+async def test_the_operating_page_commands_run_against_a_fleet(
+    shell: dict[str, str], redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """docs/how-to/operating.md's command lines, each run in turn: the asks answered by a
+    responder beside them (as a person of ops.example.com where the allow-list says so),
+    the answer given to an open request of the line's id, the operator's commands on
+    the same namespace (``./deploy.sh`` and ``form.json`` are the test's)."""
+    block = page_block("docs/how-to/operating.md", 'toolnexus ask "Deploy build 412', "sh")
+    gate, region, seats, answer, dead_letters, status, check, audit = lines(block)
+    (tmp_path / "deploy.sh").write_text("#!/bin/sh\necho deployed\n")
+    (tmp_path / "deploy.sh").chmod(0o755)
+    (tmp_path / "form.json").write_text(json.dumps(FORM))
+
+    def run(command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-c", command],
+            env=shell,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    replies = {
+        "Deploy build 412 to production?": ({}, None),
+        "Region?": ({"answer": "eu"}, None),
+        "Seats?": ({"seats": 2}, "web:ada@ops.example.com"),
+    }
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
+
+        async def person() -> None:
+            async with broker.responder("ops") as requests:
+                async for pending in requests:
+                    data, who = replies[pending.request.prompt]
+                    await pending.accept(data or None, person=who)
+
+        answering = asyncio.create_task(person())
+        try:
+            done = [await asyncio.to_thread(run, line) for line in (gate, region, seats)]
+        finally:
+            answering.cancel()
+            await asyncio.gather(answering, return_exceptions=True)
+        assert [d.returncode for d in done] == [0, 0, 0], [d.stderr for d in done]
+        assert done[0].stdout.splitlines()[-1] == "deployed"
+        assert done[1].stdout.strip() == "eu"
+        assert json.loads(done[2].stdout) == {"seats": 2}
+
+        request_id = answer.split()[2]  # the line's own id: an open request has it here
+        request = Request(id=request_id, kind="input", prompt="Seats?", data={"schema": FORM})
+        waiting = asyncio.create_task(broker.wait_for(request, timeout_s=60))
+        await opened(broker, request_id)
+        answered = await asyncio.to_thread(run, answer)
+        assert answered.returncode == 0, answered.stderr
+        got = await asyncio.wait_for(waiting, 20)
+        assert (got.ok, got.data, got.person) == (True, {"seats": 2}, "ops:alice")
+
+    for line in (dead_letters, status, audit):
+        done_line = await asyncio.to_thread(run, line)
+        assert done_line.returncode == 0, (line, done_line.stderr)
+    assert "Seats?" in (await asyncio.to_thread(run, audit)).stdout
+    checked = await asyncio.to_thread(run, check)  # no web worker here: 1, and why
+    assert checked.returncode == 1 and "web" in checked.stdout + checked.stderr
