@@ -161,7 +161,9 @@ class _Deferring:
         if decision.approved and arguments is not None:
             request_id = call_request_id(FRAMEWORK, self.run, hook["tool_use_id"])
             try:
-                await self.ledger.executing(request_id, hook["tool_name"], arguments)
+                await self.ledger.executing(
+                    request_id, hook["tool_name"], arguments, approved=decision.digest
+                )
             except InvalidAnswer as exc:
                 decision = replace(decision, approved=False, message=str(exc))
             else:

@@ -128,7 +128,12 @@ class Confirmations(BasePlugin):
             tool_args.update(decided.arguments)
         if self.ledger is not None:
             try:
-                await self.ledger.executing(decided.request_id, tool.name, dict(tool_args))
+                await self.ledger.executing(
+                    decided.request_id,
+                    tool.name,
+                    dict(tool_args),
+                    approved=decided.decision.digest,
+                )
             except InvalidAnswer as exc:
                 return {"error": str(exc)}
         return None

@@ -65,7 +65,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
     raise ConfigurationError(
         "toolnexus.frameworks.langgraph needs LangGraph and LangChain: "
-        "pip install 'toolnexus[langgraph]'"
+        "pip install 'toolnexus-bridge[langgraph]'"
     ) from exc
 
 FRAMEWORK: Final = "langgraph"

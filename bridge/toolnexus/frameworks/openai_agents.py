@@ -49,7 +49,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
     raise ConfigurationError(
         "toolnexus.frameworks.openai_agents needs the OpenAI Agents SDK: "
-        "pip install 'toolnexus[openai-agents]'"
+        "pip install 'toolnexus-bridge[openai-agents]'"
     ) from exc
 
 FRAMEWORK: Final = "openai-agents"

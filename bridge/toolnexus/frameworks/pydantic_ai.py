@@ -55,7 +55,8 @@ try:
     )
 except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
     raise ConfigurationError(
-        "toolnexus.frameworks.pydantic_ai needs pydantic-ai: pip install 'toolnexus[pydantic-ai]'"
+        "toolnexus.frameworks.pydantic_ai needs pydantic-ai: "
+        "pip install 'toolnexus-bridge[pydantic-ai]'"
     ) from exc
 
 FRAMEWORK: Final = "pydantic-ai"
