@@ -26,10 +26,10 @@ from typing_extensions import TypedDict
 
 import toolnexus
 from conftest import Fleet
+from helpers import page_block
 from servers.langgraph_agent import ARGS, Scripted, bank, calls, tool_results, transfer_tool
 from test_forgery import decline_genuinely
 from test_forgery import shown as shown_to
-from test_frameworks_pydantic_ai import page_block
 from toolnexus import Answer, Broker, InvalidAnswer, Pending
 from toolnexus.frameworks import (
     Ledger,
@@ -407,7 +407,7 @@ async def test_a_signed_approval_replayed_for_the_next_identical_call_is_refused
 
 async def test_the_docs_inline_example_runs_as_written(memory: Broker, tmp_path: Path) -> None:
     """The LangGraph block of docs/how-to/tool-approvals.md, run as written."""
-    code = page_block("from langchain.agents import create_agent")
+    code = page_block("docs/how-to/tool-approvals.md", "from langchain.agents import create_agent")
     source = "async def example():\n" + textwrap.indent(code + "\nreturn locals()", "    ")
     scope: dict[str, Any] = {
         "broker": memory,
