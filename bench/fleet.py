@@ -1,0 +1,415 @@
+"""What a fleet costs the Redis it shares: memory per open and per ended request, the
+steady commands and CPU of idle agents and of the responders holding their requests, and
+how fast a dead agent's requests are withdrawn.
+
+Each case measures a floor in the same run, on the same private ``redis-server``:
+
+- *memory*: the floor is one ``XADD`` of the same encoded request per request (the least
+  a broker that publishes it on a stream can hold);
+- *idle*: the floor is what liveness at the same bound needs at least: one ``SET ... PX``
+  per agent every third of ``liveness_ms``, and nothing per open request;
+- *dead waiters*: the floor is the liveness bound itself (``liveness_ms``): no broker can
+  tell a dead agent from a slow one sooner.
+
+Agents and responders run in processes of their own (``multiprocessing`` spawn), as a
+fleet would; the figures are read from Redis (``INFO memory``, ``INFO commandstats``,
+``INFO cpu``), so they count every client's work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from typing import Any, Final, TypedDict
+
+from bench.common import SPAWN, stop_process
+
+NAMESPACE: Final = "fleet"
+QUEUE: Final = "default"
+GROUP: Final = "holders"
+PROMPT: Final = "Approve the change described below? " + "x" * (1024 - 36)  # 1 KiB
+FORM: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "approve": {"type": "boolean", "title": "Approve"},
+        "note": {"type": "string", "title": "Note", "maxLength": 200},
+    },
+    "required": ["approve"],
+}
+
+
+class Fleet(TypedDict, total=False):
+    """One fleet case's figures (absent keys: not measured by that case)."""
+
+    requests: int
+    request_bytes: int  # one encoded request
+    floor_open_bytes: float  # used_memory per request, one XADD each
+    open_bytes: float  # used_memory per open toolnexus request
+    ended_bytes: float  # used_memory per ended request during its retention
+    brokers: int
+    processes: int
+    open_per_broker: int
+    seconds: float
+    floor_cmds_per_broker_s: float
+    cmds_per_broker_s: float
+    commands: dict[str, float]  # per idle broker per second, by command
+    cpu_us_per_broker_s: float
+    holder_cmds_per_request_s: float  # a responder holding every request: its extra
+    holder_commands: dict[str, float]  # per open request per second, by command
+    holder_cpu_us_per_request_s: float
+    liveness_s: float
+    withdrawn_after_s: float  # the last request withdrawn, after the kill
+    withdraw_commands: dict[str, int]  # the withdrawals' Redis commands, by command
+    withdraw_cpu_s: float
+
+
+def _request() -> Any:
+    import toolnexus
+
+    return toolnexus.Request(
+        id=toolnexus.new_id(), kind="input", prompt=PROMPT, data={"schema": FORM}
+    )
+
+
+def _quiet() -> None:
+    # "nobody reads queue ..." is logged for every request nobody holds yet: true, and
+    # no news in a benchmark.
+    logging.getLogger("toolnexus").setLevel(logging.ERROR)
+
+
+def _redis(url: str) -> Any:
+    import redis
+
+    return redis.Redis.from_url(url)
+
+
+def _used_memory(client: Any) -> int:
+    return int(client.info("memory")["used_memory"])
+
+
+def _cpu_s(client: Any) -> float:
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
+
+
+def _calls(client: Any) -> dict[str, int]:
+    return {
+        name.removeprefix("cmdstat_"): int(stat["calls"])
+        for name, stat in client.info("commandstats").items()
+    }
+
+
+def _settle(client: Any, key: str, expect: int, timeout_s: float = 600.0) -> None:
+    """Return once stream ``key`` holds ``expect`` entries and memory stopped moving."""
+    deadline = time.monotonic() + timeout_s
+    while client.xlen(key) < expect:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{key} holds {client.xlen(key)} of {expect} entries")
+        time.sleep(0.1)
+    last = -1
+    while (now := _used_memory(client)) != last:
+        last = now
+        time.sleep(0.5)
+
+
+# --- agents in processes of their own ------------------------------------------------------
+
+
+def _agents_main(url: str, brokers: int, each: int, ready: Any, stop: Any) -> None:
+    _quiet()
+
+    async def main() -> None:
+        import toolnexus
+
+        async with contextlib.AsyncExitStack() as stack:
+            waits = []
+            for _ in range(brokers):
+                broker = await stack.enter_async_context(
+                    toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE)
+                )
+                waits += [
+                    asyncio.create_task(broker.wait_for(_request(), timeout_s=3600))
+                    for _ in range(each)
+                ]
+            await asyncio.sleep(0.5)
+            ready.set()
+            await asyncio.to_thread(stop.wait)
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def _holder_main(url: str, ready: Any, stop: Any) -> None:
+    """A responder that takes every request and holds it unanswered, as a web page
+    showing them does: its lease renewals and sweeps are the cost of an open request."""
+    _quiet()
+
+    async def main() -> None:
+        import toolnexus
+
+        held: list[Any] = []
+        async with (
+            toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE) as broker,
+            broker.responder(GROUP, "holder-1") as responder,
+        ):
+
+            async def hold() -> None:
+                async for pending in responder:
+                    held.append(pending)
+
+            task = asyncio.create_task(hold())
+            ready.set()
+            await asyncio.to_thread(stop.wait)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    asyncio.run(main())
+
+
+class _Procs:
+    def __init__(self) -> None:
+        self.stop = SPAWN.Event()
+        self.procs: list[Any] = []
+
+    def start(self, target: Any, *args: Any) -> None:
+        ready = SPAWN.Event()
+        proc = SPAWN.Process(target=target, args=(*args, ready, self.stop), daemon=True)
+        proc.start()
+        self.procs.append((proc, ready))
+
+    def wait_ready(self, timeout_s: float = 600.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        for proc, ready in self.procs:
+            if not ready.wait(max(0.0, deadline - time.monotonic())):
+                raise RuntimeError(f"process {proc.pid} did not get ready")
+
+    def kill(self) -> None:
+        """SIGKILL every process (never ``stop.set()`` after: a process killed while
+        waiting on the event would leave ``set`` waiting for it forever)."""
+        for proc, _ in self.procs:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.join()
+        self.procs = []
+
+    def close(self) -> None:
+        if self.procs:
+            self.stop.set()
+        for proc, _ in self.procs:
+            stop_process(proc, grace_s=30.0)
+
+
+# --- memory per open and per ended request -------------------------------------------------
+
+
+def memory_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``requests`` open requests from one agent process: ``used_memory`` growth per
+    request against one ``XADD`` of the same encoded request each; then the same
+    requests ended (withdrawn), per request during their retention."""
+    from toolnexus.codec import Codec
+
+    n = int(params["requests"])
+    client = _redis(url)
+    encoded = Codec().encode(_request())
+
+    base = _used_memory(client)
+    for start in range(0, n, 1000):
+        with client.pipeline(transaction=False) as pipe:
+            for _ in range(min(1000, n - start)):
+                pipe.xadd("floor:requests", {"r": encoded})
+            pipe.execute()
+    _settle(client, "floor:requests", n)
+    floor = (_used_memory(client) - base) / n
+    client.flushall()
+
+    base = _used_memory(client)
+    procs = _Procs()
+    procs.start(_agents_main, url, 1, n)
+    try:
+        procs.wait_ready()
+        _settle(client, f"{{{NAMESPACE}:q:{QUEUE}}}:requests", n)
+        opened = (_used_memory(client) - base) / n
+    finally:
+        procs.close()  # the waits are cancelled: every request withdrawn
+    last = -1
+    while (now := _used_memory(client)) != last:
+        last = now
+        time.sleep(0.5)
+    ended = (now - base) / n
+    return {
+        "case": "fleet",
+        "variant": "memory",
+        "settings": f"{n:,} requests of one agent; a 1 KiB prompt and a two-field form",
+        "fleet": Fleet(
+            requests=n,
+            request_bytes=len(encoded),
+            floor_open_bytes=floor,
+            open_bytes=opened,
+            ended_bytes=ended,
+        ),
+    }
+
+
+# --- the steady cost of idle agents and of the requests they hold open ---------------------
+
+
+def _rates(before: dict[str, int], after: dict[str, int], per: float) -> dict[str, float]:
+    skip = ("info", "config|resetstat", "config", "client|list")
+    return {
+        name: (after[name] - before.get(name, 0)) / per
+        for name in sorted(after, key=lambda k: before.get(k, 0) - after[k])
+        if name not in skip and after[name] > before.get(name, 0)
+    }
+
+
+def _measure(client: Any, seconds: float, per: float) -> tuple[dict[str, float], float]:
+    calls0, cpu0, t0 = _calls(client), _cpu_s(client), time.monotonic()
+    time.sleep(seconds)
+    calls1, cpu1, t1 = _calls(client), _cpu_s(client), time.monotonic()
+    elapsed = t1 - t0
+    return _rates(calls0, calls1, elapsed * per), (cpu1 - cpu0) / elapsed / per * 1e6
+
+
+def idle_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``brokers`` agents over ``processes`` processes, each holding ``open`` requests
+    nobody answers: Redis commands and CPU per idle broker per second over ``seconds``;
+    then with a responder holding every request (a web page showing them), its extra per
+    open request."""
+    from toolnexus import RedisSettings
+
+    brokers, processes = int(params["brokers"]), int(params["processes"])
+    each, seconds = int(params["open"]), float(params["seconds"])
+    liveness_s = RedisSettings().liveness_ms / 1000
+    client = _redis(url)
+
+    # The floor: one SET PX per agent every liveness_ms / 3, from one process.
+    async def floor_agents(stop_at: float) -> None:
+        import redis.asyncio as aioredis
+
+        r = aioredis.Redis.from_url(url)
+        while time.monotonic() < stop_at:
+            async with r.pipeline(transaction=False) as pipe:
+                for i in range(brokers):
+                    pipe.set(f"floor:alive:{i}", "1", px=int(liveness_s * 1000))
+                await pipe.execute()
+            await asyncio.sleep(liveness_s / 3)
+        await r.aclose()
+
+    calls0, t0 = _calls(client), time.monotonic()
+    asyncio.run(floor_agents(time.monotonic() + min(seconds, 3 * liveness_s / 3 + 0.1)))
+    floor_rates = _rates(calls0, _calls(client), (time.monotonic() - t0) * brokers)
+    client.flushall()
+
+    procs = _Procs()
+    holder = _Procs()
+    try:
+        per_process = -(-brokers // processes)
+        left = brokers
+        while left > 0:
+            procs.start(_agents_main, url, min(per_process, left), each)
+            left -= per_process
+        procs.wait_ready()
+        time.sleep(min(5.0, liveness_s / 3))
+        idle, idle_cpu = _measure(client, seconds, brokers)
+        holder.start(_holder_main, url)
+        holder.wait_ready()
+        groups = f"{{{NAMESPACE}:q:{QUEUE}}}:requests"
+        deadline = time.monotonic() + 300
+        while _pending_of(client, groups) < brokers * each:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the holder did not take every request")
+            time.sleep(0.2)
+        held, held_cpu = _measure(client, seconds, brokers * each)
+    finally:
+        holder.close()
+        procs.close()
+    idle_per_request = {k: v / each for k, v in idle.items()}
+    holder_rates = {k: max(0.0, v - idle_per_request.get(k, 0.0)) for k, v in held.items()}
+    return {
+        "case": "fleet",
+        "variant": "idle",
+        "settings": f"{brokers:,} brokers over {processes} processes, {each} open requests "
+        f"each, {seconds:.0f} s",
+        "fleet": Fleet(
+            brokers=brokers,
+            processes=processes,
+            open_per_broker=each,
+            seconds=seconds,
+            floor_cmds_per_broker_s=sum(floor_rates.values()),
+            cmds_per_broker_s=sum(idle.values()),
+            commands=idle,
+            cpu_us_per_broker_s=idle_cpu,
+            holder_cmds_per_request_s=sum(holder_rates.values()),
+            holder_commands=holder_rates,
+            holder_cpu_us_per_request_s=max(0.0, held_cpu - idle_cpu / each),
+            liveness_s=liveness_s,
+        ),
+    }
+
+
+def _pending_of(client: Any, stream: str) -> int:
+    try:
+        return int(client.xpending(stream, GROUP)["pending"])
+    except Exception:  # the group does not exist yet
+        return 0
+
+
+# --- dead waiters ---------------------------------------------------------------------------
+
+
+def dead_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
+    """An agent process holding ``requests`` open requests, all taken by a responder, is
+    killed (SIGKILL): the time until the last one is withdrawn, and the Redis work the
+    responders did for it."""
+    from toolnexus import RedisSettings
+
+    n = int(params["requests"])
+    liveness_s = RedisSettings().liveness_ms / 1000
+    client = _redis(url)
+    stream = f"{{{NAMESPACE}:q:{QUEUE}}}:requests"
+    agent, holder = _Procs(), _Procs()
+    try:
+        agent.start(_agents_main, url, 1, n)
+        agent.wait_ready()
+        holder.start(_holder_main, url)
+        holder.wait_ready()
+        deadline = time.monotonic() + 300
+        while _pending_of(client, stream) < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the holder did not take every request")
+            time.sleep(0.2)
+        calls0, cpu0 = _calls(client), _cpu_s(client)
+        agent.kill()
+        killed = time.monotonic()
+        deadline = killed + 10 * liveness_s + 120
+        while client.xlen(stream) > 0:  # a withdrawn request leaves the stream
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{client.xlen(stream)} requests not withdrawn")
+            time.sleep(0.05)
+        after = time.monotonic() - killed
+        calls1, cpu1 = _calls(client), _cpu_s(client)
+    finally:
+        holder.close()
+        agent.close()
+    return {
+        "case": "fleet",
+        "variant": "dead waiters",
+        "settings": f"an agent with {n:,} open requests, all held by a responder, killed",
+        "fleet": Fleet(
+            requests=n,
+            liveness_s=liveness_s,
+            withdrawn_after_s=after,
+            withdraw_commands={
+                k: calls1[k] - calls0.get(k, 0)
+                for k in calls1
+                if calls1[k] > calls0.get(k, 0) and k not in ("info", "xlen", "xpending")
+            },
+            withdraw_cpu_s=cpu1 - cpu0,
+        ),
+    }
