@@ -9,7 +9,9 @@ Each case measures a floor in the same run, on the same private ``redis-server``
 - *idle*: the floor is what liveness at the same bound needs at least: one ``SET ... PX``
   per agent every third of ``liveness_ms``, and nothing per open request;
 - *dead waiters*: the floor is the liveness bound itself (``liveness_ms``): no broker can
-  tell a dead agent from a slow one sooner.
+  tell a dead agent from a slow one sooner;
+- *many channels*: the floor is one consumer group on the same queue (each further group
+  reads every request once more, so ``groups`` times its cost is the linear bound).
 
 Agents and responders run in processes of their own (``multiprocessing`` spawn), as a
 fleet would; the figures are read from Redis (``INFO memory``, ``INFO commandstats``,
@@ -65,6 +67,11 @@ class Fleet(TypedDict, total=False):
     withdrawn_after_s: float  # the last request withdrawn, after the kill
     withdraw_commands: dict[str, int]  # the withdrawals' Redis commands, by command
     withdraw_cpu_s: float
+    groups: int
+    one_group_cpu_us_per_request: float  # Redis CPU per round trip with one group
+    cpu_us_per_request_group: float  # with ``groups`` groups, per round trip per group
+    lag_p50_ms: dict[str, float]  # per group: from the request's creation to its delivery
+    lag_p99_ms: dict[str, float]
 
 
 def _request() -> Any:
@@ -411,5 +418,107 @@ def dead_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
                 if calls1[k] > calls0.get(k, 0) and k not in ("info", "xlen", "xpending")
             },
             withdraw_cpu_s=cpu1 - cpu0,
+        ),
+    }
+
+
+# --- many channels: consumer groups on one queue --------------------------------------------
+
+
+def _channel_main(url: str, group: str, answers: bool, out: Any, ready: Any, stop: Any) -> None:
+    """A responder of consumer group ``group`` (a channel: a chat, a web page): it shows
+    every request, and answers it if ``answers``; at the end it puts each delivery's lag
+    (ms from the request's creation) on ``out``."""
+    _quiet()
+    lags: list[float] = []
+
+    async def main() -> None:
+        import toolnexus
+
+        async with (
+            toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE) as broker,
+            broker.responder(group, f"{group}-1") as responder,
+        ):
+
+            async def take() -> None:
+                async for pending in responder:
+                    lags.append((time.time() - pending.request.created_at) * 1000)
+                    if answers:
+                        await pending.accept({"approve": True})
+
+            task = asyncio.create_task(take())
+            ready.set()
+            await asyncio.to_thread(stop.wait)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    asyncio.run(main())
+    out.put((group, lags))
+
+
+def _round_trips(url: str, n: int, concurrency: int) -> None:
+    async def main() -> None:
+        import toolnexus
+
+        async with toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE) as broker:
+            left = iter(range(n))
+
+            async def one() -> None:
+                for _ in left:
+                    await broker.wait_for(_request(), timeout_s=120)
+
+            await asyncio.gather(*(one() for _ in range(concurrency)))
+
+    asyncio.run(main())
+
+
+def _channels_run(url: str, groups: int, n: int, concurrency: int) -> tuple[float, dict[str, Any]]:
+    """Redis CPU (µs) per round trip with ``groups`` groups, one answering; each group's
+    delivery lags (ms)."""
+    client = _redis(url)
+    out = SPAWN.Queue()
+    procs = _Procs()
+    names = [f"channel-{i}" for i in range(groups)]
+    for i, name in enumerate(names):
+        procs.start(_channel_main, url, name, i == 0, out)
+    try:
+        procs.wait_ready()
+        time.sleep(1.0)  # every group created before the first request
+        _round_trips(url, max(10, n // 20), concurrency)  # warm-up
+        cpu0 = _cpu_s(client)
+        _round_trips(url, n, concurrency)
+        cpu = (_cpu_s(client) - cpu0) / n * 1e6
+    finally:
+        procs.close()
+    lags = dict(out.get(timeout=60) for _ in names)
+    client.flushall()
+    return cpu, lags
+
+
+def channels_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``requests`` round trips (``concurrency`` at a time) on a queue read by one consumer
+    group, then by ``groups`` groups, each in a process of its own, the first answering and
+    the others showing every request: Redis CPU per round trip per group against one group,
+    and each group's delivery lag."""
+    from bench.common import percentile
+
+    n, groups = int(params["requests"]), int(params["groups"])
+    concurrency = int(params.get("concurrency", 20))
+    one, _ = _channels_run(url, 1, n, concurrency)
+    many, lags = _channels_run(url, groups, n, concurrency)
+    warm = {g: sorted(v[-n:]) for g, v in lags.items()}  # the measured round trips
+    return {
+        "case": "fleet",
+        "variant": "channels",
+        "settings": f"{n:,} round trips, {concurrency} at a time; {groups} consumer groups "
+        "in a process each, one answering",
+        "fleet": Fleet(
+            requests=n,
+            groups=groups,
+            one_group_cpu_us_per_request=one,
+            cpu_us_per_request_group=many / groups,
+            lag_p50_ms={g: percentile(v, 50) for g, v in sorted(warm.items()) if v},
+            lag_p99_ms={g: percentile(v, 99) for g, v in sorted(warm.items()) if v},
         ),
     }

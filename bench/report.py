@@ -249,6 +249,20 @@ def _fleet_targets(t: Tables) -> list[str]:
             f"{dead['requests']:,} open requests withdrawn **{dead['withdrawn_after_s']:.1f} s** "
             f"after the kill (target ≤ liveness {dead['liveness_s']:.0f} s + 5 s)"
         )
+    chan = t.fleet.get("channels")
+    if chan:
+        cost = chan["cpu_us_per_request_group"] * chan["groups"]
+        ratio = cost / chan["one_group_cpu_us_per_request"]
+        p50 = chan["lag_p50_ms"].values()
+        spread = max(p50) / min(p50) if p50 and min(p50) > 0 else math.nan
+        lines += [
+            f"- {'✅' if ratio <= chan['groups'] else '❌'} {chan['groups']} consumer groups "
+            f"on one queue: Redis CPU {cost:,.0f} µs per round trip = **{ratio:.2f}×** one "
+            f"group's {chan['one_group_cpu_us_per_request']:,.0f} µs (target ≤ "
+            f"{chan['groups']}×)",
+            f"- {'✅' if spread <= 2 else '❌'} the slowest group's p50 delivery lag = "
+            f"**{spread:.2f}×** the fastest's (target ≤ 2×)",
+        ]
     return lines
 
 
@@ -317,7 +331,74 @@ def _fleet_section(t: Tables) -> list[str]:
             f"| {_ratio(dead['withdrawn_after_s'], dead['liveness_s'])} | {commands} "
             f"| {dead['withdraw_cpu_s']:.2f} |",
         ]
-    return out
+    chan = t.fleet.get("channels")
+    if chan:
+        out += [
+            "",
+            f"Many channels: {chan['settings']}. Floor: one group. Lag: from a request's "
+            "creation to its delivery to the group's responder.",
+            "",
+            "| groups | Redis CPU µs per round trip, one group | per round trip per group "
+            "| vs one group | p50 lag ms by group | p99 lag ms by group |",
+            "|--:|--:|--:|--:|---|---|",
+            f"| {chan['groups']} | {chan['one_group_cpu_us_per_request']:,.0f} "
+            f"| {chan['cpu_us_per_request_group']:,.0f} "
+            f"| {_ratio(chan['cpu_us_per_request_group'], chan['one_group_cpu_us_per_request'])} "
+            f"| {_by_command(chan['lag_p50_ms'], 1)} | {_by_command(chan['lag_p99_ms'], 1)} |",
+        ]
+    return out + _sizing(t)
+
+
+SIZING_CPU_US_S = 500_000  # half of the one core a Redis node runs its commands on
+SIZING_MEMORY = 1024**3  # used_memory given to toolnexus on one node
+
+
+def _sizing(t: Tables) -> list[str]:
+    """What one Redis node holds, from this run's fleet figures and a stated budget."""
+    mem, idle, chan = t.fleet.get("memory"), t.fleet.get("idle"), t.fleet.get("channels")
+    rows: list[str] = []
+    budget = f"{SIZING_CPU_US_S:,} µs/s"
+    if idle and idle["cpu_us_per_broker_s"] > 0:
+        per = idle["cpu_us_per_broker_s"]
+        rows.append(
+            f"| idle agents (brokers) | {budget} ÷ {per:,.0f} µs/s each "
+            f"| {SIZING_CPU_US_S / per:,.0f} | Redis CPU |"
+        )
+    if mem:
+        rows += [
+            f"| open requests | 1 GiB ÷ {mem['open_bytes']:,.0f} B each "
+            f"| {SIZING_MEMORY / mem['open_bytes']:,.0f} | memory |",
+            f"| ended requests kept for their retention | 1 GiB ÷ {mem['ended_bytes']:,.0f} B "
+            f"each | {SIZING_MEMORY / mem['ended_bytes']:,.0f} | memory |",
+        ]
+    if idle and idle["holder_cmds_per_request_s"] > 0:
+        per_cmd = idle["holder_cmds_per_request_s"]
+        rows.append(
+            f"| open requests held by responders | 10,000 commands/s ÷ {per_cmd:.3f} "
+            f"commands/s each | {10_000 / per_cmd:,.0f} | Redis commands (10,000/s given "
+            f"to sweeps) |"
+        )
+    if chan and chan["one_group_cpu_us_per_request"] > 0:
+        per = chan["one_group_cpu_us_per_request"]
+        rows.append(
+            f"| answers per second (one channel) | {budget} ÷ {per:,.0f} µs per round trip "
+            f"| {SIZING_CPU_US_S / per:,.0f} | Redis CPU |"
+        )
+    if not rows:
+        return []
+    return [
+        "",
+        "### Sizing one Redis node",
+        "",
+        f"Each figure alone, from this run: Redis CPU at {budget} (half the core Redis runs "
+        "commands on), memory at 1 GiB of `used_memory`. A fleet uses several at once: add "
+        "the fractions. A 3-master Cluster holds about three times as much if the work "
+        "spreads evenly over its masters (not measured here).",
+        "",
+        "| what | arithmetic | one node | bound by |",
+        "|---|---|--:|---|",
+        *rows,
+    ]
 
 
 def _levels(t: Tables) -> list[tuple[int, int, int]]:

@@ -45,6 +45,7 @@ class Plan:
     fleet_requests: int  # open requests of the memory case
     fleet_idle: tuple[int, int, int, float]  # (brokers, processes, open each, seconds)
     fleet_dead: int  # open requests of the killed agent
+    fleet_channels: tuple[int, int]  # (round trips, consumer groups)
     case_timeout_s: float
 
 
@@ -64,6 +65,7 @@ FULL = Plan(
     fleet_requests=10_000,
     fleet_idle=(1000, 4, 10, 60.0),
     fleet_dead=10_000,
+    fleet_channels=(1000, 10),
     case_timeout_s=900,
 )
 
@@ -83,6 +85,7 @@ QUICK = Plan(
     fleet_requests=200,
     fleet_idle=(20, 2, 2, 6.0),  # at least one liveness renewal (every 5 s)
     fleet_dead=50,
+    fleet_channels=(50, 3),
     case_timeout_s=180,
 )
 
@@ -185,6 +188,8 @@ def build_specs(plan: Plan, logdir: Path, only: set[str] | None, loops: list[str
         Spec("idle", "bench.fleet:idle_case",
              {"brokers": brokers, "processes": processes, "open": each, "seconds": seconds}),
         Spec("dead", "bench.fleet:dead_case", {"requests": plan.fleet_dead}),
+        Spec("channels", "bench.fleet:channels_case",
+             {"requests": plan.fleet_channels[0], "groups": plan.fleet_channels[1]}),
     ]  # fmt: skip
     if only:
         specs = [s for s in specs if s.label in only]
@@ -309,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         help="comma-separated case labels "
-        "(floor,toolnexus,wakeup,scale,arq,celery,rq,taskiq,codec,memory,idle,dead)",
+        "(floor,toolnexus,wakeup,scale,arq,celery,rq,taskiq,codec,memory,idle,dead,channels)",
     )
     parser.add_argument(
         "--uvloop",

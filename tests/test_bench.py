@@ -53,6 +53,7 @@ def test_quick_benchmark_runs_every_case(tmp_path: Path) -> None:
         "| requests | encoded request B | floor B/request |",
         "| brokers | processes | open each |",
         "| requests | liveness s | withdrawn after s |",
+        "| groups | Redis CPU µs per round trip, one group |",
     ):
         assert row in report, row
     for target in (
@@ -61,6 +62,8 @@ def test_quick_benchmark_runs_every_case(tmp_path: Path) -> None:
         "an idle broker",
         "an open request held by a responder",
         "open requests withdrawn",
+        "consumer groups on one queue",
+        "p50 delivery lag",
     ):
         assert target in report, target
     # A peer is either measured or listed as skipped (its import failed), never silently gone.
