@@ -129,9 +129,10 @@ class RedisSettings:
     liveness_ms: int = 15_000
     """How long a waiting process's liveness mark lasts unrenewed (at least twice
     ``block_ms``): a dead process's open requests are withdrawn within about
-    ``liveness_ms + lease_ms / 3``. An idle waiting process renews it every third of
-    ``liveness_ms``, its answer reader blocking in between: two Redis commands per
-    ``liveness_ms / 3`` are all an idle agent costs."""
+    ``liveness_ms + min(liveness_ms, lease_ms) / 3`` (its responders look for waiters
+    without a mark that often, one ``EXISTS`` per waiter). An idle waiting process renews
+    it every third of ``liveness_ms``, its answer reader blocking in between: two Redis
+    commands per ``liveness_ms / 3`` are all an idle agent costs."""
     default_timeout_s: float = 600.0
     """A wait's deadline when neither the call nor the request gives one."""
     retention_s: float = 24 * 3600.0
