@@ -11,7 +11,9 @@ Each case measures a floor in the same run, on the same private ``redis-server``
 - *dead waiters*: the floor is the liveness bound itself (``liveness_ms``): no broker can
   tell a dead agent from a slow one sooner;
 - *many channels*: the floor is one consumer group on the same queue (each further group
-  reads every request once more, so ``groups`` times its cost is the linear bound).
+  reads every request once more, so ``groups`` times its cost is the linear bound);
+- *durable waits at scale*: the floor is the same fleet waiting without ``durable``, where
+  an answer goes to the one process that asked.
 
 Agents and responders run in processes of their own (``multiprocessing`` spawn), as a
 fleet would; the figures are read from Redis (``INFO memory``, ``INFO commandstats``,
@@ -72,6 +74,14 @@ class Fleet(TypedDict, total=False):
     cpu_us_per_request_group: float  # with ``groups`` groups, per round trip per group
     lag_p50_ms: dict[str, float]  # per group: from the request's creation to its delivery
     lag_p99_ms: dict[str, float]
+    waiters: int
+    answers: int
+    durable_reads_per_answer: float  # XREAD calls an answer causes beyond the idle rate
+    plain_reads_per_answer: float
+    durable_wake_p50_ms: float  # from accept() to the waiting task's return
+    plain_wake_p50_ms: float
+    durable_cpu_us_per_answer: float  # Redis CPU beyond the idle rate
+    plain_cpu_us_per_answer: float
 
 
 def _request() -> Any:
@@ -126,7 +136,11 @@ def _settle(client: Any, key: str, expect: int, timeout_s: float = 600.0) -> Non
 # --- agents in processes of their own ------------------------------------------------------
 
 
-def _agents_main(url: str, brokers: int, each: int, ready: Any, stop: Any) -> None:
+def _agents_main(
+    url: str, brokers: int, each: int, ready: Any, stop: Any, durable_from: int = -1
+) -> None:
+    """``brokers`` agents each waiting for ``each`` requests; with ``durable_from`` ≥ 0,
+    durable waits, each broker an agent of its own (``agent-{durable_from + i}``)."""
     _quiet()
 
     async def main() -> None:
@@ -134,12 +148,15 @@ def _agents_main(url: str, brokers: int, each: int, ready: Any, stop: Any) -> No
 
         async with contextlib.AsyncExitStack() as stack:
             waits = []
-            for _ in range(brokers):
+            for i in range(brokers):
+                agent = f"agent-{durable_from + i}" if durable_from >= 0 else None
                 broker = await stack.enter_async_context(
-                    toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE)
+                    toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE, agent=agent)
                 )
                 waits += [
-                    asyncio.create_task(broker.wait_for(_request(), timeout_s=3600))
+                    asyncio.create_task(
+                        broker.wait_for(_request(), timeout_s=3600, durable=durable_from >= 0)
+                    )
                     for _ in range(each)
                 ]
             await asyncio.sleep(0.5)
@@ -185,9 +202,11 @@ class _Procs:
         self.stop = SPAWN.Event()
         self.procs: list[Any] = []
 
-    def start(self, target: Any, *args: Any) -> None:
+    def start(self, target: Any, *args: Any, **kwargs: Any) -> None:
         ready = SPAWN.Event()
-        proc = SPAWN.Process(target=target, args=(*args, ready, self.stop), daemon=True)
+        proc = SPAWN.Process(
+            target=target, args=(*args, ready, self.stop), kwargs=kwargs, daemon=True
+        )
         proc.start()
         self.procs.append((proc, ready))
 
@@ -441,10 +460,13 @@ def _channel_main(url: str, group: str, answers: bool, out: Any, ready: Any, sto
         ):
 
             async def take() -> None:
+                accepts = set()  # each in a task: the next delivery does not wait for it
                 async for pending in responder:
                     lags.append((time.time() - pending.request.created_at) * 1000)
                     if answers:
-                        await pending.accept({"approve": True})
+                        accept = asyncio.create_task(pending.accept({"approve": True}))
+                        accepts.add(accept)
+                        accept.add_done_callback(accepts.discard)
 
             task = asyncio.create_task(take())
             ready.set()
@@ -520,5 +542,97 @@ def channels_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
             cpu_us_per_request_group=many / groups,
             lag_p50_ms={g: percentile(v, 50) for g, v in sorted(warm.items()) if v},
             lag_p99_ms={g: percentile(v, 99) for g, v in sorted(warm.items()) if v},
+        ),
+    }
+
+
+# --- durable waits at scale -----------------------------------------------------------------
+
+
+async def _answers(url: str, n: int, durable: bool) -> tuple[float, float, float]:
+    """One more agent (``probe``) asks ``n`` requests, one at a time, each answered by a
+    responder in this process as soon as it is shown (after the fleet's, which it holds):
+    XREAD calls and Redis CPU (µs) per answer beyond the idle rate (measured for 5 s
+    before, the responder holding the fleet's requests), and the p50 wake-up (ms from
+    ``accept`` to the waiting task's return)."""
+    import toolnexus
+    from bench.common import percentile
+
+    client = _redis(url)
+    wakes: list[float] = []
+    async with (
+        toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE, agent="probe") as agent,
+        toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE) as broker,
+        broker.responder(GROUP, "answerer") as responder,
+    ):
+
+        async def one() -> float:
+            request = _request()
+            wait = asyncio.create_task(agent.wait_for(request, timeout_s=120, durable=durable))
+            async for pending in responder:
+                if pending.request.id == request.id:
+                    t0 = time.perf_counter()
+                    await pending.accept({"approve": True})
+                    await wait
+                    return (time.perf_counter() - t0) * 1000
+            raise RuntimeError("the responder stopped")
+
+        await one()  # past the fleet's requests, which the responder now holds
+        await asyncio.sleep(1.0)
+        calls0, cpu0, t0 = _calls(client), _cpu_s(client), time.monotonic()
+        await asyncio.sleep(5.0)
+        calls1, cpu1, t1 = _calls(client), _cpu_s(client), time.monotonic()
+        idle_reads = (calls1.get("xread", 0) - calls0.get("xread", 0)) / (t1 - t0)
+        idle_cpu = (cpu1 - cpu0) / (t1 - t0)
+        for _ in range(n):
+            wakes.append(await one())
+        calls2, cpu2, t2 = _calls(client), _cpu_s(client), time.monotonic()
+    reads = calls2.get("xread", 0) - calls1.get("xread", 0) - idle_reads * (t2 - t1)
+    cpu = (cpu2 - cpu1 - idle_cpu * (t2 - t1)) * 1e6
+    return max(0.0, reads) / n, max(0.0, cpu) / n, percentile(sorted(wakes), 50)
+
+
+def _durable_run(
+    url: str, waiters: int, processes: int, n: int, durable: bool
+) -> tuple[float, float, float]:
+    """:func:`_answers` with ``waiters`` waiting agents over ``processes`` processes."""
+    procs = _Procs()
+    per_process = -(-waiters // processes)
+    for first in range(0, waiters, per_process):
+        count = min(per_process, waiters - first)
+        procs.start(_agents_main, url, count, 1, durable_from=first if durable else -1)
+    try:
+        procs.wait_ready()
+        return asyncio.run(_answers(url, n, durable))
+    finally:
+        procs.close()
+        _redis(url).flushall()
+
+
+def durable_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``waiters`` agents over ``processes`` processes, each with an identity of its own
+    (``agent=``) and one durable wait; then ``answers`` answers to one more agent's
+    requests, one at a time: the reads each answer causes (XREAD calls beyond the idle
+    rate: the processes woken), its wake-up and Redis CPU, against the same fleet
+    waiting without ``durable``."""
+    waiters, processes = int(params["waiters"]), int(params["processes"])
+    n = int(params["answers"])
+    plain = _durable_run(url, waiters, processes, n, durable=False)
+    durable = _durable_run(url, waiters, processes, n, durable=True)
+    return {
+        "case": "fleet",
+        "variant": "durable",
+        "settings": f"{waiters:,} waiting agents (one identity each) over {processes} "
+        f"processes; {n} answers to one more agent, one at a time",
+        "fleet": Fleet(
+            waiters=waiters,
+            processes=processes,
+            answers=n,
+            durable_reads_per_answer=durable[0],
+            plain_reads_per_answer=plain[0],
+            durable_cpu_us_per_answer=durable[1],
+            plain_cpu_us_per_answer=plain[1],
+            durable_wake_p50_ms=durable[2],
+            plain_wake_p50_ms=plain[2],
         ),
     }

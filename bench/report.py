@@ -263,6 +263,15 @@ def _fleet_targets(t: Tables) -> list[str]:
             f"- {'✅' if spread <= 2 else '❌'} the slowest group's p50 delivery lag = "
             f"**{spread:.2f}×** the fastest's (target ≤ 2×)",
         ]
+    dur = t.fleet.get("durable")
+    if dur:
+        reads = dur["durable_reads_per_answer"]
+        lines.append(
+            f"- {'✅' if reads <= 2 else '❌'} a durable answer with {dur['waiters']:,} durable "
+            f"waiters (one identity each) is read by **{reads:.1f}** processes (XREAD calls "
+            f"beyond the idle rate; without durable: {dur['plain_reads_per_answer']:.1f}; "
+            f"target: O(1), ≤ 2)"
+        )
     return lines
 
 
@@ -345,6 +354,24 @@ def _fleet_section(t: Tables) -> list[str]:
             f"| {chan['cpu_us_per_request_group']:,.0f} "
             f"| {_ratio(chan['cpu_us_per_request_group'], chan['one_group_cpu_us_per_request'])} "
             f"| {_by_command(chan['lag_p50_ms'], 1)} | {_by_command(chan['lag_p99_ms'], 1)} |",
+        ]
+    dur = t.fleet.get("durable")
+    if dur:
+        out += [
+            "",
+            f"Durable waits at scale: {dur['settings']}. Floor: the same fleet waiting "
+            "without `durable`. Reads: XREAD calls an answer causes beyond the idle rate "
+            "(the processes it wakes); wake-up: from `accept()` to the waiting task's "
+            "return; CPU: Redis CPU per answer beyond the idle rate.",
+            "",
+            "| waiters | processes | answers | reads per answer, durable | without "
+            "| wake-up p50 ms, durable | without | Redis CPU µs per answer, durable "
+            "| without |",
+            "|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+            f"| {dur['waiters']:,} | {dur['processes']} | {dur['answers']} "
+            f"| {dur['durable_reads_per_answer']:.2f} | {dur['plain_reads_per_answer']:.2f} "
+            f"| {_ms(dur['durable_wake_p50_ms'])} | {_ms(dur['plain_wake_p50_ms'])} "
+            f"| {dur['durable_cpu_us_per_answer']:,.0f} | {dur['plain_cpu_us_per_answer']:,.0f} |",
         ]
     return out + _sizing(t)
 

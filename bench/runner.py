@@ -46,6 +46,7 @@ class Plan:
     fleet_idle: tuple[int, int, int, float]  # (brokers, processes, open each, seconds)
     fleet_dead: int  # open requests of the killed agent
     fleet_channels: tuple[int, int]  # (round trips, consumer groups)
+    fleet_durable: tuple[int, int, int]  # (waiting agents, processes, answers)
     case_timeout_s: float
 
 
@@ -66,6 +67,7 @@ FULL = Plan(
     fleet_idle=(1000, 4, 10, 60.0),
     fleet_dead=10_000,
     fleet_channels=(1000, 10),
+    fleet_durable=(1000, 4, 100),
     case_timeout_s=900,
 )
 
@@ -86,6 +88,7 @@ QUICK = Plan(
     fleet_idle=(20, 2, 2, 6.0),  # at least one liveness renewal (every 5 s)
     fleet_dead=50,
     fleet_channels=(50, 3),
+    fleet_durable=(20, 2, 5),
     case_timeout_s=180,
 )
 
@@ -190,6 +193,9 @@ def build_specs(plan: Plan, logdir: Path, only: set[str] | None, loops: list[str
         Spec("dead", "bench.fleet:dead_case", {"requests": plan.fleet_dead}),
         Spec("channels", "bench.fleet:channels_case",
              {"requests": plan.fleet_channels[0], "groups": plan.fleet_channels[1]}),
+        Spec("durable", "bench.fleet:durable_case",
+             {"waiters": plan.fleet_durable[0], "processes": plan.fleet_durable[1],
+              "answers": plan.fleet_durable[2]}),
     ]  # fmt: skip
     if only:
         specs = [s for s in specs if s.label in only]
@@ -314,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         help="comma-separated case labels "
-        "(floor,toolnexus,wakeup,scale,arq,celery,rq,taskiq,codec,memory,idle,dead,channels)",
+        "(floor,toolnexus,wakeup,scale,arq,celery,rq,taskiq,codec,memory,idle,dead,channels,durable)",
     )
     parser.add_argument(
         "--uvloop",

@@ -54,6 +54,8 @@ def test_quick_benchmark_runs_every_case(tmp_path: Path) -> None:
         "| brokers | processes | open each |",
         "| requests | liveness s | withdrawn after s |",
         "| groups | Redis CPU µs per round trip, one group |",
+        "| waiters | processes | answers | reads per answer, durable |",
+        "| what | arithmetic | one node | bound by |",
     ):
         assert row in report, row
     for target in (
@@ -64,6 +66,7 @@ def test_quick_benchmark_runs_every_case(tmp_path: Path) -> None:
         "open requests withdrawn",
         "consumer groups on one queue",
         "p50 delivery lag",
+        "a durable answer with",
     ):
         assert target in report, target
     # A peer is either measured or listed as skipped (its import failed), never silently gone.
