@@ -511,9 +511,11 @@ def _channels_run(url: str, groups: int, n: int, concurrency: int) -> tuple[floa
         cpu0 = _cpu_s(client)
         _round_trips(url, n, concurrency)
         cpu = (_cpu_s(client) - cpu0) / n * 1e6
+        procs.stop.set()
+        # read before joining: a process exits only once its queue's data is read
+        lags = dict(out.get(timeout=60) for _ in names)
     finally:
         procs.close()
-    lags = dict(out.get(timeout=60) for _ in names)
     client.flushall()
     return cpu, lags
 
