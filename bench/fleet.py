@@ -169,25 +169,33 @@ def _agents_main(
     asyncio.run(main())
 
 
-def _holder_main(url: str, ready: Any, stop: Any) -> None:
-    """A responder that takes every request and holds it unanswered, as a web page
-    showing them does: its lease renewals and sweeps are the cost of an open request."""
+def _channel_main(url: str, group: str, answers: bool, out: Any, ready: Any, stop: Any) -> None:
+    """A responder of consumer group ``group`` (a channel: a chat, a web page): it shows
+    every request, and answers it if ``answers`` (else holds it unanswered, as a web page
+    showing it does: its lease renewals and sweeps are the cost of an open request); at
+    the end it puts each delivery's lag (ms from the request's creation) on ``out``, if
+    given."""
     _quiet()
+    lags: list[float] = []
 
     async def main() -> None:
         import toolnexus
 
-        held: list[Any] = []
         async with (
             toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE) as broker,
-            broker.responder(GROUP, "holder-1") as responder,
+            broker.responder(group, f"{group}-1") as responder,
         ):
 
-            async def hold() -> None:
+            async def take() -> None:
+                accepts = set()  # each in a task: the next delivery does not wait for it
                 async for pending in responder:
-                    held.append(pending)
+                    lags.append((time.time() - pending.request.created_at) * 1000)
+                    if answers:
+                        accept = asyncio.create_task(pending.accept({"approve": True}))
+                        accepts.add(accept)
+                        accept.add_done_callback(accepts.discard)
 
-            task = asyncio.create_task(hold())
+            task = asyncio.create_task(take())
             ready.set()
             await asyncio.to_thread(stop.wait)
             task.cancel()
@@ -195,6 +203,8 @@ def _holder_main(url: str, ready: Any, stop: Any) -> None:
                 await task
 
     asyncio.run(main())
+    if out is not None:
+        out.put((group, lags))
 
 
 class _Procs:
@@ -343,7 +353,7 @@ def idle_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
         procs.wait_ready()
         time.sleep(min(5.0, liveness_s / 3))
         idle, idle_cpu = _measure(client, seconds, brokers)
-        holder.start(_holder_main, url)
+        holder.start(_channel_main, url, GROUP, False, None)
         holder.wait_ready()
         groups = f"{{{NAMESPACE}:q:{QUEUE}}}:requests"
         deadline = time.monotonic() + 300
@@ -403,7 +413,7 @@ def dead_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
     try:
         agent.start(_agents_main, url, 1, n)
         agent.wait_ready()
-        holder.start(_holder_main, url)
+        holder.start(_channel_main, url, GROUP, False, None)
         holder.wait_ready()
         deadline = time.monotonic() + 300
         while _pending_of(client, stream) < n:
@@ -442,41 +452,6 @@ def dead_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- many channels: consumer groups on one queue --------------------------------------------
-
-
-def _channel_main(url: str, group: str, answers: bool, out: Any, ready: Any, stop: Any) -> None:
-    """A responder of consumer group ``group`` (a channel: a chat, a web page): it shows
-    every request, and answers it if ``answers``; at the end it puts each delivery's lag
-    (ms from the request's creation) on ``out``."""
-    _quiet()
-    lags: list[float] = []
-
-    async def main() -> None:
-        import toolnexus
-
-        async with (
-            toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE) as broker,
-            broker.responder(group, f"{group}-1") as responder,
-        ):
-
-            async def take() -> None:
-                accepts = set()  # each in a task: the next delivery does not wait for it
-                async for pending in responder:
-                    lags.append((time.time() - pending.request.created_at) * 1000)
-                    if answers:
-                        accept = asyncio.create_task(pending.accept({"approve": True}))
-                        accepts.add(accept)
-                        accept.add_done_callback(accepts.discard)
-
-            task = asyncio.create_task(take())
-            ready.set()
-            await asyncio.to_thread(stop.wait)
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    asyncio.run(main())
-    out.put((group, lags))
 
 
 def _round_trips(url: str, n: int, concurrency: int) -> None:

@@ -279,6 +279,11 @@ def _by_command(rates: dict[str, float], digits: int = 2) -> str:
     return ", ".join(f"{k} {v:.{digits}f}" for k, v in rates.items()) or "–"
 
 
+def _table(intro: str, columns: str, align: str, row: str) -> list[str]:
+    """A paragraph and a one-row table under it."""
+    return ["", intro, "", columns, align, row]
+
+
 def _fleet_section(t: Tables) -> list[str]:
     if not t.fleet:
         return []
@@ -292,27 +297,23 @@ def _fleet_section(t: Tables) -> list[str]:
     ]
     mem = t.fleet.get("memory")
     if mem:
-        out += [
-            "",
+        out += _table(
             f"Memory: {mem['settings']}. Floor: one `XADD` of the same encoded request each. "
             "Ended: the same requests withdrawn, during their retention.",
-            "",
             "| requests | encoded request B | floor B/request | open B/request | vs floor "
             "| ended B/request | vs request bytes |",
             "|--:|--:|--:|--:|--:|--:|--:|",
             f"| {mem['requests']:,} | {mem['request_bytes']:,} | {mem['floor_open_bytes']:,.0f} "
             f"| {mem['open_bytes']:,.0f} | {_ratio(mem['open_bytes'], mem['floor_open_bytes'])} "
             f"| {mem['ended_bytes']:,.0f} | {_ratio(mem['ended_bytes'], mem['request_bytes'])} |",
-        ]
+        )
     idle = t.fleet.get("idle")
     if idle:
-        out += [
-            "",
+        out += _table(
             f"Idle: {idle['settings']}, nobody answering; then a responder holding every "
             "request (as a web page showing them does): its extra per open request. Floor: "
             f"one `SET ... PX` per agent every third of the liveness bound "
             f"({idle['liveness_s']:.0f} s).",
-            "",
             "| brokers | processes | open each | floor cmd/s per broker | cmd/s per broker "
             "| by command | Redis CPU µs/s per broker | holder cmd/s per open request "
             "| by command | holder Redis CPU µs/s per open request |",
@@ -323,15 +324,13 @@ def _fleet_section(t: Tables) -> list[str]:
             f"| {idle['holder_cmds_per_request_s']:.3f} "
             f"| {_by_command(idle['holder_commands'], 3)} "
             f"| {idle['holder_cpu_us_per_request_s']:.1f} |",
-        ]
+        )
     dead = t.fleet.get("dead waiters")
     if dead:
         commands = ", ".join(f"{k} {v:,}" for k, v in dead["withdraw_commands"].items()) or "–"
-        out += [
-            "",
+        out += _table(
             f"Dead waiters: {dead['settings']}; the time until the last is withdrawn, and "
             "the Redis commands and CPU from the kill until then. Floor: the liveness bound.",
-            "",
             "| requests | liveness s | withdrawn after s | vs liveness | Redis commands "
             "| Redis CPU s |",
             "|--:|--:|--:|--:|---|--:|",
@@ -339,14 +338,12 @@ def _fleet_section(t: Tables) -> list[str]:
             f"{dead['withdrawn_after_s']:.1f} "
             f"| {_ratio(dead['withdrawn_after_s'], dead['liveness_s'])} | {commands} "
             f"| {dead['withdraw_cpu_s']:.2f} |",
-        ]
+        )
     chan = t.fleet.get("channels")
     if chan:
-        out += [
-            "",
+        out += _table(
             f"Many channels: {chan['settings']}. Floor: one group. Lag: from a request's "
             "creation to its delivery to the group's responder.",
-            "",
             "| groups | Redis CPU µs per round trip, one group | per round trip per group "
             "| vs one group | p50 lag ms by group | p99 lag ms by group |",
             "|--:|--:|--:|--:|---|---|",
@@ -354,16 +351,14 @@ def _fleet_section(t: Tables) -> list[str]:
             f"| {chan['cpu_us_per_request_group']:,.0f} "
             f"| {_ratio(chan['cpu_us_per_request_group'], chan['one_group_cpu_us_per_request'])} "
             f"| {_by_command(chan['lag_p50_ms'], 1)} | {_by_command(chan['lag_p99_ms'], 1)} |",
-        ]
+        )
     dur = t.fleet.get("durable")
     if dur:
-        out += [
-            "",
+        out += _table(
             f"Durable waits at scale: {dur['settings']}. Floor: the same fleet waiting "
             "without `durable`. Reads: XREAD calls an answer causes beyond the idle rate "
             "(the processes it wakes); wake-up: from `accept()` to the waiting task's "
             "return; CPU: Redis CPU per answer beyond the idle rate.",
-            "",
             "| waiters | processes | answers | reads per answer, durable | without "
             "| wake-up p50 ms, durable | without | Redis CPU µs per answer, durable "
             "| without |",
@@ -372,7 +367,7 @@ def _fleet_section(t: Tables) -> list[str]:
             f"| {dur['durable_reads_per_answer']:.2f} | {dur['plain_reads_per_answer']:.2f} "
             f"| {_ms(dur['durable_wake_p50_ms'])} | {_ms(dur['plain_wake_p50_ms'])} "
             f"| {dur['durable_cpu_us_per_answer']:,.0f} | {dur['plain_cpu_us_per_answer']:,.0f} |",
-        ]
+        )
     return out + _sizing(t)
 
 
