@@ -42,6 +42,11 @@ class Plan:
     min_poll_s: float
     codec_n: int
     codec_repeats: int
+    fleet_requests: int  # open requests of the memory case
+    fleet_idle: tuple[int, int, int, float]  # (brokers, processes, open each, seconds)
+    fleet_dead: int  # open requests of the killed agent
+    fleet_channels: tuple[int, int]  # (round trips, consumer groups)
+    fleet_durable: tuple[int, int, int]  # (waiting agents, processes, answers)
     case_timeout_s: float
 
 
@@ -58,6 +63,11 @@ FULL = Plan(
     min_poll_s=0.001,
     codec_n=20_000,
     codec_repeats=5,
+    fleet_requests=10_000,
+    fleet_idle=(1000, 4, 10, 60.0),
+    fleet_dead=10_000,
+    fleet_channels=(1000, 10),
+    fleet_durable=(1000, 4, 100),
     case_timeout_s=900,
 )
 
@@ -74,6 +84,11 @@ QUICK = Plan(
     min_poll_s=0.001,
     codec_n=1000,
     codec_repeats=2,
+    fleet_requests=200,
+    fleet_idle=(20, 2, 2, 6.0),  # at least one liveness renewal (every 5 s)
+    fleet_dead=50,
+    fleet_channels=(50, 3),
+    fleet_durable=(20, 2, 5),
     case_timeout_s=180,
 )
 
@@ -170,6 +185,18 @@ def build_specs(plan: Plan, logdir: Path, only: set[str] | None, loops: list[str
             )
     specs.append(Spec("codec", "bench.codec_case:codec_case",
                       {"n": plan.codec_n, "repeats": plan.codec_repeats}))  # fmt: skip
+    brokers, processes, each, seconds = plan.fleet_idle
+    specs += [
+        Spec("memory", "bench.fleet:memory_case", {"requests": plan.fleet_requests}),
+        Spec("idle", "bench.fleet:idle_case",
+             {"brokers": brokers, "processes": processes, "open": each, "seconds": seconds}),
+        Spec("dead", "bench.fleet:dead_case", {"requests": plan.fleet_dead}),
+        Spec("channels", "bench.fleet:channels_case",
+             {"requests": plan.fleet_channels[0], "groups": plan.fleet_channels[1]}),
+        Spec("durable", "bench.fleet:durable_case",
+             {"waiters": plan.fleet_durable[0], "processes": plan.fleet_durable[1],
+              "answers": plan.fleet_durable[2]}),
+    ]  # fmt: skip
     if only:
         specs = [s for s in specs if s.label in only]
     return specs
@@ -293,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         help="comma-separated case labels "
-        "(floor,toolnexus,wakeup,scale,arq,celery,rq,taskiq,codec)",
+        "(floor,toolnexus,wakeup,scale,arq,celery,rq,taskiq,codec,memory,idle,dead,channels,durable)",
     )
     parser.add_argument(
         "--uvloop",

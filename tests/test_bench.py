@@ -39,6 +39,7 @@ def test_quick_benchmark_runs_every_case(tmp_path: Path) -> None:
         "## Throughput with concurrent waits",
         "## Scale: pending waits in one process",
         "## Codec: one typical message",
+        "## Fleet: what agents cost the Redis they share",
     ):
         assert heading in report
     for row in (
@@ -49,8 +50,25 @@ def test_quick_benchmark_runs_every_case(tmp_path: Path) -> None:
         "| bare task | baseline |",
         "| toolnexus MSGPACK | Request |",
         "| pydantic v2 (JSON) | Answer |",
+        "| requests | encoded request B | floor B/request |",
+        "| brokers | processes | open each |",
+        "| requests | liveness s | withdrawn after s |",
+        "| groups | Redis CPU µs per round trip, one group |",
+        "| waiters | processes | answers | reads per answer, durable |",
+        "| what | arithmetic | one node | bound by |",
     ):
         assert row in report, row
+    for target in (
+        "Redis memory per open request",
+        "Redis memory per ended request",
+        "an idle broker",
+        "an open request held by a responder",
+        "open requests withdrawn",
+        "consumer groups on one queue",
+        "p50 delivery lag",
+        "a durable answer with",
+    ):
+        assert target in report, target
     # A peer is either measured or listed as skipped (its import failed), never silently gone.
     for peer in ("arq", "celery", "rq", "taskiq"):
         assert f"| {peer} | " in report or f"- {peer} " in report, peer

@@ -309,6 +309,32 @@ async def test_a_killed_waiter_s_requests_are_withdrawn_within_the_bound(
 
 
 @pytest.mark.slow
+async def test_a_long_lease_does_not_delay_withdrawing_a_killed_waiter_s_requests(
+    redis_server: RedisServer,
+) -> None:
+    """A responder whose lease is long (its full sweep comes every 20 s) withdraws a killed
+    waiter's requests once its liveness mark is gone: it looks for waiters without one
+    every third of the liveness bound (one EXISTS per waiter), not only in full sweeps."""
+    options = {"block_ms": 100, "lease_ms": 60_000, "liveness_ms": 1000, "retention_s": 30}
+    withdrawn: set[str] = set()
+    async with (
+        toolnexus.connect(redis_server.url, namespace="live", **options) as bot,
+        bot.events() as events,
+        bot.responder("web") as responder,
+        killed_waiter(redis_server.url, timeout_s=600),
+    ):
+        for _ in range(100):
+            await asyncio.wait_for(anext(responder), 10)
+        async with asyncio.timeout(15):  # the first full sweep: 20 s
+            async for event in events:
+                if event.event == "withdrawn":
+                    withdrawn.add(event.id)
+                if len(withdrawn) == 100:
+                    break
+    assert withdrawn == {f"req-{i}" for i in range(100)}
+
+
+@pytest.mark.slow
 async def test_nothing_of_a_killed_waiter_stays_after_deadline_and_retention(
     redis_server: RedisServer,
 ) -> None:

@@ -129,7 +129,10 @@ class RedisSettings:
     liveness_ms: int = 15_000
     """How long a waiting process's liveness mark lasts unrenewed (at least twice
     ``block_ms``): a dead process's open requests are withdrawn within about
-    ``liveness_ms + lease_ms / 3``."""
+    ``liveness_ms + min(liveness_ms, lease_ms) / 3`` (its responders look for waiters
+    without a mark that often, one ``EXISTS`` per waiter). An idle waiting process renews
+    it every third of ``liveness_ms``, its answer reader blocking in between: two Redis
+    commands per ``liveness_ms / 3`` are all an idle agent costs."""
     default_timeout_s: float = 600.0
     """A wait's deadline when neither the call nor the request gives one."""
     retention_s: float = 24 * 3600.0
@@ -140,7 +143,8 @@ class RedisSettings:
     max_connections: int = 16
     """Size of the command connection pool."""
     block_ms: int = 1000
-    """How long a blocking read waits before looking around."""
+    """How long a responder's or an event follower's blocking read waits before looking
+    around (an agent's answer reader blocks until its liveness mark is due instead)."""
     connect_timeout_s: float = 5.0
     """Bound on connecting."""
     command_timeout_s: float = 10.0

@@ -125,6 +125,7 @@ class RedisResponder(Responder):
         self._backlog_from: str | None = "0"  # where to read our own pending entries from
         self._idle = False  # the last read of new entries found none
         self._closed = False
+        self._markless: set[str] = set()  # waiters found without a liveness mark
 
     # -- delivering ---------------------------------------------------------------
 
@@ -423,14 +424,25 @@ class RedisResponder(Responder):
                     log.warning("renewing leases of %s/%s: %s", self.group, self.consumer, exc)
 
     async def _sweep(self) -> None:
-        """Let go of what was resolved elsewhere, expire or withdraw what nobody else will,
-        reclaim what dead consumers held, and remove consumers long gone."""
-        interval_s = self.core.settings.lease_ms / 3000
-        sweeps = 0
+        """Every third of the lease: let go of what was resolved elsewhere, expire or
+        withdraw what nobody else will, reclaim what dead consumers held, and remove
+        consumers long gone. In between, every third of the liveness bound when that is
+        shorter: withdraw the requests of waiters whose liveness mark is gone (one
+        ``EXISTS`` per waiter held, not per request), so that a dead agent's requests end
+        within the liveness bound and a third of it, not a third of the lease later."""
+        settings = self.core.settings
+        interval_s = min(settings.lease_ms, settings.liveness_ms) / 3000
+        full_every = max(1, round(settings.lease_ms / 3000 / interval_s))
+        ticks = sweeps = 0
         while not self._closed:
             await asyncio.sleep(interval_s)
+            ticks += 1
             try:
-                await self._sweep_held()
+                if ticks % full_every:
+                    await self._sweep_held(await self._of_waiters_gone())
+                    continue
+                self._markless.clear()
+                await self._sweep_held(list(self._held.values()))
                 await self._reclaim()
                 sweeps += 1
                 if sweeps % 30 == 1:
@@ -440,8 +452,26 @@ class RedisResponder(Responder):
             except Exception as exc:  # keep sweeping whatever happened
                 log.warning("sweeping %s/%s: %s", self.group, self.consumer, exc)
 
-    async def _sweep_held(self) -> None:
-        held = list(self._held.values())
+    async def _of_waiters_gone(self) -> list[RedisPending]:
+        """The requests held whose waiter has no liveness mark, one ``EXISTS`` per waiter.
+        A waiter without one whose requests are still alive (a durable waiter: it has
+        none) is not asked again until the next full sweep."""
+        by_waiter: dict[str, list[RedisPending]] = {}
+        for pending in self._held.values():
+            waiter = waiter_of(pending.request)
+            if waiter not in self._markless:
+                by_waiter.setdefault(waiter, []).append(pending)
+        if not by_waiter:
+            return []
+        call, alive_key = self.core.pipeliner.call, self.core.keys.alive
+        marks = await self.core.bounded(
+            asyncio.gather(*(call("EXISTS", alive_key(w)) for w in by_waiter))
+        )
+        gone = [w for w, mark in zip(by_waiter, marks, strict=True) if not mark]
+        self._markless.update(gone)
+        return [pending for w in gone for pending in by_waiter[w]]
+
+    async def _sweep_held(self, held: list[RedisPending]) -> None:
         if not held:
             return
         states = await self._states([pending.request for pending in held])

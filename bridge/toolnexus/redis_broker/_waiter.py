@@ -624,6 +624,7 @@ class Waiter:
         reconnected = False
         loop = asyncio.get_running_loop()
         renew_at = 0.0
+        renew_s = settings.liveness_ms / 3000
         try:
             while not core.closed:
                 try:
@@ -632,12 +633,15 @@ class Waiter:
                     if reconnected:
                         await self._reconcile(replies)
                         reconnected = False
-                    if not replies.durable and loop.time() >= renew_at:
-                        renew_at = loop.time() + settings.liveness_ms / 3000
+                    now = loop.time()
+                    if not replies.durable and now >= renew_at:
+                        renew_at = now + renew_s
                         core.pipeliner.post("SET", self.alive_key, "1", "PX", settings.liveness_ms)
-                    entries = await reader.xread(
-                        replies.key, replies.last_id, 1000, settings.block_ms
-                    )
+                    # An idle reader blocks until the next renewal is due, not block_ms: an
+                    # idle agent costs one XREAD and one SET per third of liveness_ms.
+                    due = now + renew_s if replies.durable else renew_at
+                    block_ms = max(1, int((due - now) * 1000))
+                    entries = await reader.xread(replies.key, replies.last_id, 1000, block_ms)
                     backoff.reset()
                 except BrokerClosed:
                     break

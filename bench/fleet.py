@@ -1,0 +1,615 @@
+"""What a fleet costs the Redis it shares: memory per open and per ended request, the
+steady commands and CPU of idle agents and of the responders holding their requests, and
+how fast a dead agent's requests are withdrawn.
+
+Each case measures a floor in the same run, on the same private ``redis-server``:
+
+- *memory*: the floor is one ``XADD`` of the same encoded request per request (the least
+  a broker that publishes it on a stream can hold);
+- *idle*: the floor is what liveness at the same bound needs at least: one ``SET ... PX``
+  per agent every third of ``liveness_ms``, and nothing per open request;
+- *dead waiters*: the floor is the liveness bound itself (``liveness_ms``): no broker can
+  tell a dead agent from a slow one sooner;
+- *many channels*: the floor is one consumer group on the same queue (each further group
+  reads every request once more, so ``groups`` times its cost is the linear bound);
+- *durable waits at scale*: the floor is the same fleet waiting without ``durable``, where
+  an answer goes to the one process that asked.
+
+Agents and responders run in processes of their own (``multiprocessing`` spawn), as a
+fleet would; the figures are read from Redis (``INFO memory``, ``INFO commandstats``,
+``INFO cpu``), so they count every client's work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from typing import Any, Final, TypedDict
+
+from bench.common import SPAWN, stop_process
+
+NAMESPACE: Final = "fleet"
+QUEUE: Final = "default"
+GROUP: Final = "holders"
+PROMPT: Final = "Approve the change described below? " + "x" * (1024 - 36)  # 1 KiB
+FORM: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "approve": {"type": "boolean", "title": "Approve"},
+        "note": {"type": "string", "title": "Note", "maxLength": 200},
+    },
+    "required": ["approve"],
+}
+
+
+class Fleet(TypedDict, total=False):
+    """One fleet case's figures (absent keys: not measured by that case)."""
+
+    requests: int
+    request_bytes: int  # one encoded request
+    floor_open_bytes: float  # used_memory per request, one XADD each
+    open_bytes: float  # used_memory per open toolnexus request
+    ended_bytes: float  # used_memory per ended request during its retention
+    brokers: int
+    processes: int
+    open_per_broker: int
+    seconds: float
+    floor_cmds_per_broker_s: float
+    cmds_per_broker_s: float
+    commands: dict[str, float]  # per idle broker per second, by command
+    cpu_us_per_broker_s: float
+    holder_cmds_per_request_s: float  # a responder holding every request: its extra
+    holder_commands: dict[str, float]  # per open request per second, by command
+    holder_cpu_us_per_request_s: float
+    liveness_s: float
+    withdrawn_after_s: float  # the last request withdrawn, after the kill
+    withdraw_commands: dict[str, int]  # the withdrawals' Redis commands, by command
+    withdraw_cpu_s: float
+    groups: int
+    one_group_cpu_us_per_request: float  # Redis CPU per round trip with one group
+    cpu_us_per_request_group: float  # with ``groups`` groups, per round trip per group
+    lag_p50_ms: dict[str, float]  # per group: from the request's creation to its delivery
+    lag_p99_ms: dict[str, float]
+    waiters: int
+    answers: int
+    durable_reads_per_answer: float  # XREAD calls an answer causes beyond the idle rate
+    plain_reads_per_answer: float
+    durable_wake_p50_ms: float  # from accept() to the waiting task's return
+    plain_wake_p50_ms: float
+    durable_cpu_us_per_answer: float  # Redis CPU beyond the idle rate
+    plain_cpu_us_per_answer: float
+
+
+def _request() -> Any:
+    import toolnexus
+
+    return toolnexus.Request(
+        id=toolnexus.new_id(), kind="input", prompt=PROMPT, data={"schema": FORM}
+    )
+
+
+def _quiet() -> None:
+    # "nobody reads queue ..." is logged for every request nobody holds yet: true, and
+    # no news in a benchmark.
+    logging.getLogger("toolnexus").setLevel(logging.ERROR)
+
+
+def _redis(url: str) -> Any:
+    import redis
+
+    return redis.Redis.from_url(url)
+
+
+def _used_memory(client: Any) -> int:
+    return int(client.info("memory")["used_memory"])
+
+
+def _cpu_s(client: Any) -> float:
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
+
+
+def _calls(client: Any) -> dict[str, int]:
+    return {
+        name.removeprefix("cmdstat_"): int(stat["calls"])
+        for name, stat in client.info("commandstats").items()
+    }
+
+
+def _settle(client: Any, key: str, expect: int, timeout_s: float = 600.0) -> None:
+    """Return once stream ``key`` holds ``expect`` entries and memory stopped moving."""
+    deadline = time.monotonic() + timeout_s
+    while client.xlen(key) < expect:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{key} holds {client.xlen(key)} of {expect} entries")
+        time.sleep(0.1)
+    last = -1
+    while (now := _used_memory(client)) != last:
+        last = now
+        time.sleep(0.5)
+
+
+# --- agents in processes of their own ------------------------------------------------------
+
+
+def _agents_main(
+    url: str, brokers: int, each: int, ready: Any, stop: Any, durable_from: int = -1
+) -> None:
+    """``brokers`` agents each waiting for ``each`` requests; with ``durable_from`` ≥ 0,
+    durable waits, each broker an agent of its own (``agent-{durable_from + i}``)."""
+    _quiet()
+
+    async def main() -> None:
+        import toolnexus
+
+        async with contextlib.AsyncExitStack() as stack:
+            waits = []
+            for i in range(brokers):
+                agent = f"agent-{durable_from + i}" if durable_from >= 0 else None
+                broker = await stack.enter_async_context(
+                    toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE, agent=agent)
+                )
+                waits += [
+                    asyncio.create_task(
+                        broker.wait_for(_request(), timeout_s=3600, durable=durable_from >= 0)
+                    )
+                    for _ in range(each)
+                ]
+            await asyncio.sleep(0.5)
+            ready.set()
+            await asyncio.to_thread(stop.wait)
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def _channel_main(url: str, group: str, answers: bool, out: Any, ready: Any, stop: Any) -> None:
+    """A responder of consumer group ``group`` (a channel: a chat, a web page): it shows
+    every request, and answers it if ``answers`` (else holds it unanswered, as a web page
+    showing it does: its lease renewals and sweeps are the cost of an open request); at
+    the end it puts each delivery's lag (ms from the request's creation) on ``out``, if
+    given."""
+    _quiet()
+    lags: list[float] = []
+
+    async def main() -> None:
+        import toolnexus
+
+        async with (
+            toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE) as broker,
+            broker.responder(group, f"{group}-1") as responder,
+        ):
+
+            async def take() -> None:
+                accepts = set()  # each in a task: the next delivery does not wait for it
+                async for pending in responder:
+                    lags.append((time.time() - pending.request.created_at) * 1000)
+                    if answers:
+                        accept = asyncio.create_task(pending.accept({"approve": True}))
+                        accepts.add(accept)
+                        accept.add_done_callback(accepts.discard)
+
+            task = asyncio.create_task(take())
+            ready.set()
+            await asyncio.to_thread(stop.wait)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    asyncio.run(main())
+    if out is not None:
+        out.put((group, lags))
+
+
+class _Procs:
+    def __init__(self) -> None:
+        self.stop = SPAWN.Event()
+        self.procs: list[Any] = []
+
+    def start(self, target: Any, *args: Any, **kwargs: Any) -> None:
+        ready = SPAWN.Event()
+        proc = SPAWN.Process(
+            target=target, args=(*args, ready, self.stop), kwargs=kwargs, daemon=True
+        )
+        proc.start()
+        self.procs.append((proc, ready))
+
+    def wait_ready(self, timeout_s: float = 600.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        for proc, ready in self.procs:
+            if not ready.wait(max(0.0, deadline - time.monotonic())):
+                raise RuntimeError(f"process {proc.pid} did not get ready")
+
+    def kill(self) -> None:
+        """SIGKILL every process (never ``stop.set()`` after: a process killed while
+        waiting on the event would leave ``set`` waiting for it forever)."""
+        for proc, _ in self.procs:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.join()
+        self.procs = []
+
+    def close(self) -> None:
+        if self.procs:
+            self.stop.set()
+        for proc, _ in self.procs:
+            stop_process(proc, grace_s=30.0)
+
+
+# --- memory per open and per ended request -------------------------------------------------
+
+
+def memory_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``requests`` open requests from one agent process: ``used_memory`` growth per
+    request against one ``XADD`` of the same encoded request each; then the same
+    requests ended (withdrawn), per request during their retention."""
+    from toolnexus.codec import Codec
+
+    n = int(params["requests"])
+    client = _redis(url)
+    encoded = Codec().encode(_request())
+
+    base = _used_memory(client)
+    for start in range(0, n, 1000):
+        with client.pipeline(transaction=False) as pipe:
+            for _ in range(min(1000, n - start)):
+                pipe.xadd("floor:requests", {"r": encoded})
+            pipe.execute()
+    _settle(client, "floor:requests", n)
+    floor = (_used_memory(client) - base) / n
+    client.flushall()
+
+    base = _used_memory(client)
+    procs = _Procs()
+    procs.start(_agents_main, url, 1, n)
+    try:
+        procs.wait_ready()
+        _settle(client, f"{{{NAMESPACE}:q:{QUEUE}}}:requests", n)
+        opened = (_used_memory(client) - base) / n
+    finally:
+        procs.close()  # the waits are cancelled: every request withdrawn
+    last = -1
+    while (now := _used_memory(client)) != last:
+        last = now
+        time.sleep(0.5)
+    ended = (now - base) / n
+    return {
+        "case": "fleet",
+        "variant": "memory",
+        "settings": f"{n:,} requests of one agent; a 1 KiB prompt and a two-field form",
+        "fleet": Fleet(
+            requests=n,
+            request_bytes=len(encoded),
+            floor_open_bytes=floor,
+            open_bytes=opened,
+            ended_bytes=ended,
+        ),
+    }
+
+
+# --- the steady cost of idle agents and of the requests they hold open ---------------------
+
+
+def _rates(before: dict[str, int], after: dict[str, int], per: float) -> dict[str, float]:
+    skip = ("info", "config|resetstat", "config", "client|list")
+    return {
+        name: (after[name] - before.get(name, 0)) / per
+        for name in sorted(after, key=lambda k: before.get(k, 0) - after[k])
+        if name not in skip and after[name] > before.get(name, 0)
+    }
+
+
+def _measure(client: Any, seconds: float, per: float) -> tuple[dict[str, float], float]:
+    calls0, cpu0, t0 = _calls(client), _cpu_s(client), time.monotonic()
+    time.sleep(seconds)
+    calls1, cpu1, t1 = _calls(client), _cpu_s(client), time.monotonic()
+    elapsed = t1 - t0
+    return _rates(calls0, calls1, elapsed * per), (cpu1 - cpu0) / elapsed / per * 1e6
+
+
+def idle_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``brokers`` agents over ``processes`` processes, each holding ``open`` requests
+    nobody answers: Redis commands and CPU per idle broker per second over ``seconds``;
+    then with a responder holding every request (a web page showing them), its extra per
+    open request."""
+    from toolnexus import RedisSettings
+
+    brokers, processes = int(params["brokers"]), int(params["processes"])
+    each, seconds = int(params["open"]), float(params["seconds"])
+    liveness_s = RedisSettings().liveness_ms / 1000
+    client = _redis(url)
+
+    # The floor: one SET PX per agent every liveness_ms / 3, from one process.
+    async def floor_agents(stop_at: float) -> None:
+        import redis.asyncio as aioredis
+
+        r = aioredis.Redis.from_url(url)
+        while time.monotonic() < stop_at:
+            async with r.pipeline(transaction=False) as pipe:
+                for i in range(brokers):
+                    pipe.set(f"floor:alive:{i}", "1", px=int(liveness_s * 1000))
+                await pipe.execute()
+            await asyncio.sleep(liveness_s / 3)
+        await r.aclose()
+
+    calls0, t0 = _calls(client), time.monotonic()
+    asyncio.run(floor_agents(time.monotonic() + min(seconds, 3 * liveness_s / 3 + 0.1)))
+    floor_rates = _rates(calls0, _calls(client), (time.monotonic() - t0) * brokers)
+    client.flushall()
+
+    procs = _Procs()
+    holder = _Procs()
+    try:
+        per_process = -(-brokers // processes)
+        left = brokers
+        while left > 0:
+            procs.start(_agents_main, url, min(per_process, left), each)
+            left -= per_process
+        procs.wait_ready()
+        time.sleep(min(5.0, liveness_s / 3))
+        idle, idle_cpu = _measure(client, seconds, brokers)
+        holder.start(_channel_main, url, GROUP, False, None)
+        holder.wait_ready()
+        groups = f"{{{NAMESPACE}:q:{QUEUE}}}:requests"
+        deadline = time.monotonic() + 300
+        while _pending_of(client, groups) < brokers * each:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the holder did not take every request")
+            time.sleep(0.2)
+        held, held_cpu = _measure(client, seconds, brokers * each)
+    finally:
+        holder.close()
+        procs.close()
+    idle_per_request = {k: v / each for k, v in idle.items()}
+    holder_rates = {k: max(0.0, v - idle_per_request.get(k, 0.0)) for k, v in held.items()}
+    return {
+        "case": "fleet",
+        "variant": "idle",
+        "settings": f"{brokers:,} brokers over {processes} processes, {each} open requests "
+        f"each, {seconds:.0f} s",
+        "fleet": Fleet(
+            brokers=brokers,
+            processes=processes,
+            open_per_broker=each,
+            seconds=seconds,
+            floor_cmds_per_broker_s=sum(floor_rates.values()),
+            cmds_per_broker_s=sum(idle.values()),
+            commands=idle,
+            cpu_us_per_broker_s=idle_cpu,
+            holder_cmds_per_request_s=sum(holder_rates.values()),
+            holder_commands=holder_rates,
+            holder_cpu_us_per_request_s=max(0.0, held_cpu - idle_cpu / each),
+            liveness_s=liveness_s,
+        ),
+    }
+
+
+def _pending_of(client: Any, stream: str) -> int:
+    try:
+        return int(client.xpending(stream, GROUP)["pending"])
+    except Exception:  # the group does not exist yet
+        return 0
+
+
+# --- dead waiters ---------------------------------------------------------------------------
+
+
+def dead_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
+    """An agent process holding ``requests`` open requests, all taken by a responder, is
+    killed (SIGKILL): the time until the last one is withdrawn, and the Redis work the
+    responders did for it."""
+    from toolnexus import RedisSettings
+
+    n = int(params["requests"])
+    liveness_s = RedisSettings().liveness_ms / 1000
+    client = _redis(url)
+    stream = f"{{{NAMESPACE}:q:{QUEUE}}}:requests"
+    agent, holder = _Procs(), _Procs()
+    try:
+        agent.start(_agents_main, url, 1, n)
+        agent.wait_ready()
+        holder.start(_channel_main, url, GROUP, False, None)
+        holder.wait_ready()
+        deadline = time.monotonic() + 300
+        while _pending_of(client, stream) < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the holder did not take every request")
+            time.sleep(0.2)
+        calls0, cpu0 = _calls(client), _cpu_s(client)
+        agent.kill()
+        killed = time.monotonic()
+        deadline = killed + 10 * liveness_s + 120
+        while client.xlen(stream) > 0:  # a withdrawn request leaves the stream
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{client.xlen(stream)} requests not withdrawn")
+            time.sleep(0.05)
+        after = time.monotonic() - killed
+        calls1, cpu1 = _calls(client), _cpu_s(client)
+    finally:
+        holder.close()
+        agent.close()
+    return {
+        "case": "fleet",
+        "variant": "dead waiters",
+        "settings": f"an agent with {n:,} open requests, all held by a responder, killed",
+        "fleet": Fleet(
+            requests=n,
+            liveness_s=liveness_s,
+            withdrawn_after_s=after,
+            withdraw_commands={
+                k: calls1[k] - calls0.get(k, 0)
+                for k in calls1
+                if calls1[k] > calls0.get(k, 0) and k not in ("info", "xlen", "xpending")
+            },
+            withdraw_cpu_s=cpu1 - cpu0,
+        ),
+    }
+
+
+# --- many channels: consumer groups on one queue --------------------------------------------
+
+
+def _round_trips(url: str, n: int, concurrency: int) -> None:
+    async def main() -> None:
+        import toolnexus
+
+        async with toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE) as broker:
+            left = iter(range(n))
+
+            async def one() -> None:
+                for _ in left:
+                    await broker.wait_for(_request(), timeout_s=120)
+
+            await asyncio.gather(*(one() for _ in range(concurrency)))
+
+    asyncio.run(main())
+
+
+def _channels_run(url: str, groups: int, n: int, concurrency: int) -> tuple[float, dict[str, Any]]:
+    """Redis CPU (µs) per round trip with ``groups`` groups, one answering; each group's
+    delivery lags (ms)."""
+    client = _redis(url)
+    out = SPAWN.Queue()
+    procs = _Procs()
+    names = [f"channel-{i}" for i in range(groups)]
+    for i, name in enumerate(names):
+        procs.start(_channel_main, url, name, i == 0, out)
+    try:
+        procs.wait_ready()
+        time.sleep(1.0)  # every group created before the first request
+        _round_trips(url, max(10, n // 20), concurrency)  # warm-up
+        cpu0 = _cpu_s(client)
+        _round_trips(url, n, concurrency)
+        cpu = (_cpu_s(client) - cpu0) / n * 1e6
+        procs.stop.set()
+        # read before joining: a process exits only once its queue's data is read
+        lags = dict(out.get(timeout=60) for _ in names)
+    finally:
+        procs.close()
+    client.flushall()
+    return cpu, lags
+
+
+def channels_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``requests`` round trips (``concurrency`` at a time) on a queue read by one consumer
+    group, then by ``groups`` groups, each in a process of its own, the first answering and
+    the others showing every request: Redis CPU per round trip per group against one group,
+    and each group's delivery lag."""
+    from bench.common import percentile
+
+    n, groups = int(params["requests"]), int(params["groups"])
+    concurrency = int(params.get("concurrency", 20))
+    one, _ = _channels_run(url, 1, n, concurrency)
+    many, lags = _channels_run(url, groups, n, concurrency)
+    warm = {g: sorted(v[-n:]) for g, v in lags.items()}  # the measured round trips
+    return {
+        "case": "fleet",
+        "variant": "channels",
+        "settings": f"{n:,} round trips, {concurrency} at a time; {groups} consumer groups "
+        "in a process each, one answering",
+        "fleet": Fleet(
+            requests=n,
+            groups=groups,
+            one_group_cpu_us_per_request=one,
+            cpu_us_per_request_group=many / groups,
+            lag_p50_ms={g: percentile(v, 50) for g, v in sorted(warm.items()) if v},
+            lag_p99_ms={g: percentile(v, 99) for g, v in sorted(warm.items()) if v},
+        ),
+    }
+
+
+# --- durable waits at scale -----------------------------------------------------------------
+
+
+async def _answers(url: str, n: int, durable: bool) -> tuple[float, float, float]:
+    """One more agent (``probe``) asks ``n`` requests, one at a time, each answered by a
+    responder in this process as soon as it is shown (after the fleet's, which it holds):
+    XREAD calls and Redis CPU (µs) per answer beyond the idle rate (measured for 5 s
+    before, the responder holding the fleet's requests), and the p50 wake-up (ms from
+    ``accept`` to the waiting task's return)."""
+    import toolnexus
+    from bench.common import percentile
+
+    client = _redis(url)
+    wakes: list[float] = []
+    async with (
+        toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE, agent="probe") as agent,
+        toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE) as broker,
+        broker.responder(GROUP, "answerer") as responder,
+    ):
+
+        async def one() -> float:
+            request = _request()
+            wait = asyncio.create_task(agent.wait_for(request, timeout_s=120, durable=durable))
+            async for pending in responder:
+                if pending.request.id == request.id:
+                    t0 = time.perf_counter()
+                    await pending.accept({"approve": True})
+                    await wait
+                    return (time.perf_counter() - t0) * 1000
+            raise RuntimeError("the responder stopped")
+
+        await one()  # past the fleet's requests, which the responder now holds
+        await asyncio.sleep(1.0)
+        calls0, cpu0, t0 = _calls(client), _cpu_s(client), time.monotonic()
+        await asyncio.sleep(5.0)
+        calls1, cpu1, t1 = _calls(client), _cpu_s(client), time.monotonic()
+        idle_reads = (calls1.get("xread", 0) - calls0.get("xread", 0)) / (t1 - t0)
+        idle_cpu = (cpu1 - cpu0) / (t1 - t0)
+        for _ in range(n):
+            wakes.append(await one())
+        calls2, cpu2, t2 = _calls(client), _cpu_s(client), time.monotonic()
+    reads = calls2.get("xread", 0) - calls1.get("xread", 0) - idle_reads * (t2 - t1)
+    cpu = (cpu2 - cpu1 - idle_cpu * (t2 - t1)) * 1e6
+    return max(0.0, reads) / n, max(0.0, cpu) / n, percentile(sorted(wakes), 50)
+
+
+def _durable_run(
+    url: str, waiters: int, processes: int, n: int, durable: bool
+) -> tuple[float, float, float]:
+    """:func:`_answers` with ``waiters`` waiting agents over ``processes`` processes."""
+    procs = _Procs()
+    per_process = -(-waiters // processes)
+    for first in range(0, waiters, per_process):
+        count = min(per_process, waiters - first)
+        procs.start(_agents_main, url, count, 1, durable_from=first if durable else -1)
+    try:
+        procs.wait_ready()
+        return asyncio.run(_answers(url, n, durable))
+    finally:
+        procs.close()
+        _redis(url).flushall()
+
+
+def durable_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``waiters`` agents over ``processes`` processes, each with an identity of its own
+    (``agent=``) and one durable wait; then ``answers`` answers to one more agent's
+    requests, one at a time: the reads each answer causes (XREAD calls beyond the idle
+    rate: the processes woken), its wake-up and Redis CPU, against the same fleet
+    waiting without ``durable``."""
+    waiters, processes = int(params["waiters"]), int(params["processes"])
+    n = int(params["answers"])
+    plain = _durable_run(url, waiters, processes, n, durable=False)
+    durable = _durable_run(url, waiters, processes, n, durable=True)
+    return {
+        "case": "fleet",
+        "variant": "durable",
+        "settings": f"{waiters:,} waiting agents (one identity each) over {processes} "
+        f"processes; {n} answers to one more agent, one at a time",
+        "fleet": Fleet(
+            waiters=waiters,
+            processes=processes,
+            answers=n,
+            durable_reads_per_answer=durable[0],
+            plain_reads_per_answer=plain[0],
+            durable_cpu_us_per_answer=durable[1],
+            plain_cpu_us_per_answer=plain[1],
+            durable_wake_p50_ms=durable[2],
+            plain_wake_p50_ms=plain[2],
+        ),
+    }
