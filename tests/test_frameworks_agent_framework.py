@@ -19,9 +19,18 @@ import pytest
 
 pytest.importorskip("agent_framework", reason="in .venv-crewmaf only (./run test-crewmaf)")
 
+from agent_framework import (
+    Executor,
+    FileCheckpointStorage,
+    WorkflowBuilder,
+    WorkflowContext,
+    handler,
+)
+
 import toolnexus
-from toolnexus import Answer, Broker, InvalidAnswer, Pending
+from toolnexus import Answer, Broker, InvalidAnswer, InvalidRequest, Pending
 from toolnexus.frameworks import audit_digests, tool_call_digest, tool_call_of
+from toolnexus.frameworks.agent_framework import run_workflow
 
 pytestmark = pytest.mark.redis
 
@@ -156,3 +165,20 @@ async def test_the_docs_inline_example_runs_as_written(broker: Broker, agent: ob
     process = agent("docs")  # type: ignore[operator]
     await (await shown(broker)).accept()
     assert json.loads(await finished(process)) == ["sent 10 to ACME"]
+
+
+class Budget(Executor):
+    """Asks how much, a ``request_info`` of a text wanting a number: no approval."""
+
+    @handler
+    async def start(self, text: str, ctx: WorkflowContext) -> None:
+        await ctx.request_info("How much?", int)
+
+
+async def test_a_request_info_that_is_no_approval_is_refused_by_name(
+    broker: Broker, tmp_path: Path
+) -> None:
+    storage = FileCheckpointStorage(str(tmp_path))
+    workflow = WorkflowBuilder(start_executor=Budget(id="budget"), name="budget").build()
+    with pytest.raises(InvalidRequest, match="not a 'str'"):
+        await run_workflow(workflow, "go", broker=broker, run="run-1", checkpoint_storage=storage)

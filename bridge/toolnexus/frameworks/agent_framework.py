@@ -71,9 +71,12 @@ def approval_request(
     Raises:
         InvalidRequest: ``content`` is not a function approval request.
     """
+    kind = content.type if isinstance(content, Content) else type(content).__name__
     call = getattr(content, "function_call", None)
-    if content.type != "function_approval_request" or call is None or content.id is None:
-        raise InvalidRequest(f"not a function approval request: a {content.type!r} content")
+    if kind != "function_approval_request" or call is None or content.id is None:
+        raise InvalidRequest(
+            f"only function approval requests are asked through toolnexus, not a {kind!r}"
+        )
     arguments = call.parse_arguments() or {}
     return tool_call_request(
         call.name or "tool",
@@ -213,7 +216,8 @@ async def run_workflow(
     :func:`resume_workflow` finishes the run from the checkpoint.
 
     Raises:
-        InvalidRequest: the workflow asked for something other than a function approval.
+        InvalidRequest: the workflow asked for something other than a function approval
+            (a ``request_info`` of another type): the run stops there.
     """
     result = await workflow.run(message, checkpoint_storage=checkpoint_storage)
     return await _finish(workflow, broker, run, result, checkpoint_storage)

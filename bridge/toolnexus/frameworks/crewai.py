@@ -21,7 +21,7 @@ review CrewAI persists the paused flow (``HumanFeedbackPending``), the request i
 from __future__ import annotations
 
 import contextvars
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from .._broker import Broker
 from ..codec import JSON
@@ -124,14 +124,14 @@ async def kickoff(flow: Flow[Any], *, wait_for: WaitFor, **kickoff_kwargs: Any) 
         _WAIT_FOR.reset(token)
 
 
-def _provider(flow: Flow[Any], method: str) -> Feedback:
-    """The :class:`Feedback` of ``flow``'s ``@human_feedback`` method ``method``."""
-    step = getattr(type(flow), method, None)
+def _provider(flow_class: type[Flow[Any]], method: str) -> Feedback:
+    """The :class:`Feedback` of ``flow_class``'s ``@human_feedback`` method ``method``."""
+    step = getattr(flow_class, method, None)
     config = getattr(step, "__human_feedback_config__", None)
     provider = getattr(config, "provider", None)
     if not isinstance(provider, Feedback):
         raise ConfigurationError(
-            f"{type(flow).__name__}.{method}: its @human_feedback provider is not a "
+            f"{flow_class.__name__}.{method}: its @human_feedback provider is not a "
             "toolnexus.frameworks.crewai.Feedback"
         )
     return provider
@@ -171,6 +171,8 @@ async def _step(
     except ValueError as exc:  # CrewAI: no pending feedback for this flow id
         raise RunNotFound(f"no paused CrewAI flow {flow_id!r} ({exc})") from exc
     context = flow.pending_feedback
+    if context is None:
+        raise RunNotFound(f"CrewAI flow {flow_id!r} is not waiting for feedback")
     answer = await broker.wait_for(request)
     ledger = Ledger(broker.store("tool-calls"))
     decision = decide(request, answer)
@@ -179,8 +181,9 @@ async def _step(
         arguments = decision.arguments or {}
         await ledger.executing(request.id, context.method_name, arguments)
     if llm is not None:  # CrewAI rebuilds the decorator's LLM from its config otherwise
-        context.llm = llm
-    return await flow.resume_async(_provider(flow, context.method_name).feedback(request, answer))
+        context.llm = cast(Any, llm)  # typed as the config; CrewAI takes an LLM there too
+    feedback = _provider(flow_class, context.method_name).feedback(request, answer)
+    return await flow.resume_async(feedback)
 
 
 async def run_resumable(
