@@ -22,24 +22,15 @@ approval alone: a denial's message is not given to the model there (the framewor
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
 from typing import Any, Final
 
 import msgspec
 
 from .._broker import Broker
 from ..codec import JSON
-from ..errors import ConfigurationError, InvalidAnswer, InvalidRequest
+from ..errors import ConfigurationError, InvalidRequest
 from ..models import Request, WaitFor
-from ._tool_call import (
-    RunNotFound,
-    ToolDecision,
-    call_request_id,
-    decide,
-    tool_call_of,
-    tool_call_request,
-)
+from ._tool_call import RunNotFound, call_request_id, decide_each, tool_call_request
 
 try:
     from agent_framework import (
@@ -91,32 +82,6 @@ def approval_request(
     )
 
 
-async def _decisions(wait_for: WaitFor, requests: Sequence[Request]) -> list[ToolDecision]:
-    """Ask every request at once (cancelling withdraws those not durable); the decisions."""
-    answers = await asyncio.gather(*(wait_for(request) for request in requests))
-    decisions = []
-    for request, answer in zip(requests, answers, strict=True):
-        try:
-            decision = decide(request, answer)
-        except InvalidAnswer as exc:  # an answer no broker checked: never run it
-            name = tool_call_of(request).name
-            decision = ToolDecision(
-                False, None, False, f"Invalid approval of {name}: {exc}", None, None, None
-            )
-        if decision.edited:  # the framework refuses changed arguments: never run them
-            decision = ToolDecision(
-                False,
-                None,
-                False,
-                "Edited arguments cannot be run by this framework.",
-                None,
-                None,
-                decision.answered_by,
-            )
-        decisions.append(decision)
-    return decisions
-
-
 async def run_with_approvals(
     agent: SupportsAgentRun,
     input: Any,
@@ -138,7 +103,7 @@ async def run_with_approvals(
         requests = [approval_request(c, run=run, agent=agent.name) for c in asked]
         contents: list[Content] = []
         notes = []
-        for content, decision in zip(asked, await _decisions(wait_for, requests), strict=True):
+        for content, decision in zip(asked, await decide_each(wait_for, requests), strict=True):
             contents.append(content.to_function_approval_response(decision.approved))
             if not decision.approved:
                 notes.append(decision.message or "Denied.")
@@ -168,7 +133,7 @@ def _paused(result: WorkflowRunResult, run: str, checkpoint_id: str) -> _Paused:
 async def _responses(broker: Broker, paused: _Paused) -> dict[str, Content]:
     """Wait for the paused run's requests; the workflow's responses by request id."""
     requests = [JSON.decode_as(encoded, Request) for encoded in paused.requests]
-    decisions = await _decisions(broker.wait_for, requests)
+    decisions = await decide_each(broker.wait_for, requests)
     return {
         request_id: Content.from_dict(approval).to_function_approval_response(d.approved)
         for request_id, approval, d in zip(
