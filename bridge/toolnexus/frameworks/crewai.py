@@ -175,11 +175,14 @@ async def _step(
         raise RunNotFound(f"CrewAI flow {flow_id!r} is not waiting for feedback")
     answer = await broker.wait_for(request)
     ledger = Ledger(broker.store("tool-calls"))
-    decision = decide(request, answer)
-    await ledger.decided(request, decision)
-    if decision.approved:  # resumed once: a second resumer is refused
-        arguments = decision.arguments or {}
-        await ledger.executing(request.id, context.method_name, arguments)
+    try:
+        decision = decide(request, answer)
+    except InvalidAnswer:  # an answer no broker checked: a denial (Feedback.feedback)
+        decision = None
+    if decision is not None:
+        await ledger.decided(request, decision)
+        if decision.approved and not decision.edited:  # resumed once: not a second time
+            await ledger.executing(request.id, context.method_name, decision.arguments or {})
     if llm is not None:  # CrewAI rebuilds the decorator's LLM from its config otherwise
         context.llm = cast(Any, llm)  # typed as the config; CrewAI takes an LLM there too
     feedback = _provider(flow_class, context.method_name).feedback(request, answer)
@@ -201,8 +204,12 @@ async def run_resumable(
     ``llm`` is the collapse LLM of the decorators, when CrewAI cannot rebuild it from its
     config (a custom ``BaseLLM``).
     """
-    result = await flow.kickoff_async(**kickoff_kwargs)
-    return await _finish(type(flow), result, broker, flow.persistence, llm)
+    token = _WAIT_FOR.set(None)  # each review pauses the flow, even inside a kickoff
+    try:
+        result = await flow.kickoff_async(**kickoff_kwargs)
+        return await _finish(type(flow), result, broker, flow.persistence, llm)
+    finally:
+        _WAIT_FOR.reset(token)
 
 
 async def resume(
@@ -227,6 +234,10 @@ async def resume(
     if raw is None:
         raise RunNotFound(f"no paused CrewAI flow {flow_id!r} is kept")
     request = JSON.decode_as(raw, Request)
-    result = await _step(flow_class, flow_id, request, broker, persistence, llm, **flow_kwargs)
-    await broker.store(STORE).delete(flow_id)
-    return await _finish(flow_class, result, broker, persistence, llm, **flow_kwargs)
+    token = _WAIT_FOR.set(None)  # each further review pauses the flow, even inside a kickoff
+    try:
+        result = await _step(flow_class, flow_id, request, broker, persistence, llm, **flow_kwargs)
+        await broker.store(STORE).delete(flow_id)
+        return await _finish(flow_class, result, broker, persistence, llm, **flow_kwargs)
+    finally:
+        _WAIT_FOR.reset(token)
