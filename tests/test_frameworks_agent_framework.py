@@ -140,19 +140,23 @@ async def test_cancelling_the_run_withdraws_the_question(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("start", "resume"), [("start", "resume"), ("agent-start", "agent-resume")]
+)
 async def test_resumed_in_another_process_after_a_kill_runs_the_tool_once(
-    broker: Broker, agent: object, tmp_path: Path
+    broker: Broker, agent: object, tmp_path: Path, start: str, resume: str
 ) -> None:
-    first = agent("start")  # type: ignore[operator]
+    """A workflow from its file checkpoint, and an agent from its kept session."""
+    first = agent(start)  # type: ignore[operator]
     try:
         pending = await shown(broker)
     finally:
         first.send_signal(signal.SIGKILL)
         first.communicate()
     await pending.accept()
-    assert json.loads(await finished(agent("resume"))) == ["sent 10 to ACME"]  # type: ignore[operator]
+    assert json.loads(await finished(agent(resume))) == ["sent 10 to ACME"]  # type: ignore[operator]
     assert ran(tmp_path) == [ARGS]
-    again = agent("resume")  # type: ignore[operator]
+    again = agent(resume)  # type: ignore[operator]
     _, err = await asyncio.to_thread(again.communicate, timeout=60)
     assert again.returncode != 0 and "RunNotFound" in err
     assert ran(tmp_path) == [ARGS]

@@ -7,8 +7,8 @@ process of its own (so that it can be killed while it waits).
 MODE: ``inline`` (run_with_approvals, each wait TIMEOUT_S), ``cancel`` (the same,
 cancelled after TIMEOUT_S), ``docs`` (the example of docs/how-to/tool-approvals.md),
 ``start`` (the agent in a workflow: run_workflow, checkpoints in RAN_FILE's folder),
-``resume`` (resume_workflow). Prints the final text; the tool appends each call it runs to
-RAN_FILE.
+``resume`` (resume_workflow), ``agent-start`` (run_resumable), ``agent-resume`` (resume).
+Prints the final text; the tool appends each call it runs to RAN_FILE.
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ from agent_framework import (
 
 import toolnexus
 from toolnexus.frameworks.agent_framework import (
+    resume,
     resume_workflow,
+    run_resumable,
     run_with_approvals,
     run_workflow,
 )
@@ -111,6 +113,10 @@ async def main() -> None:
                 await asyncio.wait_for(running, timeout_s)
             except TimeoutError:
                 print("cancelled", flush=True)
+        elif mode == "agent-start":
+            print((await run_resumable(agent, "Pay ACME", broker=broker, run=run)).text)
+        elif mode == "agent-resume":
+            print((await resume(agent, broker=broker, run=run)).text, flush=True)
         elif mode == "docs":
             names = {"agent": agent, "broker": broker, "run_with_approvals": run_with_approvals}
             print((await run_page_example(**names))["response"].text, flush=True)

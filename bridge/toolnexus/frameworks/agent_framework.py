@@ -10,6 +10,12 @@ whose arguments changed after approval, so these requests are not editable
 *Inline*: :func:`run_with_approvals` runs an agent until no approval is left, asking
 through ``wait_for``; a denial's message goes to the model as text beside the rejection.
 
+*Resumable*: :func:`run_resumable` keeps the serialized ``AgentSession`` (the
+conversation and the framework's pending approvals) and the requests in
+``broker.store("agent-framework")`` and asks durably; should the process die,
+:func:`resume` (in any process) attaches to the same requests and continues in the
+restored session.
+
 *Workflows, resumable*: an agent in a workflow surfaces the same approvals as the
 workflow's ``request_info`` events. :func:`run_workflow` runs a workflow with a checkpoint
 storage (``FileCheckpointStorage``), keeps the pause's checkpoint id and the requests in
@@ -22,7 +28,8 @@ approval alone: a denial's message is not given to the model there (the framewor
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -30,11 +37,18 @@ from .._broker import Broker
 from ..codec import JSON
 from ..errors import ConfigurationError, InvalidRequest
 from ..models import Request, WaitFor
-from ._tool_call import RunNotFound, call_request_id, decide_each, tool_call_request
+from ._tool_call import (
+    RunNotFound,
+    ToolDecision,
+    call_request_id,
+    decide_each,
+    tool_call_request,
+)
 
 try:
     from agent_framework import (
         AgentResponse,
+        AgentSession,
         CheckpointStorage,
         Content,
         Message,
@@ -52,6 +66,7 @@ FRAMEWORK: Final = "agent-framework"
 STORE: Final = "agent-framework"
 """The broker store that keeps paused workflows (:func:`run_workflow`)."""
 STATE_TTL_S: Final = 7 * 24 * 3600.0
+_K = TypeVar("_K", bound=msgspec.Struct)
 
 
 def approval_request(
@@ -82,6 +97,16 @@ def approval_request(
     )
 
 
+def _approvals(asked: Sequence[Content], decisions: Sequence[ToolDecision]) -> Message:
+    """The user message answering ``asked``: the function approval responses, and each
+    denial's message as text for the model."""
+    contents = [
+        c.to_function_approval_response(d.approved) for c, d in zip(asked, decisions, strict=True)
+    ]
+    notes = [d.message or "Denied." for d in decisions if not d.approved]
+    return Message(role="user", contents=contents + [Content.from_text(n) for n in notes])
+
+
 async def run_with_approvals(
     agent: SupportsAgentRun,
     input: Any,
@@ -101,15 +126,80 @@ async def run_with_approvals(
     response: AgentResponse = await agent.run(input, **run_kwargs)
     while asked := response.user_input_requests:
         requests = [approval_request(c, run=run, agent=agent.name) for c in asked]
-        contents: list[Content] = []
-        notes = []
-        for content, decision in zip(asked, await decide_each(wait_for, requests), strict=True):
-            contents.append(content.to_function_approval_response(decision.approved))
-            if not decision.approved:
-                notes.append(decision.message or "Denied.")
-        contents += [Content.from_text(note) for note in notes]
-        response = await agent.run(Message(role="user", contents=contents), **run_kwargs)
+        decisions = await decide_each(wait_for, requests)
+        response = await agent.run(_approvals(asked, decisions), **run_kwargs)
     return response
+
+
+async def _kept(broker: Broker, run: str, kind: type[_K]) -> _K:
+    """The state kept for ``run``: an agent's (``_Session``) or a workflow's (``_Paused``).
+
+    Raises:
+        RunNotFound: none is kept, or the other kind is.
+    """
+    raw = await broker.store(STORE).get(run)
+    if raw is None:
+        raise RunNotFound(f"no resumable agent-framework run {run!r} is kept")
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except msgspec.ValidationError as exc:
+        other = "resume_workflow" if kind is _Session else "resume"
+        raise RunNotFound(f"agent-framework run {run!r} is not this kind: {other} ({exc})") from exc
+
+
+class _Session(msgspec.Struct):
+    session: dict[str, Any]  # AgentSession.to_dict(): the conversation and pending approvals
+    approvals: list[dict[str, Any]]  # each function_approval_request, as its to_dict()
+    requests: list[bytes]  # each tool_call request, as JSON
+
+
+async def _continue(
+    agent: SupportsAgentRun,
+    broker: Broker,
+    run: str,
+    response: AgentResponse,
+    session: AgentSession,
+) -> AgentResponse:
+    while asked := response.user_input_requests:
+        requests = [approval_request(c, run=run, agent=agent.name, durable=True) for c in asked]
+        kept = _Session(
+            session.to_dict(), [c.to_dict() for c in asked], [JSON.encode(r) for r in requests]
+        )
+        await broker.store(STORE).set(run, msgspec.json.encode(kept), ttl_s=STATE_TTL_S)
+        decisions = await decide_each(broker.wait_for, requests)
+        response = await agent.run(_approvals(asked, decisions), session=session)
+    await broker.store(STORE).delete(run)
+    return response
+
+
+async def run_resumable(
+    agent: SupportsAgentRun, input: Any, *, broker: Broker, run: str
+) -> AgentResponse:
+    """Run ``agent`` on ``input`` in a session of its own, stopping the world at each turn
+    of approvals: the serialized session (its conversation and pending approvals, kept
+    in memory by the framework's default history) and the requests are kept under
+    ``run`` (unique to this run) in ``broker.store("agent-framework")``, the requests
+    asked durably. Should this process die, :func:`resume` finishes the run."""
+    session = agent.create_session()
+    response = await agent.run(input, session=session)
+    return await _continue(agent, broker, run, response, session)
+
+
+async def resume(agent: SupportsAgentRun, *, broker: Broker, run: str) -> AgentResponse:
+    """Finish the run ``run`` that :func:`run_resumable` left waiting (here or in a
+    process that died): wait for its requests (attaching: they are not asked again) and
+    continue ``agent`` in the restored session.
+
+    Raises:
+        RunNotFound: no run of this name is kept.
+    """
+    kept = await _kept(broker, run, _Session)
+    session = AgentSession.from_dict(kept.session)
+    requests = [JSON.decode_as(encoded, Request) for encoded in kept.requests]
+    asked = [Content.from_dict(approval) for approval in kept.approvals]
+    decisions = await decide_each(broker.wait_for, requests)
+    response = await agent.run(_approvals(asked, decisions), session=session)
+    return await _continue(agent, broker, run, response, session)
 
 
 class _Paused(msgspec.Struct):
@@ -198,10 +288,7 @@ async def resume_workflow(
     Raises:
         RunNotFound: no paused run of this name is kept.
     """
-    raw = await broker.store(STORE).get(run)
-    if raw is None:
-        raise RunNotFound(f"no paused agent-framework workflow run {run!r} is kept")
-    paused = msgspec.json.decode(raw, type=_Paused)
+    paused = await _kept(broker, run, _Paused)
     responses = await _responses(broker, paused)
     result = await workflow.run(
         checkpoint_id=paused.checkpoint_id,
