@@ -8,12 +8,8 @@ from __future__ import annotations
 import ast
 import asyncio
 import functools
-import json
-import os
 import re
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +21,9 @@ pytest.importorskip("crewai", reason="in .venv-crewmaf only (./run test-crewmaf)
 from crewai.flow.persistence import SQLiteFlowPersistence
 
 import toolnexus
+from framework_runs import calls_in, driver, finished, shown
 from servers.crewai_flow import COLLAPSE, PaymentReview
-from toolnexus import Answer, Broker, ConfigurationError, InvalidAnswer, Pending
+from toolnexus import Answer, Broker, ConfigurationError, InvalidAnswer
 from toolnexus.frameworks import (
     RunNotFound,
     audit_digests,
@@ -54,15 +51,6 @@ def ran_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return file
 
 
-def ran(file: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []
-
-
-async def shown(broker: Broker) -> Pending:
-    async with broker.responder("ops") as responder, asyncio.timeout(60):
-        return await anext(responder)
-
-
 async def test_approve_routes_to_the_approved_step(broker: Broker, ran_file: Path) -> None:
     flow = asyncio.create_task(kickoff(PaymentReview(), wait_for=broker.wait_for))
     pending = await shown(broker)
@@ -75,7 +63,7 @@ async def test_approve_routes_to_the_approved_step(broker: Broker, ran_file: Pat
     assert pending.request.prompt == "Send 10 euros to ACME?"
     await pending.accept()
     assert await flow == "sent 10 to ACME"
-    assert ran(ran_file) == [PROPOSAL]
+    assert calls_in(ran_file) == [PROPOSAL]
     [record] = await broker.audit(request_id=pending.request.id)
     assert audit_digests(record).approved == tool_call_digest("propose", {"output": PROPOSAL})
 
@@ -87,7 +75,7 @@ async def test_deny_with_a_message_and_an_edit_is_refused(broker: Broker, ran_fi
         await pending.accept({"output": {"to": "ACME", "amount": 5}})
     await pending.answer(Answer(id=pending.request.id, ok=False, data="Not this month."))
     assert await flow == "not paid: rejected: Not this month."
-    assert ran(ran_file) == []
+    assert calls_in(ran_file) == []
 
 
 async def test_a_deadline_takes_the_rejected_path_with_a_clear_message(
@@ -98,7 +86,7 @@ async def test_a_deadline_takes_the_rejected_path_with_a_clear_message(
     assert result == (
         "not paid: rejected: No approval for propose before the deadline: the call was not run."
     )
-    assert ran(ran_file) == []
+    assert calls_in(ran_file) == []
 
 
 async def test_cancelling_the_flow_withdraws_the_question(broker: Broker, ran_file: Path) -> None:
@@ -111,7 +99,7 @@ async def test_cancelling_the_flow_withdraws_the_question(broker: Broker, ran_fi
         while not (records := await broker.audit(request_id=pending.request.id)):
             await asyncio.sleep(0.05)
     assert records[0].status == "withdrawn"
-    assert ran(ran_file) == []
+    assert calls_in(ran_file) == []
 
 
 async def test_an_emit_without_the_outcomes_is_a_clear_error(broker: Broker) -> None:
@@ -129,27 +117,8 @@ async def test_an_emit_without_the_outcomes_is_a_clear_error(broker: Broker) -> 
 
 @pytest.fixture
 def flow_process(redis_url: str, namespace: str, ran_file: Path) -> Iterator[Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    started: list[subprocess.Popen[str]] = []
-
-    def start(mode: str, *args: str) -> subprocess.Popen[str]:
-        command = [sys.executable, str(DRIVER), redis_url, namespace, str(ran_file), mode, *args]
-        process = subprocess.Popen(
-            command,
-            env=env,
-            cwd=ran_file.parent,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.communicate()
+    with driver(DRIVER, redis_url, namespace, str(ran_file), cwd=ran_file.parent) as start:
+        yield start
 
 
 @pytest.mark.slow
@@ -165,15 +134,13 @@ async def test_resumed_in_another_process_after_a_kill_runs_the_step_once(
     flow_id = tool_call_of(pending.request).run
     assert flow_id is not None
     await pending.accept()
-    second = flow_process("resume", flow_id)
-    out, err = await asyncio.to_thread(second.communicate, timeout=150)
-    assert second.returncode == 0, err
-    assert out.strip().splitlines()[-1] == "RESULT sent 10 to ACME"
-    assert ran(ran_file) == [PROPOSAL]
+    out = await finished(flow_process("resume", flow_id))
+    assert out.splitlines()[-1] == "RESULT sent 10 to ACME"
+    assert calls_in(ran_file) == [PROPOSAL]
     persistence = SQLiteFlowPersistence(str(ran_file.parent / "flows.db"))
     with pytest.raises(RunNotFound):  # a second resumer (here, in this process)
         await resume(PaymentReview, broker=broker, flow_id=flow_id, persistence=persistence)
-    assert ran(ran_file) == [PROPOSAL]
+    assert calls_in(ran_file) == [PROPOSAL]
 
 
 PAGE = Path(__file__).parents[1] / "docs" / "how-to" / "tool-approvals.md"
