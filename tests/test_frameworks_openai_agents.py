@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 import toolnexus
-from framework_runs import calls_in, driver, finished, shown
-from toolnexus import Answer, Broker, InvalidAnswer
+from toolnexus import Answer, Broker, InvalidAnswer, Pending
 from toolnexus.frameworks import Ledger, audit_digests, tool_call_digest, tool_call_of
 
 pytestmark = pytest.mark.redis
@@ -33,14 +35,45 @@ async def broker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
 @pytest.fixture
 def agent(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[object]:
     here = Path(__file__).resolve().parent  # tests/agents.py would shadow the SDK
-    ran_file = str(tmp_path / "ran.jsonl")
-    args = (redis_url, namespace, "run-1", ran_file)
-    with driver(DRIVER, *args, cwd=tmp_path, drop=here) as start:
-        yield lambda mode, timeout_s=30: start(mode, str(timeout_s))
+    path = [p for p in sys.path if p and Path(p).resolve() != here]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    started: list[subprocess.Popen[str]] = []
+
+    def start(mode: str, timeout_s: float = 30) -> subprocess.Popen[str]:
+        command = [sys.executable, str(DRIVER), redis_url, namespace, "run-1"]
+        command += [str(tmp_path / "ran.jsonl"), mode, str(timeout_s)]
+        process = subprocess.Popen(
+            command,
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
 
 
 def ran(tmp_path: Path) -> list[dict[str, object]]:
-    return calls_in(tmp_path / "ran.jsonl")
+    file = tmp_path / "ran.jsonl"
+    return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []
+
+
+async def shown(broker: Broker) -> Pending:
+    async with broker.responder("ops") as responder, asyncio.timeout(30):
+        return await anext(responder)
+
+
+async def finished(process: subprocess.Popen[str]) -> str:
+    out, err = await asyncio.to_thread(process.communicate, timeout=60)
+    assert process.returncode == 0, err
+    return out.strip()
 
 
 @pytest.mark.slow

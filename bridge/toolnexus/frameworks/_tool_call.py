@@ -34,10 +34,8 @@ approved arguments): :func:`audit_digests` reads both back.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import hashlib
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -48,7 +46,7 @@ from .._broker import Store
 from .._schema import validate_form
 from ..codec import JSON, MSGPACK
 from ..errors import DecodeError, InvalidAnswer, InvalidRequest, ToolnexusError
-from ..models import Answer, Request, Source, WaitFor, new_id
+from ..models import Answer, Request, Source, new_id
 from ..security._audit import AuditRecord
 
 
@@ -360,29 +358,3 @@ class Ledger:
             )
         await self._put(request_id, executed=digest)
         return digest
-
-
-async def decide_each(
-    wait_for: WaitFor, requests: Sequence[Request], ledger: Ledger | None = None
-) -> list[ToolDecision]:
-    """Ask every request at once (cancelling withdraws those not durable); the decision
-    of each, for a framework that runs a call with its proposed arguments only: an
-    invalid answer (one no broker checked) and an edit are denials, never runs. With a
-    ``ledger``, each decision is recorded (:meth:`Ledger.decided`)."""
-    answers = await asyncio.gather(*(wait_for(request) for request in requests))
-    decisions = []
-    for request, answer in zip(requests, answers, strict=True):
-        try:
-            decision = decide(request, answer)
-        except InvalidAnswer as exc:
-            name = tool_call_of(request).name
-            decision = ToolDecision(
-                False, None, False, f"Invalid approval of {name}: {exc}", None, None, None
-            )
-        if decision.edited:
-            message = "Edited arguments cannot be run by this framework."
-            decision = ToolDecision(False, None, False, message, None, None, decision.answered_by)
-        if ledger is not None:
-            await ledger.decided(request, decision)
-        decisions.append(decision)
-    return decisions

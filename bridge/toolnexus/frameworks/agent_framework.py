@@ -28,6 +28,7 @@ approval alone: a denial's message is not given to the model there (the framewor
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any, Final, TypeVar
 
@@ -35,13 +36,14 @@ import msgspec
 
 from .._broker import Broker
 from ..codec import JSON
-from ..errors import ConfigurationError, InvalidRequest
+from ..errors import ConfigurationError, InvalidAnswer, InvalidRequest
 from ..models import Request, WaitFor
 from ._tool_call import (
     RunNotFound,
     ToolDecision,
     call_request_id,
-    decide_each,
+    decide,
+    tool_call_of,
     tool_call_request,
 )
 
@@ -97,6 +99,27 @@ def approval_request(
     )
 
 
+async def _decisions(wait_for: WaitFor, requests: Sequence[Request]) -> list[ToolDecision]:
+    """Ask every request at once (cancelling withdraws those not durable); the decisions.
+    An invalid answer (one no broker checked) and an edit are denials, never runs: the
+    framework runs a call with its proposed arguments only."""
+    answers = await asyncio.gather(*(wait_for(request) for request in requests))
+    decisions = []
+    for request, answer in zip(requests, answers, strict=True):
+        try:
+            decision = decide(request, answer)
+        except InvalidAnswer as exc:
+            name = tool_call_of(request).name
+            decision = ToolDecision(
+                False, None, False, f"Invalid approval of {name}: {exc}", None, None, None
+            )
+        if decision.edited:
+            message = "Edited arguments cannot be run by this framework."
+            decision = ToolDecision(False, None, False, message, None, None, decision.answered_by)
+        decisions.append(decision)
+    return decisions
+
+
 def _approvals(asked: Sequence[Content], decisions: Sequence[ToolDecision]) -> Message:
     """The user message answering ``asked``: the function approval responses, and each
     denial's message as text for the model."""
@@ -126,7 +149,7 @@ async def run_with_approvals(
     response: AgentResponse = await agent.run(input, **run_kwargs)
     while asked := response.user_input_requests:
         requests = [approval_request(c, run=run, agent=agent.name) for c in asked]
-        decisions = await decide_each(wait_for, requests)
+        decisions = await _decisions(wait_for, requests)
         response = await agent.run(_approvals(asked, decisions), **run_kwargs)
     return response
 
@@ -166,7 +189,7 @@ async def _continue(
             session.to_dict(), [c.to_dict() for c in asked], [JSON.encode(r) for r in requests]
         )
         await broker.store(STORE).set(run, msgspec.json.encode(kept), ttl_s=STATE_TTL_S)
-        decisions = await decide_each(broker.wait_for, requests)
+        decisions = await _decisions(broker.wait_for, requests)
         response = await agent.run(_approvals(asked, decisions), session=session)
     await broker.store(STORE).delete(run)
     return response
@@ -197,7 +220,7 @@ async def resume(agent: SupportsAgentRun, *, broker: Broker, run: str) -> AgentR
     session = AgentSession.from_dict(kept.session)
     requests = [JSON.decode_as(encoded, Request) for encoded in kept.requests]
     asked = [Content.from_dict(approval) for approval in kept.approvals]
-    decisions = await decide_each(broker.wait_for, requests)
+    decisions = await _decisions(broker.wait_for, requests)
     response = await agent.run(_approvals(asked, decisions), session=session)
     return await _continue(agent, broker, run, response, session)
 
@@ -223,7 +246,7 @@ def _paused(result: WorkflowRunResult, run: str, checkpoint_id: str) -> _Paused:
 async def _responses(broker: Broker, paused: _Paused) -> dict[str, Content]:
     """Wait for the paused run's requests; the workflow's responses by request id."""
     requests = [JSON.decode_as(encoded, Request) for encoded in paused.requests]
-    decisions = await decide_each(broker.wait_for, requests)
+    decisions = await _decisions(broker.wait_for, requests)
     return {
         request_id: Content.from_dict(approval).to_function_approval_response(d.approved)
         for request_id, approval, d in zip(

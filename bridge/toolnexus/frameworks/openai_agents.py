@@ -17,6 +17,7 @@ is recorded as the tool starts, and a call the ledger says ran already is refuse
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any, Final
@@ -25,14 +26,14 @@ import msgspec
 
 from .._broker import Broker
 from ..codec import JSON
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, InvalidAnswer
 from ..models import Request, WaitFor
 from ._tool_call import (
     Ledger,
     RunNotFound,
     ToolDecision,
     call_request_id,
-    decide_each,
+    decide,
     tool_call_of,
     tool_call_request,
 )
@@ -113,6 +114,39 @@ class _Executed(RunHooks[Any]):
         await self.ledger.executing(request_id, tool.name, arguments)
 
 
+def _denied(message: str) -> ToolDecision:
+    return ToolDecision(
+        approved=False,
+        arguments=None,
+        edited=False,
+        message=message,
+        reason=None,
+        digest=None,
+        answered_by=None,
+    )
+
+
+async def _decisions(
+    wait_for: WaitFor, requests: Sequence[Request], ledger: Ledger | None
+) -> list[ToolDecision]:
+    answers = await asyncio.gather(*(wait_for(request) for request in requests))
+    decisions = []
+    for request, answer in zip(requests, answers, strict=True):
+        try:
+            decision = decide(request, answer)
+        except InvalidAnswer as exc:  # an answer no broker checked: never run it
+            name = tool_call_of(request).name
+            decision = ToolDecision(
+                False, None, False, f"Invalid approval of {name}: {exc}", None, None, None
+            )
+        if decision.edited:  # the SDK cannot run other arguments: never run the proposal
+            decision = _denied("Edited arguments cannot be run by this framework.")
+        if ledger is not None:
+            await ledger.decided(request, decision)
+        decisions.append(decision)
+    return decisions
+
+
 def _apply(
     state: RunState[Any, Any],
     items: Sequence[ToolApprovalItem],
@@ -148,7 +182,7 @@ async def run_with_approvals(
         state = result.to_state()
         items = list(result.interruptions)
         requests = [approval_request(agent, item, run) for item in items]
-        _apply(state, items, requests, await decide_each(wait_for, requests, ledger))
+        _apply(state, items, requests, await _decisions(wait_for, requests, ledger))
         result = await Runner.run(agent, state, hooks=hooks, **run_kwargs)
     return result
 
@@ -172,7 +206,7 @@ async def _finish(
         requests = [approval_request(agent, i, run, durable=True) for i in result.interruptions]
         kept = _State(state.to_string(), [JSON.encode(r) for r in requests])
         await broker.store(STORE).set(run, msgspec.json.encode(kept), ttl_s=STATE_TTL_S)
-        decisions = await decide_each(broker.wait_for, requests, ledger)
+        decisions = await _decisions(broker.wait_for, requests, ledger)
         _apply(state, list(result.interruptions), requests, decisions)
         result = await Runner.run(agent, state, hooks=hooks, **run_kwargs)
     await broker.store(STORE).delete(run)
@@ -206,7 +240,7 @@ async def resume(agent: Agent[Any], *, broker: Broker, run: str, **run_kwargs: A
     requests = [JSON.decode_as(encoded, Request) for encoded in kept.requests]
     state = await RunState.from_string(agent, kept.state)
     ledger = Ledger(broker.store("tool-calls"))
-    decisions = await decide_each(broker.wait_for, requests, ledger)
+    decisions = await _decisions(broker.wait_for, requests, ledger)
     _apply(state, state.get_interruptions(), requests, decisions)
     result = await Runner.run(agent, state, hooks=_Executed(ledger, run), **run_kwargs)
     return await _finish(agent, broker, run, result, ledger, **run_kwargs)
