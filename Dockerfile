@@ -1,5 +1,5 @@
-# One image for every toolnexus process: `toolnexus worker web|auto|terminal`, an agent,
-# or `toolnexus ask/status/check`. Build: docker build -t toolnexus .
+# One image for every toolnexus process: `toolnexus worker web|http|gateway|webhook|email|
+# auto|terminal`, an agent, or `toolnexus ask/status/check`. Build: docker build -t toolnexus .
 # Multi-stage: the build stage makes a virtual environment; the runtime stage copies only it.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -9,9 +9,12 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY bridge bridge
 COPY workers workers
-# The web worker needs the web extra; metrics (--metrics-port) and tracing are optional.
+# The workers' extras (web page, HTTP answering API, wait gateway, webhooks, email), metrics
+# (--metrics-port) and tracing; the chat bots' and frameworks' extras are left to images of
+# their own.
 RUN python -m venv /opt/toolnexus \
-    && /opt/toolnexus/bin/pip install --no-cache-dir ".[web,metrics,tracing]"
+    && /opt/toolnexus/bin/pip install --no-cache-dir \
+       ".[web,http,gateway,webhook,email,metrics,tracing]"
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="toolnexus" \
