@@ -86,8 +86,10 @@ class Fleet(TypedDict, total=False):
     plain_cpu_us_per_answer: float
     queues: int
     masters: list[str]  # each master's slot ranges, in the order of the lists below
-    standalone_cpu_us: float  # Redis CPU per round trip on one standalone node
+    standalone_cpu_us: float  # Redis CPU per round trip on one standalone node, one queue
     standalone_cmds: float  # Redis commands per round trip
+    standalone_several_cpu_us: float  # ... with ``queues`` queues
+    standalone_several_cmds: float
     one_queue_cpu_us: list[float]  # per round trip on each master, one queue
     one_queue_cmds: list[float]
     several_cpu_us: list[float]  # per round trip on each master, ``queues`` queues
@@ -794,11 +796,11 @@ async def _durable_placement(
 
 
 def cluster_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
-    """``requests`` round trips (``concurrency`` at a time) answered by a responder process:
-    Redis CPU and commands per round trip on the standalone node at ``url``, then on each
-    master of the local 3-master Cluster at ``params["cluster"]`` (started by the runner),
-    with one queue and with ``queues`` queues; then where one agent's durable states land
-    (``durable`` waits on each queue)."""
+    """``requests`` round trips (``concurrency`` at a time) answered by a responder process,
+    with one queue and with ``queues`` queues: Redis CPU and commands per round trip on the
+    standalone node at ``url``, then on each master of the local 3-master Cluster at
+    ``params["cluster"]`` (started by the runner); then where one agent's durable states
+    land (``durable`` waits on each queue)."""
     from redis.crc import key_slot
 
     n, q = int(params["requests"]), int(params["queues"])
@@ -808,6 +810,7 @@ def cluster_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
     masters, ranges = _masters(nodes)
     queues = tuple(f"q-{i}" for i in range(q))
     standalone, standalone_cmds = _share_run(url, [url], n, concurrency, (QUEUE,))
+    standalone_several, standalone_several_cmds = _share_run(url, [url], n, concurrency, queues)
     one, one_cmds = _share_run(cluster, nodes, n, concurrency, (QUEUE,))
     several, several_cmds = _share_run(cluster, nodes, n, concurrency, queues)
     per_master = [0] * len(nodes)
@@ -825,6 +828,8 @@ def cluster_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
             masters=masters,
             standalone_cpu_us=standalone[0],
             standalone_cmds=standalone_cmds[0],
+            standalone_several_cpu_us=standalone_several[0],
+            standalone_several_cmds=standalone_several_cmds[0],
             one_queue_cpu_us=one,
             one_queue_cmds=one_cmds,
             several_cpu_us=several,

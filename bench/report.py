@@ -285,18 +285,18 @@ def _cluster_targets(t: Tables) -> list[str]:
     if not clu:
         return []
     lines = []
-    for what, cpu in (
-        ("one queue (its keys share one slot by design)", clu["one_queue_cpu_us"]),
-        (f"{clu['queues']} queues", clu["several_cpu_us"]),
-    ):
+    for what, cpu, alone in (
+        ("one queue (its keys share one slot by design)", clu["one_queue_cpu_us"],
+         clu["standalone_cpu_us"]),
+        (f"{clu['queues']} queues", clu["several_cpu_us"], clu["standalone_several_cpu_us"]),
+    ):  # fmt: skip
         shares = _shares(cpu)
         ok = all(1 / 6 <= share <= 2 / 3 for share in shares)
         lines.append(
             f"- {'✅' if ok else '❌'} the 3-master Cluster's Redis CPU per round trip, "
             f"{what}: each master's share **{', '.join(f'{x:.0%}' for x in shares)}** "
-            f"({sum(cpu):,.0f} µs in all = {_ratio(sum(cpu), clu['standalone_cpu_us'])} one "
-            f"standalone node's {clu['standalone_cpu_us']:,.0f} µs; target: each within 2× "
-            f"of an even third, 17–67%)"
+            f"({sum(cpu):,.0f} µs in all = {_ratio(sum(cpu), alone)} one standalone node's "
+            f"{alone:,.0f} µs; target: each within 2× of an even third, 17–67%)"
         )
     on = sorted({index for index, _slot, _n in clu["durable_states"].values()})
     lines.append(
@@ -411,7 +411,8 @@ def _cluster_section(t: Tables) -> list[str]:
     one, several = _shares(clu["one_queue_cpu_us"]), _shares(clu["several_cpu_us"])
     rows = [
         f"| standalone node | all | – | {clu['standalone_cpu_us']:,.0f} | – "
-        f"| {clu['standalone_cmds']:.1f} | – | – | – |"
+        f"| {clu['standalone_cmds']:.1f} | {clu['standalone_several_cpu_us']:,.0f} | – "
+        f"| {clu['standalone_several_cmds']:.1f} |"
     ]
     for i, slots in enumerate(clu["masters"]):
         rows.append(
@@ -431,14 +432,14 @@ def _cluster_section(t: Tables) -> list[str]:
     )
     return [
         "",
-        f"Cluster share: {clu['settings']}; first on the standalone node, then on the "
-        f"Cluster with one queue, then spread over {q} queues (`q-0` … `q-{q - 1}`, one "
-        "broker each in the waiting process). Redis CPU per round trip on each node beyond "
-        "its idle rate (`INFO cpu`), commands per round trip (`INFO commandstats`, without "
-        "connection set-up). One queue's keys hash to one slot by design (`{ns:q:queue}`), "
-        "and a waiter's keys to its own slot (`{ns:w:waiter}`): with one queue the queue's "
-        "master does the queue's share of the work, with several the queues spread over the "
-        "masters.",
+        f"Cluster share: {clu['settings']}; with one queue, and spread over {q} queues "
+        f"(`q-0` … `q-{q - 1}`, one broker each in the waiting process and in the "
+        "responder's), first on the standalone node (the floor), then on the Cluster. "
+        "Redis CPU per round trip on each node beyond its idle rate (`INFO cpu`), commands "
+        "per round trip (`INFO commandstats`, without connection set-up). One queue's keys "
+        "hash to one slot by design (`{ns:q:queue}`), and a waiter's keys to its own slot "
+        "(`{ns:w:waiter}`): with one queue the queue's master does the queue's share of the "
+        "work, with several the queues spread over the masters.",
         "",
         "| node | slots | queues' slots served | Redis CPU µs per round trip, one queue "
         f"| share | commands | µs, {q} queues | share | commands |",
