@@ -285,17 +285,19 @@ def _cluster_targets(t: Tables) -> list[str]:
     if not clu:
         return []
     lines = []
-    for what, cpu, alone in (
+    for what, cpu, cmds, alone in (
         ("one queue (its keys share one slot by design)", clu["one_queue_cpu_us"],
-         clu["standalone_cpu_us"]),
-        (f"{clu['queues']} queues", clu["several_cpu_us"], clu["standalone_several_cpu_us"]),
+         clu["one_queue_cmds"], clu["standalone_cpu_us"]),
+        (f"{clu['queues']} queues", clu["several_cpu_us"], clu["several_cmds"],
+         clu["standalone_several_cpu_us"]),
     ):  # fmt: skip
         shares = _shares(cpu)
         ok = all(1 / 6 <= share <= 2 / 3 for share in shares)
         lines.append(
             f"- {'✅' if ok else '❌'} the 3-master Cluster's Redis CPU per round trip, "
             f"{what}: each master's share **{', '.join(f'{x:.0%}' for x in shares)}** "
-            f"({sum(cpu):,.0f} µs in all = {_ratio(sum(cpu), alone)} one standalone node's "
+            f"(of the commands: {', '.join(f'{x:.0%}' for x in _shares(cmds))}; "
+            f"{sum(cpu):,.0f} µs in all = {_ratio(sum(cpu), alone)} one standalone node's "
             f"{alone:,.0f} µs; target: each within 2× of an even third, 17–67%)"
         )
     on = sorted({index for index, _slot, _n in clu["durable_states"].values()})
