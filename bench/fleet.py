@@ -13,7 +13,9 @@ Each case measures a floor in the same run, on the same private ``redis-server``
 - *many channels*: the floor is one consumer group on the same queue (each further group
   reads every request once more, so ``groups`` times its cost is the linear bound);
 - *durable waits at scale*: the floor is the same fleet waiting without ``durable``, where
-  an answer goes to the one process that asked.
+  an answer goes to the one process that asked;
+- *the Cluster's share*: the floor is one standalone node doing the same round trips; on a
+  local 3-master Cluster, each master's share of the Redis CPU (an even third is the goal).
 
 Agents and responders run in processes of their own (``multiprocessing`` spawn), as a
 fleet would; the figures are read from Redis (``INFO memory``, ``INFO commandstats``,
@@ -82,6 +84,18 @@ class Fleet(TypedDict, total=False):
     plain_wake_p50_ms: float
     durable_cpu_us_per_answer: float  # Redis CPU beyond the idle rate
     plain_cpu_us_per_answer: float
+    queues: int
+    masters: list[str]  # each master's slot ranges, in the order of the lists below
+    standalone_cpu_us: float  # Redis CPU per round trip on one standalone node, one queue
+    standalone_cmds: float  # Redis commands per round trip
+    standalone_several_cpu_us: float  # ... with ``queues`` queues
+    standalone_several_cmds: float
+    one_queue_cpu_us: list[float]  # per round trip on each master, one queue
+    one_queue_cmds: list[float]
+    several_cpu_us: list[float]  # per round trip on each master, ``queues`` queues
+    several_cmds: list[float]
+    queues_per_master: list[int]  # how many of the ``queues`` queues' slots each serves
+    durable_states: dict[str, list[int]]  # queue -> [master index, slot, durable states]
 
 
 def _request() -> Any:
@@ -454,18 +468,27 @@ def dead_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
 # --- many channels: consumer groups on one queue --------------------------------------------
 
 
-def _round_trips(url: str, n: int, concurrency: int) -> None:
+def _round_trips(url: str, n: int, concurrency: int, queues: tuple[str, ...] = (QUEUE,)) -> None:
+    """``n`` round trips, ``concurrency`` at a time, spread evenly over ``queues`` (one
+    broker each)."""
+
     async def main() -> None:
         import toolnexus
 
-        async with toolnexus.connect(url, namespace=NAMESPACE, queue=QUEUE) as broker:
+        async with contextlib.AsyncExitStack() as stack:
+            brokers = [
+                await stack.enter_async_context(
+                    toolnexus.connect(url, namespace=NAMESPACE, queue=queue)
+                )
+                for queue in queues
+            ]
             left = iter(range(n))
 
-            async def one() -> None:
+            async def one(broker: Any) -> None:
                 for _ in left:
                     await broker.wait_for(_request(), timeout_s=120)
 
-            await asyncio.gather(*(one() for _ in range(concurrency)))
+            await asyncio.gather(*(one(brokers[i % len(brokers)]) for i in range(concurrency)))
 
     asyncio.run(main())
 
@@ -611,5 +634,207 @@ def durable_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
             plain_cpu_us_per_answer=plain[1],
             durable_wake_p50_ms=durable[2],
             plain_wake_p50_ms=plain[2],
+        ),
+    }
+
+
+# --- the Cluster's share --------------------------------------------------------------------
+
+
+def _responders_main(url: str, queues: tuple[str, ...], ready: Any, stop: Any) -> None:
+    """One process answering every request of each of ``queues`` as soon as it is shown."""
+    _quiet()
+
+    async def main() -> None:
+        import toolnexus
+
+        async with contextlib.AsyncExitStack() as stack:
+            responders = []
+            for queue in queues:
+                broker = await stack.enter_async_context(
+                    toolnexus.connect(url, namespace=NAMESPACE, queue=queue)
+                )
+                responders.append(
+                    await stack.enter_async_context(broker.responder(GROUP, f"{GROUP}-1"))
+                )
+
+            async def take(responder: Any) -> None:
+                accepts = set()  # each in a task: the next delivery does not wait for it
+                async for pending in responder:
+                    accept = asyncio.create_task(pending.accept({"approve": True}))
+                    accepts.add(accept)
+                    accept.add_done_callback(accepts.discard)
+
+            tasks = [asyncio.create_task(take(r)) for r in responders]
+            ready.set()
+            await asyncio.to_thread(stop.wait)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+_NOT_ROUND_TRIPS: Final = ("info", "cluster", "command", "client", "hello", "config", "ping")
+
+
+def _counters(clients: list[Any]) -> list[tuple[float, int]]:
+    """Each node's Redis CPU (s) and commands so far, leaving out the measurement's own and
+    the clients' connection set-up (``CLUSTER SLOTS``, ``HELLO``, ...)."""
+    return [
+        (
+            _cpu_s(c),
+            sum(v for k, v in _calls(c).items() if not k.startswith(_NOT_ROUND_TRIPS)),
+        )
+        for c in clients
+    ]
+
+
+def _share_run(
+    url: str, nodes: list[str], n: int, concurrency: int, queues: tuple[str, ...]
+) -> tuple[list[float], list[float]]:
+    """``n`` round trips over ``queues``, answered by a responder process: Redis CPU (µs,
+    beyond each node's idle rate) and commands per round trip on each of ``nodes``."""
+    clients = [_redis(node) for node in nodes]
+    procs = _Procs()
+    procs.start(_responders_main, url, queues)
+    try:
+        procs.wait_ready()
+        _round_trips(url, max(10, n // 10), concurrency, queues)  # warm-up
+        idle0, t0 = _counters(clients), time.monotonic()
+        time.sleep(2.0)
+        idle1, t1 = _counters(clients), time.monotonic()
+        _round_trips(url, n, concurrency, queues)
+        done, t2 = _counters(clients), time.monotonic()
+    finally:
+        procs.close()
+        for client in clients:
+            client.flushall()
+    idle_rates = [(b[0] - a[0]) / (t1 - t0) for a, b in zip(idle0, idle1, strict=True)]
+    cpu = [
+        max(0.0, (d[0] - i[0] - rate * (t2 - t1)) * 1e6 / n)
+        for i, d, rate in zip(idle1, done, idle_rates, strict=True)
+    ]
+    cmds = [(d[1] - i[1]) / n for i, d in zip(idle1, done, strict=True)]
+    return cpu, cmds
+
+
+def _masters(nodes: list[str]) -> tuple[list[str], list[tuple[int, int, int]]]:
+    """Each node's slot ranges as text, and (first slot, last slot, node index) for all."""
+    texts, ranges = [], []
+    for index, node in enumerate(nodes):
+        with _redis(node) as client:
+            lines = client.execute_command("CLUSTER", "NODES").decode().splitlines()
+        mine = next(line.split() for line in lines if "myself" in line)[8:]
+        texts.append(", ".join(r.replace("-", "–") for r in mine))
+        for r in mine:
+            first, _, last = r.partition("-")
+            ranges.append((int(first), int(last or first), index))
+    return texts, ranges
+
+
+def _master_of(slot: int, ranges: list[tuple[int, int, int]]) -> int:
+    return next(index for first, last, index in ranges if first <= slot <= last)
+
+
+async def _durable_placement(
+    url: str, nodes: list[str], queues: tuple[str, ...], each: int
+) -> dict[str, list[int]]:
+    """One agent (``agent-0``) with ``each`` durable waits on each of ``queues``: per
+    queue, the master index holding its durable states, their slot, and their count."""
+    from redis.crc import key_slot
+
+    import toolnexus
+    from toolnexus.keys import Keys
+
+    _, ranges = _masters(nodes)
+    clients = [_redis(node) for node in nodes]
+
+    def states() -> dict[str, list[tuple[int, bytes]]]:
+        return {
+            queue: [
+                (index, key)
+                for index, client in enumerate(clients)
+                for key in client.scan_iter(match=Keys(NAMESPACE, queue).durable_states_pattern())
+            ]
+            for queue in queues
+        }
+
+    async with contextlib.AsyncExitStack() as stack:
+        waits = []
+        for queue in queues:
+            broker = await stack.enter_async_context(
+                toolnexus.connect(url, namespace=NAMESPACE, queue=queue, agent="agent-0")
+            )
+            waits += [
+                asyncio.create_task(broker.wait_for(_request(), timeout_s=3600, durable=True))
+                for _ in range(each)
+            ]
+        deadline = time.monotonic() + 60
+        found = states()
+        while sum(len(v) for v in found.values()) < len(waits):
+            found = states()
+            if time.monotonic() > deadline:
+                raise TimeoutError("the durable states did not all appear")
+            await asyncio.sleep(0.1)
+        for wait in waits:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+    placement = {}
+    for queue, keys in found.items():
+        slots = {int(key_slot(key)) for _, key in keys}
+        on = {index for index, _ in keys}
+        if len(slots) != 1 or len(on) != 1:  # by design they share the agent's slot
+            raise RuntimeError(f"{queue}: durable states on slots {slots}, masters {on}")
+        (slot,) = slots
+        if _master_of(slot, ranges) not in on:
+            raise RuntimeError(f"{queue}: slot {slot} is not served where its keys are")
+        placement[queue] = [on.pop(), slot, len(keys)]
+    for client in clients:
+        client.flushall()
+    return placement
+
+
+def cluster_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``requests`` round trips (``concurrency`` at a time) answered by a responder process,
+    with one queue and with ``queues`` queues: Redis CPU and commands per round trip on the
+    standalone node at ``url``, then on each master of the local 3-master Cluster at
+    ``params["cluster"]`` (started by the runner); then where one agent's durable states
+    land (``durable`` waits on each queue)."""
+    from redis.crc import key_slot
+
+    n, q = int(params["requests"]), int(params["queues"])
+    concurrency = int(params.get("concurrency", 20))
+    cluster = str(params["cluster"])
+    nodes = ["redis://" + a for a in cluster.removeprefix("redis+cluster://").split(",")]
+    masters, ranges = _masters(nodes)
+    queues = tuple(f"q-{i}" for i in range(q))
+    standalone, standalone_cmds = _share_run(url, [url], n, concurrency, (QUEUE,))
+    standalone_several, standalone_several_cmds = _share_run(url, [url], n, concurrency, queues)
+    one, one_cmds = _share_run(cluster, nodes, n, concurrency, (QUEUE,))
+    several, several_cmds = _share_run(cluster, nodes, n, concurrency, queues)
+    per_master = [0] * len(nodes)
+    for queue in queues:
+        per_master[_master_of(int(key_slot(f"{{{NAMESPACE}:q:{queue}}}".encode())), ranges)] += 1
+    durable = asyncio.run(_durable_placement(cluster, nodes, queues, int(params["durable"])))
+    return {
+        "case": "fleet",
+        "variant": "cluster",
+        "settings": f"{n:,} round trips, {concurrency} at a time, one responder process; "
+        f"a local Cluster of {len(nodes)} masters, no replicas",
+        "fleet": Fleet(
+            requests=n,
+            queues=q,
+            masters=masters,
+            standalone_cpu_us=standalone[0],
+            standalone_cmds=standalone_cmds[0],
+            standalone_several_cpu_us=standalone_several[0],
+            standalone_several_cmds=standalone_several_cmds[0],
+            one_queue_cpu_us=one,
+            one_queue_cmds=one_cmds,
+            several_cpu_us=several,
+            several_cmds=several_cmds,
+            queues_per_master=per_master,
+            durable_states=durable,
         ),
     }

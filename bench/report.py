@@ -272,6 +272,40 @@ def _fleet_targets(t: Tables) -> list[str]:
             f"beyond the idle rate; without durable: {dur['plain_reads_per_answer']:.1f}; "
             f"target: O(1), ≤ 2)"
         )
+    return lines + _cluster_targets(t)
+
+
+def _shares(cpu: list[float]) -> list[float]:
+    total = sum(cpu)
+    return [c / total if total > 0 else math.nan for c in cpu]
+
+
+def _cluster_targets(t: Tables) -> list[str]:
+    clu = t.fleet.get("cluster")
+    if not clu:
+        return []
+    lines = []
+    for what, cpu, cmds, alone in (
+        ("one queue (its keys share one slot by design)", clu["one_queue_cpu_us"],
+         clu["one_queue_cmds"], clu["standalone_cpu_us"]),
+        (f"{clu['queues']} queues", clu["several_cpu_us"], clu["several_cmds"],
+         clu["standalone_several_cpu_us"]),
+    ):  # fmt: skip
+        shares = _shares(cpu)
+        ok = all(1 / 6 <= share <= 2 / 3 for share in shares)
+        lines.append(
+            f"- {'✅' if ok else '❌'} the 3-master Cluster's Redis CPU per round trip, "
+            f"{what}: each master's share **{', '.join(f'{x:.0%}' for x in shares)}** "
+            f"(of the commands: {', '.join(f'{x:.0%}' for x in _shares(cmds))}; "
+            f"{sum(cpu):,.0f} µs in all = {_ratio(sum(cpu), alone)} one standalone node's "
+            f"{alone:,.0f} µs; target: each within 2× of an even third, 17–67%)"
+        )
+    on = sorted({index for index, _slot, _n in clu["durable_states"].values()})
+    lines.append(
+        f"- · one agent's durable states on one queue share one slot, by design: on each of "
+        f"{len(clu['durable_states'])} queues all on one master; over the queues on "
+        f"{len(on)} of {len(clu['masters'])} masters (Cluster table)"
+    )
     return lines
 
 
@@ -368,7 +402,57 @@ def _fleet_section(t: Tables) -> list[str]:
             f"| {_ms(dur['durable_wake_p50_ms'])} | {_ms(dur['plain_wake_p50_ms'])} "
             f"| {dur['durable_cpu_us_per_answer']:,.0f} | {dur['plain_cpu_us_per_answer']:,.0f} |",
         )
-    return out + _sizing(t)
+    return out + _cluster_section(t) + _sizing(t)
+
+
+def _cluster_section(t: Tables) -> list[str]:
+    clu = t.fleet.get("cluster")
+    if not clu:
+        return []
+    q = clu["queues"]
+    one, several = _shares(clu["one_queue_cpu_us"]), _shares(clu["several_cpu_us"])
+    rows = [
+        f"| standalone node | all | – | {clu['standalone_cpu_us']:,.0f} | – "
+        f"| {clu['standalone_cmds']:.1f} | {clu['standalone_several_cpu_us']:,.0f} | – "
+        f"| {clu['standalone_several_cmds']:.1f} |"
+    ]
+    for i, slots in enumerate(clu["masters"]):
+        rows.append(
+            f"| master {i + 1} | {slots} | {clu['queues_per_master'][i]} "
+            f"| {clu['one_queue_cpu_us'][i]:,.0f} | {one[i]:.0%} | {clu['one_queue_cmds'][i]:.1f} "
+            f"| {clu['several_cpu_us'][i]:,.0f} | {several[i]:.0%} "
+            f"| {clu['several_cmds'][i]:.1f} |"
+        )
+    rows.append(
+        f"| Cluster | all | {q} | {sum(clu['one_queue_cpu_us']):,.0f} | 100% "
+        f"| {sum(clu['one_queue_cmds']):.1f} | {sum(clu['several_cpu_us']):,.0f} | 100% "
+        f"| {sum(clu['several_cmds']):.1f} |"
+    )
+    durable = ", ".join(
+        f"{queue} → master {index + 1} (slot {slot:,}, {n} states)"
+        for queue, (index, slot, n) in clu["durable_states"].items()
+    )
+    return [
+        "",
+        f"Cluster share: {clu['settings']}; with one queue, and spread over {q} queues "
+        f"(`q-0` … `q-{q - 1}`, one broker each in the waiting process and in the "
+        "responder's), first on the standalone node (the floor), then on the Cluster. "
+        "Redis CPU per round trip on each node beyond its idle rate (`INFO cpu`), commands "
+        "per round trip (`INFO commandstats`, without connection set-up). One queue's keys "
+        "hash to one slot by design (`{ns:q:queue}`), and a waiter's keys to its own slot "
+        "(`{ns:w:waiter}`): with one queue the queue's master does the queue's share of the "
+        "work, with several the queues spread over the masters.",
+        "",
+        "| node | slots | queues' slots served | Redis CPU µs per round trip, one queue "
+        f"| share | commands | µs, {q} queues | share | commands |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|",
+        *rows,
+        "",
+        "Durable states: one agent (`agent-0`) with durable waits on each queue. Its durable "
+        "states on one queue share one slot by design (`{ns:w:agent.queue-hash}`), so they "
+        "all land on one master; its states on other queues land on other slots: "
+        f"{durable}.",
+    ]
 
 
 SIZING_CPU_US_S = 500_000  # half of the one core a Redis node runs its commands on
@@ -406,6 +490,14 @@ def _sizing(t: Tables) -> list[str]:
             f"| answers per second (one channel) | {budget} ÷ {per:,.0f} µs per round trip "
             f"| {SIZING_CPU_US_S / per:,.0f} | Redis CPU |"
         )
+    clu = t.fleet.get("cluster")
+    if clu and max(clu["several_cpu_us"]) > 0:
+        busiest = max(clu["several_cpu_us"])
+        rows.append(
+            f"| answers per second (3-master Cluster, {clu['queues']} queues) | {budget} ÷ "
+            f"{busiest:,.0f} µs per round trip on the busiest master "
+            f"| {SIZING_CPU_US_S / busiest:,.0f} | the busiest master's Redis CPU |"
+        )
     if not rows:
         return []
     return [
@@ -414,8 +506,9 @@ def _sizing(t: Tables) -> list[str]:
         "",
         f"Each figure alone, from this run: Redis CPU at {budget} (half the core Redis runs "
         "commands on), memory at 1 GiB of `used_memory`. A fleet uses several at once: add "
-        "the fractions. A 3-master Cluster holds about three times as much if the work "
-        "spreads evenly over its masters (not measured here).",
+        "the fractions. A 3-master Cluster holds as much more as its busiest master leaves room "
+        "for (the Cluster share table: with several queues the work spreads; one queue's "
+        "keys stay on one master).",
         "",
         "| what | arithmetic | one node | bound by |",
         "|---|---|--:|---|",

@@ -47,6 +47,7 @@ class Plan:
     fleet_dead: int  # open requests of the killed agent
     fleet_channels: tuple[int, int]  # (round trips, consumer groups)
     fleet_durable: tuple[int, int, int]  # (waiting agents, processes, answers)
+    fleet_cluster: tuple[int, int, int]  # (round trips, queues, durable waits per queue)
     case_timeout_s: float
 
 
@@ -68,6 +69,7 @@ FULL = Plan(
     fleet_dead=10_000,
     fleet_channels=(1000, 10),
     fleet_durable=(1000, 4, 100),
+    fleet_cluster=(2000, 6, 100),
     case_timeout_s=900,
 )
 
@@ -89,6 +91,7 @@ QUICK = Plan(
     fleet_dead=50,
     fleet_channels=(50, 3),
     fleet_durable=(20, 2, 5),
+    fleet_cluster=(100, 6, 5),
     case_timeout_s=180,
 )
 
@@ -196,6 +199,9 @@ def build_specs(plan: Plan, logdir: Path, only: set[str] | None, loops: list[str
         Spec("durable", "bench.fleet:durable_case",
              {"waiters": plan.fleet_durable[0], "processes": plan.fleet_durable[1],
               "answers": plan.fleet_durable[2]}),
+        Spec("cluster", "bench.fleet:cluster_case",
+             {"requests": plan.fleet_cluster[0], "queues": plan.fleet_cluster[1],
+              "durable": plan.fleet_cluster[2]}),
     ]  # fmt: skip
     if only:
         specs = [s for s in specs if s.label in only]
@@ -205,9 +211,10 @@ def build_specs(plan: Plan, logdir: Path, only: set[str] | None, loops: list[str
 class RedisServer:
     """A private ``redis-server`` on a free loopback port, nothing persisted."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *args: str, port: int | None = None) -> None:
         self.workdir = workdir
-        self.port = _free_port()
+        self.args = args
+        self.port = port or _free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
         self.version = "unknown"
@@ -231,6 +238,7 @@ class RedisServer:
                 str(self.workdir / "redis.log"),
                 "--maxclients",
                 "10000",
+                *self.args,
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -240,16 +248,23 @@ class RedisServer:
 
         client = redis.Redis.from_url(self.url)
         deadline = time.monotonic() + 15
-        while True:
-            try:
-                info = client.info("server")
-                self.version = str(info["redis_version"])
-                break
-            except redis.exceptions.ConnectionError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError(f"redis-server did not start on port {self.port}") from None
-                time.sleep(0.05)
-        client.close()
+        try:
+            while True:
+                try:
+                    info = client.info("server")
+                    self.version = str(info["redis_version"])
+                    break
+                except redis.exceptions.ConnectionError:
+                    if time.monotonic() > deadline or self.proc.poll() is not None:
+                        raise RuntimeError(
+                            f"redis-server did not start on port {self.port}"
+                        ) from None
+                    time.sleep(0.05)
+        except BaseException:
+            self.__exit__()
+            raise
+        finally:
+            client.close()
         return self
 
     def flush(self) -> None:
@@ -268,11 +283,73 @@ class RedisServer:
                 self.proc.wait()
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+class RedisCluster:
+    """A private Redis Cluster of ``masters`` masters and no replicas on loopback (for the
+    ``cluster`` case), each node a :class:`RedisServer` stopped by its PID."""
+
+    def __init__(self, workdir: Path, masters: int = 3) -> None:
+        self.workdir = workdir
+        self.masters = masters
+        self.servers: list[RedisServer] = []
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{s.port}" for s in self.servers)
+
+    def __enter__(self) -> RedisCluster:
+        try:
+            for i in range(self.masters):
+                node_dir = self.workdir / f"node{i}"
+                node_dir.mkdir(parents=True, exist_ok=True)
+                server = RedisServer(
+                    node_dir, "--cluster-enabled", "yes", port=_free_port(cluster_bus=True)
+                )
+                self.servers.append(server.__enter__())
+            cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+            subprocess.run(
+                [cli, "--cluster", "create", *(f"127.0.0.1:{s.port}" for s in self.servers),
+                 "--cluster-replicas", "0", "--cluster-yes"],
+                check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, timeout=60,
+            )  # fmt: skip
+            self._wait_formed()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _wait_formed(self) -> None:
+        import redis
+
+        deadline = time.monotonic() + 30
+        for server in self.servers:
+            with redis.Redis(port=server.port) as client:
+                while b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the local Redis Cluster did not form")
+                    time.sleep(0.1)
+
+    def __exit__(self, *exc: object) -> None:
+        for server in self.servers:
+            server.__exit__()
+        self.servers = []
+
+
+def _free_port(cluster_bus: bool = False) -> int:
+    """A free loopback port; with ``cluster_bus``, one whose Cluster bus port (+10000) is
+    free too."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if not cluster_bus:
+            return port
+        if port + 10000 < 65536:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            return port
 
 
 def run_case(spec: Spec, url: str, workdir: Path, timeout_s: float) -> dict[str, Any]:
@@ -320,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         help="comma-separated case labels "
-        "(floor,toolnexus,wakeup,scale,arq,celery,rq,taskiq,codec,memory,idle,dead,channels,durable)",
+        "(floor,toolnexus,wakeup,scale,arq,celery,rq,taskiq,codec,memory,idle,dead,channels,durable,"
+        "cluster)",
     )
     parser.add_argument(
         "--uvloop",
@@ -350,7 +428,14 @@ def main(argv: list[str] | None = None) -> int:
         for i, spec in enumerate(specs, 1):
             server.flush()
             t0 = time.perf_counter()
-            result = run_case(spec, server.url, workdir, plan.case_timeout_s)
+            if spec.label == "cluster":  # a 3-master Cluster of its own, for this case alone
+                with RedisCluster(workdir / f"cluster-{i}") as cluster:
+                    params = {**spec.params, "cluster": cluster.url}
+                    result = run_case(
+                        Spec(spec.label, spec.fn, params), server.url, workdir, plan.case_timeout_s
+                    )
+            else:
+                result = run_case(spec, server.url, workdir, plan.case_timeout_s)
             status = "FAILED" if "error" in result else "skipped" if "skipped" in result else "ok"
             variant = result.get("variant") or spec.params.get("variant", "")
             print(

@@ -55,6 +55,9 @@ def test_quick_benchmark_runs_every_case(tmp_path: Path) -> None:
         "| requests | liveness s | withdrawn after s |",
         "| groups | Redis CPU µs per round trip, one group |",
         "| waiters | processes | answers | reads per answer, durable |",
+        "| node | slots | queues' slots served | Redis CPU µs per round trip, one queue |",
+        "| standalone node | all | – |",
+        "| master 3 | 10923–16383 |",
         "| what | arithmetic | one node | bound by |",
     ):
         assert row in report, row
@@ -67,10 +70,16 @@ def test_quick_benchmark_runs_every_case(tmp_path: Path) -> None:
         "consumer groups on one queue",
         "p50 delivery lag",
         "a durable answer with",
+        "the 3-master Cluster's Redis CPU per round trip, one queue",
+        "the 3-master Cluster's Redis CPU per round trip, 6 queues",
+        "one agent's durable states on one queue share one slot",
     ):
         assert target in report, target
     # A peer is either measured or listed as skipped (its import failed), never silently gone.
     for peer in ("arq", "celery", "rq", "taskiq"):
         assert f"| {peer} | " in report or f"- {peer} " in report, peer
+    # Every durable state of one agent on one queue was found on one master (else the case
+    # fails); the report names the master of each queue's states.
+    assert "q-5 → master " in report
     # Quick mode never overwrites the committed results.
     assert "--quick" in report
