@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 import toolnexus
-from toolnexus import Answer, Broker, InvalidAnswer, Pending
+from framework_runs import calls_in, driver, finished, shown
+from toolnexus import Answer, Broker, InvalidAnswer
 from toolnexus.frameworks import Ledger, audit_digests, tool_call_digest, tool_call_of
 
 pytestmark = pytest.mark.redis
@@ -33,44 +31,13 @@ async def broker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
 
 @pytest.fixture
 def agent(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[object]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    started: list[subprocess.Popen[str]] = []
-
-    def start(mode: str, timeout_s: float = 30) -> subprocess.Popen[str]:
-        command = [sys.executable, str(DRIVER), redis_url, namespace, "run-1"]
-        command += [str(tmp_path / "ran.jsonl"), mode, str(timeout_s)]
-        process = subprocess.Popen(
-            command,
-            env=env,
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.communicate()
+    ran_file = str(tmp_path / "ran.jsonl")
+    with driver(DRIVER, redis_url, namespace, "run-1", ran_file, cwd=tmp_path) as start:
+        yield lambda mode, timeout_s=30: start(mode, str(timeout_s))
 
 
 def ran(tmp_path: Path) -> list[dict[str, object]]:
-    file = tmp_path / "ran.jsonl"
-    return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []
-
-
-async def shown(broker: Broker) -> Pending:
-    async with broker.responder("ops") as responder, asyncio.timeout(30):
-        return await anext(responder)
-
-
-async def finished(process: subprocess.Popen[str]) -> str:
-    out, err = await asyncio.to_thread(process.communicate, timeout=60)
-    assert process.returncode == 0, err
-    return out.strip()
+    return calls_in(tmp_path / "ran.jsonl")
 
 
 @pytest.mark.slow

@@ -16,9 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import re
 import sys
-import textwrap
 from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,7 @@ from agent_framework import (
 )
 
 import toolnexus
+from helpers import page_block, run_fragment
 from toolnexus.frameworks.agent_framework import (
     resume,
     resume_workflow,
@@ -69,23 +68,8 @@ class Scripted(FunctionInvocationLayer[Any], BaseChatClient[Any]):
         return self._respond(messages)
 
 
-PAGE = Path(__file__).parents[2] / "docs" / "how-to" / "tool-approvals.md"
+PAGE = "docs/how-to/tool-approvals.md"
 FIRST_LINE = "response = await run_with_approvals("
-
-
-async def run_page_example(**names: Any) -> dict[str, Any]:
-    """Run the page's Agent Framework block with ``names`` bound; its locals."""
-    for match in re.finditer(r"^```python\n(.*?)^```", PAGE.read_text(), re.S | re.M):
-        if match.group(1).startswith(FIRST_LINE):
-            code = match.group(1)
-            break
-    else:
-        raise SystemExit(f"{PAGE.name} has no block starting {FIRST_LINE!r}")
-    source = "async def example():\n" + textwrap.indent(code + "\nreturn locals()", "    ")
-    scope: dict[str, Any] = dict(names)
-    exec(compile(source, str(PAGE), "exec"), scope)
-    result: dict[str, Any] = await scope["example"]()
-    return result
 
 
 async def main() -> None:
@@ -119,7 +103,8 @@ async def main() -> None:
             print((await resume(agent, broker=broker, run=run)).text, flush=True)
         elif mode == "docs":
             names = {"agent": agent, "broker": broker, "run_with_approvals": run_with_approvals}
-            print((await run_page_example(**names))["response"].text, flush=True)
+            code = page_block(PAGE, FIRST_LINE)
+            print((await run_fragment(code, PAGE, **names))["response"].text, flush=True)
         else:
             if mode == "start":
                 result = await run_workflow(

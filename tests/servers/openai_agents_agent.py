@@ -15,15 +15,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import re
 import sys
-import textwrap
-from pathlib import Path
-from typing import Any
 
 from agents import Agent, ModelSettings, function_tool, set_tracing_disabled
 
 import toolnexus
+from helpers import page_block, run_fragment
 from openai_scripted import Scripted
 from toolnexus.frameworks import Ledger
 from toolnexus.frameworks.openai_agents import resume, run_resumable, run_with_approvals
@@ -31,23 +28,8 @@ from toolnexus.frameworks.openai_agents import resume, run_resumable, run_with_a
 set_tracing_disabled(True)  # no network: traces are not exported
 
 
-PAGE = Path(__file__).parents[2] / "docs" / "how-to" / "tool-approvals.md"
+PAGE = "docs/how-to/tool-approvals.md"
 FIRST_LINE = "result = await run_with_approvals("
-
-
-async def run_page_example(**names: Any) -> dict[str, Any]:
-    """Run the page's OpenAI Agents SDK block with ``names`` bound; its locals."""
-    for match in re.finditer(r"^```python\n(.*?)^```", PAGE.read_text(), re.S | re.M):
-        if match.group(1).startswith(FIRST_LINE):
-            code = match.group(1)
-            break
-    else:
-        raise SystemExit(f"{PAGE.name} has no block starting {FIRST_LINE!r}")
-    source = "async def example():\n" + textwrap.indent(code + "\nreturn locals()", "    ")
-    scope: dict[str, Any] = dict(names)
-    exec(compile(source, str(PAGE), "exec"), scope)
-    result: dict[str, Any] = await scope["example"]()
-    return result
 
 
 async def main() -> None:
@@ -80,7 +62,7 @@ async def main() -> None:
             return
         elif mode == "docs":  # the example of docs/how-to/tool-approvals.md, as written
             names = {"agent": agent, "broker": broker, "run_with_approvals": run_with_approvals}
-            result = (await run_page_example(**names))["result"]
+            result = (await run_fragment(page_block(PAGE, FIRST_LINE), PAGE, **names))["result"]
         elif mode == "start":
             result = await run_resumable(agent, "Pay ACME", broker=broker, run=run)
         else:

@@ -34,8 +34,10 @@ approved arguments): :func:`audit_digests` reads both back.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -45,8 +47,14 @@ import rfc8785
 from .._broker import Store
 from .._schema import validate_form
 from ..codec import JSON, MSGPACK
-from ..errors import DecodeError, InvalidAnswer, InvalidRequest, ToolnexusError
-from ..models import Answer, Request, Source, new_id
+from ..errors import (
+    ConfigurationError,
+    DecodeError,
+    InvalidAnswer,
+    InvalidRequest,
+    ToolnexusError,
+)
+from ..models import Answer, Request, Source, WaitFor, new_id
 from ..security._audit import AuditRecord
 
 
@@ -57,6 +65,12 @@ class RunNotFound(ToolnexusError):
 class RemoteAgentError(ToolnexusError):
     """A remote agent (A2A) could not be reached, or refused a call; the framework's error is
     the cause."""
+
+
+def missing_extra(module: str, needs: str, extra: str) -> ConfigurationError:
+    """The error adapter ``module`` raises on import when what it ``needs`` (its framework,
+    the optional extra ``extra``) is not installed."""
+    return ConfigurationError(f"{module} needs {needs}: pip install 'toolnexus-bridge[{extra}]'")
 
 
 TOOL_CALL: Final = "tool_call"
@@ -212,9 +226,9 @@ class ToolDecision:
     answered_by: str | None
 
 
-def denied(message: str) -> ToolDecision:
-    """A denial that no answer gave (an invalid approval, a call the framework cannot
-    run as approved): ``message`` tells the model why."""
+def _denied(message: str, answered_by: str | None = None) -> ToolDecision:
+    """A denial that no answer gave as it stands (an invalid approval, an edit the
+    framework cannot run): ``message`` tells the model why."""
     return ToolDecision(
         approved=False,
         arguments=None,
@@ -222,7 +236,7 @@ def denied(message: str) -> ToolDecision:
         message=message,
         reason=None,
         digest=None,
-        answered_by=None,
+        answered_by=answered_by,
     )
 
 
@@ -285,6 +299,20 @@ def decide(request: Request, answer: Answer) -> ToolDecision:
     )
 
 
+def checked_decision(request: Request, answer: Answer, *, editable: bool = True) -> ToolDecision:
+    """:func:`decide` as an adapter applies it: an answer that fails it (one no broker
+    checked) is a denial, never a run; and, for a framework that cannot run edited arguments
+    (``editable=False``), so is an edit."""
+    try:
+        decision = decide(request, answer)
+    except InvalidAnswer as exc:
+        return _denied(f"The approval of {tool_call_of(request).name} was invalid: {exc}")
+    if decision.edited and not editable:
+        message = "Edited arguments cannot be run by this framework."
+        return _denied(message, decision.answered_by)
+    return decision
+
+
 @dataclass(frozen=True)
 class AuditDigests:
     """A tool call's digests as its audit record proves them: ``proposed`` (the request's),
@@ -320,7 +348,9 @@ def audit_digests(record: AuditRecord) -> AuditDigests:
     return AuditDigests(proposed=call.digest, approved=approved)
 
 
-LEDGER_TTL_S: Final = 7 * 24 * 3600.0
+STATE_TTL_S: Final = 7 * 24 * 3600.0
+"""How long an adapter keeps a paused run's state in its broker store."""
+LEDGER_TTL_S: Final = STATE_TTL_S
 """How long a :class:`Ledger` keeps a call's digests."""
 
 
@@ -390,6 +420,26 @@ class Ledger:
         if not await self.store.claim(_executed_key(request_id), claim, ttl_s=LEDGER_TTL_S):
             raise InvalidAnswer(f"tool call {request_id!r} ran already: an approval is used once")
         return digest
+
+
+async def ask(
+    wait_for: WaitFor,
+    requests: Sequence[Request],
+    *,
+    ledger: Ledger | None = None,
+    editable: bool = True,
+) -> list[ToolDecision]:
+    """Ask every request at once through ``wait_for`` (cancelling withdraws those not
+    durable); the decision on each (:func:`checked_decision`), recorded in ``ledger``
+    (:meth:`Ledger.decided`) if one is given."""
+    answers = await asyncio.gather(*(wait_for(request) for request in requests))
+    decisions = []
+    for request, answer in zip(requests, answers, strict=True):
+        decision = checked_decision(request, answer, editable=editable)
+        if ledger is not None:
+            await ledger.decided(request, decision)
+        decisions.append(decision)
+    return decisions
 
 
 class _Claim(msgspec.Struct, frozen=True):

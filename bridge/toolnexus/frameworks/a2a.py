@@ -46,13 +46,15 @@ import msgspec
 from .._broker import Broker
 from .._question import question_schema
 from .._schema import check_answer
-from ..errors import ConfigurationError, InvalidAnswer, InvalidRequest
+from ..errors import InvalidAnswer, InvalidRequest
 from ..models import Answer, Request, Source, WaitFor
 from ._tool_call import (
+    STATE_TTL_S,
     TOOL_CALL,
     RemoteAgentError,
     RunNotFound,
     decide,
+    missing_extra,
     tool_call_of,
     tool_call_request,
 )
@@ -74,9 +76,7 @@ try:
     )
     from a2a.utils.errors import A2AError
 except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
-    raise ConfigurationError(
-        "toolnexus.frameworks.a2a needs the A2A SDK: pip install 'toolnexus-bridge[a2a]'"
-    ) from exc
+    raise missing_extra(__name__, "the A2A SDK", "a2a") from exc
 
 __all__ = [
     "PAUSED",
@@ -94,7 +94,6 @@ logger = logging.getLogger(__name__)
 FRAMEWORK: Final = "a2a"
 STORE: Final = "a2a"
 """The broker store that keeps the task of each resumable call (:func:`send_resumable`)."""
-STATE_TTL_S: Final = 7 * 24 * 3600.0
 PAUSED: Final = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
 """The states in which a task waits for its caller."""
 

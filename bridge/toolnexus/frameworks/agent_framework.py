@@ -28,7 +28,6 @@ approval alone: a denial's message is not given to the model there (the framewor
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any, Final, TypeVar
 
@@ -36,14 +35,15 @@ import msgspec
 
 from .._broker import Broker
 from ..codec import JSON
-from ..errors import ConfigurationError, InvalidAnswer, InvalidRequest
+from ..errors import ConfigurationError, InvalidRequest
 from ..models import Request, WaitFor
 from ._tool_call import (
+    STATE_TTL_S,
     RunNotFound,
     ToolDecision,
+    ask,
     call_request_id,
-    decide,
-    tool_call_of,
+    missing_extra,
     tool_call_request,
 )
 
@@ -59,15 +59,11 @@ try:
         WorkflowRunResult,
     )
 except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
-    raise ConfigurationError(
-        "toolnexus.frameworks.agent_framework needs the Microsoft Agent Framework: "
-        "pip install 'toolnexus-bridge[agent-framework]'"
-    ) from exc
+    raise missing_extra(__name__, "the Microsoft Agent Framework", "agent-framework") from exc
 
 FRAMEWORK: Final = "agent-framework"
 STORE: Final = "agent-framework"
 """The broker store that keeps paused workflows (:func:`run_workflow`)."""
-STATE_TTL_S: Final = 7 * 24 * 3600.0
 _K = TypeVar("_K", bound=msgspec.Struct)
 
 
@@ -100,24 +96,9 @@ def approval_request(
 
 
 async def _decisions(wait_for: WaitFor, requests: Sequence[Request]) -> list[ToolDecision]:
-    """Ask every request at once (cancelling withdraws those not durable); the decisions.
-    An invalid answer (one no broker checked) and an edit are denials, never runs: the
-    framework runs a call with its proposed arguments only."""
-    answers = await asyncio.gather(*(wait_for(request) for request in requests))
-    decisions = []
-    for request, answer in zip(requests, answers, strict=True):
-        try:
-            decision = decide(request, answer)
-        except InvalidAnswer as exc:
-            name = tool_call_of(request).name
-            decision = ToolDecision(
-                False, None, False, f"Invalid approval of {name}: {exc}", None, None, None
-            )
-        if decision.edited:
-            message = "Edited arguments cannot be run by this framework."
-            decision = ToolDecision(False, None, False, message, None, None, decision.answered_by)
-        decisions.append(decision)
-    return decisions
+    """The decisions on ``requests``, asked at once: an edit is a denial, never a run (the
+    framework runs a call with its proposed arguments only)."""
+    return await ask(wait_for, requests, editable=False)
 
 
 def _approvals(asked: Sequence[Content], decisions: Sequence[ToolDecision]) -> Message:

@@ -34,11 +34,13 @@ from ..codec import JSON
 from ..errors import ConfigurationError, InvalidAnswer
 from ..models import Request, WaitFor
 from ._tool_call import (
+    STATE_TTL_S,
     Ledger,
     RunNotFound,
     ToolDecision,
+    ask,
     call_request_id,
-    decide,
+    missing_extra,
     tool_call_of,
     tool_call_request,
 )
@@ -57,15 +59,11 @@ try:
         ToolPermissionContext,
     )
 except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
-    raise ConfigurationError(
-        "toolnexus.frameworks.claude_agent_sdk needs the Claude Agent SDK: "
-        "pip install 'toolnexus-bridge[claude-agent-sdk]'"
-    ) from exc
+    raise missing_extra(__name__, "the Claude Agent SDK", "claude-agent-sdk") from exc
 
 FRAMEWORK: Final = "claude-agent-sdk"
 STORE: Final = "claude-agent-sdk"
 """The broker store that keeps resumable sessions (:func:`run_resumable`)."""
-STATE_TTL_S: Final = 7 * 24 * 3600.0
 
 CanUseTool = Callable[
     [str, dict[str, Any], ToolPermissionContext],
@@ -98,14 +96,6 @@ def _request(
     )
 
 
-def _decision(request: Request, answer: Any) -> ToolDecision:
-    try:
-        return decide(request, answer)
-    except InvalidAnswer as exc:  # an answer no broker checked: never run it
-        message = f"The approval of {tool_call_of(request).name} was invalid: {exc}"
-        return ToolDecision(False, None, False, message, None, None, None)
-
-
 def can_use_tool(
     wait_for: WaitFor,
     *,
@@ -122,21 +112,19 @@ def can_use_tool(
     proposed and approved digests are recorded.
     """
 
-    async def ask(
+    async def can_use(
         name: str, arguments: dict[str, Any], context: ToolPermissionContext
     ) -> PermissionResultAllow | PermissionResultDeny:
         call_id = context.tool_use_id or name
         request = _request(
             name, arguments, call_id, run, schemas, prompt=context.title, agent=agent
         )
-        decision = _decision(request, await wait_for(request))
-        if ledger is not None:
-            await ledger.decided(request, decision)
+        [decision] = await ask(wait_for, [request], ledger=ledger)
         if decision.approved:
             return PermissionResultAllow(updated_input=decision.arguments)
         return PermissionResultDeny(message=decision.message or "Denied.")
 
-    return ask
+    return can_use
 
 
 class _Deferring:
@@ -229,8 +217,7 @@ async def _step(
     request: Request,
 ) -> ResultMessage:
     """Wait for ``request`` (durably) and resume session ``session_id`` with its decision."""
-    decision = _decision(request, await broker.wait_for(request))
-    await hook.ledger.decided(request, decision)
+    [decision] = await ask(broker.wait_for, [request], ledger=hook.ledger)
     hook.decided[tool_call_of(request).call_id or ""] = decision
     return await _turn(replace(options, resume=session_id), None)
 

@@ -25,9 +25,18 @@ from typing import Any, Final, cast
 
 from .._broker import Broker
 from ..codec import JSON
-from ..errors import ConfigurationError, InvalidAnswer
-from ..models import Answer, Request, WaitFor
-from ._tool_call import Ledger, RunNotFound, call_request_id, decide, tool_call_request
+from ..errors import ConfigurationError
+from ..models import Request, WaitFor
+from ._tool_call import (
+    STATE_TTL_S,
+    Ledger,
+    RunNotFound,
+    ToolDecision,
+    ask,
+    call_request_id,
+    missing_extra,
+    tool_call_request,
+)
 
 try:
     from crewai.flow import Flow
@@ -35,14 +44,11 @@ try:
     from crewai.flow.persistence.base import FlowPersistence
     from crewai.llms.base_llm import BaseLLM
 except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
-    raise ConfigurationError(
-        "toolnexus.frameworks.crewai needs CrewAI: pip install 'toolnexus-bridge[crewai]'"
-    ) from exc
+    raise missing_extra(__name__, "CrewAI", "crewai") from exc
 
 FRAMEWORK: Final = "crewai"
 STORE: Final = "crewai"
 """The broker store that keeps paused flows' requests (:func:`run_resumable`)."""
-STATE_TTL_S: Final = 7 * 24 * 3600.0
 
 _WAIT_FOR: contextvars.ContextVar[WaitFor | None] = contextvars.ContextVar(
     "toolnexus_crewai_wait_for", default=None
@@ -93,17 +99,12 @@ class Feedback:
                 f"{self.approve!r} and {self.deny!r} (missing {', '.join(map(repr, missing))})"
             )
 
-    def feedback(self, request: Request, answer: Answer) -> str:
-        """The feedback text ``answer`` gives CrewAI: the approve outcome, or the deny
+    def feedback(self, decision: ToolDecision) -> str:
+        """The feedback text ``decision`` gives CrewAI: the approve outcome, or the deny
         outcome and the message."""
-        try:
-            decision = decide(request, answer)
-        except InvalidAnswer as exc:  # an answer no broker checked: never approve it
-            return f"{self.deny}: the approval was invalid ({exc})"
-        if decision.approved and not decision.edited:
+        if decision.approved:
             return self.approve
-        message = decision.message or "The output under review cannot be edited."
-        return f"{self.deny}: {message}"
+        return f"{self.deny}: {decision.message or 'Denied.'}"
 
     async def request_feedback(self, context: PendingFeedbackContext, flow: Flow[Any]) -> str:
         self.check(context)
@@ -111,7 +112,8 @@ class Feedback:
         if wait_for is None:
             raise HumanFeedbackPending(context=context)
         request = feedback_request(context, agent=flow.name or type(flow).__name__)
-        return self.feedback(request, await wait_for(request))
+        [decision] = await ask(wait_for, [request], editable=False)
+        return self.feedback(decision)
 
 
 async def kickoff(flow: Flow[Any], *, wait_for: WaitFor, **kickoff_kwargs: Any) -> Any:
@@ -173,19 +175,15 @@ async def _step(
     context = flow.pending_feedback
     if context is None:
         raise RunNotFound(f"CrewAI flow {flow_id!r} is not waiting for feedback")
-    answer = await broker.wait_for(request)
     ledger = Ledger(broker.store("tool-calls"))
-    try:
-        decision = decide(request, answer)
-    except InvalidAnswer:  # an answer no broker checked: a denial (Feedback.feedback)
-        decision = None
-    if decision is not None:
-        await ledger.decided(request, decision)
-        if decision.approved and not decision.edited:  # resumed once: not a second time
-            await ledger.executing(request.id, context.method_name, decision.arguments or {})
+    [decision] = await ask(broker.wait_for, [request], ledger=ledger, editable=False)
+    if decision.approved and decision.arguments is not None:  # resumed once, as approved
+        await ledger.executing(
+            request.id, context.method_name, decision.arguments, approved=decision.digest
+        )
     if llm is not None:  # CrewAI rebuilds the decorator's LLM from its config otherwise
         context.llm = cast(Any, llm)  # typed as the config; CrewAI takes an LLM there too
-    feedback = _provider(flow_class, context.method_name).feedback(request, answer)
+    feedback = _provider(flow_class, context.method_name).feedback(decision)
     return await flow.resume_async(feedback)
 
 

@@ -38,14 +38,16 @@ import msgspec
 
 from .._broker import Broker
 from ..codec import JSON
-from ..errors import ConfigurationError, InvalidAnswer
+from ..errors import InvalidAnswer
 from ..models import Answer, Request, WaitFor
 from ._tool_call import (
+    STATE_TTL_S,
     Ledger,
     RunNotFound,
     ToolDecision,
     call_request_id,
-    decide,
+    checked_decision,
+    missing_extra,
     tool_call_of,
     tool_call_request,
 )
@@ -58,15 +60,11 @@ try:
     from google.adk.tools.tool_context import ToolContext
     from google.genai import types
 except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
-    raise ConfigurationError(
-        "toolnexus.frameworks.google_adk needs Google ADK: "
-        "pip install 'toolnexus-bridge[google-adk]'"
-    ) from exc
+    raise missing_extra(__name__, "Google ADK", "google-adk") from exc
 
 FRAMEWORK: Final = "google-adk"
 STORE: Final = "google-adk"
 """The broker store that keeps resumable sessions' requests (:func:`run_resumable`)."""
-STATE_TTL_S: Final = 7 * 24 * 3600.0
 CONFIRMATION: Final = "adk_request_confirmation"
 """The function call by which ADK asks for a tool confirmation."""
 PLUGIN: Final = "toolnexus_confirmations"
@@ -197,11 +195,7 @@ def _decided(request: Request, answer: Answer) -> tuple[_Decided, dict[str, Any]
     adk = request.data["adk"] if isinstance(request.data, dict) else {}
     payload = adk.get("payload")
     call = tool_call_of(request)
-    try:
-        decision = decide(request, answer)
-    except InvalidAnswer as exc:  # an answer no broker checked: never run it
-        message = f"The approval of {call.name} was invalid: {exc}"
-        decision = ToolDecision(False, None, False, message, None, None, None)
+    decision = checked_decision(request, answer)
     if not decision.approved:
         return _Decided(request.id, decision, None), {"confirmed": False}
     if not isinstance(payload, dict):  # the form was the arguments

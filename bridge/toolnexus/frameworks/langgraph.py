@@ -40,14 +40,16 @@ import msgspec
 from .._broker import Broker
 from .._question import question
 from ..codec import JSON
-from ..errors import ConfigurationError, InvalidAnswer, InvalidRequest
+from ..errors import ConfigurationError, InvalidRequest
 from ..models import Request, WaitFor
 from ._tool_call import (
+    STATE_TTL_S,
     Ledger,
     RunNotFound,
     ToolDecision,
+    ask,
     call_request_id,
-    decide,
+    missing_extra,
     tool_call_of,
     tool_call_request,
 )
@@ -63,15 +65,11 @@ try:
     from langgraph.prebuilt import ToolNode
     from langgraph.types import Command, Interrupt
 except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
-    raise ConfigurationError(
-        "toolnexus.frameworks.langgraph needs LangGraph and LangChain: "
-        "pip install 'toolnexus-bridge[langgraph]'"
-    ) from exc
+    raise missing_extra(__name__, "LangGraph and LangChain", "langgraph") from exc
 
 FRAMEWORK: Final = "langgraph"
 STORE: Final = "langgraph"
 """The broker store that keeps resumable runs' requests (:func:`run_resumable`)."""
-STATE_TTL_S: Final = 7 * 24 * 3600.0
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
 
@@ -294,20 +292,6 @@ def _decision(shape: str, request: Request, decision: ToolDecision, allowed: fro
     return {"type": kind, "message": decision.message or f"The call to {name} was denied."}
 
 
-async def _decide_one(wait_for: WaitFor, request: Request, ledger: Ledger | None) -> ToolDecision:
-    answer = await wait_for(request)
-    try:
-        decision = decide(request, answer)
-    except InvalidAnswer as exc:  # an answer no broker checked: never run it
-        name = tool_call_of(request).name
-        decision = ToolDecision(
-            False, None, False, f"The approval of {name} was invalid: {exc}", None, None, None
-        )
-    if ledger is not None:
-        await ledger.decided(request, decision)
-    return decision
-
-
 async def _resume_value(pause: _Pause, wait_for: WaitFor, ledger: Ledger | None, run: str) -> Any:
     """Ask ``pause`` through ``wait_for``: the value its interrupt resumes with."""
     if pause.shape == "question":
@@ -322,7 +306,7 @@ async def _resume_value(pause: _Pause, wait_for: WaitFor, ledger: Ledger | None,
             durable=pause.durable,
         )
         return result.to_dict()
-    decisions = await asyncio.gather(*(_decide_one(wait_for, r, ledger) for r in pause.requests))
+    decisions = await ask(wait_for, pause.requests, ledger=ledger)
     values = [
         _decision(pause.shape, request, decision, allowed)
         for request, decision, allowed in zip(pause.requests, decisions, pause.allowed, strict=True)

@@ -17,7 +17,6 @@ is recorded as the tool starts, and a call the ledger says ran already is refuse
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any, Final
@@ -26,15 +25,16 @@ import msgspec
 
 from .._broker import Broker
 from ..codec import JSON
-from ..errors import ConfigurationError, InvalidAnswer, ToolnexusError
+from ..errors import InvalidAnswer, ToolnexusError
 from ..models import Request, WaitFor
 from ._tool_call import (
+    STATE_TTL_S,
     Ledger,
     RunNotFound,
     ToolDecision,
+    ask,
     call_request_id,
-    decide,
-    denied,
+    missing_extra,
     tool_call_of,
     tool_call_request,
 )
@@ -47,15 +47,11 @@ try:
     from agents.tool import Tool
     from agents.tool_context import ToolContext
 except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
-    raise ConfigurationError(
-        "toolnexus.frameworks.openai_agents needs the OpenAI Agents SDK: "
-        "pip install 'toolnexus-bridge[openai-agents]'"
-    ) from exc
+    raise missing_extra(__name__, "the OpenAI Agents SDK", "openai-agents") from exc
 
 FRAMEWORK: Final = "openai-agents"
 STORE: Final = "openai-agents"
 """The broker store that keeps resumable runs (:func:`run_resumable`)."""
-STATE_TTL_S: Final = 7 * 24 * 3600.0
 
 
 def _raw(item: ToolApprovalItem, key: str) -> Any:
@@ -143,24 +139,6 @@ async def _needs_approval(tool: Tool, context: ToolContext[Any], arguments: dict
     return bool(needs)
 
 
-async def _decisions(
-    wait_for: WaitFor, requests: Sequence[Request], ledger: Ledger | None
-) -> list[ToolDecision]:
-    answers = await asyncio.gather(*(wait_for(request) for request in requests))
-    decisions = []
-    for request, answer in zip(requests, answers, strict=True):
-        try:
-            decision = decide(request, answer)
-        except InvalidAnswer as exc:  # an answer no broker checked: never run it
-            decision = denied(f"Invalid approval of {tool_call_of(request).name}: {exc}")
-        if decision.edited:  # the SDK cannot run other arguments: never run the proposal
-            decision = denied("Edited arguments cannot be run by this framework.")
-        if ledger is not None:
-            await ledger.decided(request, decision)
-        decisions.append(decision)
-    return decisions
-
-
 def _apply(
     state: RunState[Any, Any],
     items: Sequence[ToolApprovalItem],
@@ -213,7 +191,7 @@ async def run_with_approvals(
         state = result.to_state()
         items = list(result.interruptions)
         requests = [approval_request(agent, item, run) for item in items]
-        decisions = await _decisions(wait_for, requests, ledger)
+        decisions = await ask(wait_for, requests, ledger=ledger, editable=False)
         if hooks is not None:
             hooks.decided(requests, decisions)
         _apply(state, items, requests, decisions)
@@ -239,7 +217,7 @@ async def _finish(
         requests = [approval_request(agent, i, run, durable=True) for i in result.interruptions]
         kept = _State(state.to_string(), [JSON.encode(r) for r in requests])
         await broker.store(STORE).set(run, msgspec.json.encode(kept), ttl_s=STATE_TTL_S)
-        decisions = await _decisions(broker.wait_for, requests, hooks.ledger)
+        decisions = await ask(broker.wait_for, requests, ledger=hooks.ledger, editable=False)
         hooks.decided(requests, decisions)
         _apply(state, list(result.interruptions), requests, decisions)
         result = await _run(agent, state, hooks=hooks, **run_kwargs)
@@ -274,7 +252,7 @@ async def resume(agent: Agent[Any], *, broker: Broker, run: str, **run_kwargs: A
     requests = [JSON.decode_as(encoded, Request) for encoded in kept.requests]
     state = await RunState.from_string(agent, kept.state)
     hooks = _Executed(Ledger(broker.store("tool-calls")), run)
-    decisions = await _decisions(broker.wait_for, requests, hooks.ledger)
+    decisions = await ask(broker.wait_for, requests, ledger=hooks.ledger, editable=False)
     hooks.decided(requests, decisions)
     _apply(state, state.get_interruptions(), requests, decisions)
     result = await _run(agent, state, hooks=hooks, **run_kwargs)

@@ -18,7 +18,6 @@ run; the :class:`~toolnexus.frameworks.Ledger` refuses to run a call twice.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -27,15 +26,15 @@ import msgspec
 
 from .._broker import Broker
 from ..codec import JSON
-from ..errors import ConfigurationError, InvalidAnswer
 from ..models import Request, WaitFor
 from ._tool_call import (
+    STATE_TTL_S,
     Ledger,
     RunNotFound,
     ToolDecision,
+    ask,
     call_request_id,
-    decide,
-    denied,
+    missing_extra,
     tool_call_of,
     tool_call_request,
 )
@@ -54,15 +53,11 @@ try:
         ToolDenied,
     )
 except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
-    raise ConfigurationError(
-        "toolnexus.frameworks.pydantic_ai needs pydantic-ai: "
-        "pip install 'toolnexus-bridge[pydantic-ai]'"
-    ) from exc
+    raise missing_extra(__name__, "pydantic-ai", "pydantic-ai") from exc
 
 FRAMEWORK: Final = "pydantic-ai"
 STORE: Final = "pydantic-ai"
 """The broker store that keeps resumable runs (:func:`run_resumable`)."""
-STATE_TTL_S: Final = 7 * 24 * 3600.0
 
 
 def _request(
@@ -86,21 +81,10 @@ def _request(
 async def _decide_all(
     wait_for: WaitFor, requests: Sequence[Request], ledger: Ledger | None
 ) -> dict[str, ToolDecision]:
-    """Ask every request at once; the decision for each call id (an answer that fails
-    :func:`decide` denies). Cancelling this cancels every wait (which withdraws a request
-    that is not durable)."""
-    answers = await asyncio.gather(*(wait_for(request) for request in requests))
-    decisions: dict[str, ToolDecision] = {}
-    for request, answer in zip(requests, answers, strict=True):
-        call = tool_call_of(request)
-        try:
-            decision = decide(request, answer)
-        except InvalidAnswer as exc:  # an answer no broker checked: never run it
-            decision = denied(f"The approval of {call.name} was invalid: {exc}")
-        if ledger is not None:
-            await ledger.decided(request, decision)
-        decisions[call.call_id or ""] = decision
-    return decisions
+    """Ask every request at once (cancelling withdraws those not durable); the decision
+    for each call id."""
+    decisions = await ask(wait_for, requests, ledger=ledger)
+    return {tool_call_of(r).call_id or "": d for r, d in zip(requests, decisions, strict=True)}
 
 
 def _results(decisions: dict[str, ToolDecision]) -> DeferredToolResults:
