@@ -83,14 +83,15 @@ def test_the_performance_page_quotes_only_figures_of_the_benchmark() -> None:
     prose = PLACEHOLDER.sub("", text.split("## The last run, as the benchmark wrote it")[0])
     prose = re.sub(r"`[^`]*`", "", prose)  # commands and names
     prose = re.sub(r"\]\([^)]*\)", "]", prose)  # link targets
-    typed = sorted({m.group(0).strip() for m in NUMBER.finditer(prose)})
-    assert typed == sorted(PLAN_NUMBERS), typed
+    typed = {m.group(0).strip() for m in NUMBER.finditer(prose)}
+    assert typed and typed <= PLAN_NUMBERS, sorted(typed - PLAN_NUMBERS)
 
 
-# Numbers the page states that are no measurement: the target rule of the internals (5%),
-# the fleet cases' settings and full counts, defaults (15 s liveness, 20 s withdrawal,
+# Numbers the page states that are no measurement: the target rules (5% for an internal,
+# within 2× of an even share for a Cluster master), the cases' settings and full counts
+# (2,000 Cluster round trips over 6 queues ...), defaults (15 s liveness, 20 s withdrawal,
 # 8 KiB excerpt, 1 KiB prompt), the 3 masters of a Cluster.
-PLAN_NUMBERS = {"1", "1,000", "10", "10,000", "15", "20", "3", "4", "5%", "8"}
+PLAN_NUMBERS = {"1", "1,000", "10", "10,000", "15", "2,000", "20", "2×", "3", "4", "5%", "6", "8"}
 
 
 @pytest.mark.parametrize("src", quoting_pages())
