@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -102,10 +103,10 @@ def _ms(x: float) -> str:
     return f"{x:.3f}" if x < 10 else f"{x:.1f}" if x < 1000 else f"{x:,.0f}"
 
 
-def _ratio(x: float | None, base: float | None) -> str:
+def _ratio(x: float | None, base: float | None, digits: int = 2) -> str:
     if x is None or base is None or base == 0 or math.isnan(x) or math.isnan(base):
         return "–"
-    return f"{x / base:.2f}×"
+    return f"{x / base:.{digits}f}×"
 
 
 def _bytes(n: float) -> str:
@@ -748,9 +749,119 @@ def chart(t: Tables, path: Path) -> None:
     plt.close(fig)
 
 
+def summary(
+    t: Tables, results: list[dict[str, Any]], machine: Machine, command: str
+) -> dict[str, str]:
+    """The run's headline figures by name, written as the report writes them, for pages that
+    quote them (``docs_hooks/bench_results.py`` renders ``{{ bench:NAME }}``): the run's date,
+    machine and command first, then every figure this run measured."""
+    figures = {
+        "run.date": machine["date"],
+        "run.command": command,
+        "run.machine": f"{machine['cpu']}, {machine['cores']} cores, "
+        f"{machine['memory_gib']:.0f} GiB; {machine['kernel']}",
+        "run.python": machine["python"],
+        "run.redis_server": machine["redis_server"],
+        "run.commit": machine["commit"],
+    }
+    lat = {key: lat for key, (lat, _s) in t.latency.items()}
+    floor, tnx, signed = (
+        lat.get(FLOOR_LATENCY),
+        lat.get(TOOLNEXUS),
+        lat.get(("toolnexus", "signed")),
+    )
+    if floor and tnx:
+        rounds = {
+            key: [
+                r["latency"]["p50_ms"]
+                for r in results
+                if "latency" in r and (r.get("case"), r.get("variant")) == key
+            ]
+            for key in (FLOOR_LATENCY, TOOLNEXUS)
+        }
+        figures |= {
+            "latency.rounds": str(t.latency_rounds),
+            "latency.p50_ms": _ms(tnx["p50_ms"]),
+            "latency.p99_ms": _ms(tnx["p99_ms"]),
+            "latency.floor_p50_ms": _ms(floor["p50_ms"]),
+            "latency.floor_p99_ms": _ms(floor["p99_ms"]),
+            "latency.p50_vs_floor": _ratio(tnx["p50_ms"], floor["p50_ms"]),
+            "latency.p99_vs_floor": _ratio(tnx["p99_ms"], floor["p99_ms"]),
+            "latency.round_p50_min_ms": _ms(min(rounds[TOOLNEXUS])),
+            "latency.round_p50_max_ms": _ms(max(rounds[TOOLNEXUS])),
+            "latency.floor_round_p50_min_ms": _ms(min(rounds[FLOOR_LATENCY])),
+            "latency.floor_round_p50_max_ms": _ms(max(rounds[FLOOR_LATENCY])),
+        }
+        if signed:
+            figures["latency.signed_p50_ms"] = _ms(signed["p50_ms"])
+            figures["latency.signed_p50_vs_floor"] = _ratio(signed["p50_ms"], floor["p50_ms"])
+        peers = {key: v for key, v in lat.items() if key[0] in PEERS}
+        if peers:
+            (case, variant), best = min(peers.items(), key=lambda kv: kv[1]["p50_ms"])
+            defaults = [v["p50_ms"] for (_c, w), v in peers.items() if w == "default"]
+            figures |= {
+                "peers.fastest": f"{case} ({variant})",
+                "peers.fastest_p50_ms": _ms(best["p50_ms"]),
+                "peers.fastest_vs_toolnexus": _ratio(best["p50_ms"], tnx["p50_ms"], 1),
+                "peers.default_vs_toolnexus_min": _ratio(min(defaults), tnx["p50_ms"], 0),
+                "peers.default_vs_toolnexus_max": _ratio(max(defaults), tnx["p50_ms"], 0),
+            }
+    top = max((c for c, _w, _n in _levels(t)), default=0)
+    pooled = t.per_s(FLOOR_THROUGHPUT, top)
+    coalesced = t.per_s(("floor", "coalesced"), top)
+    same = t.per_s(("floor", "same writes"), top)
+    figures["throughput.waits"] = f"{top:,}"
+    for name, variant in (
+        ("serve", "serve"),
+        ("accepts", "concurrent accepts"),
+        ("default", "default"),
+    ):
+        per_s = t.per_s(("toolnexus", variant), top)
+        if per_s is not None:
+            figures[f"throughput.{name}_per_s"] = f"{per_s:,.0f}"
+            figures[f"throughput.{name}_vs_pool"] = _ratio(per_s, pooled)
+            figures[f"throughput.{name}_vs_coalesced"] = _ratio(per_s, coalesced)
+            figures[f"throughput.{name}_vs_same_writes"] = _ratio(per_s, same)
+    if same is not None:
+        figures["throughput.same_writes_per_s"] = f"{same:,.0f}"
+    wake = t.wakeup.get(TOOLNEXUS)
+    if wake:
+        figures["wakeup.pending"] = f"{wake[2]:,}"
+        figures["wakeup.p50_ratio"] = _ratio(wake[1]["p50_ms"], wake[0]["p50_ms"])
+    scale = {s["case"]: s["scale"] for s in t.scale}
+    if "toolnexus" in scale:
+        sc = scale["toolnexus"]
+        figures |= {
+            "scale.waits": f"{sc['waits']:,}",
+            "scale.per_wait_kib": f"{sc['per_wait_bytes'] / 1024:.2f}",
+            "scale.connections": str(sc["connections"]),
+        }
+        if "bare task" in scale:
+            beyond = sc["per_wait_bytes"] - scale["bare task"]["per_wait_bytes"]
+            figures["scale.beyond_bare_kib"] = f"{beyond / 1024:.2f}"
+        if "floor" in scale:
+            figures["scale.floor_per_wait_kib"] = f"{scale['floor']['per_wait_bytes'] / 1024:.2f}"
+    mem = t.fleet.get("memory")
+    if mem:
+        figures |= {
+            "fleet.request_bytes": f"{mem['request_bytes']:,}",
+            "fleet.open_bytes": f"{mem['open_bytes']:,.0f}",
+            "fleet.open_vs_floor": _ratio(mem["open_bytes"], mem["floor_open_bytes"]),
+            "fleet.ended_bytes": f"{mem['ended_bytes']:,.0f}",
+        }
+    return figures
+
+
 def write_report(
-    out: Path, results: list[dict[str, Any]], machine: Machine, elapsed_s: float, note: str = ""
+    out: Path,
+    results: list[dict[str, Any]],
+    machine: Machine,
+    elapsed_s: float,
+    note: str = "",
+    command: str = "python -m bench",
 ) -> None:
     t = Tables(results)
     (out / "RESULTS.md").write_text(render(t, machine, elapsed_s, note))
     chart(t, out / "results.png")
+    figures = summary(t, results, machine, command)
+    (out / "summary.json").write_text(json.dumps(figures, indent=1, ensure_ascii=False) + "\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -450,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
         machine = describe(server.version)
     elapsed = time.perf_counter() - started
     quick_note = "--quick: tiny sample counts, figures not meaningful" if args.quick else ""
-    write_report(out, results, machine, elapsed, note=quick_note)
+    command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
+    write_report(out, results, machine, elapsed, note=quick_note, command=command)
     (out / "results.json").write_text(
         json.dumps(
             {"machine": machine, "elapsed_s": elapsed, "results": _without_samples(results)},
