@@ -223,7 +223,7 @@ class Connector:
             **({"ssl": True} if tls else {}),
             **self.options,
         }
-        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = Sentinel(  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8.2
             [(a.host, a.port) for a in addresses], sentinel_kwargs=sentinel_kwargs, **master_options
         )
         self.command_client = packing(
