@@ -138,6 +138,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _ops_parsers(commands: Any) -> None:
+    """The commands that ask, answer and look: ask, answer, status, check, audit, dead-letters."""
+    _ask_parser(commands)
+    _answer_parser(commands)
+    _status_parser(commands)
+    _check_parser(commands)
+    _audit_parser(commands)
+    _dead_letters_parser(commands)
+
+
+def _ask_parser(commands: Any) -> None:
     ask = commands.add_parser(
         "ask",
         parents=[connection_parser()],
@@ -241,6 +251,8 @@ def _ops_parsers(commands: Any) -> None:
     ask.add_argument("--id", metavar="ID", help="the request id (default: a fresh one)")
     ask.add_argument("--json", action="store_true", help="print the whole answer as JSON")
 
+
+def _answer_parser(commands: Any) -> None:
     answer = commands.add_parser(
         "answer",
         parents=[connection_parser()],
@@ -280,6 +292,8 @@ def _ops_parsers(commands: Any) -> None:
         help="how long to wait for the waiter to take or refuse it (default 5s)",
     )
 
+
+def _status_parser(commands: Any) -> None:
     status = commands.add_parser(
         "status",
         parents=[connection_parser(queue=None, keys=False)],
@@ -307,6 +321,8 @@ def _ops_parsers(commands: Any) -> None:
         help="a queue to show (repeat; default: $TOOLNEXUS_QUEUE, else every queue)",
     )
 
+
+def _check_parser(commands: Any) -> None:
     check = commands.add_parser(
         "check",
         parents=[connection_parser(keys=False)],
@@ -330,6 +346,8 @@ def _ops_parsers(commands: Any) -> None:
         help="count only workers running on this host (a container's own health check)",
     )
 
+
+def _audit_parser(commands: Any) -> None:
     audit = commands.add_parser(
         "audit",
         parents=[connection_parser(keys=False)],
@@ -350,8 +368,6 @@ def _ops_parsers(commands: Any) -> None:
         action="store_true",
         help="with --json: also the signed bytes of each record (base64), to verify offline",
     )
-
-    _dead_letters_parser(commands)
 
 
 def _dead_letters_parser(commands: Any) -> None:
