@@ -388,7 +388,7 @@ async def _finish(
     kept request is asked as it was kept), and forget them once the run ends."""
     run = _thread_of(config)
     store = broker.store(STORE)
-    ledger = Ledger(broker.store("tool-calls"))
+    ledger = Ledger.of(broker)
     while pauses := await _pauses(graph, config, tools, durable=True, agent=agent):
         pauses = [replace(p, requests=[kept.get(r.id, r) for r in p.requests]) for p in pauses]
         kept = {r.id: r for p in pauses for r in p.requests}
