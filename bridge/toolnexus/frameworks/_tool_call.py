@@ -487,7 +487,7 @@ class Ledger:
                     "tool call %s: the claim of its run in the store does not verify (%s): "
                     "a forged claim was replaced and the approved call runs",
                     request_id,
-                    problem,
+                    problem[:200],  # (a key name in it is the writer's, repr'd: bounded)
                 )
                 return
             await asyncio.sleep(pause_s)  # a writer that keeps rewriting costs time only
