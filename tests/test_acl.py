@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -597,3 +598,49 @@ async def test_a_chat_bot_keeps_its_message_map_as_a_responder(as_user: Any) -> 
     assert await responder.hgetall(messages) == {b"req-1": b'{"channel": "C1", "ts": "1.2"}'}
     assert await responder.hdel(messages, "req-1") == 1
     await noperm(agent.hset(messages, "req-2", "{}"))
+
+
+def ledger_rules() -> str:
+    """The rules docs/how-to/tool-approvals.md says an agent's user needs added to keep
+    tool-call ledgers and resumable runs."""
+    page = (Path(__file__).parents[1] / "docs" / "how-to" / "tool-approvals.md").read_text()
+    match = re.search(r"`(\(~\{toolnexus:q:\*\}:store:\*[^`]*)`\s+added", page)
+    assert match is not None, "the page names no rules for an agent's tool-call ledger"
+    return match.group(1)
+
+
+async def test_an_agent_with_the_documented_ledger_rules_replaces_a_forged_claim(
+    tmp_path: Path,
+) -> None:
+    """With the rules the tool-approvals page says to add, the agent user claims a call's
+    run in the ledger, and replaces the claim a responder user (allowed to write queue
+    stores) forged before it, with nothing denied (docs/security.md, S3)."""
+    from toolnexus.frameworks import Ledger, tool_call_digest
+    from toolnexus.security import SigningKey
+
+    env = {f"REDIS_{user.upper()}_PASSWORD": password for user, password in PASSWORDS.items()}
+    done = set_passwords(**env)
+    assert done.returncode == 0, done.stderr
+    acl = "".join(
+        f"{line} {ledger_rules()}\n" if line.startswith("user agent ") else f"{line}\n"
+        for line in done.stdout.splitlines()
+    )
+    server = start_server(tmp_path, acl)
+    admin = aioredis.Redis.from_url(server.url, username="admin", password=ADMIN)
+    responder = aioredis.Redis.from_url(url(server, "responder"))
+    try:
+        agent = toolnexus.connect(
+            url(server, "agent"), queue=QUEUE, signing_key=SigningKey.generate("agent"), **FAST
+        )
+        async with agent:
+            ledger = Ledger.of(agent)
+            digest = tool_call_digest("transfer", {"amount": 10})
+            assert await ledger.executing("tool-1", "transfer", {"amount": 10}, approved=digest)
+            await responder.hset(KEYS.store("tool-calls"), "tool-2:executed", "forged")
+            assert await ledger.executing("tool-2", "transfer", {"amount": 10}, approved=digest)
+            assert (await ledger.get("tool-2"))["executed"] == digest
+        assert await denials(admin) == []
+    finally:
+        await responder.aclose()
+        await admin.aclose()
+        server.kill()

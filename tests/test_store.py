@@ -61,6 +61,56 @@ async def test_a_claim_keeps_the_first_value_only_and_says_who_won(broker: Broke
         await store.claim("call-2", 7, ttl_s=60)  # type: ignore[arg-type]
 
 
+async def test_a_replacement_takes_only_the_exact_value_read_and_says_who_won(
+    broker: Broker,
+) -> None:
+    store = broker.store("claims")
+    await store.set("call-1", b"\x00forged", ttl_s=60)
+    won = await asyncio.gather(
+        *(store.replace("call-1", b"\x00forged", f"by-{n}", ttl_s=60) for n in range(8))
+    )
+    assert won.count(True) == 1, won
+    winner = f"by-{won.index(True)}"
+    assert await store.get("call-1") == winner.encode()
+    # the winner's replacement, retried: still won; a stale one changes nothing
+    assert await store.replace("call-1", b"\x00forged", winner, ttl_s=60)
+    assert not await store.replace("call-1", b"\x00forged", "late", ttl_s=60)
+    assert not await store.replace("call-1", b"\x00forge", "late", ttl_s=60)  # a prefix
+    assert await store.get("call-1") == winner.encode()
+    assert not await store.replace("never-set", "", "late", ttl_s=60)  # nothing to replace
+    assert await store.get("never-set") is None
+    # what was read may be longer than a value set keeps (another writer's): still replaced
+    huge = b"x" * (MAX_STORE_VALUE_BYTES + 1)
+    assert await store.replace("call-1", winner, "text ✓", ttl_s=60)
+    assert await store.replace("call-1", "text ✓", b"next", ttl_s=60)
+    assert not await store.replace("call-1", huge, b"other", ttl_s=60)
+    with pytest.raises(ConfigurationError, match="a store value must be bytes or str, not int"):
+        await store.replace("call-1", 7, "v", ttl_s=60)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="at most 65536"):
+        await store.replace("call-1", b"next", huge, ttl_s=60)
+    with pytest.raises(ConfigurationError, match="ttl_s"):
+        await store.replace("call-1", b"next", b"v", ttl_s=0)
+    assert await store.get("call-1") == b"next"
+
+
+@pytest.mark.redis
+async def test_on_redis_a_replaced_value_may_be_one_a_store_would_not_keep(
+    redis_url: str, namespace: str
+) -> None:
+    """Whoever may write Redis can leave a value longer than a store keeps: a replacement
+    of exactly those bytes still works (and extends the store's TTL as a write does)."""
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
+        assert isinstance(broker, RedisBroker)
+        store = broker.store("claims")
+        huge = b"\xff" * (MAX_STORE_VALUE_BYTES * 2)
+        key = Keys(namespace, "default").store("claims")
+        await broker.redis.hset(key, "call-1", huge)
+        await broker.redis.expire(key, 5)
+        assert await store.replace("call-1", huge, "ours", ttl_s=600)
+        assert await broker.redis.ttl(key) > 500
+        assert await store.get("call-1") == b"ours"
+
+
 @pytest.mark.redis
 async def test_on_redis_brokers_racing_for_one_claim_have_one_winner(
     redis_url: str, namespace: str

@@ -322,6 +322,27 @@ def check_store_entry(key: str, value: bytes | str | None = None) -> bytes | Non
     return value
 
 
+def check_store_replacement(key: str, old: bytes | str, new: bytes | str) -> tuple[bytes, bytes]:
+    """:func:`check_store_entry` of ``key`` and ``new``, and ``old`` as bytes: the values of
+    :meth:`Store.replace`. ``old`` may be of any length (what a writer of Redis left).
+
+    Raises:
+        ConfigurationError: as :func:`check_store_entry`, or ``old`` is not bytes or str.
+    """
+    data = check_store_entry(key, new)
+    assert data is not None  # a value was given
+    try:
+        if isinstance(old, str):
+            old = old.encode()
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(f"store value of {key!r:.80}: {exc}") from None
+    if not isinstance(old, bytes):
+        raise ConfigurationError(
+            f"a store value must be bytes or str, not {type(old).__name__} (key {key!r:.80})"
+        )
+    return old, data
+
+
 class Store(abc.ABC):
     """A worker's small state kept by the broker: a named map of string keys to bytes
     that expires as a whole (see :meth:`Broker.store`).
@@ -370,6 +391,24 @@ class Store(abc.ABC):
 
         Raises:
             ConfigurationError: as :meth:`set`.
+            BrokerUnavailable: the broker stayed unreachable.
+            BrokerClosed: the Redis broker was closed.
+        """
+
+    @abc.abstractmethod
+    async def replace(self, key: str, old: bytes | str, new: bytes | str, *, ttl_s: float) -> bool:
+        """Keep ``new`` under ``key`` only if ``key`` holds exactly ``old`` (the bytes a
+        :meth:`get` returned), in one atomic step (on Redis one script): of several
+        callers replacing the same ``old``, in any processes, exactly one gets True, and
+        the store lives on as :meth:`set` makes it. False: ``key`` holds something else, or
+        nothing (nothing is written).
+
+        As with :meth:`claim`, give each caller a ``new`` of its own: a replacement retried
+        while Redis was away is then still known as this caller's (True).
+
+        Raises:
+            ConfigurationError: as :meth:`set`, or ``old`` is neither bytes nor str
+                (it may be longer than a value :meth:`set` keeps: what another wrote).
             BrokerUnavailable: the broker stayed unreachable.
             BrokerClosed: the Redis broker was closed.
         """

@@ -31,6 +31,7 @@ from ._broker import (
     check_audit_query,
     check_same_question,
     check_store_entry,
+    check_store_replacement,
     deadline_of,
     default_consumer_name,
 )
@@ -508,6 +509,17 @@ class MemoryStore(Store):
 
     async def claim(self, key: str, value: bytes | str, *, ttl_s: float) -> bool:
         return self._keep(key, value, ttl_s, replace=False)
+
+    async def replace(self, key: str, old: bytes | str, new: bytes | str, *, ttl_s: float) -> bool:
+        expected, data = check_store_replacement(key, old, new)
+        check_number("ttl_s", ttl_s)
+        entries = self._live()
+        held = entries.get(key)
+        if held == data:
+            return True  # (as on Redis: this replacement, retried)
+        if held != expected:
+            return False
+        return self._keep(key, data, ttl_s, replace=True)
 
     def _keep(self, key: str, value: bytes | str, ttl_s: float, *, replace: bool) -> bool:
         """Keep ``value`` (unless ``key`` has one and not ``replace``), extending the

@@ -102,7 +102,7 @@ async def main() -> None:
         AsyncSqliteSaver.from_conn_string(db) as checkpointer,
         toolnexus.connect(url, namespace=namespace, block_ms=100) as broker,
     ):
-        ledger = Ledger(broker.store("tool-calls"))
+        ledger = Ledger.of(broker)
         if mode == "start":
             agent = bank(Path(ran_file), checkpointer, calls(ARGS), ledger=ledger)
             values = await run_resumable(

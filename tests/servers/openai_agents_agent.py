@@ -47,7 +47,7 @@ async def main() -> None:
         name="bank-bot", model=Scripted(), tools=[transfer], model_settings=ModelSettings()
     )
     async with toolnexus.connect(url, namespace=namespace, block_ms=100) as broker:
-        ledger = Ledger(broker.store("tool-calls"))
+        ledger = Ledger.of(broker)
         wait_for = functools.partial(broker.wait_for, timeout_s=timeout_s)
         if mode == "inline":
             result = await run_with_approvals(

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -44,7 +45,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 import rfc8785
 
-from .._broker import Store
+from .._broker import Broker, Store
 from .._schema import validate_form
 from ..codec import JSON, MSGPACK
 from ..errors import (
@@ -52,10 +53,15 @@ from ..errors import (
     DecodeError,
     InvalidAnswer,
     InvalidRequest,
+    SignatureError,
     ToolnexusError,
 )
-from ..models import Answer, Request, Source, WaitFor, new_id
+from ..models import Answer, Request, Signature, Source, WaitFor, new_id
+from ..security import SigningKey
 from ..security._audit import AuditRecord
+from ..security._signing import sign_own, verify_own
+
+log = logging.getLogger(__name__)
 
 
 class RunNotFound(ToolnexusError):
@@ -352,6 +358,10 @@ STATE_TTL_S: Final = 7 * 24 * 3600.0
 """How long an adapter keeps a paused run's state in its broker store."""
 LEDGER_TTL_S: Final = STATE_TTL_S
 """How long a :class:`Ledger` keeps a call's digests."""
+LEDGER_STORE: Final = "tool-calls"
+"""The name of the broker store an adapter keeps its :class:`Ledger` in."""
+CLAIM_KIND: Final = "tool-call-claim"
+"""What a signed claim of a call's run is, to :func:`~toolnexus.security._signing.sign_own`."""
 
 
 class Ledger:
@@ -366,10 +376,27 @@ class Ledger:
     The store is Redis, shared and untrusted: the digests it keeps are a record, not a
     proof (the audit record is that). The arguments a call may run with come from the
     caller's own decision (``approved=`` of :meth:`executing`), never from the store.
+
+    With a ``signing_key`` (the broker's: :meth:`of`), each claim is signed by it, bound to
+    the request id, the digest and the claim's own id, and a claim found in the store counts
+    only if it verifies: one that does not (forged, garbage, another key's) is replaced and
+    the call runs; it costs a few round trips, never the run. The processes that resume an
+    agent's runs share its key, as for its durable MCP task records. Without a key (no
+    signatures in use) any value under the claim refuses the run, as it always did: whoever
+    may write the store can then stop an approved call (never make it run).
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, signing_key: SigningKey | None = None) -> None:
         self.store = store
+        self.signing_key = signing_key
+
+    @classmethod
+    def of(cls, broker: Broker) -> Ledger:
+        """The ledger an adapter keeps for ``broker``: in ``broker.store("tool-calls")``,
+        its claims signed by the broker's own key if it has one
+        (:attr:`~toolnexus.Broker.signing_key`; a broker that requires signatures always
+        has one: without it, :func:`~toolnexus.connect` raises ``ConfigurationError``)."""
+        return cls(broker.store(LEDGER_STORE), signing_key=broker.signing_key)
 
     async def get(self, request_id: str) -> dict[str, str]:
         """The digests recorded for ``request_id`` (empty: none)."""
@@ -403,6 +430,11 @@ class Ledger:
         (:attr:`ToolDecision.digest`); without it the digest recorded by :meth:`decided`
         is taken, which whoever may write the store can change.
 
+        With a signing key, a claim found in the store refuses the run only if it is this
+        key's for ``request_id``; any other is replaced by this caller's in one atomic step
+        (:meth:`~toolnexus.Store.replace` of the exact bytes read: of several callers
+        replacing one forged claim, exactly one wins) and the run goes on, with a warning.
+
         Raises:
             InvalidAnswer: ``arguments`` are not the approved ones (nothing is claimed), or
                 the call was claimed already: an approval is used once.
@@ -416,10 +448,66 @@ class Ledger:
                 f"ones (approved {approved or 'none'}, about to run {digest}): the run's "
                 "kept state may have been altered; the call is not run"
             )
-        claim = msgspec.json.encode(_Claim(digest=digest, by=new_id("run")))
-        if not await self.store.claim(_executed_key(request_id), claim, ttl_s=LEDGER_TTL_S):
-            raise InvalidAnswer(f"tool call {request_id!r} ran already: an approval is used once")
+        key, ours = _executed_key(request_id), self._claim(request_id, digest)
+        if not await self.store.claim(key, ours, ttl_s=LEDGER_TTL_S):
+            await self._take_over(request_id, key, ours)
         return digest
+
+    def _claim(self, request_id: str, digest: str) -> bytes:
+        """A claim of ``request_id``'s run with ``digest``, of a fresh id, signed with the
+        signing key if there is one."""
+        claim = _Claim(digest=digest, by=new_id("run"))
+        if self.signing_key is not None:
+            signature = sign_own(CLAIM_KIND, claim.signed(request_id), self.signing_key)
+            claim = msgspec.structs.replace(claim, signature=signature)
+        return msgspec.json.encode(claim)
+
+    async def _take_over(self, request_id: str, key: str, ours: bytes) -> None:
+        """The claim of ``request_id``'s run was lost: replace the claim held if it is not
+        genuine (only with a signing key), else refuse the run.
+
+        Raises:
+            InvalidAnswer: the claim held is this key's (or, without a key, any value).
+        """
+        ran = InvalidAnswer(f"tool call {request_id!r} ran already: an approval is used once")
+        if self.signing_key is None:
+            raise ran
+        pause_s = 0.01
+        while True:  # each turn: another write came between this caller's read and write
+            held = await self.store.get(key)
+            if held is None:  # gone meanwhile: claim it again
+                if await self.store.claim(key, ours, ttl_s=LEDGER_TTL_S):
+                    return
+                continue
+            problem = self._forged(request_id, held)
+            if problem is None:
+                raise ran
+            if await self.store.replace(key, held, ours, ttl_s=LEDGER_TTL_S):
+                log.warning(
+                    "tool call %s: the claim of its run in the store does not verify (%s): "
+                    "a forged claim was replaced and the approved call runs",
+                    request_id,
+                    problem[:200],  # (a key name in it is the writer's, repr'd: bounded)
+                )
+                return
+            await asyncio.sleep(pause_s)  # a writer that keeps rewriting costs time only
+            pause_s = min(2 * pause_s, 0.5)
+
+    def _forged(self, request_id: str, held: bytes) -> str | None:
+        """Why the claim ``held`` of ``request_id``'s run is not this key's (None: it is)."""
+        assert self.signing_key is not None
+        try:
+            claim = msgspec.json.decode(held, type=_Claim)
+        except msgspec.DecodeError:  # ValidationError is one
+            return "unreadable"
+        what = f"the claim of tool call {request_id!r}"
+        try:
+            verify_own(
+                CLAIM_KIND, claim.signed(request_id), claim.signature, self.signing_key, what
+            )
+        except SignatureError as exc:
+            return exc.reason
+        return None
 
 
 async def ask(
@@ -442,11 +530,17 @@ async def ask(
     return decisions
 
 
-class _Claim(msgspec.Struct, frozen=True):
-    """Who claimed a call's run (``by``: an id of the claim) and with what digest."""
+class _Claim(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Who claimed a call's run (``by``: an id of the claim) and with what digest; signed
+    by the agent's key where it has one (:class:`Ledger`)."""
 
     digest: str
     by: str
+    signature: Signature | None = None
+
+    def signed(self, request_id: str) -> dict[str, str]:
+        """What the signature covers: the call's request id, the digest, the claim's id."""
+        return {"request_id": request_id, "digest": self.digest, "by": self.by}
 
 
 def _executed_key(request_id: str) -> str:

@@ -244,7 +244,7 @@ async def run_resumable(
     resumed when it is answered. Should this process die, :func:`resume` finishes it.
     The session's final ``ResultMessage``.
     """
-    hook = _Deferring(run, Ledger(broker.store("tool-calls")))
+    hook = _Deferring(run, Ledger.of(broker))
     options = _with_hook(options, hook, matcher)
     result = await _turn(options, prompt)
     return await _finish(options, broker, run, hook, result, schemas)
@@ -271,7 +271,7 @@ async def resume(
         raise RunNotFound(f"no resumable claude-agent-sdk session {run!r} is kept")
     kept = msgspec.json.decode(raw, type=_State)
     request = JSON.decode_as(kept.request, Request)
-    hook = _Deferring(run, Ledger(broker.store("tool-calls")))
+    hook = _Deferring(run, Ledger.of(broker))
     options = _with_hook(options, hook, matcher)
     result = await _step(options, broker, hook, kept.session_id, request)
     return await _finish(options, broker, run, hook, result, schemas)

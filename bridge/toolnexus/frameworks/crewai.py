@@ -175,7 +175,7 @@ async def _step(
     context = flow.pending_feedback
     if context is None:
         raise RunNotFound(f"CrewAI flow {flow_id!r} is not waiting for feedback")
-    ledger = Ledger(broker.store("tool-calls"))
+    ledger = Ledger.of(broker)
     [decision] = await ask(broker.wait_for, [request], ledger=ledger, editable=False)
     if decision.approved and decision.arguments is not None:  # resumed once, as approved
         await ledger.executing(

@@ -308,7 +308,7 @@ async def run_resumable(
     ``broker.store("google-adk")`` and asked durably, and the invocation resumes when
     they are answered. Should this process die, :func:`resume` finishes the run (the
     runner's session service must outlive the process). The events of the last step."""
-    plugin = _plugin(runner, Ledger(broker.store("tool-calls")))
+    plugin = _plugin(runner, Ledger.of(broker))
     events = await _run(runner, user_id, session_id, new_message)
     return await _finish(runner, plugin, broker, user_id, session_id, events)
 
@@ -326,7 +326,7 @@ async def resume(runner: Runner, *, session_id: str, broker: Broker) -> list[Eve
         raise RunNotFound(f"no resumable google-adk run of session {session_id!r} is kept")
     kept = msgspec.json.decode(raw, type=_State)
     requests = [JSON.decode_as(encoded, Request) for encoded in kept.requests]
-    plugin = _plugin(runner, Ledger(broker.store("tool-calls")))
+    plugin = _plugin(runner, Ledger.of(broker))
     message = await _answer(plugin, requests, broker.wait_for)
     events = await _run(runner, kept.user_id, session_id, message)
     return await _finish(runner, plugin, broker, kept.user_id, session_id, events)

@@ -25,7 +25,10 @@ the requests in ``broker.store("langgraph")`` under the thread id; should the pr
 :func:`resume` (any process sharing the checkpointer) attaches to them and sends the
 ``Command(resume=...)``. :class:`LedgerMiddleware` records each call's executed digest in
 the :class:`~toolnexus.frameworks.Ledger` as the tool starts and refuses a second run.
-The graph is run with ``ainvoke``: these helpers are async.
+The graph is run with ``ainvoke``: these helpers are async. The ``ainvoke`` that resumes
+carries the digests the helpers' own decisions approved, by request id, in its config
+(``configurable[APPROVED]``, kept in memory, never in a checkpoint): the middleware checks
+the arguments about to run against them, not against the ledger's copy in Redis.
 """
 
 from __future__ import annotations
@@ -70,6 +73,10 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in the t
 FRAMEWORK: Final = "langgraph"
 STORE: Final = "langgraph"
 """The broker store that keeps resumable runs' requests (:func:`run_resumable`)."""
+APPROVED: Final = "toolnexus_approved"
+"""The key of ``configurable`` in the config of the ``ainvoke`` that resumes a run: the
+digest each decision of that resume approved, by request id, for :class:`LedgerMiddleware`
+(a dict: LangGraph copies no such value into a checkpoint's metadata)."""
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
 
@@ -292,8 +299,11 @@ def _decision(shape: str, request: Request, decision: ToolDecision, allowed: fro
     return {"type": kind, "message": decision.message or f"The call to {name} was denied."}
 
 
-async def _resume_value(pause: _Pause, wait_for: WaitFor, ledger: Ledger | None, run: str) -> Any:
-    """Ask ``pause`` through ``wait_for``: the value its interrupt resumes with."""
+async def _resume_value(
+    pause: _Pause, wait_for: WaitFor, ledger: Ledger | None, run: str
+) -> tuple[Any, dict[str, str]]:
+    """Ask ``pause`` through ``wait_for``: the value its interrupt resumes with, and the
+    digest each of its approvals approved, by request id."""
     if pause.shape == "question":
         spec = pause.value
         result = await question(
@@ -305,15 +315,20 @@ async def _resume_value(pause: _Pause, wait_for: WaitFor, ledger: Ledger | None,
             request_id=call_request_id(FRAMEWORK, run, pause.interrupt_id),
             durable=pause.durable,
         )
-        return result.to_dict()
+        return result.to_dict(), {}
     decisions = await ask(wait_for, pause.requests, ledger=ledger)
     values = [
         _decision(pause.shape, request, decision, allowed)
         for request, decision, allowed in zip(pause.requests, decisions, pause.allowed, strict=True)
     ]
+    approved = {
+        request.id: decision.digest
+        for request, decision in zip(pause.requests, decisions, strict=True)
+        if decision.approved and decision.digest is not None
+    }
     if pause.shape == "batched":
-        return {"decisions": values}
-    return values[0] if pause.shape == "per_call" else values
+        return {"decisions": values}, approved
+    return (values[0] if pause.shape == "per_call" else values), approved
 
 
 async def _pauses(
@@ -334,13 +349,23 @@ async def _pauses(
     ]
 
 
-async def _command(
-    pauses: Sequence[_Pause], wait_for: WaitFor, ledger: Ledger | None, run: str
-) -> Command[Any]:
+async def _resume(
+    graph: Graph,
+    config: RunnableConfig,
+    pauses: Sequence[_Pause],
+    wait_for: WaitFor,
+    ledger: Ledger | None,
+    run: str,
+) -> None:
     """Ask every pause at once (cancelling this cancels every wait, which withdraws a
-    request that is not durable): the ``Command`` that resumes each interrupt by id."""
-    values = await asyncio.gather(*(_resume_value(p, wait_for, ledger, run) for p in pauses))
-    return Command(resume={p.interrupt_id: v for p, v in zip(pauses, values, strict=True)})
+    request that is not durable), then resume the graph with the ``Command`` that answers
+    each interrupt by id, the digests approved in its config (:data:`APPROVED`)."""
+    asked = await asyncio.gather(*(_resume_value(p, wait_for, ledger, run) for p in pauses))
+    resumed = {p.interrupt_id: v for p, (v, _) in zip(pauses, asked, strict=True)}
+    command: Command[Any] = Command(resume=resumed)
+    approved = {request_id: d for _, digests in asked for request_id, d in digests.items()}
+    configurable = {**config.get("configurable", {}), APPROVED: approved}
+    await graph.ainvoke(command, {**config, "configurable": configurable})
 
 
 def _known(graph: Graph, tools: Sequence[BaseTool]) -> dict[str, BaseTool]:
@@ -372,7 +397,7 @@ async def run_with_approvals(
     known = _known(graph, tools)
     await graph.ainvoke(input, config)
     while pauses := await _pauses(graph, config, known, durable=False, agent=agent):
-        await graph.ainvoke(await _command(pauses, wait_for, ledger, run), config)
+        await _resume(graph, config, pauses, wait_for, ledger, run)
     return (await graph.aget_state(config)).values
 
 
@@ -388,13 +413,13 @@ async def _finish(
     kept request is asked as it was kept), and forget them once the run ends."""
     run = _thread_of(config)
     store = broker.store(STORE)
-    ledger = Ledger(broker.store("tool-calls"))
+    ledger = Ledger.of(broker)
     while pauses := await _pauses(graph, config, tools, durable=True, agent=agent):
         pauses = [replace(p, requests=[kept.get(r.id, r) for r in p.requests]) for p in pauses]
         kept = {r.id: r for p in pauses for r in p.requests}
         encoded = msgspec.json.encode([JSON.encode(r) for r in kept.values()])
         await store.set(run, encoded, ttl_s=STATE_TTL_S)
-        await graph.ainvoke(await _command(pauses, broker.wait_for, ledger, run), config)
+        await _resume(graph, config, pauses, broker.wait_for, ledger, run)
     await store.delete(run)
     return (await graph.aget_state(config)).values
 
@@ -452,7 +477,13 @@ class LedgerMiddleware(AgentMiddleware[AgentState[Any], Any]):
     """Records each asked tool call's executed digest in ``ledger`` as the tool starts,
     and refuses a call that ran already or with arguments other than approved
     (:meth:`~toolnexus.frameworks.Ledger.executing`). List it after the
-    ``HumanInTheLoopMiddleware`` (inside it: it sees the edited arguments)."""
+    ``HumanInTheLoopMiddleware`` (inside it: it sees the edited arguments).
+
+    The approved digest is the one this module's helpers decided, passed in the resuming
+    ``ainvoke``'s config (:data:`APPROVED`). A graph resumed by other means has none
+    there: a call the ledger knows of is then checked against the ledger's copy, which
+    whoever may write the store can change (a refusal, never a run of other arguments
+    than the graph's own)."""
 
     def __init__(self, ledger: Ledger) -> None:
         super().__init__()
@@ -467,7 +498,13 @@ class LedgerMiddleware(AgentMiddleware[AgentState[Any], Any]):
         thread = request.runtime.config.get("configurable", {}).get("thread_id")
         if call_id and thread is not None:
             request_id = call_request_id(FRAMEWORK, str(thread), call_id)
-            if await self.ledger.get(request_id):  # asked about: it runs once, as approved
-                call = request.tool_call
+            call = request.tool_call
+            decided = request.runtime.config.get("configurable", {}).get(APPROVED)
+            approved = decided.get(request_id) if isinstance(decided, dict) else None
+            if isinstance(approved, str):  # our own decision: it runs once, as approved
+                await self.ledger.executing(
+                    request_id, call["name"], call["args"], approved=approved
+                )
+            elif await self.ledger.get(request_id):  # asked about, resumed by other means
                 await self.ledger.executing(request_id, call["name"], call["args"])
         return await handler(request)

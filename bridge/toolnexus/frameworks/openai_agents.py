@@ -232,7 +232,7 @@ async def run_resumable(
     serialized ``RunState`` and the requests are kept under ``run`` (unique to this run)
     in ``broker.store("openai-agents")``, the requests asked durably. Should this process
     die, :func:`resume` finishes the run."""
-    hooks = _Executed(Ledger(broker.store("tool-calls")), run)
+    hooks = _Executed(Ledger.of(broker), run)
     result = await _run(agent, input, hooks=hooks, **run_kwargs)
     return await _finish(agent, broker, run, result, hooks, **run_kwargs)
 
@@ -251,7 +251,7 @@ async def resume(agent: Agent[Any], *, broker: Broker, run: str, **run_kwargs: A
     kept = msgspec.json.decode(raw, type=_State)
     requests = [JSON.decode_as(encoded, Request) for encoded in kept.requests]
     state = await RunState.from_string(agent, kept.state)
-    hooks = _Executed(Ledger(broker.store("tool-calls")), run)
+    hooks = _Executed(Ledger.of(broker), run)
     decisions = await ask(broker.wait_for, requests, ledger=hooks.ledger, editable=False)
     hooks.decided(requests, decisions)
     _apply(state, state.get_interruptions(), requests, decisions)

@@ -233,7 +233,7 @@ async def run_resumable(
 
     The agent's ``output_type`` must admit ``DeferredToolRequests``.
     """
-    ledger = Ledger(broker.store("tool-calls"))
+    ledger = Ledger.of(broker)
     capability = Approvals(None, ledger=ledger, durable=True, run=run)
     result = await agent.run(prompt, capabilities=[capability], **run_kwargs)
     return await _finish(agent, broker, run, result, capability, ledger, **run_kwargs)
@@ -260,6 +260,6 @@ async def resume(
             raise RunNotFound(f"the kept state of run {run!r} is malformed")
         requests.append(request)
     messages = ModelMessagesTypeAdapter.validate_json(state.messages)
-    ledger = Ledger(broker.store("tool-calls"))
+    ledger = Ledger.of(broker)
     result, capability = await _step(agent, broker, run, messages, requests, ledger, **run_kwargs)
     return await _finish(agent, broker, run, result, capability, ledger, **run_kwargs)

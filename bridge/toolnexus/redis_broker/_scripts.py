@@ -636,6 +636,36 @@ return done
     args_per_item=2,
 )
 
+REPLACE = BatchScript(
+    "replace",
+    """
+-- On a store's slot (toolnexus.Store.replace). Shared: KEYS the store's hash; ARGV its TTL
+-- in whole seconds. Item: ARGV field, old value, new value. Compare-and-set: the field
+-- takes the new value only if it holds exactly the old one, and the store gets the TTL as
+-- a write gives it (a new store gets it, an existing one is only ever extended). Each
+-- reply: 1 if the field holds the new value after it (this item, or the same one retried
+-- after its reply was lost), else 0 (it held something else, or nothing: no write).
+local replaced = {}
+for i = 2, #ARGV, 3 do
+  local held = redis.call('HGET', KEYS[1], ARGV[i])
+  if held == ARGV[i + 1] and held ~= ARGV[i + 2] then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 2])
+    redis.call('EXPIRE', KEYS[1], ARGV[1], 'NX')
+    redis.call('EXPIRE', KEYS[1], ARGV[1], 'GT')
+    held = ARGV[i + 2]
+  end
+  if held == ARGV[i + 2] then
+    replaced[#replaced + 1] = 1
+  else
+    replaced[#replaced + 1] = 0
+  end
+end
+return replaced
+""",
+    keys_per_item=0,
+    args_per_item=3,
+)
+
 SCRIPTS = (
     OPEN,
     PUBLISH,
@@ -651,4 +681,5 @@ SCRIPTS = (
     VOTE,
     UNVOTE,
     ENDED,
+    REPLACE,
 )

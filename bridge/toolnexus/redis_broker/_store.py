@@ -8,10 +8,11 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from .._broker import Store, check_store_entry
+from .._broker import Store, check_store_entry, check_store_replacement
 from .._numeric import check_number
 from ._core import Core, boundary
 from ._durable import patiently
+from ._scripts import REPLACE
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -51,13 +52,23 @@ class RedisStore(Store):
     async def claim(self, key: str, value: bytes | str, *, ttl_s: float) -> bool:
         return await self._keep(key, value, ttl_s, replace=False)
 
+    async def replace(self, key: str, old: bytes | str, new: bytes | str, *, ttl_s: float) -> bool:
+        expected, data = check_store_replacement(key, old, new)
+        ttl = _whole_seconds(ttl_s)
+        core = self._core
+
+        async def write() -> bool:
+            replaced = core.pipeliner.batch(REPLACE, (self.key,), (ttl,), (), (key, expected, data))
+            return bool(await replaced)
+
+        return await self._call(f"replacing {key!r}", write)
+
     async def _keep(self, key: str, value: bytes | str, ttl_s: float, *, replace: bool) -> bool:
         """``HSET`` (``HSETNX`` unless ``replace``) and the store's TTL, one transaction;
         whether ``key`` holds ``value`` after it (so a retried claim knows it won)."""
         data = check_store_entry(key, value)
         assert data is not None  # a value was given
-        check_number("ttl_s", ttl_s)
-        ttl = max(1, math.ceil(ttl_s))  # EXPIRE takes whole seconds: at least ttl_s
+        ttl = _whole_seconds(ttl_s)
 
         async def write() -> bool:
             async with self._core.redis.pipeline(transaction=True) as pipe:
@@ -89,3 +100,13 @@ class RedisStore(Store):
             except UnicodeDecodeError:  # not written by a store: nobody can ask for it
                 log.warning("store %r: skipping a key that is not UTF-8: %r", self.name, field)
         return entries
+
+
+def _whole_seconds(ttl_s: float) -> int:
+    """``ttl_s`` as ``EXPIRE`` takes it: whole seconds, at least ``ttl_s``.
+
+    Raises:
+        ConfigurationError: ``ttl_s`` is not a positive number of seconds.
+    """
+    check_number("ttl_s", ttl_s)
+    return max(1, math.ceil(ttl_s))
