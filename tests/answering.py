@@ -2,7 +2,10 @@
 fleet (an agent and the HTTP answering API, the links' home, on one queue of a real Redis,
 each with its own key and trusting the other's, and the link key they share with the
 senders); a webhook receiver verifying with ``standardwebhooks``; an SMTP inbox
-(aiosmtpd)."""
+(aiosmtpd); and the fixtures ``setup`` (a fleet on the test's namespace) and ``http`` (a
+client), which a test module takes as its own by assigning them to those names
+(``setup = answering.setup``: imported by name, they would be shadowed by the arguments
+of the tests using them, which ruff reports)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
+import pytest
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from standardwebhooks import Webhook
 from starlette.applications import Starlette
@@ -145,6 +150,20 @@ async def fleet(
     server = HttpServer({QUEUE: worker}, Tokens(tokens), port=0, links=link_key)
     async with asker, worker, server:
         yield Fleet(redis_url, namespace, keys, by_worker, asker, server, link_key, bearer)
+
+
+@pytest.fixture
+async def setup(redis_url: str, namespace: str, tmp_path: Path) -> AsyncIterator[Fleet]:
+    """A :func:`fleet` on the test's namespace."""
+    async with fleet(redis_url, namespace, tmp_path) as made:
+        yield made
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client, for the links and the answering API."""
+    async with httpx.AsyncClient(timeout=30) as client:
+        yield client
 
 
 WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

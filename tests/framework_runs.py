@@ -1,6 +1,8 @@
 """What the framework adapters' tests share: a driver script run as an agent process of
-its own (killable while it waits), the first request a responder is shown, and the calls
-a tool wrote down."""
+its own (killable while it waits), the first request a responder is shown, the calls a
+tool wrote down, and the fixtures ``broker`` and ``agent`` (made by :func:`agent_fixture`),
+which a test module takes as its own by assigning them to those names (as the fixtures
+of tests/answering.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,14 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+import toolnexus
 from toolnexus import Broker, Pending
 
 Start = Callable[..., "subprocess.Popen[str]"]
@@ -64,3 +70,29 @@ async def finished(process: subprocess.Popen[str], timeout_s: float = 150) -> st
 def calls_in(file: Path) -> list[dict[str, object]]:
     """The calls a tool wrote to ``file``, one JSON object a line (none: no file)."""
     return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []
+
+
+def ran(tmp_path: Path) -> list[dict[str, object]]:
+    """The calls the tool of an :func:`agent_fixture` agent ran, in the test's directory."""
+    return calls_in(tmp_path / "ran.jsonl")
+
+
+@pytest.fixture
+async def broker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
+    """A broker on the test's namespace, reading in short blocks."""
+    async with toolnexus.connect(redis_url, namespace=namespace, block_ms=100) as b:
+        yield b
+
+
+def agent_fixture(script: Path) -> Any:
+    """An ``agent`` fixture: ``agent(mode, timeout_s=30)`` starts ``script`` as an agent
+    process on the test's namespace (run ``run-1``), which writes what its tool ran where
+    :func:`ran` reads it; it is killed at the end of the test if it still runs."""
+
+    @pytest.fixture
+    def agent(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Start]:
+        ran_file = str(tmp_path / "ran.jsonl")
+        with driver(script, redis_url, namespace, "run-1", ran_file, cwd=tmp_path) as start:
+            yield lambda mode, timeout_s=30: start(mode, str(timeout_s))
+
+    return agent

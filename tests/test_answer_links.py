@@ -5,13 +5,13 @@ API's key as the link's recipient."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx2 as httpx
 import jsonschema
 import pytest
 
+import answering
 from answering import Fleet, fleet, form_request
 from test_http_api import schema
 from toolnexus.security import SigningKey
@@ -22,16 +22,7 @@ pytestmark = pytest.mark.redis
 PAGE = {"Accept": "text/html"}
 
 
-@pytest.fixture
-async def setup(redis_url: str, namespace: str, tmp_path: Path) -> AsyncIterator[Fleet]:
-    async with fleet(redis_url, namespace, tmp_path) as made:
-        yield made
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=30) as client:
-        yield client
+setup, http = answering.setup, answering.http  # the fixtures (tests/answering.py)
 
 
 async def test_a_link_answers_once_and_the_waiter_gets_exactly_that(

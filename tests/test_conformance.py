@@ -18,7 +18,11 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 
 @pytest.fixture(params=sorted(ADAPTERS))
-async def worker(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[WorkerUnderTest]:
+async def worker(
+    request: pytest.FixtureRequest, tmp_path: Path, namespace: str
+) -> AsyncIterator[WorkerUnderTest]:
+    """The adapter, closed before ``namespace`` is cleaned up (it depends on it): a worker
+    still running after the clean-up would make its queue's stream and group again."""
     adapter = ADAPTERS[request.param](tmp_path)
     try:
         yield adapter
@@ -39,9 +43,9 @@ async def test_the_worker(
 
 
 async def test_the_worker_survives_a_reconnect(
-    worker: WorkerUnderTest, redis_server: RedisServer
+    worker: WorkerUnderTest, redis_server: RedisServer, namespace: str
 ) -> None:
     url = redis_server.url
-    async with toolnexus.connect(url, namespace="conformance", queue=QUEUE, **FAST) as broker:
-        await worker.start(url, "conformance", QUEUE)
+    async with toolnexus.connect(url, namespace=namespace, queue=QUEUE, **FAST) as broker:
+        await worker.start(url, namespace, QUEUE)
         await survives_a_reconnect(worker, broker, redis_server)

@@ -10,18 +10,17 @@ import re
 import shlex
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 import pytest
 
+import answering
 from answering import (
     LINK_SECRET,
     QUEUE,
     Fleet,
-    fleet,
     form_request,
     links,
     serving,
@@ -60,16 +59,7 @@ def mailing(setup: Fleet, port: int, **options: Any) -> Any:
     return serving(setup, worker)
 
 
-@pytest.fixture
-async def setup(redis_url: str, namespace: str, tmp_path: Path) -> AsyncIterator[Fleet]:
-    async with fleet(redis_url, namespace, tmp_path) as made:
-        yield made
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=30) as client:
-        yield client
+setup, http = answering.setup, answering.http  # the fixtures (tests/answering.py)
 
 
 def tool_call() -> Any:

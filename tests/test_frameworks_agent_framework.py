@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,8 @@ from agent_framework import (
     handler,
 )
 
-import toolnexus
-from framework_runs import calls_in, driver, finished, shown
+import framework_runs
+from framework_runs import finished, ran, shown
 from toolnexus import Answer, Broker, InvalidAnswer, InvalidRequest
 from toolnexus.frameworks import audit_digests, tool_call_digest, tool_call_of
 from toolnexus.frameworks.agent_framework import run_workflow
@@ -37,21 +36,8 @@ ARGS = {"to": "ACME", "amount": 10}
 REJECTED = "Error: Tool call invocation was rejected by user."  # the framework's own text
 
 
-@pytest.fixture
-async def broker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
-    async with toolnexus.connect(redis_url, namespace=namespace, block_ms=100) as b:
-        yield b
-
-
-@pytest.fixture
-def agent(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[object]:
-    ran_file = str(tmp_path / "ran.jsonl")
-    with driver(DRIVER, redis_url, namespace, "run-1", ran_file, cwd=tmp_path) as start:
-        yield lambda mode, timeout_s=30: start(mode, str(timeout_s))
-
-
-def ran(tmp_path: Path) -> list[dict[str, object]]:
-    return calls_in(tmp_path / "ran.jsonl")
+broker = framework_runs.broker  # the fixture (tests/framework_runs.py)
+agent = framework_runs.agent_fixture(DRIVER)
 
 
 @pytest.mark.slow

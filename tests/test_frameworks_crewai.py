@@ -10,7 +10,7 @@ import asyncio
 import functools
 import re
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ pytest.importorskip("crewai", reason="in .venv-crewmaf only (./run test-crewmaf)
 
 from crewai.flow.persistence import SQLiteFlowPersistence
 
-import toolnexus
+import framework_runs
 from framework_runs import calls_in, driver, finished, shown
 from servers.crewai_flow import COLLAPSE, PaymentReview
 from toolnexus import Answer, Broker, ConfigurationError, InvalidAnswer
@@ -38,10 +38,7 @@ DRIVER = Path(__file__).parent / "servers" / "crewai_flow.py"
 PROPOSAL = {"to": "ACME", "amount": 10}
 
 
-@pytest.fixture
-async def broker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
-    async with toolnexus.connect(redis_url, namespace=namespace, block_ms=100) as b:
-        yield b
+broker = framework_runs.broker  # the fixture (tests/framework_runs.py)
 
 
 @pytest.fixture

@@ -7,13 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-import toolnexus
-from framework_runs import calls_in, driver, finished, shown
+import framework_runs
+from framework_runs import finished, ran, shown
 from toolnexus import Answer, Broker, InvalidAnswer
 from toolnexus.frameworks import Ledger, audit_digests, tool_call_digest, tool_call_of
 
@@ -23,21 +22,8 @@ DRIVER = Path(__file__).parent / "servers" / "openai_agents_agent.py"
 ARGS = {"to": "ACME", "amount": 10}
 
 
-@pytest.fixture
-async def broker(redis_url: str, namespace: str) -> AsyncIterator[Broker]:
-    async with toolnexus.connect(redis_url, namespace=namespace, block_ms=100) as b:
-        yield b
-
-
-@pytest.fixture
-def agent(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[object]:
-    ran_file = str(tmp_path / "ran.jsonl")
-    with driver(DRIVER, redis_url, namespace, "run-1", ran_file, cwd=tmp_path) as start:
-        yield lambda mode, timeout_s=30: start(mode, str(timeout_s))
-
-
-def ran(tmp_path: Path) -> list[dict[str, object]]:
-    return calls_in(tmp_path / "ran.jsonl")
+broker = framework_runs.broker  # the fixture (tests/framework_runs.py)
+agent = framework_runs.agent_fixture(DRIVER)
 
 
 @pytest.mark.slow

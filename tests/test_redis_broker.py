@@ -12,8 +12,10 @@ import textwrap
 import time
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
+import redis.asyncio as aioredis
 import redis.exceptions
 from redis.crc import key_slot
 
@@ -116,6 +118,38 @@ async def test_a_live_consumer_keeps_its_lease_for_longer_than_the_lease(
                     await anext(other)
             await pending.accept()
         assert (await wait).responder == "web/slow"
+
+
+async def test_the_broker_s_close_waits_for_a_responder_s_close_cut_short(
+    redis_url: str, namespace: str
+) -> None:
+    """A responder closed under an anyio cancel scope (an MCP server's task group) goes on
+    closing in a task of its own. Closing the broker right after waits for it: the
+    responder still leaves (its heartbeat deleted, what it held reclaimable at once), and
+    opens no connection to Redis once the broker has closed its pool (a socket nobody
+    closes, found by the garbage collector in some later test)."""
+    keys = Keys(namespace, "default")
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as agent:
+        wait = asyncio.create_task(agent.wait_for(ask(), timeout_s=30))
+        async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
+            held = asyncio.Event()
+
+            async def hold() -> None:
+                async with broker.responder("web", "closing") as responder:
+                    await anext(responder)
+                    held.set()
+                    await asyncio.sleep(60)
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(hold)
+                await held.wait()
+                tasks.cancel_scope.cancel()
+        async with aioredis.Redis.from_url(redis_url) as client:
+            assert await client.hget(keys.heartbeats(), "web/closing") is None
+            [entry] = await client.xpending_range(keys.requests, "web", "-", "+", 10)
+        assert entry["time_since_delivered"] >= FAST["lease_ms"]
+        wait.cancel()
+        await asyncio.gather(wait, return_exceptions=True)
 
 
 async def test_waits_survive_a_redis_restart_with_aof(redis_server: RedisServer) -> None:

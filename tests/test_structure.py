@@ -8,6 +8,7 @@ can fail, on a snippet that breaks it.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import sys
 import types
@@ -57,7 +58,16 @@ def sources(root: Path, package: str) -> dict[str, str]:
     return out
 
 
+@functools.cache
+def parsed(source: str) -> ast.Module:
+    """``source`` parsed, once: the rules only read the trees."""
+    return ast.parse(source)
+
+
 PACKAGE = sources(BRIDGE, "toolnexus")
+WORKER_SOURCES = sources(WORKERS, "toolnexus_workers")
+for _source in (*PACKAGE.values(), *WORKER_SOURCES.values()):
+    parsed(_source)  # at collection, before any test: no other test's garbage is collected inside
 
 
 def package_of(module: str, packages: set[str]) -> str:
@@ -112,7 +122,7 @@ def imports_at_import_time(modules: Mapping[str, str]) -> dict[str, set[str]]:
     for module, source in modules.items():
         edges: set[str] = set()
         own = set(ancestors(module))
-        for node in module_level(ast.parse(source).body):
+        for node in module_level(parsed(source).body):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -181,7 +191,7 @@ def private_uses(modules: Mapping[str, str]) -> list[str]:
     }
     problems = []
     for module, source in modules.items():
-        tree = ast.parse(source)
+        tree = parsed(source)
         aliases: dict[str, str] = {}  # local name -> imported toolnexus module
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -225,7 +235,7 @@ def non_public_imports(modules: Mapping[str, str], public: Mapping[str, set[str]
     lists in its ``__all__``."""
     problems = []
     for module, source in modules.items():
-        tree = ast.parse(source)
+        tree = parsed(source)
         plain = False
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -267,9 +277,8 @@ def test_no_module_uses_another_modules_private_names() -> None:
 
 
 def test_workers_import_only_public_names() -> None:
-    workers = sources(WORKERS, "toolnexus_workers")
-    assert len(workers) > 10
-    assert non_public_imports(workers, public_names()) == []
+    assert len(WORKER_SOURCES) > 10
+    assert non_public_imports(WORKER_SOURCES, public_names()) == []
 
 
 def test_every_public_namespace_lists_only_names_it_has() -> None:

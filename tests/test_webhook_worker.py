@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,8 @@ import pytest
 from standardwebhooks import Webhook
 from starlette.applications import Starlette
 
-from answering import QUEUE, Fleet, Receiver, Recording, fleet, form_request, serving
+import answering
+from answering import QUEUE, Fleet, Receiver, Recording, form_request, serving
 from answering import WEBHOOK_SECRET as SECRET
 from toolnexus_workers.delivery import Retry
 from toolnexus_workers.webhook import main as webhook_main
@@ -42,10 +43,7 @@ def sending(setup: Fleet, receiver: Receiver, **options: Any) -> Any:
     return serving(setup, worker)
 
 
-@pytest.fixture
-async def setup(redis_url: str, namespace: str, tmp_path: Path) -> AsyncIterator[Fleet]:
-    async with fleet(redis_url, namespace, tmp_path) as made:
-        yield made
+setup = answering.setup  # the fixture (tests/answering.py)
 
 
 async def test_a_request_is_announced_signed_and_its_link_answers_it(setup: Fleet) -> None:

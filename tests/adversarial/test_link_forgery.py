@@ -8,30 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx2 as httpx
 import msgspec
 import pytest
 import redis.asyncio as redis
 
-from answering import QUEUE, Fleet, fleet, form_request
+import answering
+from answering import QUEUE, Fleet, form_request
 from toolnexus_workers.links import LinkKey, link_url
 
 pytestmark = pytest.mark.redis
 
 
-@pytest.fixture
-async def setup(redis_url: str, namespace: str, tmp_path: Path) -> AsyncIterator[Fleet]:
-    async with fleet(redis_url, namespace, tmp_path) as made:
-        yield made
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=30) as client:
-        yield client
+setup, http = answering.setup, answering.http  # the fixtures (tests/answering.py)
 
 
 async def test_forged_expired_and_other_requests_links_are_refused(

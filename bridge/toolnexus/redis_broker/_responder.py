@@ -44,7 +44,7 @@ from ..models import Answer, ApprovedEvent, Request
 from ..security._signing import allowed, sign_refusal
 from ._answering import checked_answer, finish, resolve_answer, waiter_of
 from ._connections import BlockingReader, Entries
-from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, ms, run_to_completion, text
+from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, ms, text
 from ._heartbeats import heartbeat
 from ._layout import (
     OPEN_B,
@@ -109,6 +109,9 @@ class RedisResponder(Responder):
     Reads its own pending entries first (after a start or a reconnect), then new ones.
     With ``until_idle``, iteration ends when a read of new entries finds none.
     """
+
+    _closing: asyncio.Future[None] | None = None
+    """The cleanup :meth:`aclose` started, once it did."""
 
     def __init__(
         self, core: Core, group: str, consumer: str, *, count: int, until_idle: bool
@@ -511,16 +514,19 @@ class RedisResponder(Responder):
                 await self.core.bounded(redis_.xgroup_delconsumer(self._stream, self.group, name))
 
     async def aclose(self) -> None:
-        """Stop; held requests not yet answered go back to the group at once."""
-        if self._closed:
-            return
-        self._closed = True
-        for task in self._tasks:
-            task.cancel()
-        ids: list[Any] = [pending.entry_id for pending in self._held.values()]
-        self._held.clear()
-        self._ready.clear()
-        await run_to_completion(self._close(ids))
+        """Stop; held requests not yet answered go back to the group at once. The cleanup
+        is a task of its own, finished even if this caller is cancelled (an anyio cancel
+        scope cancels every await of a closing ``async with``); a later call waits for it,
+        as the broker's close does before it closes the connections the cleanup uses."""
+        if self._closing is None:
+            self._closed = True
+            for task in self._tasks:
+                task.cancel()
+            ids: list[Any] = [pending.entry_id for pending in self._held.values()]
+            self._held.clear()
+            self._ready.clear()
+            self._closing = asyncio.ensure_future(self._close(ids))
+        await asyncio.shield(self._closing)
 
     async def _close(self, ids: list[Any]) -> None:
         await asyncio.gather(*self._tasks, return_exceptions=True)
