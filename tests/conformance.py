@@ -341,7 +341,6 @@ class PlainAdapter:
     async def close(self) -> None:
         if self.run is not None and not self.run.done():
             self.service.stop()
-            self.service.stop()
             await asyncio.gather(self.run, return_exceptions=True)
         if self.run is not None:
             await self.broker.aclose()
@@ -852,7 +851,6 @@ class LinkedAdapter(HttpAdapter):
 
     async def close(self) -> None:
         await super().close()
-        await self.stack.aclose()
         await self.stack.aclose()
 
 
