@@ -29,7 +29,7 @@ import heapq
 import logging
 import time
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 import redis.exceptions
@@ -151,6 +151,11 @@ class RedisResponder(Responder):
     Reads its own pending entries first (after a start or a reconnect), then new ones.
     With ``until_idle``, iteration ends when a read of new entries finds none.
     """
+
+    full_sweep_leases: ClassVar[int] = FULL_SWEEP_LEASES
+    """Every this many leases (``lease_ms``) a consumer reads the state of every request
+    it holds (one ``HMGET`` each, in one script call per waiter): the only Redis work it
+    does per request held, besides renewing leases many at a time."""
 
     def __init__(
         self, core: Core, group: str, consumer: str, *, count: int, until_idle: bool
