@@ -44,7 +44,7 @@ from ..errors import (
     ToolnexusError,
 )
 from ..keys import WAITER_ID, check_request_id
-from ..lifecycle import Status
+from ..lifecycle import EventType, Status
 from ..models import Answer, ApprovedEvent, Request
 from ..security._signing import allowed, sign_refusal
 from ._answering import checked_answer, finish, resolve_answer, waiter_of
@@ -79,6 +79,11 @@ say what to check."""
 EVENTS_READ = 1000
 """Events read at most by one ``XREAD`` of the events stream."""
 
+EVENTS_GATHER_S = 0.1
+"""After a read of the events stream that found some (fewer than :data:`EVENTS_READ`),
+how long the next waits: a busy stream (an event per answer) costs each consumer a few
+reads a second, not one per answer. The first event after a quiet spell is read at once."""
+
 EVENTS_LOOKBACK_MS = 1000
 """A consumer follows the events stream from this long before it started, by its own
 clock: a clock ahead of Redis's by less than this misses no event."""
@@ -96,7 +101,7 @@ RETRY_CAP_S = 2.0
 """The longest pause between attempts of the event follower and the checker while
 Redis is away."""
 
-OPEN_EVENTS = frozenset({"approved", "escalated"})
+OPEN_EVENTS: frozenset[str] = frozenset({EventType.APPROVED, EventType.ESCALATED})
 """Types of events that say a request is still open: no check."""
 
 
@@ -641,6 +646,8 @@ class RedisResponder(Responder):
                     self._hint(named.id)
             if entries:
                 last_id = text(entries[-1][0])
+                if len(entries) < EVENTS_READ:
+                    await asyncio.sleep(EVENTS_GATHER_S)
 
     async def _drop_events_reader(self) -> None:
         if self._events_reader is not None:
