@@ -221,9 +221,13 @@ async def test_the_commands_of_held_requests_do_not_grow_with_their_number(
 ) -> None:
     few = await commands_holding(server.url, "few", 10, 3.0)
     many = await commands_holding(server.url, "many", 200, 3.0)
-    # Six renewals and six liveness looks each, the waiter's own renewals and reads, the
-    # event follower's reads: the same whatever the number held (a sweep of every request
-    # would add 200 HMGETs to every one of them).
+    # About six renewals and six liveness looks each, the waiter's own renewals and reads,
+    # the event follower's reads: the same whatever the number held (a sweep of every
+    # request each time would add 200 HMGETs to every one of them).
     assert few.get("xclaim", 0) >= 4 and few.get("exists", 0) >= 4, few
     assert many.get("hmget", 0) == few.get("hmget", 0) == 0, (few, many)
-    assert sum(many.values()) <= sum(few.values()) + 10, (few, many)
+    # (a periodic task's ticks in a window vary by one; connections set up now and then)
+    setup = ("hello", "client|setname", "ping", "auth", "select")
+    few_n = sum(v for k, v in few.items() if k not in setup)
+    many_n = sum(v for k, v in many.items() if k not in setup)
+    assert many_n <= few_n * 1.5, (few, many)
