@@ -79,7 +79,9 @@ async def test_a_request_answered_by_another_group_is_let_go_within_a_second(
     assert await answered_elsewhere_let_go_after(server.url, "elsewhere") < 1.5
 
 
-async def test_on_a_cluster_too(redis_cluster: LocalCluster, namespace: str) -> None:
+async def test_on_a_cluster_a_request_answered_elsewhere_is_let_go_within_a_second(
+    redis_cluster: LocalCluster, namespace: str
+) -> None:
     """The events stream is on the queue's slot, the states on the waiters' slots."""
     assert await answered_elsewhere_let_go_after(redis_cluster.url, namespace) < 1.5
 
