@@ -66,6 +66,9 @@ class Fleet(TypedDict, total=False):
     cpu_us_per_broker_s: float
     holder_cmds_per_request_s: float  # a responder holding every request: its extra
     holder_commands: dict[str, float]  # per open request per second, by command
+    holder_cmds_per_broker_s: float  # ... and its looks at each waiter, per broker
+    holder_broker_commands: dict[str, float]  # per broker per second, by command
+    full_sweep_s: float  # how often the responder reads every held request's state
     holder_cpu_us_per_request_s: float
     liveness_s: float
     withdrawn_after_s: float  # the last request withdrawn, after the kill
@@ -186,7 +189,7 @@ def _agents_main(
 def _channel_main(url: str, group: str, answers: bool, out: Any, ready: Any, stop: Any) -> None:
     """A responder of consumer group ``group`` (a channel: a chat, a web page): it shows
     every request, and answers it if ``answers`` (else holds it unanswered, as a web page
-    showing it does: its lease renewals and sweeps are the cost of an open request); at
+    showing it does: its lease renewals, reads and checks are the cost of an open request); at
     the end it puts each delivery's lag (ms from the request's creation) on ``out``, if
     given."""
     _quiet()
@@ -326,16 +329,28 @@ def _measure(client: Any, seconds: float, per: float) -> tuple[dict[str, float],
     return _rates(calls0, calls1, elapsed * per), (cpu1 - cpu0) / elapsed / per * 1e6
 
 
+PER_WAITER: Final = ("exists", "evalsha", "time")
+"""A holding responder's commands per waiter, whatever its number of requests: the
+liveness look (``EXISTS``) and the state-reading script's call (``EVALSHA``, with
+``TIME`` and ``EXISTS`` inside)."""
+
+
 def idle_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
     """``brokers`` agents over ``processes`` processes, each holding ``open`` requests
     nobody answers: Redis commands and CPU per idle broker per second over ``seconds``;
-    then with a responder holding every request (a web page showing them), its extra per
-    open request."""
+    then with a responder holding every request (a web page showing them), its extra:
+    per waiter (``EXISTS`` of its liveness mark every third of the liveness bound, and
+    the script call of the full sweep), reported per broker, and the rest per open
+    request. The full sweep (every ``full_sweep_leases`` leases: one ``HMGET`` per held
+    request and one script call, ``TIME`` and ``EXISTS`` per waiter) comes long after the
+    window: its share is added by that count, from the settings."""
     from toolnexus import RedisSettings
+    from toolnexus.redis_broker import RedisResponder
 
     brokers, processes = int(params["brokers"]), int(params["processes"])
     each, seconds = int(params["open"]), float(params["seconds"])
     liveness_s = RedisSettings().liveness_ms / 1000
+    full_sweep_s = RedisResponder.full_sweep_leases * RedisSettings().lease_ms / 1000
     client = _redis(url)
 
     # The floor: one SET PX per agent every liveness_ms / 3, from one process.
@@ -381,6 +396,11 @@ def idle_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
         procs.close()
     idle_per_request = {k: v / each for k, v in idle.items()}
     holder_rates = {k: max(0.0, v - idle_per_request.get(k, 0.0)) for k, v in held.items()}
+    # per waiter: its liveness looks, and the full sweep's script call (TIME, EXISTS inside)
+    per_broker = {k: holder_rates.pop(k, 0.0) * each for k in PER_WAITER}
+    for k in PER_WAITER:
+        per_broker[k] += 1 / full_sweep_s
+    holder_rates["hmget"] = holder_rates.get("hmget", 0.0) + 1 / full_sweep_s  # one per request
     return {
         "case": "fleet",
         "variant": "idle",
@@ -397,6 +417,9 @@ def idle_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
             cpu_us_per_broker_s=idle_cpu,
             holder_cmds_per_request_s=sum(holder_rates.values()),
             holder_commands=holder_rates,
+            holder_cmds_per_broker_s=sum(per_broker.values()),
+            holder_broker_commands=per_broker,
+            full_sweep_s=full_sweep_s,
             holder_cpu_us_per_request_s=max(0.0, held_cpu - idle_cpu / each),
             liveness_s=liveness_s,
         ),

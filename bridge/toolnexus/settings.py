@@ -125,7 +125,9 @@ class RedisSettings:
     ``TOOLNEXUS_AGENT``, else the Redis user it logs in as, else ``anon``."""
     lease_ms: int = 30_000
     """How long a responder holds a request without renewing; a dead consumer's requests
-    are reclaimed after it."""
+    are reclaimed after it. A responder renews its leases every third of it, and reads the
+    state of everything it holds every ten leases (the backstop for the events stream,
+    which tells it of resolutions elsewhere)."""
     liveness_ms: int = 15_000
     """How long a waiting process's liveness mark lasts unrenewed (at least twice
     ``block_ms``): a dead process's open requests are withdrawn within about

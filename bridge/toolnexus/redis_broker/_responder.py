@@ -1,10 +1,14 @@
 """The responder side of the Redis broker: consumer groups on the request stream,
 answering, and the events stream.
 
-Each consumer renews a lease on what it holds on a schedule of its own, and sweeps
-what it holds on another: requests resolved elsewhere are let go, requests past their
-deadline are expired, and requests whose waiter died are withdrawn. Entries of a
-consumer that died are reclaimed with ``XAUTOCLAIM`` once its lease lapses. Entries
+Each consumer renews a lease on what it holds on a schedule of its own. What it holds
+costs no steady Redis work per request: requests resolved elsewhere are let go when the
+queue's events stream names them (one blocking read per consumer; an event is only a
+hint, which the request's state confirms), requests are expired at their signed deadline
+(one local timer for all), and requests whose waiter died are withdrawn (one liveness
+check per waiter, every third of the liveness bound). A full sweep of everything held,
+every ten leases, catches what the events missed. Entries of a consumer that died are
+reclaimed with ``XAUTOCLAIM`` once its lease lapses. Entries
 are acknowledged once the request is resolved or skipped. Entries that are not a
 readable request are moved to the dead-letter stream, and the waiter they name, if they
 name one, is told (a refusal on its reply stream, signed by this process's key when it has
@@ -21,10 +25,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import heapq
 import logging
 import time
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 import redis.exceptions
@@ -39,7 +44,7 @@ from ..errors import (
     ToolnexusError,
 )
 from ..keys import WAITER_ID, check_request_id
-from ..lifecycle import Status
+from ..lifecycle import EventType, Status
 from ..models import Answer, ApprovedEvent, Request
 from ..security._signing import allowed, sign_refusal
 from ._answering import checked_answer, finish, resolve_answer, waiter_of
@@ -47,6 +52,7 @@ from ._connections import BlockingReader, Entries
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, ms, text
 from ._heartbeats import heartbeat
 from ._layout import (
+    ENTRY_EVENT,
     OPEN_B,
     REFUSAL_BY,
     REFUSAL_DIGEST,
@@ -64,6 +70,47 @@ RENEW_CHUNK = 1000
 
 REFUSALS_KEPT = 1000
 """A reply stream is trimmed to about this many entries by a refusal added to it."""
+
+FULL_SWEEP_LEASES = 10
+"""Every this many leases a consumer checks the state of everything it holds: the
+backstop for events it missed and states Redis forgot. In between, events and deadlines
+say what to check."""
+
+EVENTS_READ = 1000
+"""Events read at most by one ``XREAD`` of the events stream."""
+
+EVENTS_GATHER_S = 0.1
+"""After a read of the events stream that found some (fewer than :data:`EVENTS_READ`),
+how long the next waits: a busy stream (an event per answer) costs each consumer a few
+reads a second, not one per answer. The first event after a quiet spell is read at once."""
+
+EVENTS_LOOKBACK_MS = 1000
+"""A consumer follows the events stream from this long before it started, by its own
+clock: a clock ahead of Redis's by less than this misses no event."""
+
+RECENT_KEPT = 1024
+"""Ids of the last events that named no request held, kept: a request delivered just
+before the event of its resolution may be taken in after the event was read, and is
+then checked when it is."""
+
+RECHECK_S = 0.05
+"""A request still open at its deadline is checked again when Redis time says it is
+due, and no sooner than this."""
+
+RETRY_CAP_S = 2.0
+"""The longest pause between attempts of the event follower and the checker while
+Redis is away."""
+
+OPEN_EVENTS: frozenset[str] = frozenset({EventType.APPROVED, EventType.ESCALATED})
+"""Types of events that say a request is still open: no check."""
+
+
+class _Named(msgspec.Struct):
+    """What a consumer reads of an event: the request it names, and its type. A hint:
+    an unsigned event may be forged, so it only asks for a check of the state."""
+
+    id: str
+    type: str = ""
 
 
 def route_of(payload: bytes, format: str) -> tuple[str, str] | None:
@@ -112,6 +159,10 @@ class RedisResponder(Responder):
 
     _closing: asyncio.Future[None] | None = None
     """The cleanup :meth:`aclose` started, once it did."""
+    full_sweep_leases: ClassVar[int] = FULL_SWEEP_LEASES
+    """Every this many leases (``lease_ms``) a consumer reads the state of every request
+    it holds (one ``HMGET`` each, in one script call per waiter): the only Redis work it
+    does per request held, besides renewing leases many at a time."""
 
     def __init__(
         self, core: Core, group: str, consumer: str, *, count: int, until_idle: bool
@@ -128,7 +179,14 @@ class RedisResponder(Responder):
         self._backlog_from: str | None = "0"  # where to read our own pending entries from
         self._idle = False  # the last read of new entries found none
         self._closed = False
-        self._markless: set[str] = set()  # waiters found without a liveness mark
+        self._markless: set[str] = set()  # durable waiters found without a liveness mark
+        self._checks: set[str] = set()  # requests held that events named: to check
+        self._deadlines: list[tuple[float, int, RedisPending]] = []  # by Redis time (heap)
+        self._scheduled = 0  # tie-breaker of equal deadlines
+        self._wake = asyncio.Event()  # a check to make, or an earlier deadline
+        self._recent: dict[str, None] = {}  # ids events named, not held (RECENT_KEPT)
+        self._skew_s = 0.0  # Redis's clock minus this process's, at the last check
+        self._events_reader: BlockingReader | None = None
 
     # -- delivering ---------------------------------------------------------------
 
@@ -148,9 +206,12 @@ class RedisResponder(Responder):
                 if not self._tasks:
                     loop = asyncio.get_running_loop()
                     beat = functools.partial(heartbeat, self.core, self.group, self.consumer)
+                    start = f"{ms(time.time()) - EVENTS_LOOKBACK_MS}-0"
                     self._tasks = [
                         loop.create_task(self._renew()),
                         loop.create_task(self._sweep()),
+                        loop.create_task(self._follow_events(start)),
+                        loop.create_task(self._check_due()),
                         loop.create_task(self.keep_heartbeat(beat)),
                     ]
                 await self._read()
@@ -290,7 +351,7 @@ class RedisResponder(Responder):
                 unsure.append((entry_id, request, signer))
         if unsure:
             states = await self._states([request for _, request, _ in unsure])
-            for (entry_id, request, signer), (status, alive, past) in zip(
+            for (entry_id, request, signer), (status, alive, past, _) in zip(
                 unsure, states, strict=True
             ):
                 if status != OPEN_B or (
@@ -303,6 +364,9 @@ class RedisResponder(Responder):
             pending = RedisPending(self, request, entry_id, signer)
             self._held[request.id] = pending
             self._ready.append(pending)
+            self._schedule(pending)
+            if request.id in self._recent:  # an event named it before it was held
+                self._hint(request.id)
         if done:
             self.core.pipeliner.post("XACK", self._stream, self.group, *done, lazy=False)
 
@@ -322,10 +386,13 @@ class RedisResponder(Responder):
             return await finish(self.core, request, Status.WITHDRAWN, entry_id)
         return await finish(self.core, request, Status.EXPIRED, entry_id)
 
-    async def _states(self, requests: list[Request]) -> list[tuple[bytes | None, bool, bool]]:
+    async def _states(
+        self, requests: list[Request]
+    ) -> list[tuple[bytes | None, bool, bool, float]]:
         """Each request's status (``b"open"``, ...; None if Redis forgot it), whether its
-        waiter is alive, and whether its signed deadline has passed by Redis time (the
-        judge of a deadline, whatever this process's clock says), in one round trip."""
+        waiter is alive, whether its signed deadline has passed by Redis time (the judge
+        of a deadline, whatever this process's clock says), and Redis time (s), in one
+        round trip."""
         keys = self.core.keys
         batch = self.core.pipeliner.batch
         replies: list[list[Any]] = await asyncio.gather(
@@ -335,10 +402,15 @@ class RedisResponder(Responder):
                 for w in (waiter_of(r),)
             )
         )
+        if replies:  # when this process's timers see a deadline come (see _check_due)
+            self._skew_s = int(replies[0][2]) / 1000 - time.time()
         return [
-            (reply[0] or None, bool(reply[1]), int(reply[2]) >= ms(r.expires_at))
-            if r.expires_at is not None
-            else (reply[0] or None, bool(reply[1]), False)
+            (
+                reply[0] or None,
+                bool(reply[1]),
+                r.expires_at is not None and int(reply[2]) >= ms(r.expires_at),
+                int(reply[2]) / 1000,
+            )
             for r, reply in zip(requests, replies, strict=True)
         ]
 
@@ -427,29 +499,33 @@ class RedisResponder(Responder):
                     log.warning("renewing leases of %s/%s: %s", self.group, self.consumer, exc)
 
     async def _sweep(self) -> None:
-        """Every third of the lease: let go of what was resolved elsewhere, expire or
-        withdraw what nobody else will, reclaim what dead consumers held, and remove
-        consumers long gone. In between, every third of the liveness bound when that is
-        shorter: withdraw the requests of waiters whose liveness mark is gone (one
-        ``EXISTS`` per waiter held, not per request), so that a dead agent's requests end
-        within the liveness bound and a third of it, not a third of the lease later."""
+        """Every third of the liveness bound (or of the lease, when shorter): withdraw
+        the requests of waiters whose liveness mark is gone (one ``EXISTS`` per waiter
+        held, not per request), so that a dead agent's requests end within the liveness
+        bound and a third of it. Every third of the lease: reclaim what dead consumers
+        held (and now and then remove consumers long gone). Every
+        :data:`FULL_SWEEP_LEASES` leases: check the state of everything held, for what
+        the events stream did not tell (:meth:`_follow_events`: requests resolved
+        elsewhere; deadlines have timers of their own, :meth:`_check_due`)."""
         settings = self.core.settings
         interval_s = min(settings.lease_ms, settings.liveness_ms) / 3000
-        full_every = max(1, round(settings.lease_ms / 3000 / interval_s))
-        ticks = sweeps = 0
+        reclaim_every = max(1, round(settings.lease_ms / 3000 / interval_s))
+        full_every = reclaim_every * 3 * FULL_SWEEP_LEASES
+        ticks = reclaims = 0
         while not self._closed:
             await asyncio.sleep(interval_s)
             ticks += 1
             try:
-                if ticks % full_every:
-                    await self._sweep_held(await self._of_waiters_gone())
-                    continue
-                self._markless.clear()
-                await self._sweep_held(list(self._held.values()))
-                await self._reclaim()
-                sweeps += 1
-                if sweeps % 30 == 1:
-                    await self._remove_departed_consumers()
+                if ticks % full_every == 0:
+                    self._markless.clear()
+                    await self._judge(list(self._held.values()))
+                else:
+                    await self._judge(await self._of_waiters_gone())
+                if ticks % reclaim_every == 0:
+                    await self._reclaim()
+                    reclaims += 1
+                    if reclaims % 30 == 1:
+                        await self._remove_departed_consumers()
             except BrokerClosed:
                 return
             except Exception as exc:  # keep sweeping whatever happened
@@ -457,8 +533,8 @@ class RedisResponder(Responder):
 
     async def _of_waiters_gone(self) -> list[RedisPending]:
         """The requests held whose waiter has no liveness mark, one ``EXISTS`` per waiter.
-        A waiter without one whose requests are still alive (a durable waiter: it has
-        none) is not asked again until the next full sweep."""
+        A durable waiter has none (its requests stay alive): it is not asked again until
+        the next full sweep."""
         by_waiter: dict[str, list[RedisPending]] = {}
         for pending in self._held.values():
             waiter = waiter_of(pending.request)
@@ -471,18 +547,159 @@ class RedisResponder(Responder):
             asyncio.gather(*(call("EXISTS", alive_key(w)) for w in by_waiter))
         )
         gone = [w for w, mark in zip(by_waiter, marks, strict=True) if not mark]
-        self._markless.update(gone)
+        # (a waiter of other requests is asked again next time: it may have renewed its
+        # mark just before the states were read, and die before the next full sweep)
+        self._markless.update(w for w in gone if all(p.request.durable for p in by_waiter[w]))
         return [pending for w in gone for pending in by_waiter[w]]
 
-    async def _sweep_held(self, held: list[RedisPending]) -> None:
+    async def _judge(self, held: list[RedisPending]) -> list[float | None]:
+        """Read the state of each of ``held`` and let go of those resolved elsewhere;
+        withdraw those whose waiter is gone and expire those past their signed deadline
+        by Redis time (:meth:`_end`). Only the state decides, never what asked for the
+        check. For each, Redis time (s) if it is still held and open, else None."""
         if not held:
-            return
+            return []
         states = await self._states([pending.request for pending in held])
-        for pending, (status, alive, past) in zip(held, states, strict=True):
-            if status != OPEN_B or (
+        still: list[float | None] = []
+        for pending, (status, alive, past, now_s) in zip(held, states, strict=True):
+            if self._held.get(pending.request.id) is not pending:
+                still.append(None)  # let go (answered, skipped) while its state was read
+            elif status != OPEN_B or (
                 (not alive or past) and await self._end(pending.request, alive, pending.entry_id)
             ):
                 self.release(pending)
+                still.append(None)
+            else:
+                still.append(now_s)
+        return still
+
+    # -- what events and deadlines say to check -------------------------------------
+
+    def _schedule(self, pending: RedisPending, at: float | None = None) -> None:
+        """Check ``pending`` at ``at`` (Redis time, s; by default its signed deadline,
+        if it has one). One heap holds every held request's next check; entries of
+        requests let go stay until they come up, or until they are most of the heap."""
+        at = pending.request.expires_at if at is None else at
+        if at is None:
+            return
+        heap = self._deadlines
+        if len(heap) > 2 * len(self._held) + 64:
+            heap[:] = [e for e in heap if self._held.get(e[2].request.id) is e[2]]
+            heapq.heapify(heap)
+        self._scheduled += 1
+        heapq.heappush(heap, (at, self._scheduled, pending))
+        if heap[0][2] is pending:
+            self._wake.set()
+
+    def _hint(self, request_id: str) -> None:
+        """An event named ``request_id``: check its state if it is held, else remember it
+        for a while (:data:`RECENT_KEPT`)."""
+        if request_id in self._held:
+            self._checks.add(request_id)
+            self._wake.set()
+            return
+        recent = self._recent
+        recent[request_id] = None
+        if len(recent) > RECENT_KEPT:
+            del recent[next(iter(recent))]
+
+    async def _follow_events(self, last_id: str) -> None:
+        """Follow the queue's events stream from ``last_id``: one blocking ``XREAD`` at a
+        time (re-issued when it times out, every third of the liveness bound), whatever
+        the number of requests held. An event naming a request held is only a hint (an
+        unsigned one may be forged): it asks for a check of that request's state
+        (:meth:`_check_due`), which alone may let it go. While Redis is away it retries,
+        saying so once, and resumes after the last event it read."""
+        core = self.core
+        settings = core.settings
+        block_ms = max(settings.block_ms, settings.liveness_ms // 3)
+        mod: Any = msgspec.msgpack if core.codec.format == "msgpack" else msgspec.json
+        decoder = mod.Decoder(tuple[int, _Named])
+        field = ENTRY_EVENT.encode()
+        delay, failing = 0.0, False
+        while not self._closed and not core.closed:
+            try:
+                if self._events_reader is None:
+                    self._events_reader = core.blocking_reader()
+                entries = await self._events_reader.xread(
+                    core.keys.events, last_id, EVENTS_READ, block_ms
+                )
+            except Exception as exc:  # a lost connection, a timeout, WRONGTYPE: never die
+                await self._drop_events_reader()
+                if self._closed or core.closed:
+                    return
+                if not failing:
+                    log.warning("%s following events: %s; retrying", self.name, exc)
+                failing, delay = True, min(RETRY_CAP_S, delay * 2 or 0.05)
+                await asyncio.sleep(delay)
+                continue
+            if failing:
+                log.info("%s following events again", self.name)
+            failing, delay = False, 0.0
+            for _, fields in entries:
+                payload = fields.get(field) if fields else None
+                if payload is None:
+                    continue  # the events' readers dead-letter what they cannot read
+                try:
+                    named: _Named = decoder.decode(payload)[1]
+                except (msgspec.DecodeError, ValueError, IndexError):
+                    continue
+                if named.type not in OPEN_EVENTS:
+                    self._hint(named.id)
+            if entries:
+                last_id = text(entries[-1][0])
+                if len(entries) < EVENTS_READ:
+                    await asyncio.sleep(EVENTS_GATHER_S)
+
+    async def _drop_events_reader(self) -> None:
+        if self._events_reader is not None:
+            reader, self._events_reader = self._events_reader, None
+            with contextlib.suppress(Exception):
+                await reader.aclose()
+
+    async def _check_due(self) -> None:
+        """Check, in one round trip, the requests that events named and those whose
+        deadline came (by Redis time, as the last check saw it against this process's
+        clock): one timer for all, no task per request. A request still open when Redis
+        time says its deadline has not come yet is checked again when it says it will."""
+        delay, failing = 0.0, False
+        heap = self._deadlines
+        while not self._closed:
+            now = time.time() + self._skew_s
+            due: list[RedisPending] = []
+            while heap and heap[0][0] <= now:
+                pending = heapq.heappop(heap)[2]
+                if self._held.get(pending.request.id) is pending:
+                    due.append(pending)
+            named = [self._held[r] for r in self._checks if r in self._held]
+            self._checks.clear()
+            if not due and not named:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(heap[0][0] - now if heap else None):
+                        await self._wake.wait()
+                continue
+            checked = list({id(pending): pending for pending in due + named}.values())
+            try:
+                still = await self._judge(checked)
+            except BrokerClosed:
+                return
+            except Exception as exc:  # Redis away: check them all again after a pause
+                for pending in due:
+                    self._schedule(pending)
+                self._checks.update(pending.request.id for pending in named)
+                if not failing:
+                    log.warning("%s checking held requests: %s; retrying", self.name, exc)
+                failing, delay = True, min(RETRY_CAP_S, delay * 2 or 0.05)
+                await asyncio.sleep(delay)
+                continue
+            failing, delay = False, 0.0
+            now_of = {id(p): now_s for p, now_s in zip(checked, still, strict=True)}
+            for pending in due:
+                now_s = now_of[id(pending)]
+                deadline = pending.request.expires_at
+                if now_s is not None and deadline is not None:
+                    self._schedule(pending, max(deadline, now_s + RECHECK_S))
 
     async def _reclaim(self) -> None:
         cursor = "0-0"
@@ -542,6 +759,7 @@ class RedisResponder(Responder):
                     )
                 )  # fmt: skip
         await self._drop_reader()
+        await self._drop_events_reader()
 
     def statistics(self) -> dict[str, int]:
         """Counters: requests held, ready to deliver, and dead-lettered by this consumer."""
