@@ -281,19 +281,21 @@ def _shares(cpu: list[float]) -> list[float]:
     return [c / total if total > 0 else math.nan for c in cpu]
 
 
-def _agents(clu: dict[str, Any]) -> str:
-    """Who asked, in the Cluster case: a run before the case had ``agents`` had one broker
-    per queue in one process (one waiter identity each)."""
+def _agents(clu: dict[str, Any], waiters: list[int] | None = None) -> str:
+    """Who asked, in the Cluster case (a run before the case had ``agents`` had one broker
+    per queue in one process, one waiter identity each), and where their waiters fell."""
     agents = clu.get("agents")
     if agents is None:
         return "one waiting broker per queue (a waiter each)"
-    return (
-        f"{agents} agents (a waiter each, asking in turn, {clu.get('concurrency', 20)} at a time)"
+    where = (
+        f"; their waiters on masters 1–{len(waiters)}: {'/'.join(str(w) for w in waiters)}"
+        if waiters
+        else ""
     )
-
-
-def _waiters(waiters: list[int] | None) -> str:
-    return "/".join(str(w) for w in waiters) if waiters else "–"
+    return (
+        f"{agents} agents (a waiter each, asking in turn, {clu.get('concurrency', 20)} at a "
+        f"time{where})"
+    )
 
 
 def _cluster_targets(t: Tables) -> list[str]:
@@ -311,10 +313,9 @@ def _cluster_targets(t: Tables) -> list[str]:
     ):  # fmt: skip
         shares = _shares(cpu)
         ok = all(1 / 6 <= share <= 2 / 3 for share in shares)
-        spread = f"; their waiters on the masters: {_waiters(waiters)}" if waiters else ""
         lines.append(
             f"- {'✅' if ok else '❌'} the 3-master Cluster's Redis CPU per round trip, "
-            f"{what}, asked by {_agents(clu)}{spread}: each master's share "
+            f"{what}, asked by {_agents(clu, waiters)}: each master's share "
             f"**{', '.join(f'{x:.0%}' for x in shares)}** "
             f"(of the commands: {', '.join(f'{x:.0%}' for x in _shares(cmds))}; "
             f"{sum(cpu):,.0f} µs in all = {_ratio(sum(cpu), alone)} one standalone node's "
