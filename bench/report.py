@@ -463,10 +463,10 @@ def _cluster_section(t: Tables) -> list[str]:
     return [
         "",
         f"Cluster share: {clu['settings']}; with one queue, and spread over {q} queues "
-        f"(`q-0` … `q-{q - 1}`; asked by {_agents(clu)}"
-        f"{f', agent i on queue i mod {q}' if 'agents' in clu else ''}; the responder "
-        "process has one broker per queue), first on the standalone node (the floor), then "
-        "on the Cluster. "
+        f"(`q-0` … `q-{q - 1}`; "
+        + (f"agent i on queue i mod {q}" if "agents" in clu else "one waiting broker each")
+        + "; the responder process has one broker per queue), first on the standalone node "
+        "(the floor), then on the Cluster. "
         "Redis CPU per round trip on each node beyond its idle rate (`INFO cpu`), commands "
         "per round trip (`INFO commandstats`, without connection set-up). One queue's keys "
         "hash to one slot by design (`{ns:q:queue}`), and a waiter's keys to its own slot "
