@@ -37,6 +37,7 @@ from bench.common import SPAWN, stop_process
 NAMESPACE: Final = "fleet"
 QUEUE: Final = "default"
 GROUP: Final = "holders"
+AGENTS: Final = 96  # the Cluster case's agents: waiters enough to spread evenly over 3 masters
 PROMPT: Final = "Approve the change described below? " + "x" * (1024 - 36)  # 1 KiB
 FORM: Final[dict[str, Any]] = {
     "type": "object",
@@ -88,6 +89,8 @@ class Fleet(TypedDict, total=False):
     durable_cpu_us_per_answer: float  # Redis CPU beyond the idle rate
     plain_cpu_us_per_answer: float
     queues: int
+    agents: int  # asking agents, a waiter each, taking turns
+    concurrency: int  # round trips at a time
     masters: list[str]  # each master's slot ranges, in the order of the lists below
     standalone_cpu_us: float  # Redis CPU per round trip on one standalone node, one queue
     standalone_cmds: float  # Redis commands per round trip
@@ -95,8 +98,12 @@ class Fleet(TypedDict, total=False):
     standalone_several_cmds: float
     one_queue_cpu_us: list[float]  # per round trip on each master, one queue
     one_queue_cmds: list[float]
+    one_queue_master: int  # the master index serving the one queue's slot
+    one_queue_waiters: list[int]  # the agents' waiters on each master, one queue
+    one_queue_commands: list[dict[str, list[float]]]  # each master: command -> [calls, µs]
     several_cpu_us: list[float]  # per round trip on each master, ``queues`` queues
     several_cmds: list[float]
+    several_waiters: list[int]
     queues_per_master: list[int]  # how many of the ``queues`` queues' slots each serves
     durable_states: dict[str, list[int]]  # queue -> [master index, slot, durable states]
 
@@ -491,6 +498,37 @@ def dead_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
 # --- many channels: consumer groups on one queue --------------------------------------------
 
 
+async def _connect_agents(
+    stack: contextlib.AsyncExitStack[Any], url: str, queues: tuple[str, ...], agents: int
+) -> list[Any]:
+    """``agents`` brokers, each an agent of its own (``agent-<i>``, so a waiter of its own:
+    its own reply stream, liveness mark and states, on its own slot), agent ``i`` on
+    ``queues[i % len(queues)]``."""
+    import toolnexus
+
+    return [
+        await stack.enter_async_context(
+            toolnexus.connect(
+                url, namespace=NAMESPACE, queue=queues[i % len(queues)], agent=f"agent-{i}"
+            )
+        )
+        for i in range(agents)
+    ]
+
+
+async def _drive(brokers: list[Any], n: int, concurrency: int) -> None:
+    """``n`` round trips, ``concurrency`` at a time, the ``i``-th asked through
+    ``brokers[i % len(brokers)]`` (with more brokers than ``concurrency``, each has asked
+    and been answered before its next turn comes)."""
+    left = iter(range(n))
+
+    async def one() -> None:
+        for i in left:
+            await brokers[i % len(brokers)].wait_for(_request(), timeout_s=120)
+
+    await asyncio.gather(*(one() for _ in range(concurrency)))
+
+
 def _round_trips(url: str, n: int, concurrency: int, queues: tuple[str, ...] = (QUEUE,)) -> None:
     """``n`` round trips, ``concurrency`` at a time, spread evenly over ``queues`` (one
     broker each)."""
@@ -505,13 +543,7 @@ def _round_trips(url: str, n: int, concurrency: int, queues: tuple[str, ...] = (
                 )
                 for queue in queues
             ]
-            left = iter(range(n))
-
-            async def one(broker: Any) -> None:
-                for _ in left:
-                    await broker.wait_for(_request(), timeout_s=120)
-
-            await asyncio.gather(*(one(brokers[i % len(brokers)]) for i in range(concurrency)))
+            await _drive(brokers, n, concurrency)
 
     asyncio.run(main())
 
@@ -699,47 +731,98 @@ def _responders_main(url: str, queues: tuple[str, ...], ready: Any, stop: Any) -
 
 
 _NOT_ROUND_TRIPS: Final = ("info", "cluster", "command", "client", "hello", "config", "ping")
+# ... but redis-py asks a Cluster node (its commands parser's) for the keys of each XREAD
+# and XREADGROUP: work of the round trips, on that node
+_ROUND_TRIP_LOOKUPS: Final = ("command|getkeys",)
+_Snapshot = list[tuple[float, dict[str, tuple[int, int]]]]  # each node: CPU s, command counters
 
 
-def _counters(clients: list[Any]) -> list[tuple[float, int]]:
-    """Each node's Redis CPU (s) and commands so far, leaving out the measurement's own and
-    the clients' connection set-up (``CLUSTER SLOTS``, ``HELLO``, ...)."""
+def _round_trip_command(name: str) -> bool:
+    return not name.startswith(_NOT_ROUND_TRIPS) or name in _ROUND_TRIP_LOOKUPS
+
+
+def _counters(clients: list[Any]) -> _Snapshot:
+    """Each node's Redis CPU (s) and, by command, its calls and the µs spent in it so far,
+    leaving out the measurement's own and the clients' connection set-up (``CLUSTER
+    SLOTS``, ``HELLO``, ...)."""
     return [
         (
             _cpu_s(c),
-            sum(v for k, v in _calls(c).items() if not k.startswith(_NOT_ROUND_TRIPS)),
+            {
+                name: (int(stat["calls"]), int(stat["usec"]))
+                for name, stat in (
+                    (k.removeprefix("cmdstat_"), v) for k, v in c.info("commandstats").items()
+                )
+                if _round_trip_command(name)
+            },
         )
         for c in clients
     ]
 
 
+class _Share(TypedDict):
+    cpu_us: list[float]  # Redis CPU per round trip on each node, beyond its idle rate
+    cmds: list[float]  # Redis commands per round trip on each node
+    # per round trip on each node, by command: [calls, µs inside the command (commandstats)]
+    by_command: list[dict[str, list[float]]]
+    waiters: list[int]  # the agents' waiters (reply stream, states, mark) each node holds
+
+
 def _share_run(
-    url: str, nodes: list[str], n: int, concurrency: int, queues: tuple[str, ...]
-) -> tuple[list[float], list[float]]:
-    """``n`` round trips over ``queues``, answered by a responder process: Redis CPU (µs,
-    beyond each node's idle rate) and commands per round trip on each of ``nodes``."""
+    url: str, nodes: list[str], n: int, concurrency: int, agents: int, queues: tuple[str, ...]
+) -> _Share:
+    """``n`` round trips, ``concurrency`` at a time, asked by ``agents`` agents in turn,
+    agent ``i`` on ``queues[i % len(queues)]``, answered by a responder process: Redis CPU
+    (µs, beyond each node's idle rate with the agents connected) and commands per round
+    trip on each of ``nodes``, and how many of the agents' waiters each holds.
+
+    The agents connect, and each waits once, before the idle rate is taken: the figures
+    per round trip hold no connection set-up, whatever ``agents`` and ``n``."""
     clients = [_redis(node) for node in nodes]
     procs = _Procs()
     procs.start(_responders_main, url, queues)
+
+    async def main() -> tuple[_Snapshot, float, _Snapshot, float, _Snapshot, float, list[int]]:
+        from toolnexus.keys import Keys
+
+        async with contextlib.AsyncExitStack() as stack:
+            brokers = await _connect_agents(stack, url, queues, agents)
+            await _drive(brokers, max(agents, n // 10), concurrency)  # each agent asks
+            marks = Keys(NAMESPACE, QUEUE).alive_pattern()
+            waiters = [sum(1 for _ in c.scan_iter(match=marks, count=1000)) for c in clients]
+            idle0, t0 = _counters(clients), time.monotonic()
+            await asyncio.sleep(2.0)
+            idle1, t1 = _counters(clients), time.monotonic()
+            await _drive(brokers, n, concurrency)
+            done, t2 = _counters(clients), time.monotonic()
+        return idle0, t0, idle1, t1, done, t2, waiters
+
     try:
         procs.wait_ready()
-        _round_trips(url, max(10, n // 10), concurrency, queues)  # warm-up
-        idle0, t0 = _counters(clients), time.monotonic()
-        time.sleep(2.0)
-        idle1, t1 = _counters(clients), time.monotonic()
-        _round_trips(url, n, concurrency, queues)
-        done, t2 = _counters(clients), time.monotonic()
+        idle0, t0, idle1, t1, done, t2, waiters = asyncio.run(main())
     finally:
         procs.close()
         for client in clients:
             client.flushall()
+            client.close()
     idle_rates = [(b[0] - a[0]) / (t1 - t0) for a, b in zip(idle0, idle1, strict=True)]
-    cpu = [
-        max(0.0, (d[0] - i[0] - rate * (t2 - t1)) * 1e6 / n)
-        for i, d, rate in zip(idle1, done, idle_rates, strict=True)
+    by_command = [
+        {
+            name: [(calls - i[1].get(name, (0, 0))[0]) / n, (us - i[1].get(name, (0, 0))[1]) / n]
+            for name, (calls, us) in sorted(d[1].items())
+            if calls > i[1].get(name, (0, 0))[0]
+        }
+        for i, d in zip(idle1, done, strict=True)
     ]
-    cmds = [(d[1] - i[1]) / n for i, d in zip(idle1, done, strict=True)]
-    return cpu, cmds
+    return _Share(
+        cpu_us=[
+            max(0.0, (d[0] - i[0] - rate * (t2 - t1)) * 1e6 / n)
+            for i, d, rate in zip(idle1, done, idle_rates, strict=True)
+        ],
+        cmds=[sum(calls for calls, _us in node.values()) for node in by_command],
+        by_command=by_command,
+        waiters=waiters,
+    )
 
 
 def _masters(nodes: list[str]) -> tuple[list[str], list[tuple[int, int, int]]]:
@@ -819,44 +902,54 @@ async def _durable_placement(
 
 
 def cluster_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
-    """``requests`` round trips (``concurrency`` at a time) answered by a responder process,
-    with one queue and with ``queues`` queues: Redis CPU and commands per round trip on the
-    standalone node at ``url``, then on each master of the local 3-master Cluster at
-    ``params["cluster"]`` (started by the runner); then where one agent's durable states
-    land (``durable`` waits on each queue)."""
+    """``requests`` round trips, ``concurrency`` at a time, asked in turn by ``agents``
+    agents (each a waiter of its own, whose keys hash to a slot of their own: a fleet, not
+    one process), answered by a responder process, with one queue and with ``queues``
+    queues: Redis CPU and commands per round trip on the standalone node at ``url``, then
+    on each master of the local 3-master Cluster at ``params["cluster"]`` (started by the
+    runner); then where one agent's durable states land (``durable`` waits on each queue)."""
     from redis.crc import key_slot
 
     n, q = int(params["requests"]), int(params["queues"])
+    agents = int(params.get("agents", AGENTS))
     concurrency = int(params.get("concurrency", 20))
     cluster = str(params["cluster"])
     nodes = ["redis://" + a for a in cluster.removeprefix("redis+cluster://").split(",")]
     masters, ranges = _masters(nodes)
     queues = tuple(f"q-{i}" for i in range(q))
-    standalone, standalone_cmds = _share_run(url, [url], n, concurrency, (QUEUE,))
-    standalone_several, standalone_several_cmds = _share_run(url, [url], n, concurrency, queues)
-    one, one_cmds = _share_run(cluster, nodes, n, concurrency, (QUEUE,))
-    several, several_cmds = _share_run(cluster, nodes, n, concurrency, queues)
+    standalone = _share_run(url, [url], n, concurrency, agents, (QUEUE,))
+    standalone_several = _share_run(url, [url], n, concurrency, agents, queues)
+    one = _share_run(cluster, nodes, n, concurrency, agents, (QUEUE,))
+    several = _share_run(cluster, nodes, n, concurrency, agents, queues)
     per_master = [0] * len(nodes)
     for queue in queues:
         per_master[_master_of(int(key_slot(f"{{{NAMESPACE}:q:{queue}}}".encode())), ranges)] += 1
+    one_queue_master = _master_of(int(key_slot(f"{{{NAMESPACE}:q:{QUEUE}}}".encode())), ranges)
     durable = asyncio.run(_durable_placement(cluster, nodes, queues, int(params["durable"])))
     return {
         "case": "fleet",
         "variant": "cluster",
-        "settings": f"{n:,} round trips, {concurrency} at a time, one responder process; "
-        f"a local Cluster of {len(nodes)} masters, no replicas",
+        "settings": f"{n:,} round trips, {concurrency} at a time, asked in turn by {agents} "
+        f"agents (a waiter each), one responder process; a local Cluster of "
+        f"{len(nodes)} masters, no replicas",
         "fleet": Fleet(
             requests=n,
+            agents=agents,
+            concurrency=concurrency,
             queues=q,
             masters=masters,
-            standalone_cpu_us=standalone[0],
-            standalone_cmds=standalone_cmds[0],
-            standalone_several_cpu_us=standalone_several[0],
-            standalone_several_cmds=standalone_several_cmds[0],
-            one_queue_cpu_us=one,
-            one_queue_cmds=one_cmds,
-            several_cpu_us=several,
-            several_cmds=several_cmds,
+            standalone_cpu_us=standalone["cpu_us"][0],
+            standalone_cmds=standalone["cmds"][0],
+            standalone_several_cpu_us=standalone_several["cpu_us"][0],
+            standalone_several_cmds=standalone_several["cmds"][0],
+            one_queue_cpu_us=one["cpu_us"],
+            one_queue_cmds=one["cmds"],
+            one_queue_master=one_queue_master,
+            one_queue_waiters=one["waiters"],
+            one_queue_commands=one["by_command"],
+            several_cpu_us=several["cpu_us"],
+            several_cmds=several["cmds"],
+            several_waiters=several["waiters"],
             queues_per_master=per_master,
             durable_states=durable,
         ),

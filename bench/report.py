@@ -292,31 +292,51 @@ def _shares(cpu: list[float]) -> list[float]:
     return [c / total if total > 0 else math.nan for c in cpu]
 
 
+def _agents(clu: dict[str, Any], waiters: list[int] | None = None) -> str:
+    """Who asked, in the Cluster case (a run before the case had ``agents`` had one broker
+    per queue in one process, one waiter identity each), and where their waiters fell."""
+    agents = clu.get("agents")
+    if agents is None:
+        return "one waiting broker per queue (a waiter each)"
+    where = (
+        f"; their waiters on masters 1–{len(waiters)}: {'/'.join(str(w) for w in waiters)}"
+        if waiters
+        else ""
+    )
+    return (
+        f"{agents} agents (a waiter each, asking in turn, {clu.get('concurrency', 20)} at a "
+        f"time{where})"
+    )
+
+
 def _cluster_targets(t: Tables) -> list[str]:
     clu = t.fleet.get("cluster")
     if not clu:
         return []
     lines = []
-    for what, cpu, cmds, alone in (
-        ("one queue (its keys share one slot by design)", clu["one_queue_cpu_us"],
-         clu["one_queue_cmds"], clu["standalone_cpu_us"]),
+    queue_master = clu.get("one_queue_master")
+    on = f", on master {queue_master + 1}" if queue_master is not None else ""
+    for what, cpu, cmds, alone, waiters in (
+        (f"one queue (its keys share one slot by design{on})", clu["one_queue_cpu_us"],
+         clu["one_queue_cmds"], clu["standalone_cpu_us"], clu.get("one_queue_waiters")),
         (f"{clu['queues']} queues", clu["several_cpu_us"], clu["several_cmds"],
-         clu["standalone_several_cpu_us"]),
+         clu["standalone_several_cpu_us"], clu.get("several_waiters")),
     ):  # fmt: skip
         shares = _shares(cpu)
         ok = all(1 / 6 <= share <= 2 / 3 for share in shares)
         lines.append(
             f"- {'✅' if ok else '❌'} the 3-master Cluster's Redis CPU per round trip, "
-            f"{what}: each master's share **{', '.join(f'{x:.0%}' for x in shares)}** "
+            f"{what}, asked by {_agents(clu, waiters)}: each master's share "
+            f"**{', '.join(f'{x:.0%}' for x in shares)}** "
             f"(of the commands: {', '.join(f'{x:.0%}' for x in _shares(cmds))}; "
             f"{sum(cpu):,.0f} µs in all = {_ratio(sum(cpu), alone)} one standalone node's "
             f"{alone:,.0f} µs; target: each within 2× of an even third, 17–67%)"
         )
-    on = sorted({index for index, _slot, _n in clu["durable_states"].values()})
+    on_masters = sorted({index for index, _slot, _n in clu["durable_states"].values()})
     lines.append(
         f"- · one agent's durable states on one queue share one slot, by design: on each of "
         f"{len(clu['durable_states'])} queues all on one master; over the queues on "
-        f"{len(on)} of {len(clu['masters'])} masters (Cluster table)"
+        f"{len(on_masters)} of {len(clu['masters'])} masters (Cluster table)"
     )
     return lines
 
@@ -440,19 +460,26 @@ def _cluster_section(t: Tables) -> list[str]:
     rows = [
         f"| standalone node | all | – | {clu['standalone_cpu_us']:,.0f} | – "
         f"| {clu['standalone_cmds']:.1f} | {clu['standalone_several_cpu_us']:,.0f} | – "
-        f"| {clu['standalone_several_cmds']:.1f} |"
+        f"| {clu['standalone_several_cmds']:.1f} | – |"
     ]
+    one_waiters, several_waiters = clu.get("one_queue_waiters"), clu.get("several_waiters")
     for i, slots in enumerate(clu["masters"]):
+        waiters = (
+            f"{one_waiters[i]} / {several_waiters[i]}" if one_waiters and several_waiters else "–"
+        )
         rows.append(
             f"| master {i + 1} | {slots} | {clu['queues_per_master'][i]} "
             f"| {clu['one_queue_cpu_us'][i]:,.0f} | {one[i]:.0%} | {clu['one_queue_cmds'][i]:.1f} "
             f"| {clu['several_cpu_us'][i]:,.0f} | {several[i]:.0%} "
-            f"| {clu['several_cmds'][i]:.1f} |"
+            f"| {clu['several_cmds'][i]:.1f} | {waiters} |"
         )
+    total = (
+        f"{sum(one_waiters)} / {sum(several_waiters)}" if one_waiters and several_waiters else "–"
+    )
     rows.append(
         f"| Cluster | all | {q} | {sum(clu['one_queue_cpu_us']):,.0f} | 100% "
         f"| {sum(clu['one_queue_cmds']):.1f} | {sum(clu['several_cpu_us']):,.0f} | 100% "
-        f"| {sum(clu['several_cmds']):.1f} |"
+        f"| {sum(clu['several_cmds']):.1f} | {total} |"
     )
     durable = ", ".join(
         f"{queue} → master {index + 1} (slot {slot:,}, {n} states)"
@@ -461,23 +488,49 @@ def _cluster_section(t: Tables) -> list[str]:
     return [
         "",
         f"Cluster share: {clu['settings']}; with one queue, and spread over {q} queues "
-        f"(`q-0` … `q-{q - 1}`, one broker each in the waiting process and in the "
-        "responder's), first on the standalone node (the floor), then on the Cluster. "
+        f"(`q-0` … `q-{q - 1}`; "
+        + (f"agent i on queue i mod {q}" if "agents" in clu else "one waiting broker each")
+        + "; the responder process has one broker per queue), first on the standalone node "
+        "(the floor), then on the Cluster. "
         "Redis CPU per round trip on each node beyond its idle rate (`INFO cpu`), commands "
         "per round trip (`INFO commandstats`, without connection set-up). One queue's keys "
         "hash to one slot by design (`{ns:q:queue}`), and a waiter's keys to its own slot "
-        "(`{ns:w:waiter}`): with one queue the queue's master does the queue's share of the "
-        "work, with several the queues spread over the masters.",
+        "(`{ns:w:waiter}`, a waiter's id random in every process): with one queue the "
+        "queue's master does the queue's share of the work and the waiters' share spreads "
+        "as their slots fall (last column), with several the queues spread over the masters "
+        "too. Commands count those a script calls as well as the script itself.",
         "",
         "| node | slots | queues' slots served | Redis CPU µs per round trip, one queue "
-        f"| share | commands | µs, {q} queues | share | commands |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|",
+        f"| share | commands | µs, {q} queues | share | commands "
+        f"| agents' waiters, one queue / {q} |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
         *rows,
+        *_queue_master_commands(clu),
         "",
         "Durable states: one agent (`agent-0`) with durable waits on each queue. Its durable "
         "states on one queue share one slot by design (`{ns:w:agent.queue-hash}`), so they "
         "all land on one master; its states on other queues land on other slots: "
         f"{durable}.",
+    ]
+
+
+def _queue_master_commands(clu: dict[str, Any]) -> list[str]:
+    """With one queue, what its master runs per round trip, by command (calls, and the µs
+    inside them from commandstats: a script's include the commands it calls)."""
+    index, by_command = clu.get("one_queue_master"), clu.get("one_queue_commands")
+    if index is None or not by_command:
+        return []
+    top = sorted(by_command[index].items(), key=lambda kv: -kv[1][1])[:8]
+    lookups = [node.get("command|getkeys", [0.0, 0.0])[0] for node in by_command]
+    return [
+        "",
+        f"With one queue, its master (master {index + 1}) runs per round trip, by command "
+        "(calls, µs inside them by `INFO commandstats`; a script's µs include the commands it "
+        "calls, which are counted again under their own names): "
+        + ", ".join(f"`{name}` {calls:.2f} ({us:.1f} µs)" for name, (calls, us) in top)
+        + ". `COMMAND GETKEYS` per round trip on each master, redis-py asking the node its "
+        "commands parser uses for the keys of each `XREAD` and `XREADGROUP` (counted with "
+        "the round trips' commands): " + ", ".join(f"{x:.2f}" for x in lookups) + ".",
     ]
 
 

@@ -48,7 +48,7 @@ class Plan:
     fleet_dead: int  # open requests of the killed agent
     fleet_channels: tuple[int, int]  # (round trips, consumer groups)
     fleet_durable: tuple[int, int, int]  # (waiting agents, processes, answers)
-    fleet_cluster: tuple[int, int, int]  # (round trips, queues, durable waits per queue)
+    fleet_cluster: tuple[int, int, int, int]  # (round trips, queues, durable waits each, agents)
     case_timeout_s: float
 
 
@@ -70,7 +70,7 @@ FULL = Plan(
     fleet_dead=10_000,
     fleet_channels=(1000, 10),
     fleet_durable=(1000, 4, 100),
-    fleet_cluster=(2000, 6, 100),
+    fleet_cluster=(2000, 6, 100, 96),
     case_timeout_s=900,
 )
 
@@ -92,7 +92,7 @@ QUICK = Plan(
     fleet_dead=50,
     fleet_channels=(50, 3),
     fleet_durable=(20, 2, 5),
-    fleet_cluster=(100, 6, 5),
+    fleet_cluster=(100, 6, 5, 96),
     case_timeout_s=180,
 )
 
@@ -202,7 +202,7 @@ def build_specs(plan: Plan, logdir: Path, only: set[str] | None, loops: list[str
               "answers": plan.fleet_durable[2]}),
         Spec("cluster", "bench.fleet:cluster_case",
              {"requests": plan.fleet_cluster[0], "queues": plan.fleet_cluster[1],
-              "durable": plan.fleet_cluster[2]}),
+              "durable": plan.fleet_cluster[2], "agents": plan.fleet_cluster[3]}),
     ]  # fmt: skip
     if only:
         specs = [s for s in specs if s.label in only]
