@@ -54,8 +54,8 @@ from ..models import (
     Signature,
     ended_event,
 )
-from ..security._audit import REQUEST_KEPT_BYTES, AuditRecord, Refusal, kept_request
-from ..security._signing import request_digest, verify_refusal
+from ..security._audit import AuditRecord, Refusal
+from ..security._signing import verify_refusal
 from . import _durable as durable
 from . import _quorum as quorum
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
@@ -78,7 +78,7 @@ from ._layout import (
     STATUS_B,
 )
 from ._publishing import Publisher
-from ._scripts import ENDED, REOPEN, TAKE
+from ._scripts import REOPEN, TAKE
 from ._wait import Wait, audit_of, ended, expire, status_of
 
 log = logging.getLogger("toolnexus.redis")
@@ -199,7 +199,6 @@ class Waiter:
             keeps,
         )
         wait.quorum = request.quorum is not None
-        wait.size = len(payload)
         self.waits[request.id] = wait  # registered before it is published
         return wait
 
@@ -268,9 +267,8 @@ class Waiter:
         return outcome
 
     def _ended(self, wait: Wait, answer: Answer, status: str, event: Event | None = None) -> None:
-        """``wait`` ended with ``answer``: publish ``event`` (if any), add the wait's audit
-        record (as ``status``) unless its end has one, and let the state of a large
-        request forget the request's bytes.
+        """``wait`` ended with ``answer``: publish ``event`` (if any) and add the wait's
+        audit record (as ``status``) unless its end has one.
 
         Every end of a wait has exactly one record (threat-model line S8). The waiter
         writes it for an end it resolved itself (expiry, withdrawal on cancellation or
@@ -281,27 +279,14 @@ class Waiter:
         ``recorded`` when it learns of it, and writes none. A durable wait that ends
         without ending its request (cancelled, closed) writes none either."""
         core = self.core
-        big = wait.size > REQUEST_KEPT_BYTES and not wait.replies.durable
-        published = self.publisher.published(wait) if big or not wait.recorded else None
         audit = None
-        if not wait.recorded and published is not None:
+        if not wait.recorded:
             wait.recorded = True
-            audit = audit_of(core, wait, published, status, answer)
+            audit = audit_of(core, wait, self.publisher.published(wait), status, answer)
         if event is not None:
             self._settle(wait, event, audit)
         elif audit is not None:
             core.settle(audit=audit)
-        if big and published is not None:  # a durable request keeps it for the next attach
-            kept, _ = kept_request(published, core.codec)
-            digest = audit.digest if audit is not None else None
-            replies = wait.replies
-            core.pipeliner.post_batch(
-                ENDED,
-                (replies.key, replies.alive_key),
-                (),
-                (core.keys.state(replies.waiter, wait.request_id),),
-                (kept, digest or request_digest(published)),
-            )
 
     # -- publishing ---------------------------------------------------------------
 
@@ -405,7 +390,10 @@ class Waiter:
         here: the resolve script refuses any answer after the deadline anyway. What is
         stored is signed with this process's key, if it has one, so that a responder
         answering afterwards can tell this end from an edited state (it trusts agents' keys)
-        and is told at once that it lost; the answer returned names nobody.
+        and is told at once that it lost; the answer returned names nobody. A plain
+        request's plain end (no key to sign with, no default answer) stores no answer: the
+        state's status says it all, and a late answer is told it (see
+        :func:`~toolnexus.redis_broker._answering.resolve_answer`).
         """
         core = self.core
         published = self.publisher.published(wait)
@@ -413,7 +401,11 @@ class Waiter:
             answer = expired_answer(published)
         else:
             answer = Answer(id=wait.request_id, ok=False, reason=WITHDRAWN)
-        payload = core.codec.encode(core.signatures.sign_answer(answer, published))
+        signed = core.signatures.sign_answer(answer, published)
+        # A plain end of a plain request (unsigned, no default): the state's status says it
+        # all, and this process learns it from the script's reply (see RESOLVE).
+        plain = signed.signature is None and not answer.defaulted and not wait.replies.durable
+        payload = b"" if plain else core.codec.encode(signed)
         backoff = Backoff(cap_s=0.5)
         give_up = time.monotonic() + RESOLVE_PATIENCE_S
         while True:
