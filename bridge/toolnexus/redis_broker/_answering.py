@@ -296,8 +296,11 @@ async def _entry_request(core: Core, request_id: str, waiter: str, entry: str) -
         raise UnknownRequest(request_id) from exc
     if not found:
         return None
-    _, fields = found[0]
-    raw = (fields or {}).get(ENTRY_REQUEST_B)
+    _, fields = found[0]  # (the pipeline's reply is as sent: the fields a flat list)
+    pairs = (
+        fields.items() if isinstance(fields, dict) else zip(fields[::2], fields[1::2], strict=False)
+    )
+    raw = dict(pairs).get(ENTRY_REQUEST_B)
     try:
         request = core.codec.decode_as(raw, Request) if isinstance(raw, bytes) else None
     except DecodeError:

@@ -44,6 +44,7 @@ class Wait:
     escalation: Escalation | None = None  # its hops (SPEC §14), if it escalates
     reached: list[tuple[str, str | None]] | None = None  # attached: the hop record (hints)
     recorded: bool = False  # its end has its audit record (see Waiter._ended)
+    republished: bool = False  # published again after its entry was replaced
 
 
 def expire(wait: Wait) -> None:

@@ -88,6 +88,10 @@ T = TypeVar("T")
 RESOLVE_PATIENCE_S = 2.0
 """How long a waiter retries recording its own expiry or withdrawal while Redis is away."""
 
+ANOTHER_REQUEST = "signed for another request"
+"""Why a refusal signed by a trusted key for another request than the one published does
+not verify (see :func:`~toolnexus.security._signing.verify_refusal`)."""
+
 EXPIRY_SKEW_S = 2.0
 """An expiry recorded by a responder this close before the signed deadline (its clock a
 little ahead of ours) is let be, not refused: this waiter's own deadline decides at once."""
@@ -737,6 +741,8 @@ class Waiter:
                 name = verify_refusal(request_id, payload, reason, signature, signatures.keyring)
             except SignatureError as exc:
                 problem = exc.reason
+        if problem == ANOTHER_REQUEST:
+            self._publish_again(wait)
         if name is None and signatures.required:
             log.warning(
                 "a refusal of request %s that does not verify (%s) was let be, the wait goes "
@@ -759,6 +765,22 @@ class Waiter:
         future = self.refusal(request_id)
         if not future.done():
             future.set_result(Refused(request_id, reason, who, name is not None))
+
+    def _publish_again(self, wait: Wait) -> None:
+        """A trusted responder refused, under this id, a request that is not the one
+        ``wait`` published: its entry was replaced (a plain request's state does not hold
+        it, so answering by id reads it from the entry its route names). Publish the
+        genuine request again, once per wait, so that responders and answers by id find
+        it: a new entry, and the route names it."""
+        if wait.republished or not wait.published:
+            return
+        wait.republished = True
+        log.warning(
+            "request %s: a trusted responder saw another request under its id (its entry "
+            "was replaced?): published again",
+            wait.request_id,
+        )
+        self.publisher.publish(wait, again=True)
 
     async def _take_votes(self, wait: Wait, answer: Answer, raw: bytes) -> None:
         """Hand a quorum's outcome to its wait, once the votes are checked; if Redis is
