@@ -269,7 +269,7 @@ async def answer_by_id(core: Core, answer: Answer) -> ApprovedEvent | None:
             request = await _entry_request(core, answer.id, waiter, entry)
             if request is None:  # its entry is gone: resolved meanwhile, or a forgery
                 status = await core.command("HGET", state, STATUS)
-        if request is None:  # gone, or ended (S8)
+        if request is None:  # gone, or ended
             said = status.decode("latin-1") if status else None
             if said not in RESOLUTIONS:
                 raise UnknownRequest(answer.id)

@@ -1,6 +1,7 @@
 """The waiter side of the Redis broker: publish a request, wait for its answer.
 
-A request is written to its state hash and ``XADD``ed to the queue's request stream;
+A request's state hash is opened (a durable one's holds the request) and the request
+``XADD``ed to the queue's request stream, its one home while it is open;
 the publishes of one event-loop turn share one pipeline. Answers come back on this
 process's reply stream, read by one blocking reader that wakes every concurrent wait
 (a handful of connections for any number of waits) and renews this process's liveness
