@@ -292,6 +292,8 @@ async def _entry_request(core: Core, request_id: str, waiter: str, entry: str) -
     """
     try:
         found = await core.command("XRANGE", core.keys.requests, entry, entry)
+    except redis.exceptions.NoPermissionError:
+        raise  # (a users.acl of an older release: the responder may not XRANGE)
     except redis.exceptions.ResponseError as exc:  # not an entry id
         raise UnknownRequest(request_id) from exc
     if not found:
