@@ -56,7 +56,9 @@ class Fleet(TypedDict, total=False):
     request_bytes: int  # one encoded request
     floor_open_bytes: float  # used_memory per request, one XADD each
     open_bytes: float  # used_memory per open toolnexus request
-    ended_bytes: float  # used_memory per ended request during its retention
+    ended_bytes: float  # used_memory per ended request during its retention, in all
+    audit_bytes: float  # of which the audit stream's own MEMORY USAGE, per ended request
+    audit_max_entries: int  # the audit stream's cap by count (it is also trimmed by age)
     brokers: int
     processes: int
     open_per_broker: int
@@ -271,8 +273,12 @@ class _Procs:
 def memory_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
     """``requests`` open requests from one agent process: ``used_memory`` growth per
     request against one ``XADD`` of the same encoded request each; then the same
-    requests ended (withdrawn), per request during their retention."""
+    requests ended (withdrawn), per request during their retention, in all and the audit
+    stream's share of it (``MEMORY USAGE``: the audit stream is capped by count,
+    ``audit_max_entries``, and by age, so its records do not all live for the retention)."""
+    from toolnexus import RedisSettings
     from toolnexus.codec import Codec
+    from toolnexus.keys import Keys
 
     n = int(params["requests"])
     client = _redis(url)
@@ -302,6 +308,7 @@ def memory_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
         last = now
         time.sleep(0.5)
     ended = (now - base) / n
+    audit = (client.memory_usage(Keys(NAMESPACE, QUEUE).audit, samples=0) or 0) / n
     return {
         "case": "fleet",
         "variant": "memory",
@@ -312,6 +319,8 @@ def memory_case(url: str, params: dict[str, Any]) -> dict[str, Any]:
             floor_open_bytes=floor,
             open_bytes=opened,
             ended_bytes=ended,
+            audit_bytes=audit,
+            audit_max_entries=RedisSettings().audit_max_entries,
         ),
     }
 

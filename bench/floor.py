@@ -14,8 +14,9 @@ event-loop turn (``coalesce=True``).
 
 With ``writes=True`` (variant ``same writes``: coalesced, for comparison) the floor
 also makes the Redis writes toolnexus makes per round trip, as plain commands in the
-same pipelines, with no checks: the waiter opens a state hash (status, deadline,
-request), sets its TTL and a route key beside the ``XADD``; the responder records its
+same pipelines, with no checks: the waiter opens a state hash (status and deadline: a
+non-durable state does not hold the request), sets its TTL and a route key beside the
+``XADD``; the responder records its
 answer in the state and deletes the entry it acknowledges; the waiter then adds an
 event (the answer) and an audit record (request and answer). What is left between it
 and toolnexus is toolnexus's own work, in Python and in its scripts.
@@ -267,7 +268,7 @@ class FloorClient:
         for fields in batch:
             if self.writes:
                 state, deadline = fields[b"s"], str(int(time.time() * 1000) + DEADLINE_MS)
-                pipe.hset(state, mapping={b"s": b"open", b"x": deadline, b"req": fields[b"b"]})
+                pipe.hset(state, mapping={b"s": b"open", b"x": deadline})
                 pipe.pexpire(state, DEADLINE_MS + RETENTION_MS)
                 pipe.set(b"floor:route:" + fields[b"id"], self.reply_to, px=RETENTION_MS)
             pipe.xadd(REQUESTS, fields)

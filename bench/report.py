@@ -212,6 +212,27 @@ def _targets(t: Tables) -> list[str]:
     return lines + _fleet_targets(t)
 
 
+def _ended_kept(mem: dict[str, Any]) -> float:
+    """Bytes per ended request that live for its retention (state, route, event): all of
+    ``ended_bytes`` but the audit record, which the audit stream's caps bound instead."""
+    return float(mem["ended_bytes"] - mem.get("audit_bytes", 0))
+
+
+def _without_audit(mem: dict[str, Any]) -> str:
+    return " without its audit record" if "audit_bytes" in mem else ""
+
+
+def _audit_beside(mem: dict[str, Any]) -> str:
+    """The audit record's bytes per request, and the cap of its stream (older runs: none)."""
+    if "audit_bytes" not in mem:
+        return ""
+    return (
+        f"; beside it, its audit record: {mem['audit_bytes']:,.0f} B (the audit stream is "
+        f"capped at {mem['audit_max_entries']:,} records, `audit_max_entries`, and trimmed "
+        f"by age), {mem['ended_bytes']:,.0f} B in all"
+    )
+
+
 HOLDER_STEADY_MAX = 0.01  # Redis commands per open request per second: "no steady cost"
 
 
@@ -231,15 +252,16 @@ def _fleet_targets(t: Tables) -> list[str]:
     mem = t.fleet.get("memory")
     if mem:
         ratio = mem["open_bytes"] / mem["floor_open_bytes"]
-        ended = mem["ended_bytes"] / mem["request_bytes"]
+        kept = _ended_kept(mem)
+        ended = kept / mem["request_bytes"]
         lines += [
             f"- {'✅' if ratio <= 2.5 else '❌'} Redis memory per open request "
             f"({mem['requests']:,} open): {mem['open_bytes']:,.0f} B = **{ratio:.2f}×** the "
             f"floor's {mem['floor_open_bytes']:,.0f} B (one XADD of the same request; "
             f"target ≤ 2.5×)",
             f"- {'✅' if ended <= 0.5 else '❌'} Redis memory per ended request during its "
-            f"retention: {mem['ended_bytes']:,.0f} B = **{ended:.2f}×** the request's "
-            f"{mem['request_bytes']:,} encoded bytes (target ≤ 0.5×)",
+            f"retention{_without_audit(mem)}: {kept:,.0f} B = **{ended:.2f}×** the request's "
+            f"{mem['request_bytes']:,} encoded bytes (target ≤ 0.5×){_audit_beside(mem)}",
         ]
     idle = t.fleet.get("idle")
     if idle:
@@ -372,15 +394,19 @@ def _fleet_section(t: Tables) -> list[str]:
     ]
     mem = t.fleet.get("memory")
     if mem:
+        kept = _ended_kept(mem)
         out += _table(
             f"Memory: {mem['settings']}. Floor: one `XADD` of the same encoded request each. "
-            "Ended: the same requests withdrawn, during their retention.",
+            "Ended: the same requests withdrawn, during their retention; in all, and without "
+            "the audit record (the state, route and event, which live for the retention; the "
+            "audit stream is capped by count, `audit_max_entries`, and by age).",
             "| requests | encoded request B | floor B/request | open B/request | vs floor "
-            "| ended B/request | vs request bytes |",
-            "|--:|--:|--:|--:|--:|--:|--:|",
+            "| ended B/request, in all | audit record B | ended without it | vs request bytes |",
+            "|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
             f"| {mem['requests']:,} | {mem['request_bytes']:,} | {mem['floor_open_bytes']:,.0f} "
             f"| {mem['open_bytes']:,.0f} | {_ratio(mem['open_bytes'], mem['floor_open_bytes'])} "
-            f"| {mem['ended_bytes']:,.0f} | {_ratio(mem['ended_bytes'], mem['request_bytes'])} |",
+            f"| {mem['ended_bytes']:,.0f} | {mem.get('audit_bytes', 0):,.0f} | {kept:,.0f} "
+            f"| {_ratio(kept, mem['request_bytes'])} |",
         )
     idle = t.fleet.get("idle")
     if idle:
@@ -553,7 +579,8 @@ def _sizing(t: Tables) -> list[str]:
         rows += [
             f"| open requests | 1 GiB ÷ {mem['open_bytes']:,.0f} B each "
             f"| {SIZING_MEMORY / mem['open_bytes']:,.0f} | memory |",
-            f"| ended requests kept for their retention | 1 GiB ÷ {mem['ended_bytes']:,.0f} B "
+            f"| ended requests kept for their retention (with their audit records) "
+            f"| 1 GiB ÷ {mem['ended_bytes']:,.0f} B "
             f"each | {SIZING_MEMORY / mem['ended_bytes']:,.0f} | memory |",
         ]
     if idle and idle["holder_cmds_per_request_s"] > 0:
@@ -926,6 +953,8 @@ def summary(
             "fleet.open_bytes": f"{mem['open_bytes']:,.0f}",
             "fleet.open_vs_floor": _ratio(mem["open_bytes"], mem["floor_open_bytes"]),
             "fleet.ended_bytes": f"{mem['ended_bytes']:,.0f}",
+            "fleet.ended_kept_bytes": f"{_ended_kept(mem):,.0f}",
+            "fleet.audit_bytes": f"{mem.get('audit_bytes', 0):,.0f}",
         }
     return figures
 

@@ -23,6 +23,7 @@ import toolnexus
 from toolnexus import Broker, EventStream, Pending
 from toolnexus.models import Event, EventType, Request, Source, new_id
 from toolnexus.redis_broker import RedisBroker
+from toolnexus.redis_broker._layout import parse_route
 
 if TYPE_CHECKING:  # pydantic-ai is not in every test environment (.venv-mcp1)
     from pydantic_ai.models.function import FunctionModel
@@ -75,6 +76,24 @@ async def opened(broker: RedisBroker, request_id: str, timeout_s: float = 10) ->
     state = broker.keys.state(broker.waiter_id, request_id)
     await eventually(lambda: _exists(broker, state), f"{request_id} opened", timeout_s)
     return state
+
+
+async def published_request(broker: RedisBroker, request_id: str) -> Request:
+    """Request ``request_id`` as published (signed, with its deadline and reply stream),
+    read where its route points: its entry in the queue's request stream (a plain
+    request's state does not hold it)."""
+    request = await routed_request(broker, request_id)
+    assert request is not None, f"{request_id}: its route names no entry"
+    return request
+
+
+async def routed_request(broker: RedisBroker, request_id: str) -> Request | None:
+    """The request in the entry the route of ``request_id`` names; None if there is none."""
+    route = parse_route(await broker.redis.get(broker.keys.route(request_id)))
+    if route is None or route[1] is None:
+        return None
+    found = await broker.redis.xrange(broker.keys.requests, route[1], route[1])
+    return broker.codec.decode_as(found[0][1][b"r"], Request) if found else None
 
 
 async def _exists(broker: RedisBroker, key: str) -> bool:

@@ -467,6 +467,24 @@ async def test_ops_requeues_and_purges_dead_letters_with_its_own_rights(
         await noperm(ops.redis.xadd(KEYS.dead, {"error": "x"}))  # requeue only, not forge
 
 
+async def test_ops_requeue_points_the_route_at_the_new_entry_with_its_own_rights(
+    acl_server: RedisServer, admin: aioredis.Redis, as_user: Any
+) -> None:
+    """A requeued request's route names its new entry (answering by id reads it there)."""
+    waiter = "agent.0123456789abcdef"
+    request = Request(id=new_id(), kind="approval", prompt="Requeue me?", reply_to=waiter)
+    encoded = toolnexus.codec.MSGPACK.encode(request)
+    fields = {"error": "x", "stream": KEYS.requests, "entry": "1-1", "raw": b"r=" + encoded}
+    await admin.xadd(KEYS.dead, fields)  # type: ignore[arg-type]
+    await admin.set(KEYS.route(request.id), f"{waiter} 1-1", px=60_000)
+    async with redis_brokers(url(acl_server, "ops"), "toolnexus", [QUEUE]) as (ops,):
+        (letter,) = await dead_letters(ops)
+        added = await requeue(ops, letter)
+    assert added is not None
+    assert await admin.get(KEYS.route(request.id)) == f"{waiter} {added}".encode()
+    assert await denials(admin) == []
+
+
 # -- and nothing beyond it ---------------------------------------------------------------
 
 
@@ -482,7 +500,7 @@ async def test_a_responder_cannot_add_requests_or_read_beyond_its_keys(
         waiting = asyncio.create_task(agent.wait_for(Request(id=new_id(), kind="approval")))
         responder = as_user("responder")
         await noperm(responder.xadd(KEYS.requests, {"r": b"forged request"}))
-        await noperm(responder.xrange(KEYS.requests))
+        await noperm(responder.xrange(KEYS.dead))  # (XRANGE of requests: answering by id's)
         await noperm(responder.xread({KEYS.answers(agent.waiter_id): "0"}))
         await noperm(responder.xrange(f"{{toolnexus:q:{QUEUE}}}:audit"))
         await noperm(responder.get("some-other-app:secret"))

@@ -32,6 +32,7 @@ from toolnexus.redis_broker import (
     QuorumStatus,
     RedisBroker,
 )
+from toolnexus.redis_broker._layout import parse_route
 
 pytestmark = pytest.mark.redis
 
@@ -678,6 +679,9 @@ async def test_dead_letters_lists_shows_requeues_and_purges(redis_url: str, name
         requeued = await run("dead-letters", "requeue", dead_id, *args)
         assert requeued.returncode == 0, requeued.stderr
         assert requeued.stdout.startswith(f"{dead_id}: requeued as ")
+        # its route names the new entry: answering by id reads the request there
+        route = parse_route(await broker.redis.get(broker.keys.route(request.id)))
+        assert route == (broker.waiter_id, requeued.stdout.split()[3])
         taken = await answer_next(broker, "accept")
         assert taken.id == request.id
         assert (await asyncio.wait_for(waiting, 20)).ok

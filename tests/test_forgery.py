@@ -13,7 +13,7 @@ import pytest
 
 import toolnexus
 from conftest import FAST, Fleet
-from helpers import ask, opened
+from helpers import ask, opened, published_request, routed_request
 from toolnexus import AlreadyResolved, Answer, Pending, Request
 from toolnexus.errors import NotAllowed
 from toolnexus.observability import Metrics
@@ -168,8 +168,7 @@ async def test_a_trusted_key_the_allow_list_excludes_is_refused(fleet: Fleet) ->
             async with intern.responder("interns", until_idle=True) as r:
                 assert [p async for p in r] == []
             # An intern bypassing its own checks: a signed answer the waiter refuses.
-            raw = await agent.redis.hget(agent.keys.state(agent.waiter_id, request.id), "req")
-            published = agent.codec.decode_as(raw, Request)
+            published = await published_request(agent, request.id)
             answer = sign_answer(Answer(id=request.id, ok=True), published, fleet.intern_key)
             reply_stream = agent.keys.answers(agent.waiter_id)
             await agent.redis.xadd(
@@ -204,6 +203,14 @@ async def test_a_spoofed_prompt_is_never_shown_by_a_responder_requiring_signatur
                 while not (dead := await agent.redis.xrange(agent.keys.dead)):
                     await asyncio.sleep(0.02)
             assert b"bad signature" in dead[-1][1][b"error"]
+            # The strict responder's signed refusal names another request than the agent's:
+            # its entry was replaced, so it publishes the genuine one again (the route names
+            # the new entry, where answering by id reads it: the state does not hold it).
+            async with asyncio.timeout(10):
+                while getattr(await routed_request(agent, request.id), "prompt", None) != (
+                    request.prompt
+                ):
+                    await asyncio.sleep(0.02)
             # The genuine responder answers the request as the agent asked it, by id.
             await bot.answer(Answer(id=request.id, ok=False, reason="declined", person="web:alice"))
             answer = await asyncio.wait_for(wait, 10)

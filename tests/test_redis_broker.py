@@ -21,11 +21,12 @@ from redis.crc import key_slot
 
 import toolnexus
 from conftest import FAST, RedisServer
-from helpers import ask
-from toolnexus import Answer, Broker, Pending, Request
-from toolnexus.errors import UnknownRequest
+from helpers import ask, opened, published_request
+from toolnexus import Answer, Broker, OnExpiry, Pending, Request
+from toolnexus.errors import AlreadyResolved, UnknownRequest
 from toolnexus.keys import Keys
 from toolnexus.redis_broker import RedisBroker
+from toolnexus.redis_broker._layout import parse_route
 
 pytestmark = pytest.mark.redis
 
@@ -383,3 +384,94 @@ async def test_an_answered_entry_is_acknowledged_and_gone_when_accept_returns(
         async with bot.responder("late", until_idle=True) as late:
             assert [p async for p in late] == []  # a group reading afterwards never sees it
         assert (await wait).ok
+
+
+# -- the state's layout (issue #30: memory near the floor) -------------------------------------
+
+
+async def test_a_plain_state_holds_no_request_and_answering_by_id_reads_its_entry(
+    redis_url: str, namespace: str
+) -> None:
+    """A plain request's one home while it is open is its request-stream entry: its state
+    holds no request, its route names the waiter and the entry, and an answer by id (from
+    another process) reads the request there, is checked against it and wins. Ended, the
+    state still holds no request bytes."""
+    async with (
+        toolnexus.connect(redis_url, namespace=namespace, **FAST) as agent,
+        toolnexus.connect(redis_url, namespace=namespace, **FAST) as ops,
+    ):
+        assert isinstance(agent, RedisBroker) and isinstance(ops, RedisBroker)
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        request = ask(kind="input", data={"schema": schema})
+        wait = asyncio.create_task(agent.wait_for(request, timeout_s=30))
+        state = await opened(agent, request.id)
+        assert set(await agent.redis.hgetall(state)) == {b"s", b"x"}
+        route = parse_route(await agent.redis.get(agent.keys.route(request.id)))
+        assert route is not None and route[0] == agent.waiter_id
+        assert (await published_request(agent, request.id)).prompt == request.prompt
+        with pytest.raises(toolnexus.errors.InvalidAnswer):  # checked against the entry's form
+            await ops.answer(Answer(id=request.id, ok=True, data={"n": "three"}))
+        await ops.answer(Answer(id=request.id, ok=True, data={"n": 3}))
+        answer = await asyncio.wait_for(wait, 10)
+        assert answer.ok and answer.data == {"n": 3}
+        ended = await agent.redis.hgetall(state)
+        assert ended[b"s"] == b"answered" and not {b"req", b"ex", b"dg"} & set(ended)
+        assert sum(len(v) for v in ended.values()) < 200
+        with pytest.raises(AlreadyResolved, match="already answered"):
+            await ops.answer(Answer(id=request.id, ok=False))
+
+
+async def test_the_waiters_own_withdrawal_stores_the_status_alone_and_adds_no_reply(
+    redis_url: str, namespace: str
+) -> None:
+    """A plain request withdrawn by its own waiter (cancelled): the state records the
+    status alone (no answer, no request), the waiter's reply stream gets no entry (it
+    resolved it itself), the end has its audit record, and a late answer by id is told
+    "withdrawn" at once."""
+    async with (
+        toolnexus.connect(redis_url, namespace=namespace, **FAST) as agent,
+        toolnexus.connect(redis_url, namespace=namespace, **FAST) as ops,
+    ):
+        assert isinstance(agent, RedisBroker)
+        request = ask()
+        wait = asyncio.create_task(agent.wait_for(request, timeout_s=30))
+        state = await opened(agent, request.id)
+        wait.cancel()
+        await asyncio.gather(wait, return_exceptions=True)
+        async with asyncio.timeout(5):
+            while await agent.redis.hget(state, "s") != b"withdrawn":
+                await asyncio.sleep(0.01)
+        assert set(await agent.redis.hgetall(state)) == {b"s", b"x"}
+        assert await agent.redis.xlen(agent.keys.answers(agent.waiter_id)) == 0
+        started = time.monotonic()
+        with pytest.raises(AlreadyResolved) as lost:
+            await ops.answer(Answer(id=request.id, ok=True))
+        assert lost.value.reason == "withdrawn" and time.monotonic() - started < 1.0
+        async with asyncio.timeout(5):
+            while not (records := await agent.audit(request_id=request.id)):
+                await asyncio.sleep(0.02)
+        assert [r.status for r in records] == ["withdrawn"]
+
+
+async def test_an_expiry_with_a_default_answer_keeps_it_in_the_state(
+    redis_url: str, namespace: str
+) -> None:
+    """An expiry that carries a default answer is stored with it (a late answer by id is
+    told "expired"), unlike a plain expiry, whose status says it all."""
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as agent:
+        assert isinstance(agent, RedisBroker)
+        defaulted, plain = ask(on_expiry=OnExpiry(ok=True)), ask()
+        answers = await asyncio.gather(
+            agent.wait_for(defaulted, timeout_s=0.3), agent.wait_for(plain, timeout_s=0.3)
+        )
+        assert [(a.ok, a.defaulted) for a in answers] == [(True, True), (False, False)]
+        kept = [
+            await agent.redis.hgetall(agent.keys.state(agent.waiter_id, r.id))
+            for r in (defaulted, plain)
+        ]
+        assert [k[b"s"] for k in kept] == [b"expired", b"expired"]
+        assert agent.codec.decode_as(kept[0][b"a"], Answer).defaulted
+        assert b"a" not in kept[1]
+        for request in (defaulted, plain):
+            with pytest.raises(AlreadyResolved, match="expired"):
+                await agent.answer(Answer(id=request.id, ok=False))

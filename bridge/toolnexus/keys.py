@@ -8,13 +8,16 @@ step touches share a slot, while queues and waiters spread over slots:
 - ``{ns:q:<queue>}:dead``       dead letters: entries that could not be read, with the error
 - ``{ns:q:<queue>}:audit``      audit records: how each request was resolved, and by whom
 - ``{ns:w:<waiter>}:answers``   reply stream of one waiting process (its reader blocks on it)
-- ``{ns:w:<waiter>}:r:<id>``    state of one request: status, deadline, request, answer
+- ``{ns:w:<waiter>}:r:<id>``    state of one request: status, deadline, answer (and a durable
+                               request itself: a plain one lives in its stream entry)
 - ``{ns:w:<waiter>}:alive``     liveness mark of one waiting process (a key with a TTL)
 - ``{ns:w:<durable>}:...``      the same for an agent's durable requests on a queue, under
                                the waiter id :meth:`Keys.durable_waiter` names (no liveness mark)
-- ``{ns:q:<queue>}:route:<id>`` which waiter a request belongs to (answering by id alone):
-                               set only if absent or already that waiter's, so an id
-                               is owned by the waiter that published it first
+- ``{ns:q:<queue>}:route:<id>`` which waiter a request belongs to and its entry id in the
+                               queue's request stream, ``"<waiter> <entry id>"`` (answering
+                               by id alone reads the request there): set only if absent or
+                               already that waiter's, so an id is owned by the waiter that
+                               published it first
 - ``{ns:q:<queue>}:workers``    heartbeats of the queue's responder workers (``group/consumer``)
 - ``{ns:q:<queue>}:store:<name>`` a worker's store (:meth:`toolnexus.Broker.store`): a hash
                                that expires as a whole (a chat bot's messages: request
@@ -166,7 +169,8 @@ class Keys:
         return f"{{{self.namespace}:w:{waiter}}}:r:{request_id}"
 
     def route(self, request_id: str) -> str:
-        """The key naming the waiter of ``request_id`` (in the queue's slot)."""
+        """The key naming the waiter of ``request_id`` and its entry in the queue's request
+        stream (in the queue's slot; its value: ``redis_broker._layout.route_value``)."""
         return f"{self._tag}:route:{request_id}"
 
     def heartbeats(self) -> str:

@@ -20,6 +20,7 @@ from helpers import opened
 from toolnexus import Answer, InvalidRequest, OnExpiry, Request, new_id
 from toolnexus.keys import Keys
 from toolnexus.redis_broker import RedisBroker
+from toolnexus.redis_broker._layout import parse_route
 from toolnexus.redis_broker._scripts import PUBLISH
 from toolnexus.security import Keyring, SigningKey
 
@@ -66,8 +67,8 @@ async def test_an_answer_by_id_reaches_only_the_waiter_that_owns_the_id(fleet: F
         assert (answer.ok, answer.reason, answer.defaulted) == (False, "declined", False)
         assert answer.person == "ops:al"
         await refused_quickly(taker, request.id)
-        route = await first.redis.get(first.keys.route(request.id))
-        assert route == first.waiter_id.encode()
+        route = parse_route(await first.redis.get(first.keys.route(request.id)))
+        assert route is not None and route[0] == first.waiter_id
 
 
 async def test_a_route_set_before_the_id_is_asked_refuses_it_at_once(fleet: Fleet) -> None:
@@ -141,9 +142,10 @@ async def test_the_publish_script_sets_a_route_only_if_absent_or_its_waiters(
 
         mine = "aaaaaaaaaaaaaaaa"
         assert isinstance(await publish(mine), bytes)
-        assert isinstance(await publish(mine), bytes)  # retried: still ours
+        again = (await publish(mine)).decode()  # retried: still ours
         assert await publish(OTHER_WAITER) == 0
-        assert await client.get(keys.route("r1")) == mine.encode()
+        route = await client.get(keys.route("r1"))  # the waiter, and its latest entry
+        assert route == f"{mine} {again}".encode()
         assert await client.xlen(keys.requests) == 2
     finally:
         await client.aclose()

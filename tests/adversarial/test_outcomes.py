@@ -14,7 +14,7 @@ import pytest
 
 import toolnexus
 from conftest import Fleet
-from helpers import ask, opened
+from helpers import ask, opened, published_request
 from toolnexus import AlreadyResolved, Answer, OnExpiry, Request
 from toolnexus.redis_broker import RedisBroker
 from toolnexus.security import Keyring, SigningKey
@@ -129,8 +129,8 @@ async def test_a_forged_expiry_before_the_deadline_is_refused(fleet: Fleet) -> N
     clock decides, so the wait goes on and the genuine answer wins."""
     async with fleet.agent() as agent, fleet.responder() as bot:
         request = ask(on_expiry=OnExpiry(ok=True))
-        async with waiting(agent, request) as (task, state):
-            published = agent.codec.decode_as(await agent.redis.hget(state, "req"), Request)
+        async with waiting(agent, request) as (task, _state):
+            published = await published_request(agent, request.id)
             early = Answer(id=request.id, ok=True, reason="expired", defaulted=True)
             signed = sign_answer(early, published, fleet.bot_key)
             outcome, _, _ = await bot.core.resolve(
@@ -153,8 +153,8 @@ async def test_broker_reasons_obey_the_allow_list_and_carry_no_answer(
     of it, and the allowed person's answer wins."""
     async with fleet.agent() as agent, fleet.responder() as bot:
         request = ask()
-        async with waiting(agent, request, allow=["web:alice"]) as (task, state):
-            published = agent.codec.decode_as(await agent.redis.hget(state, "req"), Request)
+        async with waiting(agent, request, allow=["web:alice"]) as (task, _state):
+            published = await published_request(agent, request.id)
             forged = Answer(id=request.id, ok=True, data={"iban": "XX00 EVIL"}, reason=reason)
             signed = sign_answer(forged, published, fleet.intern_key)
             outcome, _, _ = await bot.core.resolve(

@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 
 import toolnexus
 from conftest import FAST, RedisServer
+from helpers import published_request
 from toolnexus import Answer, Event, Pending, Quorum, Request
 from toolnexus.errors import AlreadyVoted
 from toolnexus.models import new_id
@@ -156,7 +157,7 @@ async def test_a_forged_decline_in_a_persons_slot_is_refused_removed_audited_and
             counted = await pending.accept(person="web:carol")
             assert counted is not None and counted.count == 1
             field = await slot(attacker, state, "web:carol", "web:alice")
-            published = agent.codec.decode_as(await attacker.hget(state, "req"), Request)
+            published = await published_request(agent, request.id)
             forged = Answer(id=request.id, ok=False, reason="declined", person="web:alice")
             forged = sign_answer(forged, published, rogue)
             await attacker.hset(state, field, agent.codec.encode(forged))

@@ -67,10 +67,13 @@ RESPONDER_RULES = (
     "(%R~<w>:alive +get +exists +pttl) "
     "(~<q>:workers +hset +hdel +hgetall +pexpire) "
     "(%R~<q>:requests %R~<q>:dead +xlen) "
+    "(%R~<q>:requests +xrange) "
     "(~<q>:events +xdel +pexpire) "
     "(~<q>:store:* +hget +hset +hsetnx +hdel +hgetall +expire)"
 )
-"""A responder's rules: ``<w>`` is the hash tag of every waiter's keys."""
+"""A responder's rules: ``<w>`` is the hash tag of every waiter's keys. ``XRANGE`` of the
+request stream is answering by id's: it reads the one entry a route names (a plain
+request's state does not hold it); nothing a consumer group would not deliver anyway."""
 
 OPS_RULES = (
     "+ping +hello +auth +select +client|setname +info +scan +type +ttl +pttl +exists +get "
@@ -78,12 +81,14 @@ OPS_RULES = (
     "+xinfo|groups +xinfo|consumers +xpending %R~<q>:* %R~<w>:* "
     "(~<q>:dead +xdel +xtrim) "
     "(%W~<q>:requests +xadd) "
-    "(~<q>:dead ~<q>:requests +evalsha +script|load)"
+    "(~<q>:route:* +set) "
+    "(~<q>:dead ~<q>:requests ~<q>:route:* +evalsha +script|load)"
 )
-"""An operator's rules: ``<w>`` is the hash tag of every waiter's keys. The last two
+"""An operator's rules: ``<w>`` is the hash tag of every waiter's keys. The last three
 selectors are ``toolnexus dead-letters requeue``'s: a script that deletes a dead letter and adds the
 request it held back to its stream (the request's original bytes, which responders verify
-again: an operator can add requests, never answer one)."""
+again: an operator can add requests, never answer one), and points the request's route at
+its new entry (which answering by id reads: a route names the waiter and the entry)."""
 
 DEFAULT_USER = "user default off resetchannels -@all"
 

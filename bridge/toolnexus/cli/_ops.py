@@ -366,13 +366,26 @@ def closed_pipe_is_the_end() -> Iterator[None]:
 REQUEUE_SCRIPT = (
     LUA_FIELDS
     + """
--- KEYS dead-letter stream, request stream; ARGV dead letter id, request bytes.
+-- KEYS dead-letter stream, request stream, and the request's route if its id is known;
+-- ARGV dead letter id, request bytes, the entry it came from.
 -- Whoever deletes the dead letter first puts the request back: its new entry id, or
--- false when the dead letter is gone (requeued or purged meanwhile).
+-- false when the dead letter is gone (requeued or purged meanwhile). A route that names
+-- the old entry names the new one from now on (answering by id reads the request there).
 if redis.call('XDEL', KEYS[1], ARGV[1]) == 0 then
   return false
 end
-return redis.call('XADD', KEYS[2], '*', E_REQUEST, ARGV[2])
+local added = redis.call('XADD', KEYS[2], '*', E_REQUEST, ARGV[2])
+if KEYS[3] then
+  local route = redis.pcall('GET', KEYS[3])
+  local ttl = redis.call('PTTL', KEYS[3])
+  if type(route) == 'string' and ttl > 0 then
+    local waiter = route_waiter(route)
+    if route == route_of(waiter, ARGV[3]) then
+      redis.call('SET', KEYS[3], route_of(waiter, added), 'PX', ttl)
+    end
+  end
+end
+return added
 """
 )
 """Requeue one dead letter, once however many operators do it at the same time."""
@@ -397,10 +410,13 @@ async def requeue(broker: RedisBroker, letter: DeadLetter) -> str | None:
         )
     keys = broker.keys
     script = broker.redis.register_script(REQUEUE_SCRIPT)
+    streams = [keys.dead, keys.requests]
+    if letter.request_id is not None:
+        streams.append(keys.route(letter.request_id))
     added = await _bounded(
         broker,
         f"requeueing dead letter {letter.id} of queue {keys.queue!r}",
-        script(keys=[keys.dead, keys.requests], args=[letter.id, letter.request]),
+        script(keys=streams, args=[letter.id, letter.request, letter.entry]),
     )
     return None if added is None else _name(added)
 

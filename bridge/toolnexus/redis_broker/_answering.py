@@ -10,6 +10,8 @@ import asyncio
 import time
 from typing import Literal
 
+import redis.exceptions
+
 from .._outcomes import expired_answer
 from .._schema import check_answer
 from ..errors import (
@@ -21,14 +23,14 @@ from ..errors import (
     SignatureError,
     UnknownRequest,
 )
-from ..keys import WAITER_ID, check_request_id
+from ..keys import check_request_id
 from ..lifecycle import RESOLUTIONS, Outcome, Status
 from ..models import EXPIRED, WITHDRAWN, Answer, ApprovedEvent, Request, ended_event
 from ..security._audit import audit_record
 from ..security._signing import allowed, request_digest, verify_answer
-from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, text
+from ._core import CONNECTION_ERRORS, Backoff, Core, boundary
 from ._escalation import settle_reached
-from ._layout import ANSWER, REQUEST, STATUS
+from ._layout import ANSWER, ENTRY_REQUEST_B, OPEN_B, REQUEST, STATUS, parse_route
 from ._quorum import cast_vote
 
 
@@ -103,6 +105,9 @@ async def resolve_answer(
             first = genuine(core, request, stored) if stored is not None else None
             if first is not None:
                 raise AlreadyResolved(request.id, lost_to(first))
+            ended = await _plain_end(core, request) if stored is None else None
+            if ended is not None:
+                raise AlreadyResolved(request.id, ended)
             verdict = await _verdict(core, request, payload)
             if verdict is True:
                 return None, settled
@@ -158,6 +163,26 @@ def genuine(core: Core, request: Request, stored: bytes) -> Answer | None:
         except SignatureError:
             return None
     return answer
+
+
+async def _plain_end(core: Core, request: Request) -> Status | None:
+    """How the state of ``request``, which holds no answer, says it ended, if that is a
+    waiter's plain end (expired or withdrawn, stored without an answer: see the RESOLVE
+    script) and nothing is checked here (an unsigned request, signatures not required:
+    then any readable stored answer would count as well, :func:`genuine`, so the status
+    alone proves no less). Anything else, or a state that cannot be read: None, and the
+    contested answer waits for the waiter's verdict as before."""
+    if request.signature is not None or core.signatures.required:
+        return None  # a signed request's waiter stores its signed end
+    try:
+        status = await core.command("HGET", core.keys.state(waiter_of(request), request.id), STATUS)
+    except CONNECTION_ERRORS:
+        return None
+    if status == Status.EXPIRED.encode():
+        return Status.EXPIRED
+    if status == Status.WITHDRAWN.encode():
+        return Status.WITHDRAWN
+    return None
 
 
 VERDICT_POLL_S = 0.05
@@ -221,25 +246,34 @@ async def finish(
 
 
 async def answer_by_id(core: Core, answer: Answer) -> ApprovedEvent | None:
-    """:meth:`RedisBroker.answer`: find the request by its route, check, resolve."""
+    """:meth:`RedisBroker.answer`: find the request by its route, check, resolve.
+
+    The route names the waiter and the request's entry in this queue's stream (see
+    :func:`~toolnexus.redis_broker._layout.route_value`). A durable request's state holds
+    the request; a plain one's is read from its entry while it is open, and must be the
+    request named: this id, this waiter's. Anything else (a forged route naming another
+    entry or another waiter) is refused as unknown."""
     if check_request_id(answer.id) is not None:
         raise UnknownRequest(answer.id[:100])
     with boundary(f"answering {answer.id}"):
-        raw_waiter = await core.command("GET", core.keys.route(answer.id))
-        try:
-            waiter = text(raw_waiter) if raw_waiter is not None else ""
-        except UnicodeDecodeError:
-            waiter = ""
-        if not WAITER_ID.fullmatch(waiter):
+        route = parse_route(await core.command("GET", core.keys.route(answer.id)))
+        if route is None:
             raise UnknownRequest(answer.id)
+        waiter, entry = route
         state = core.keys.state(waiter, answer.id)
         status, raw_request = await core.command("HMGET", state, STATUS, REQUEST)
-        if raw_request is None:  # gone, or ended and holding an excerpt of it (S8)
+        request: Request | None = None
+        if raw_request is not None:  # a durable request's state holds it
+            request = core.codec.decode_as(raw_request, Request)
+        elif status == OPEN_B and entry is not None:
+            request = await _entry_request(core, answer.id, waiter, entry)
+            if request is None:  # its entry is gone: resolved meanwhile, or a forgery
+                status = await core.command("HGET", state, STATUS)
+        if request is None:  # gone, or ended
             said = status.decode("latin-1") if status else None
             if said not in RESOLUTIONS:
                 raise UnknownRequest(answer.id)
             raise AlreadyResolved(answer.id, Status(said))
-        request = core.codec.decode_as(raw_request, Request)
         core.signatures.admit_request(request)  # with signatures required, only a signed one
         checked = checked_answer(core, request, answer, None)
         payload = core.codec.encode_answer(checked)
@@ -247,6 +281,35 @@ async def answer_by_id(core: Core, answer: Answer) -> ApprovedEvent | None:
         if progress is not None:
             core.settle(progress)
         return progress
+
+
+async def _entry_request(core: Core, request_id: str, waiter: str, entry: str) -> Request | None:
+    """The request in ``entry`` of this queue's request stream, if it is request
+    ``request_id`` of ``waiter``; None if the entry is gone.
+
+    Raises:
+        UnknownRequest: the entry holds anything else (the route was forged).
+    """
+    try:
+        found = await core.command("XRANGE", core.keys.requests, entry, entry)
+    except redis.exceptions.NoPermissionError:
+        raise  # (a users.acl of an older release: the responder may not XRANGE)
+    except redis.exceptions.ResponseError as exc:  # not an entry id
+        raise UnknownRequest(request_id) from exc
+    if not found:
+        return None
+    _, fields = found[0]  # (the pipeline's reply is as sent: the fields a flat list)
+    pairs = (
+        fields.items() if isinstance(fields, dict) else zip(fields[::2], fields[1::2], strict=False)
+    )
+    raw = dict(pairs).get(ENTRY_REQUEST_B)
+    try:
+        request = core.codec.decode_as(raw, Request) if isinstance(raw, bytes) else None
+    except DecodeError:
+        request = None
+    if request is None or request.id != request_id or request.reply_to != waiter:
+        raise UnknownRequest(request_id)
+    return request
 
 
 def checked_answer(core: Core, request: Request, answer: Answer, responder: str | None) -> Answer:

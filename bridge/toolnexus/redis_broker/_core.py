@@ -229,7 +229,9 @@ class Core:
         deletes the entry unless the request is still open, so that no group reads it from
         now on (elsewhere it is not settled).
         ``alone``: the caller expects no other commands this turn, so it sends them itself
-        (see :meth:`Pipeliner.sending`)."""
+        (see :meth:`Pipeliner.sending`). An empty ``payload`` is the waiter's own plain end
+        (see :data:`~toolnexus.redis_broker._scripts.RESOLVE`): the state records the status
+        alone."""
         keys = self.keys
         shared_keys: tuple[str, ...] = (keys.answers(waiter), keys.alive(waiter))
         group, entry = settle if settle is not None and self.one_server else ("", "")
@@ -252,6 +254,8 @@ class Core:
         settled = raw[0] == 1
         if outcome in RESOLVED and stored == payload:
             return Outcome.OK, None, settled  # our own write, retried after its reply was lost
+        if not payload and stored is None and outcome.value == status:
+            return Outcome.OK, None, settled  # the same for a plain end (see RESOLVE)
         return outcome, stored, settled
 
     def settle(

@@ -452,10 +452,10 @@ async def stored_answer(core: Core, request_id: str) -> tuple[bytes | None, str 
     """
     keys = core.keys
     with boundary(f"reading the state of {request_id}"):
-        waiter = await core.bounded(core.redis.get(keys.route(request_id)))
-        if not isinstance(waiter, bytes | str) or not WAITER_ID.fullmatch(_name(waiter)):
+        route = layout.parse_route(await core.bounded(core.redis.get(keys.route(request_id))))
+        if route is None:
             return None, None
-        state = keys.state(_name(waiter), request_id)
+        state = keys.state(route[0], request_id)
         try:
             status, answer, why = await core.bounded(
                 core.redis.hmget(state, [layout.STATUS, layout.ANSWER, layout.WHY])

@@ -7,12 +7,11 @@ A request's state (:meth:`Keys.state <toolnexus.keys.Keys.state>`) is one hash::
     s    STATUS       open, or how it was resolved (answered, expired, withdrawn, ...)
     a    ANSWER       the stored answer (absent while open)
     x    DEADLINE     the deadline, Unix ms
-    req  REQUEST      the request as published (until its wait ended, if large)
+    req  REQUEST      a durable request as published (a plain request's one home while
+                      it is open is its request-stream entry, which its route names)
     d    DURABLE      '1' for a durable request
     w    WHY          why the waiter last refused an answer and opened it again
     q    QUEUES       the queues an escalating request reached (see escalation.py)
-    ex   EXCERPT      a large request's excerpt, once its wait ended
-    dg   DIGEST       that request's digest
     c:…  CONTESTED    an answer contested with the stored one (by its SHA-1)
     y:…  ACCEPT_VOTE  a quorum's accepting vote (by voter)
     n:…  DECLINE_VOTE a quorum's declining vote (by voter)
@@ -22,6 +21,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from ..keys import WAITER_ID
 from ..lifecycle import Status
 
 STATUS: Final = "s"
@@ -31,8 +31,6 @@ REQUEST: Final = "req"
 DURABLE: Final = "d"
 WHY: Final = "w"
 QUEUES: Final = "q"
-EXCERPT: Final = "ex"
-DIGEST: Final = "dg"
 CONTESTED: Final = "c:"
 ACCEPT_VOTE: Final = "y:"
 DECLINE_VOTE: Final = "n:"
@@ -62,6 +60,7 @@ the error that put it there, the stream and entry id it came from."""
 
 # The same as bytes, for what redis-py returns.
 STATUS_B, ANSWER_B, OPEN_B = STATUS.encode(), ANSWER.encode(), OPEN.encode()
+ENTRY_REQUEST_B = ENTRY_REQUEST.encode()
 CONTESTED_B, ACCEPT_VOTE_B = CONTESTED.encode(), ACCEPT_VOTE.encode()
 DECLINE_VOTE_B = DECLINE_VOTE.encode()
 REPLY_ID_B, REPLY_ANSWER_B = REPLY_ID.encode(), REPLY_ANSWER.encode()
@@ -78,8 +77,6 @@ _LUA_NAMES: Final = {
     "F_DURABLE": DURABLE,
     "F_WHY": WHY,
     "F_QUEUES": QUEUES,
-    "F_EXCERPT": EXCERPT,
-    "F_DIGEST": DIGEST,
     "F_CONTESTED": CONTESTED,
     "F_YES": ACCEPT_VOTE,
     "F_NO": DECLINE_VOTE,
@@ -95,8 +92,57 @@ _LUA_NAMES: Final = {
     "D_ENTRY": DEAD_ENTRY,
 }
 
+ROUTE_SEPARATOR: Final = " "
+"""Between the two parts of a route's value (see :func:`route_value`)."""
+
+
+def route_value(waiter: str, entry: bytes | str) -> str:
+    """The value of a request's route (:meth:`Keys.route <toolnexus.keys.Keys.route>`, in
+    the slot of the queue it was published to): the waiter it belongs to and its entry id
+    in that queue's request stream, ``"<waiter> <entry id>"``. The Lua scripts make the
+    same value with ``route_of(waiter, entry)`` (:data:`LUA_FIELDS`)."""
+    if isinstance(entry, bytes):
+        entry = entry.decode()
+    return f"{waiter}{ROUTE_SEPARATOR}{entry}"
+
+
+def parse_route(raw: object) -> tuple[str, str | None] | None:
+    """The waiter and the entry id a route's value names (the entry None for a route of
+    an older release, the waiter alone), or None if it is not a route at all (missing,
+    not text, no waiter id). Unsigned hints, as anything in Redis: a reader checks what
+    it finds where they point."""
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode()
+        except UnicodeDecodeError:
+            return None
+    if not isinstance(raw, str):
+        return None
+    waiter, _, entry = raw.partition(ROUTE_SEPARATOR)
+    if not WAITER_ID.fullmatch(waiter):
+        return None
+    return waiter, entry or None
+
+
+_LUA_ROUTE: Final = f"""
+-- A route's value (layout.route_value): the waiter, and the request's entry id in the
+-- queue's stream; route_waiter reads the waiter back (a whole older value is one).
+local function route_of(waiter, entry)
+  return waiter .. {ROUTE_SEPARATOR!r} .. entry
+end
+local function route_waiter(value)
+  local cut = string.find(value, {ROUTE_SEPARATOR!r}, 1, true)
+  if cut then
+    return string.sub(value, 1, cut - 1)
+  end
+  return value
+end
+"""
+
 LUA_FIELDS: Final = (
     f"local {', '.join(_LUA_NAMES)} = {', '.join(repr(v) for v in _LUA_NAMES.values())}\n"
+    + _LUA_ROUTE
 )
-"""The same names as Lua locals (``F_STATUS`` for :data:`STATUS`, ... ``S_OPEN``), which
-every script of :mod:`._scripts` starts with."""
+"""The same names as Lua locals (``F_STATUS`` for :data:`STATUS`, ... ``S_OPEN``), and the
+route's two functions (``route_of(waiter, entry)``, ``route_waiter(value)``), which every
+script of :mod:`._scripts` and :mod:`toolnexus.cli._ops` starts with."""

@@ -112,7 +112,9 @@ OPEN = BatchScript(
 -- the durable waiter, which has no liveness mark).
 -- Item: KEYS state; ARGV deadline_ms, request, ttl_ms, durable ('1' or '0').
 -- Marks the waiter alive and opens each request's state unless it exists: a publish
--- retried after an answer must not reopen the request. A durable state ('d') counts
+-- retried after an answer must not reopen the request. Only a durable state holds the
+-- request ('req', for the next attach); a plain request's one home while it is open is
+-- its entry in the request stream, which its route names. A durable state ('d') counts
 -- as alive whatever the mark says. Each reply: 1 opened; 0 it existed; for a durable
 -- item that existed, {status, deadline_ms, request, answer, queues reached} as stored
 -- (an attach).
@@ -123,9 +125,12 @@ local opened = {}
 for i = 3, #KEYS do
   local a = 1 + (i - 3) * 4
   if redis.call('EXISTS', KEYS[i]) == 0 then
-    redis.call('HSET', KEYS[i], F_STATUS, S_OPEN, F_DEADLINE, ARGV[a + 1], F_REQUEST, ARGV[a + 2])
     if ARGV[a + 4] == '1' then
-      redis.call('HSET', KEYS[i], F_DURABLE, '1')
+      redis.call(
+        'HSET', KEYS[i], F_STATUS, S_OPEN, F_DEADLINE, ARGV[a + 1], F_REQUEST, ARGV[a + 2],
+        F_DURABLE, '1')
+    else
+      redis.call('HSET', KEYS[i], F_STATUS, S_OPEN, F_DEADLINE, ARGV[a + 1])
     end
     redis.call('PEXPIRE', KEYS[i], ARGV[a + 3])
     opened[i - 2] = 1
@@ -147,10 +152,11 @@ PUBLISH = BatchScript(
     """
 -- On a queue's slot. Shared: KEYS request stream; ARGV min_id, waiter.
 -- Item: KEYS route; ARGV request, ttl_ms, once ('1' or '0'). Adds each request to the
--- stream (trimmed by age, never by length) and records which waiter it belongs to. A
--- route is set only if absent or this waiter's already (a publish retried, a durable
--- request published again): a request whose id another waiter owns is neither added nor
--- routed (reply 0; a route that is not a string counts as another's). A request published
+-- stream (trimmed by age, never by length) and records in its route which waiter it
+-- belongs to and its entry id (route_of). A route is set only if absent or this waiter's
+-- already (a publish retried, a durable request published again): a request whose id
+-- another waiter owns is neither added nor routed (reply 0; a route that is not a string
+-- counts as another's). A request published
 -- ``once`` (a durable one attached to) whose route is this waiter's is published already:
 -- it is not added again (reply false), so that processes attaching to it at the same
 -- time publish it once between them.
@@ -161,13 +167,16 @@ for i = 2, #KEYS do
   if type(owner) == 'table' then
     owner = ''
   end
+  if owner then
+    owner = route_waiter(owner)
+  end
   if owner and owner ~= ARGV[2] then
     ids[i - 1] = 0
   elseif owner and ARGV[a + 3] == '1' then
     ids[i - 1] = false
   else
     ids[i - 1] = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', E_REQUEST, ARGV[a + 1])
-    redis.call('SET', KEYS[i], ARGV[2], 'PX', ARGV[a + 2])
+    redis.call('SET', KEYS[i], route_of(ARGV[2], ids[i - 1]), 'PX', ARGV[a + 2])
   end
 end
 return ids
@@ -180,7 +189,8 @@ OPEN_PUBLISH = BatchScript(
     "open_publish",
     """
 -- One server only (it writes keys of a waiter's slot and of a queue's): OPEN and PUBLISH
--- of the same requests in one script, as they would run one after the other.
+-- of the same requests in one script, as they would run one after the other (only a
+-- durable state holds the request; a route names the waiter and the entry).
 -- Shared: KEYS reply stream, liveness mark, request stream; ARGV liveness_ms (0 for the
 -- durable waiter), min_id, waiter. Item: KEYS state, route; ARGV deadline_ms, request,
 -- ttl_ms, durable ('1' or '0'), once ('1' or '0'). Each reply: the request's entry id;
@@ -198,6 +208,9 @@ for j = 1, (#KEYS - 3) / 2 do
   if type(owner) == 'table' then
     owner = ''
   end
+  if owner then
+    owner = route_waiter(owner)
+  end
   if owner and owner ~= ARGV[3] then
     ids[j] = 0
   else
@@ -207,7 +220,7 @@ for j = 1, (#KEYS - 3) / 2 do
           'HSET', state, F_STATUS, S_OPEN, F_DEADLINE, ARGV[a + 1], F_REQUEST, request,
           F_DURABLE, '1')
       else
-        redis.call('HSET', state, F_STATUS, S_OPEN, F_DEADLINE, ARGV[a + 1], F_REQUEST, request)
+        redis.call('HSET', state, F_STATUS, S_OPEN, F_DEADLINE, ARGV[a + 1])
       end
       redis.call('PEXPIRE', state, ttl_ms)
     end
@@ -215,7 +228,7 @@ for j = 1, (#KEYS - 3) / 2 do
       ids[j] = false
     else
       ids[j] = redis.call('XADD', KEYS[3], 'MINID', '~', ARGV[2], '*', E_REQUEST, request)
-      redis.call('SET', route, ARGV[3], 'PX', ttl_ms)
+      redis.call('SET', route, route_of(ARGV[3], ids[j]), 'PX', ttl_ms)
     end
   end
 end
@@ -316,7 +329,10 @@ RESOLVE = BatchScript(
 -- Item: KEYS state; ARGV status, answer, request id, group, entry ('' for none), deadline_ms
 -- (the signed request's deadline; '0' for none: then the state's, for unsigned callers;
 -- an expiry with one is a responder's, judged by Redis time: 'early' before it).
--- The first resolution of a request wins: it is recorded and sent to the waiter.
+-- The first resolution of a request wins: it is recorded and sent to the waiter. An
+-- answer '' is the waiter's own plain end of a plain request (a withdrawal, an expiry
+-- with no default, unsigned): the status says it all, so the state stores no answer and
+-- the waiter's reply stream gets no entry (it learns the outcome from this reply).
 -- What an item may do is the admission rule (ADMIT): an answer needs the request open,
 -- before its deadline (by Redis time), and its waiter alive (a durable request's waiter
 -- always counts as alive: it outlives its process). Redis is untrusted: the state may be
@@ -343,9 +359,13 @@ for i = first, #KEYS do
   end
   local reply = admit(KEYS[i], item, id, answer, ARGV[a + 6], KEYS)
   if not reply then
-    redis.call('HSET', KEYS[i], F_STATUS, status, F_ANSWER, answer)
+    if answer == '' then
+      redis.call('HSET', KEYS[i], F_STATUS, status)
+    else
+      redis.call('HSET', KEYS[i], F_STATUS, status, F_ANSWER, answer)
+      redis.call('XADD', KEYS[1], '*', R_ID, id, R_ANSWER, answer)
+    end
     redis.call('PEXPIRE', KEYS[i], ARGV[1])
-    redis.call('XADD', KEYS[1], '*', R_ID, id, R_ANSWER, answer)
     reply = {'ok'}
   end
   local group, entry = ARGV[a + 4], ARGV[a + 5]
@@ -611,31 +631,6 @@ return recorded
     args_per_item=1,
 )
 
-ENDED = BatchScript(
-    "ended",
-    """
--- On a waiter's slot. Shared: KEYS reply stream, liveness mark.
--- Item: KEYS state; ARGV excerpt, digest. The state of a request whose wait has ended
--- keeps the request's excerpt ('ex') and digest ('dg') instead of the request ('req'):
--- only a state that still exists, holds the request and is no longer open. 1 if done.
-local done = {}
-for i = 3, #KEYS do
-  local a = (i - 3) * 2
-  local st = redis.call('HGET', KEYS[i], F_STATUS)
-  if st and st ~= S_OPEN and redis.call('HEXISTS', KEYS[i], F_REQUEST) == 1 then
-    redis.call('HSET', KEYS[i], F_EXCERPT, ARGV[a + 1], F_DIGEST, ARGV[a + 2])
-    redis.call('HDEL', KEYS[i], F_REQUEST)
-    done[i - 2] = 1
-  else
-    done[i - 2] = 0
-  end
-end
-return done
-""",
-    keys_per_item=1,
-    args_per_item=2,
-)
-
 REPLACE = BatchScript(
     "replace",
     """
@@ -680,6 +675,5 @@ SCRIPTS = (
     RENEW,
     VOTE,
     UNVOTE,
-    ENDED,
     REPLACE,
 )

@@ -43,8 +43,8 @@ class Wait:
     votes: list[bytes] | None = None  # a quorum's votes taken, for the audit trail
     escalation: Escalation | None = None  # its hops (SPEC §14), if it escalates
     reached: list[tuple[str, str | None]] | None = None  # attached: the hop record (hints)
-    size: int = 0  # bytes of the request as published, encoded
     recorded: bool = False  # its end has its audit record (see Waiter._ended)
+    republished: bool = False  # published again after its entry was replaced
 
 
 def expire(wait: Wait) -> None:

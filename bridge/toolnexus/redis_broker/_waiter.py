@@ -1,6 +1,7 @@
 """The waiter side of the Redis broker: publish a request, wait for its answer.
 
-A request is written to its state hash and ``XADD``ed to the queue's request stream;
+A request's state hash is opened (a durable one's holds the request) and the request
+``XADD``ed to the queue's request stream, its one home while it is open;
 the publishes of one event-loop turn share one pipeline. Answers come back on this
 process's reply stream, read by one blocking reader that wakes every concurrent wait
 (a handful of connections for any number of waits) and renews this process's liveness
@@ -54,8 +55,8 @@ from ..models import (
     Signature,
     ended_event,
 )
-from ..security._audit import REQUEST_KEPT_BYTES, AuditRecord, Refusal, kept_request
-from ..security._signing import request_digest, verify_refusal
+from ..security._audit import AuditRecord, Refusal
+from ..security._signing import verify_refusal
 from . import _durable as durable
 from . import _quorum as quorum
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
@@ -78,7 +79,7 @@ from ._layout import (
     STATUS_B,
 )
 from ._publishing import Publisher
-from ._scripts import ENDED, REOPEN, TAKE
+from ._scripts import REOPEN, TAKE
 from ._wait import Wait, audit_of, ended, expire, status_of
 
 log = logging.getLogger("toolnexus.redis")
@@ -87,6 +88,10 @@ T = TypeVar("T")
 
 RESOLVE_PATIENCE_S = 2.0
 """How long a waiter retries recording its own expiry or withdrawal while Redis is away."""
+
+ANOTHER_REQUEST = "signed for another request"
+"""Why a refusal signed by a trusted key for another request than the one published does
+not verify (see :func:`~toolnexus.security._signing.verify_refusal`)."""
 
 EXPIRY_SKEW_S = 2.0
 """An expiry recorded by a responder this close before the signed deadline (its clock a
@@ -199,7 +204,6 @@ class Waiter:
             keeps,
         )
         wait.quorum = request.quorum is not None
-        wait.size = len(payload)
         self.waits[request.id] = wait  # registered before it is published
         return wait
 
@@ -268,9 +272,8 @@ class Waiter:
         return outcome
 
     def _ended(self, wait: Wait, answer: Answer, status: str, event: Event | None = None) -> None:
-        """``wait`` ended with ``answer``: publish ``event`` (if any), add the wait's audit
-        record (as ``status``) unless its end has one, and let the state of a large
-        request forget the request's bytes.
+        """``wait`` ended with ``answer``: publish ``event`` (if any) and add the wait's
+        audit record (as ``status``) unless its end has one.
 
         Every end of a wait has exactly one record (threat-model line S8). The waiter
         writes it for an end it resolved itself (expiry, withdrawal on cancellation or
@@ -281,27 +284,14 @@ class Waiter:
         ``recorded`` when it learns of it, and writes none. A durable wait that ends
         without ending its request (cancelled, closed) writes none either."""
         core = self.core
-        big = wait.size > REQUEST_KEPT_BYTES and not wait.replies.durable
-        published = self.publisher.published(wait) if big or not wait.recorded else None
         audit = None
-        if not wait.recorded and published is not None:
+        if not wait.recorded:
             wait.recorded = True
-            audit = audit_of(core, wait, published, status, answer)
+            audit = audit_of(core, wait, self.publisher.published(wait), status, answer)
         if event is not None:
             self._settle(wait, event, audit)
         elif audit is not None:
             core.settle(audit=audit)
-        if big and published is not None:  # a durable request keeps it for the next attach
-            kept, _ = kept_request(published, core.codec)
-            digest = audit.digest if audit is not None else None
-            replies = wait.replies
-            core.pipeliner.post_batch(
-                ENDED,
-                (replies.key, replies.alive_key),
-                (),
-                (core.keys.state(replies.waiter, wait.request_id),),
-                (kept, digest or request_digest(published)),
-            )
 
     # -- publishing ---------------------------------------------------------------
 
@@ -405,7 +395,10 @@ class Waiter:
         here: the resolve script refuses any answer after the deadline anyway. What is
         stored is signed with this process's key, if it has one, so that a responder
         answering afterwards can tell this end from an edited state (it trusts agents' keys)
-        and is told at once that it lost; the answer returned names nobody.
+        and is told at once that it lost; the answer returned names nobody. A plain
+        request's plain end (no key to sign with, no default answer) stores no answer: the
+        state's status says it all, and a late answer is told it (see
+        :func:`~toolnexus.redis_broker._answering.resolve_answer`).
         """
         core = self.core
         published = self.publisher.published(wait)
@@ -413,7 +406,11 @@ class Waiter:
             answer = expired_answer(published)
         else:
             answer = Answer(id=wait.request_id, ok=False, reason=WITHDRAWN)
-        payload = core.codec.encode(core.signatures.sign_answer(answer, published))
+        signed = core.signatures.sign_answer(answer, published)
+        # A plain end of a plain request (unsigned, no default): the state's status says it
+        # all, and this process learns it from the script's reply (see RESOLVE).
+        plain = signed.signature is None and not answer.defaulted and not wait.replies.durable
+        payload = b"" if plain else core.codec.encode(signed)
         backoff = Backoff(cap_s=0.5)
         give_up = time.monotonic() + RESOLVE_PATIENCE_S
         while True:
@@ -745,6 +742,8 @@ class Waiter:
                 name = verify_refusal(request_id, payload, reason, signature, signatures.keyring)
             except SignatureError as exc:
                 problem = exc.reason
+        if problem == ANOTHER_REQUEST:
+            self._publish_again(wait)
         if name is None and signatures.required:
             log.warning(
                 "a refusal of request %s that does not verify (%s) was let be, the wait goes "
@@ -767,6 +766,22 @@ class Waiter:
         future = self.refusal(request_id)
         if not future.done():
             future.set_result(Refused(request_id, reason, who, name is not None))
+
+    def _publish_again(self, wait: Wait) -> None:
+        """A trusted responder refused, under this id, a request that is not the one
+        ``wait`` published: its entry was replaced (a plain request's state does not hold
+        it, so answering by id reads it from the entry its route names). Publish the
+        genuine request again, once per wait, so that responders and answers by id find
+        it: a new entry, and the route names it."""
+        if wait.republished or not wait.published:
+            return
+        wait.republished = True
+        log.warning(
+            "request %s: a trusted responder saw another request under its id (its entry "
+            "was replaced?): published again",
+            wait.request_id,
+        )
+        self.publisher.publish(wait, again=True)
 
     async def _take_votes(self, wait: Wait, answer: Answer, raw: bytes) -> None:
         """Hand a quorum's outcome to its wait, once the votes are checked; if Redis is

@@ -30,8 +30,8 @@ AUDIT_VERSION: Final = 2
 """2: a record holds the request's ``digest``, and an excerpt of a large request."""
 
 REQUEST_KEPT_BYTES: Final = 8 * 1024
-"""A request encoded in at most this many bytes is kept whole in its audit record (and in
-its state once its wait ended); a larger one is kept as its :func:`excerpt`."""
+"""A request encoded in at most this many bytes is kept whole in its audit record; a
+larger one is kept as its :func:`excerpt`."""
 
 EXCERPT_PROMPT_BYTES: Final = 4 * 1024
 """Bytes of the prompt (UTF-8) an excerpt keeps."""
@@ -174,9 +174,9 @@ def excerpt(request: Request) -> Request:
 def kept_request(
     request: Request, codec: Codec = MSGPACK, encoded: bytes | None = None
 ) -> tuple[bytes, bool]:
-    """What an audit record, or a state whose wait ended, keeps of ``request`` (``encoded``
-    its encoding by ``codec``, if the caller has it): the encoding if it is at most
-    :data:`REQUEST_KEPT_BYTES`, else its :func:`excerpt`'s; and whether it is an excerpt."""
+    """What an audit record keeps of ``request`` (``encoded`` its encoding by ``codec``, if
+    the caller has it): the encoding if it is at most :data:`REQUEST_KEPT_BYTES`, else its
+    :func:`excerpt`'s; and whether it is an excerpt."""
     whole = codec.encode(request) if encoded is None else encoded
     if len(whole) <= REQUEST_KEPT_BYTES:
         return whole, False
