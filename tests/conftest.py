@@ -10,7 +10,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -146,6 +146,10 @@ def free_cluster_port() -> int:
             return port
 
 
+class _ExitedAtStart(RuntimeError):
+    """redis-server exited before it answered (a port taken, for one)."""
+
+
 class RedisServer:
     """A private redis-server on a free loopback port, which a test may stop and restart.
 
@@ -159,19 +163,37 @@ class RedisServer:
         *args: str,
         tls: bool = False,
         port: int | None = None,
+        pick_port: Callable[[], int] = free_port,
         **client_options: Any,
     ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             pytest.fail("redis-server is not installed (.ci/run installs it)")
         self.binary, self.directory, self.args = binary, directory, args
-        self.port = port or free_port()
+        # a port picked here may be taken by another process before the server binds it
+        # (other test runs on the machine): its first start then tries a new one
+        self._pick = None if port else pick_port
+        self.port = port or pick_port()
         self.tls = tls
         self.url = f"{'rediss' if tls else 'redis'}://127.0.0.1:{self.port}/0"
         self.client_options = client_options
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        for _ in range(5 if self._pick is not None else 1):
+            try:
+                self._start()
+            except _ExitedAtStart:
+                if self._pick is None:
+                    raise
+                self.port = self._pick()
+                self.url = f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/0"
+            else:
+                self._pick = None  # started: a restart keeps this port
+                return
+        raise RuntimeError("redis-server exited at start on five free ports in a row")
+
+    def _start(self) -> None:
         ports = ("--port", "0", "--tls-port") if self.tls else ("--port",)
         self.process = subprocess.Popen(
             [
@@ -191,7 +213,7 @@ class RedisServer:
         deadline = time.monotonic() + 10
         while not _redis_is_up(self.url, **self.client_options):
             if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited with status {self.process.returncode}")
+                raise _ExitedAtStart(f"redis-server exited with status {self.process.returncode}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"redis-server on port {self.port} did not start")
             time.sleep(0.02)

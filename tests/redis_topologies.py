@@ -43,7 +43,7 @@ class LocalCluster:
             node_dir = directory / f"node{i}"
             node_dir.mkdir()
             log = ("--logfile", str(node_dir / "redis.log"))
-            self.servers.append(RedisServer(node_dir, *args, *log, port=free_cluster_port()))
+            self.servers.append(RedisServer(node_dir, *args, *log, pick_port=free_cluster_port))
 
     @property
     def url(self) -> str:
