@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import re
@@ -618,47 +619,112 @@ async def test_a_chat_bot_keeps_its_message_map_as_a_responder(as_user: Any) -> 
     await noperm(agent.hset(messages, "req-2", "{}"))
 
 
-def ledger_rules() -> str:
+def run_state_rules() -> str:
     """The rules docs/how-to/tool-approvals.md says an agent's user needs added to keep
-    tool-call ledgers and resumable runs."""
+    resumable runs' state (in queue stores, the responder role's with the shipped ACL)."""
     page = (Path(__file__).parents[1] / "docs" / "how-to" / "tool-approvals.md").read_text()
     match = re.search(r"`(\(~\{toolnexus:q:\*\}:store:\*[^`]*)`\s+added", page)
-    assert match is not None, "the page names no rules for an agent's tool-call ledger"
+    assert match is not None, "the page names no rules for an agent's resumable runs"
     return match.group(1)
 
 
-async def test_an_agent_with_the_documented_ledger_rules_replaces_a_forged_claim(
-    tmp_path: Path,
+async def test_the_ledger_is_the_agents_alone_and_a_tool_runs_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With the rules the tool-approvals page says to add, the agent user claims a call's
-    run in the ledger, and replaces the claim a responder user (allowed to write queue
-    stores) forged before it, with nothing denied (docs/security.md, S3)."""
+    """docs/security.md, S3 (tests/adversarial/test_claim_forgery.py, observation 3): the
+    tool-call ledger is the agent's own store, which the shipped ACL lets the agent user do
+    all the ledger does in (claim, record, read, replace a forged claim), with nothing
+    denied, and the responder user neither read, delete nor write. A responder-role attacker
+    who copies a resumable run's kept state (a queue store: the agent user has the rules
+    the tool-approvals page says to add) and puts it back after the approved tool ran gets
+    the run refused as "ran already": the tool runs once. Before, it deleted the claim
+    (``HDEL`` on the queue store ``tool-calls``) and the tool ran twice."""
+    pytest.importorskip("pydantic_ai")
+    from test_forgery import shown
+    from test_frameworks_pydantic_ai import ARGS, resumable_bank
     from toolnexus.frameworks import Ledger, tool_call_digest
-    from toolnexus.security import SigningKey
+    from toolnexus.frameworks.pydantic_ai import STORE, resume, run_resumable
+    from toolnexus.keys import TOOL_CALLS_STORE
+    from toolnexus.security import Keyring, SigningKey
 
+    monkeypatch.delenv("TOOLNEXUS_AGENT", raising=False)  # the agent is its Redis user
     env = {f"REDIS_{user.upper()}_PASSWORD": password for user, password in PASSWORDS.items()}
     done = set_passwords(**env)
     assert done.returncode == 0, done.stderr
     acl = "".join(
-        f"{line} {ledger_rules()}\n" if line.startswith("user agent ") else f"{line}\n"
+        f"{line} {run_state_rules()}\n" if line.startswith("user agent ") else f"{line}\n"
         for line in done.stdout.splitlines()
     )
     server = start_server(tmp_path, acl)
     admin = aioredis.Redis.from_url(server.url, username="admin", password=ADMIN)
-    responder = aioredis.Redis.from_url(url(server, "responder"))
+    attacker = aioredis.Redis.from_url(url(server, "responder"))
+    own = aioredis.Redis.from_url(url(server, "agent"))  # the agent user, by hand
+    agent_key, bot_key = SigningKey.generate("agent"), SigningKey.generate("bot")
+    ran: list[dict[str, Any]] = []
+    run, digest = "run-acl", tool_call_digest("transfer", ARGS)
+    ledger_key, kept_key = KEYS.agent_store("agent", TOOL_CALLS_STORE), KEYS.store(STORE)
     try:
-        agent = toolnexus.connect(
-            url(server, "agent"), queue=QUEUE, signing_key=SigningKey.generate("agent"), **FAST
-        )
-        async with agent:
+        async with (
+            toolnexus.connect(
+                url(server, "agent"),
+                queue=QUEUE,
+                signing_key=agent_key,
+                trusted_keys=Keyring.of(bot_key),
+                require_signatures=True,
+                **FAST,
+            ) as agent,
+            toolnexus.connect(
+                url(server, "responder"),
+                queue=QUEUE,
+                signing_key=bot_key,
+                trusted_keys=Keyring.of(agent_key),
+                require_signatures=True,
+                **FAST,
+            ) as bot,
+        ):
+            assert isinstance(bot, RedisBroker)
             ledger = Ledger.of(agent)
-            digest = tool_call_digest("transfer", {"amount": 10})
-            assert await ledger.executing("tool-1", "transfer", {"amount": 10}, approved=digest)
-            await responder.hset(KEYS.store("tool-calls"), "tool-2:executed", "forged")
-            assert await ledger.executing("tool-2", "transfer", {"amount": 10}, approved=digest)
+            assert getattr(ledger.store, "key", None) == ledger_key
+            started = asyncio.create_task(
+                run_resumable(resumable_bank(ran), "Pay ACME", broker=agent, run=run)
+            )
+            pending = await shown(bot)
+            started.cancel()  # the process is gone; the durable request stays open
+            await asyncio.gather(started, return_exceptions=True)
+            copied = await attacker.hget(kept_key, run)  # the responder reads queue stores
+            assert copied is not None
+            await pending.accept(person="web:alice")
+            result = await resume(resumable_bank(ran), broker=agent, run=run)
+            assert json.loads(str(result.output)) == ["sent 10 to ACME"]
+            assert ran == [ARGS]
+            request_id = pending.request.id
+            claim = f"{request_id}:executed"
+            assert (await ledger.get(request_id))["executed"] == digest
+            # the responder can neither read, delete nor write the claim (nor any entry)
+            await noperm(attacker.hdel(ledger_key, claim))
+            await noperm(attacker.hset(ledger_key, claim, "forged"))
+            await noperm(attacker.hget(ledger_key, claim))
+            await noperm(attacker.delete(ledger_key))
+            await noperm(attacker.expire(ledger_key, 1))
+            # it puts the run's kept state back, as before the run: refused, nothing runs
+            assert await attacker.hset(kept_key, run, copied) == 1
+            with pytest.raises(toolnexus.InvalidAnswer, match="ran already"):
+                await asyncio.wait_for(resume(resumable_bank(ran), broker=agent, run=run), 30)
+            assert ran == [ARGS]
+            # the agent user does all the ledger does: a forged claim of its own store's
+            # writer is replaced (EVALSHA on the store's key) and the approved call claimed
+            await own.hset(ledger_key, "tool-2:executed", "forged")
+            assert await ledger.executing("tool-2", "transfer", ARGS, approved=digest)
             assert (await ledger.get("tool-2"))["executed"] == digest
-        assert await denials(admin) == []
+            # what remains: the agent's own rights delete a claim (the ACL is the defence)
+            assert await own.hdel(ledger_key, "tool-2:executed") == 1
+        # the agent user was denied nothing; the responder only its attempts on the ledger
+        # (DEL is no command of its role; the log counts repeats in one entry)
+        assert sorted(await denials(admin)) == [
+            "responder: command del",
+            f"responder: key {ledger_key}",
+        ]
     finally:
-        await responder.aclose()
-        await admin.aclose()
+        for client in (own, attacker, admin):
+            await client.aclose()
         server.kill()

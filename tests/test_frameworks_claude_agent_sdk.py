@@ -71,7 +71,7 @@ async def shown(broker: Broker) -> Pending:
 async def test_approve_runs_the_tool_and_records_its_digests(
     memory: Broker, api: FakeAnthropic, tmp_path: Path
 ) -> None:
-    ledger = Ledger(memory.store("tool-calls"))
+    ledger = Ledger(memory.store("tool-calls", agent=True))
     callback = can_use_tool(memory.wait_for, run="s-1", schemas={TOOL: SCHEMA}, ledger=ledger)
     session = asyncio.create_task(final_text(options(api.url, tmp_path, can_use_tool=callback)))
     pending = await shown(memory)
@@ -190,7 +190,7 @@ async def test_deferred_resumed_in_another_process_after_a_kill_runs_the_tool_on
         assert second.returncode == 0, err
         assert json.loads(out) == ["sent 7 to ACME"]
         assert ran(tmp_path) == [{"to": "ACME", "amount": 7}]
-        entry = await Ledger(broker.store("tool-calls")).get(pending.request.id)
+        entry = await Ledger.of(broker).get(pending.request.id)
         assert entry["executed"] == entry["approved"] != entry["proposed"]
         again = agent("resume")  # the session is over: nothing is kept, nothing runs again
         _, err = await asyncio.to_thread(again.communicate, timeout=60)

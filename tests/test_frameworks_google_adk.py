@@ -62,7 +62,7 @@ async def run(bank: Runner, wait_for: Any, **kw: Any) -> Any:
 async def test_approve_runs_the_tool_and_records_every_digest(
     memory: Broker, tmp_path: Path
 ) -> None:
-    ledger = Ledger(memory.store("tool-calls"))
+    ledger = Ledger(memory.store("tool-calls", agent=True))
     session = asyncio.create_task(run(runner(tmp_path), memory.wait_for, ledger=ledger))
     pending = await shown(memory)
     call = tool_call_of(pending.request)
@@ -170,7 +170,7 @@ async def test_resumed_in_another_process_after_a_kill_runs_the_tool_once(
         assert second.returncode == 0, err
         assert json.loads(out) == [{"result": "sent 7 to ACME"}]
         assert ran(tmp_path) == [{"to": "ACME", "amount": 7}]
-        entry = await Ledger(broker.store("tool-calls")).get(pending.request.id)
+        entry = await Ledger.of(broker).get(pending.request.id)
         assert entry["executed"] == entry["approved"] != entry["proposed"]
         again = agent("resume", session_id)  # the run is over: nothing is kept, nothing runs
         _, err = await asyncio.to_thread(again.communicate, timeout=60)

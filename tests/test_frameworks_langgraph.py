@@ -72,7 +72,7 @@ async def shown(broker: Broker, count: int = 1) -> list[Pending]:
 async def test_approve_runs_the_tool_and_the_ledger_has_every_digest(
     memory: Broker, tmp_path: Path
 ) -> None:
-    ledger = Ledger(memory.store("tool-calls"))
+    ledger = Ledger(memory.store("tool-calls", agent=True))
     agent = bank(tmp_path / "ran.jsonl", InMemorySaver(), [*calls(ARGS), "done"], ledger=ledger)
     run = asyncio.create_task(
         run_with_approvals(
@@ -130,7 +130,7 @@ async def test_two_calls_of_one_turn_one_denied_with_a_message(
 async def test_an_edit_runs_the_edited_arguments_and_a_bad_edit_is_refused(
     memory: Broker, tmp_path: Path
 ) -> None:
-    ledger = Ledger(memory.store("tool-calls"))
+    ledger = Ledger(memory.store("tool-calls", agent=True))
     agent = bank(
         tmp_path / "ran.jsonl",
         InMemorySaver(),
@@ -313,7 +313,7 @@ async def test_resumed_with_the_in_memory_checkpointer_runs_the_tool_once(
     memory: Broker, tmp_path: Path
 ) -> None:
     checkpointer = InMemorySaver()
-    ledger = Ledger(memory.store("tool-calls"))
+    ledger = Ledger(memory.store("tool-calls", agent=True))
     first = bank(tmp_path / "ran.jsonl", checkpointer, calls(ARGS), ledger=ledger)
     asking = asyncio.create_task(run_resumable(first, PAY, broker=memory, config=thread("t-9")))
     [pending] = await shown(memory)
@@ -361,7 +361,7 @@ async def test_resumed_in_another_process_after_a_kill_runs_the_tool_once(
         [result] = json.loads(out)
         assert result.endswith("sent 7 to ACME")
         assert ran(tmp_path) == [{"to": "ACME", "amount": 7}]
-        entry = await Ledger(broker.store("tool-calls")).get(pending.request.id)
+        entry = await Ledger.of(broker).get(pending.request.id)
         assert entry["executed"] == entry["approved"] != entry["proposed"]
         again = agent("resume")  # the run is over: nothing is kept, nothing runs
         _, err = await asyncio.to_thread(again.communicate, timeout=60)

@@ -38,7 +38,7 @@ async def test_approve_runs_the_tool_and_the_ledger_has_every_digest(
     assert json.loads(await finished(process)) == ["sent 10 to ACME"]
     assert ran(tmp_path) == [ARGS]
     digest = tool_call_digest("transfer", ARGS)
-    entry = await Ledger(broker.store("tool-calls")).get(pending.request.id)
+    entry = await Ledger.of(broker).get(pending.request.id)
     assert entry == {"proposed": digest, "approved": digest, "executed": digest}
     [record] = await broker.audit(request_id=pending.request.id)
     assert audit_digests(record).approved == digest

@@ -56,7 +56,7 @@ async def shown(broker: Broker) -> Pending:
 
 async def test_approve_runs_the_tool_as_proposed_and_records_its_digests(memory: Broker) -> None:
     ran: list[dict[str, Any]] = []
-    ledger = Ledger(memory.store("tool-calls"))
+    ledger = Ledger(memory.store("tool-calls", agent=True))
     agent = bank(ran, capabilities=[approvals(memory.wait_for, ledger=ledger, agent="bank-bot")])
     run = asyncio.create_task(agent.run("Pay ACME"))
     pending = await shown(memory)
@@ -98,7 +98,7 @@ async def test_deny_with_a_message_tells_the_model_and_runs_nothing(memory: Brok
 
 async def test_an_edit_runs_the_edited_arguments_and_a_bad_edit_is_refused(memory: Broker) -> None:
     ran: list[dict[str, Any]] = []
-    ledger = Ledger(memory.store("tool-calls"))
+    ledger = Ledger(memory.store("tool-calls", agent=True))
     agent = bank(ran, capabilities=[approvals(memory.wait_for, ledger=ledger)])
     run = asyncio.create_task(agent.run("Pay ACME"))
     pending = await shown(memory)
@@ -203,7 +203,7 @@ async def test_resumed_in_another_process_after_a_kill_runs_the_tool_once(
         assert [json.loads(line) for line in ran.read_text().splitlines()] == [
             {"to": "ACME", "amount": 7}
         ]
-        entry = await Ledger(broker.store("tool-calls")).get(pending.request.id)
+        entry = await Ledger.of(broker).get(pending.request.id)
         assert entry["executed"] == entry["approved"] != entry["proposed"]
         again = agent("resume")  # the run is over: nothing is kept to resume, nothing runs
         _, err = await asyncio.to_thread(again.communicate, timeout=60)

@@ -23,8 +23,8 @@ step touches share a slot, while queues and waiters spread over slots:
                                that expires as a whole (a chat bot's messages: request
                                id -> where its message is)
 - ``{ns:w:<durable>}:store:<name>`` a store of one agent alone (``broker.store(name,
-                               agent=True)``: durable MCP tasks' records), under that
-                               agent's own waiter keys
+                               agent=True)``: durable MCP tasks' records, tool-call
+                               ledgers), under that agent's own waiter keys
 
 A waiter id is ``<agent>.<16 hex digits>``: the agent that waits (the broker option
 ``agent``, see :func:`agent_problem`) comes first, so that one ACL key pattern,
@@ -64,8 +64,14 @@ nothing else is accepted)."""
 MAX_REQUEST_ID_CHARS = 200
 
 MCP_TASKS_STORE = "mcp-tasks"
-"""The agent store (:meth:`Keys.agent_store`) that keeps durable MCP tasks' records: the one
-store an agent's Redis user may write (``toolnexus acl``)."""
+"""The agent store (:meth:`Keys.agent_store`) that keeps durable MCP tasks' records: one of
+the two stores an agent's Redis user may write (``toolnexus acl``)."""
+
+TOOL_CALLS_STORE = "tool-calls"
+"""The agent store (:meth:`Keys.agent_store`) that keeps the tool-call ledger of the
+framework adapters (:class:`toolnexus.frameworks.Ledger`: each call's digests and the claim
+of its single run): the other store an agent's Redis user may write, and no responder
+(``toolnexus acl``)."""
 
 
 def check_request_id(request_id: str) -> str | None:
@@ -243,6 +249,7 @@ __all__ = [
     "DEFAULT_AGENT",
     "MAX_REQUEST_ID_CHARS",
     "MCP_TASKS_STORE",
+    "TOOL_CALLS_STORE",
     "WAITER_ID",
     "WORKERS_PATTERN",
     "Keys",

@@ -81,7 +81,7 @@ async def test_an_edited_message_history_cannot_change_the_arguments_that_run(
         assert tool_call_digest("transfer", ARGS) in str(refused.value)
         assert tool_call_digest("transfer", {"to": "ACME", "amount": 10000}) in str(refused.value)
         assert ran == []
-        assert "executed" not in await Ledger(agent.store("tool-calls")).get(request_id)
+        assert "executed" not in await Ledger.of(agent).get(request_id)
 
 
 async def test_an_edited_pending_request_cannot_change_the_arguments_that_run(
@@ -111,7 +111,7 @@ async def test_a_forged_ledger_entry_cannot_approve_other_arguments(fleet: Fleet
     forged_args = {"to": "ACME", "amount": 10000}
     forged = tool_call_digest("transfer", forged_args)
     async with fleet.agent() as agent:
-        ledger = Ledger(agent.store("tool-calls"))
+        ledger = Ledger(agent.store("tool-calls", agent=True))
         await ledger.store.set("tool-x", msgspec.json.encode({"approved": forged}), ttl_s=600)
         genuine = tool_call_digest("transfer", ARGS)
         with pytest.raises(InvalidAnswer, match="not the approved ones"):

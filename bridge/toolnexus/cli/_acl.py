@@ -7,11 +7,14 @@ Each user gets only the commands its role needs, each with the key patterns it n
 - an **agent** publishes requests, reads its own reply streams, keeps its own states,
   liveness marks and durable requests, records its expiries and withdrawals, writes
   audit records and dead letters, reads heartbeats (to warn when nobody reads a
-  queue), and keeps its durable MCP tasks' records (its own store ``mcp-tasks``,
-  :meth:`toolnexus.keys.Keys.agent_store`). Its waiter keys are ``{ns:w:<agent>.*}:...``
-  (:func:`toolnexus.keys.waiter_tag_pattern`): a broker waits as the agent named by its
-  option ``agent`` (by default its Redis user), so no agent user can read, write or attach
-  to another agent's answers, states or durable requests.
+  queue), and keeps its durable MCP tasks' records and its tool-call ledger (its own
+  stores ``mcp-tasks`` and ``tool-calls``, :meth:`toolnexus.keys.Keys.agent_store`: a
+  ledger claims a call's single run with ``HSETNX`` and replaces a forged claim with a
+  script, so no responder, which writes queue stores, can delete or write a claim). Its
+  waiter keys are ``{ns:w:<agent>.*}:...`` (:func:`toolnexus.keys.waiter_tag_pattern`):
+  a broker waits as the agent named by its option ``agent`` (by default its Redis user),
+  so no agent user can read, write or attach to another agent's answers, states, durable
+  requests or stores.
 - a **responder** reads and acknowledges its consumer group's requests, answers (writes
   any waiter's state and reply stream, never reads a reply stream), dead-letters garbage,
   follows events, reads liveness marks and routes, keeps heartbeats and workers' stores
@@ -31,6 +34,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..keys import (
     MCP_TASKS_STORE,
+    TOOL_CALLS_STORE,
     agent_problem,
     name_problem,
     queue_tag_pattern,
@@ -50,7 +54,8 @@ AGENT_RULES = (
     "(~<w>:alive +set +pexpire +del) "
     "(~<q>:events +pexpire) "
     "(%R~<q>:workers +hgetall) "
-    f"(~<w>:store:{MCP_TASKS_STORE} +hget +hset +hdel +expire)"
+    f"(~<w>:store:{MCP_TASKS_STORE} +hget +hset +hdel +expire) "
+    f"(~<w>:store:{TOOL_CALLS_STORE} +hget +hset +hsetnx +hdel +expire +evalsha)"
 )
 """An agent's rules: ``<w>`` is the hash tag of its own waiter keys alone."""
 

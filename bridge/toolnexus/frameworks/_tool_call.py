@@ -56,6 +56,7 @@ from ..errors import (
     SignatureError,
     ToolnexusError,
 )
+from ..keys import TOOL_CALLS_STORE
 from ..models import Answer, Request, Signature, Source, WaitFor, new_id
 from ..security import SigningKey
 from ..security._audit import AuditRecord
@@ -358,8 +359,9 @@ STATE_TTL_S: Final = 7 * 24 * 3600.0
 """How long an adapter keeps a paused run's state in its broker store."""
 LEDGER_TTL_S: Final = STATE_TTL_S
 """How long a :class:`Ledger` keeps a call's digests."""
-LEDGER_STORE: Final = "tool-calls"
-"""The name of the broker store an adapter keeps its :class:`Ledger` in."""
+LEDGER_STORE: Final = TOOL_CALLS_STORE
+"""The name of the agent store (``broker.store(LEDGER_STORE, agent=True)``) an adapter keeps
+its :class:`Ledger` in."""
 CLAIM_KIND: Final = "tool-call-claim"
 """What a signed claim of a call's run is, to :func:`~toolnexus.security._signing.sign_own`."""
 
@@ -367,21 +369,27 @@ CLAIM_KIND: Final = "tool-call-claim"
 class Ledger:
     """The digests of each tool call an adapter saw: ``proposed``, ``approved`` and
     ``executed`` (the arguments the framework ran the tool with), by request id, kept in a
-    broker :class:`~toolnexus.Store` (``broker.store("tool-calls")``) beside the
-    audit record, which proves the first two. An adapter runs a call only with the
-    arguments its approval approved, and only once: :meth:`executing` claims the call in
-    one atomic step of the store, so of several resumers racing for one answered
-    approval, in any processes, exactly one runs the tool.
+    broker :class:`~toolnexus.Store` (:meth:`of`: the agent's own store ``tool-calls``,
+    ``broker.store("tool-calls", agent=True)``) beside the audit record, which proves the
+    first two. An adapter runs a call only with the arguments its approval approved, and
+    only once: :meth:`executing` claims the call in one atomic step of the store, so of
+    several resumers racing for one answered approval, in any processes of the agent,
+    exactly one runs the tool.
 
     The store is Redis, shared and untrusted: the digests it keeps are a record, not a
-    proof (the audit record is that). The arguments a call may run with come from the
+    proof (the audit record is that). The agent's own store lies among its own waiter keys,
+    which the shipped ACL lets that agent's Redis user alone write (a responder, which may
+    write every queue store, can neither delete nor write a claim there): a claim deleted
+    goes unseen (a signature cannot tell a deletion), so only those who may write the store
+    could make an approved call run twice. The arguments a call may run with come from the
     caller's own decision (``approved=`` of :meth:`executing`), never from the store.
 
     With a ``signing_key`` (the broker's: :meth:`of`), each claim is signed by it, bound to
     the request id, the digest and the claim's own id, and a claim found in the store counts
     only if it verifies: one that does not (forged, garbage, another key's) is replaced and
     the call runs; it costs a few round trips, never the run. The processes that resume an
-    agent's runs share its key, as for its durable MCP task records. Without a key (no
+    agent's runs share its name (the broker option ``agent``, as its durable requests need)
+    and its key, as for its durable MCP task records. Without a key (no
     signatures in use) any value under the claim refuses the run, as it always did: whoever
     may write the store can then stop an approved call (never make it run).
     """
@@ -392,11 +400,12 @@ class Ledger:
 
     @classmethod
     def of(cls, broker: Broker) -> Ledger:
-        """The ledger an adapter keeps for ``broker``: in ``broker.store("tool-calls")``,
+        """The ledger an adapter keeps for ``broker``: in its agent's own store
+        (``broker.store("tool-calls", agent=True)``: any process of the agent finds it),
         its claims signed by the broker's own key if it has one
         (:attr:`~toolnexus.Broker.signing_key`; a broker that requires signatures always
         has one: without it, :func:`~toolnexus.connect` raises ``ConfigurationError``)."""
-        return cls(broker.store(LEDGER_STORE), signing_key=broker.signing_key)
+        return cls(broker.store(LEDGER_STORE, agent=True), signing_key=broker.signing_key)
 
     async def get(self, request_id: str) -> dict[str, str]:
         """The digests recorded for ``request_id`` (empty: none)."""
