@@ -55,6 +55,9 @@ _RETRIED_FAULTS = (
     redis.exceptions.TimeoutError,
     redis.exceptions.ClusterDownError,
     redis.exceptions.SlotNotCoveredError,
+    # what a command with its targets given raises for the first two while the last
+    # topology refresh reached no node; redis-py would have retried after a new one
+    redis.exceptions.RedisClusterUnreachableError,
 )
 """The faults after which redis-py's ``RedisCluster`` retries a command, unless the
 command names its target nodes: of these exact types, as it checks them (an
@@ -347,10 +350,11 @@ class BlockingReader:
         unreachable, ``CLUSTERDOWN``, a slot without a master) makes the read again at
         once the routed way (``routed``: redis-py's ``xread``/``xreadgroup``, which refresh
         the topology the fault asked for, find the node again and retry as before); what
-        that raises is the callers' to handle, as it was. ``initialize`` first: a new
-        client learns the topology, one a fault marked refreshes it (when due)."""
+        that raises is the callers' to handle, as it was. ``initialize`` first, as
+        redis-py's command path does: a new client learns the topology, one a fault
+        marked refreshes it (when due), before the stream's node is looked up."""
+        await client.initialize()  # raises as redis-py's own xread would
         try:
-            await client.initialize()  # the topology, first or asked for by a fault
             node = client.get_node_from_key(stream)
             reply: Any = await client.execute_command(*command, target_nodes=node)
         except _RETRIED_FAULTS as exc:
