@@ -740,8 +740,8 @@ def _responders_main(url: str, queues: tuple[str, ...], ready: Any, stop: Any) -
 
 
 _NOT_ROUND_TRIPS: Final = ("info", "cluster", "command", "client", "hello", "config", "ping")
-# ... but redis-py asks a Cluster node (its commands parser's) for the keys of each XREAD
-# and XREADGROUP: work of the round trips, on that node
+# ... but redis-py asks a Cluster node (its commands parser's) for the keys of a command it
+# cannot route (an XREAD or XREADGROUP whose node toolnexus did not name): round trips' work
 _ROUND_TRIP_LOOKUPS: Final = ("command|getkeys",)
 _Snapshot = list[tuple[float, dict[str, tuple[int, int]]]]  # each node: CPU s, command counters
 

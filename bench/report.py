@@ -554,9 +554,10 @@ def _queue_master_commands(clu: dict[str, Any]) -> list[str]:
         "(calls, µs inside them by `INFO commandstats`; a script's µs include the commands it "
         "calls, which are counted again under their own names): "
         + ", ".join(f"`{name}` {calls:.2f} ({us:.1f} µs)" for name, (calls, us) in top)
-        + ". `COMMAND GETKEYS` per round trip on each master, redis-py asking the node its "
-        "commands parser uses for the keys of each `XREAD` and `XREADGROUP` (counted with "
-        "the round trips' commands): " + ", ".join(f"{x:.2f}" for x in lookups) + ".",
+        + ". `COMMAND GETKEYS` per round trip on each master (redis-py asks the node its "
+        "commands parser uses for the keys of a command it cannot route itself, as it would "
+        "each `XREAD` and `XREADGROUP` had toolnexus not named their node; counted with the "
+        "round trips' commands): " + ", ".join(f"{x:.2f}" for x in lookups) + ".",
     ]
 
 

@@ -24,6 +24,7 @@ from redis_topologies import LocalCluster
 from toolnexus import Broker, ConfigurationError
 from toolnexus.keys import Keys
 from toolnexus.redis_broker import RedisBroker
+from toolnexus.redis_broker._connections import BlockingReader
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]  # private Cluster / Sentinel servers
 
@@ -234,3 +235,109 @@ async def test_durability_wait_waits_for_a_replica_of_every_master_written(
     assert wait_calls(redis_cluster) > before
     with pytest.raises(ConfigurationError, match="durability='always' must be one of none, wait"):
         toolnexus.connect(redis_cluster.url, durability="always")
+
+
+def getkeys_calls(cluster: LocalCluster) -> int:
+    """How many ``COMMAND GETKEYS`` the cluster's nodes answered (redis-py asks one to find
+    the slot of a command whose keys it cannot find itself)."""
+    calls = 0
+    for server in cluster.servers:
+        if server.process is not None:
+            with redis.Redis(port=server.port) as client:
+                stats = client.info("commandstats")
+                calls += int(stats.get("cmdstat_command|getkeys", {}).get("calls", 0))
+    return calls
+
+
+@pytest.mark.parametrize("public_api", [False, True], ids=["internals", "public-api"])
+async def test_blocking_reads_find_their_node_without_asking_a_node_for_their_keys(
+    redis_cluster: LocalCluster, namespace: str, public_api: bool
+) -> None:
+    options = {**FAST, "redis_public_api": public_api}
+    async with (
+        toolnexus.connect(redis_cluster.url, namespace=namespace, **options) as broker,
+        answering(broker),
+    ):
+        assert isinstance(broker, RedisBroker)
+        await broker.wait_for(ask("warm up"), timeout_s=30)
+        before = getkeys_calls(redis_cluster)
+        answers = []
+        for batch in range(10):  # waiter's XREAD and responder's XREADGROUP per round trip
+            requests = [ask(f"{batch}.{i}") for i in range(20)]
+            answers += await asyncio.gather(*(broker.wait_for(r, timeout_s=30) for r in requests))
+        after = getkeys_calls(redis_cluster)
+        # the control: redis-py's own routing of the same read asks a node for its keys
+        client: RedisCluster = broker.redis  # type: ignore[assignment]
+        await client.xread({broker.keys.answers(broker.waiter_id): "$"}, block=1)
+        control = getkeys_calls(redis_cluster)
+    assert len(answers) == 200 and all(a.ok for a in answers)
+    assert after == before, f"{after - before} COMMAND GETKEYS for 200 round trips"
+    assert control > after
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_a_blocking_reader_follows_its_stream_when_its_slot_moves(
+    own_cluster: LocalCluster, protocol: int
+) -> None:
+    stream = "{c2}:replies"
+    here = own_cluster.port_of_slot(slot(stream))
+    there = next(p for p in own_cluster.master_ports() if p != here)
+    writer = RedisCluster(host="127.0.0.1", port=here)
+    client = RedisCluster(host="127.0.0.1", port=here, protocol=protocol)
+    reader = BlockingReader(client, patience_s=5)
+    try:
+        first = (await writer.xadd(stream, {"n": "1"})).decode()
+        await writer.xgroup_create(stream, "g", id="0")
+        assert [e[1] for e in await reader.xread(stream, "0-0", 10, 100)] == [{b"n": b"1"}]
+        assert [e[0].decode() for e in await reader.xreadgroup("g", "c", stream, ">", 10, 100)] == [
+            first
+        ]
+        # half-moved: the stream is on the new master, the slot still the old one's (ASK)
+        with redis.Redis(port=here) as source, redis.Redis(port=there) as target:
+            source_id, target_id = (
+                c.execute_command("CLUSTER", "MYID").decode() for c in (source, target)
+            )
+            target.execute_command("CLUSTER", "SETSLOT", slot(stream), "IMPORTING", source_id)
+            source.execute_command("CLUSTER", "SETSLOT", slot(stream), "MIGRATING", target_id)
+            source.execute_command("MIGRATE", "127.0.0.1", there, "", 0, 5000, "KEYS", stream)
+            assert [e[0].decode() for e in await reader.xread(stream, "0-0", 10, 100)] == [first]
+            for port in own_cluster.master_ports():
+                with redis.Redis(port=port) as master:
+                    master.execute_command("CLUSTER", "SETSLOT", slot(stream), "NODE", target_id)
+        # moved (MOVED), a new entry, and one pending for the group deleted meanwhile
+        second = (await writer.xadd(stream, {"n": "2"})).decode()
+        assert await reader.xread(stream, first, 10, 100) == [(second.encode(), {b"n": b"2"})]
+        assert [e[0].decode() for e in await reader.xreadgroup("g", "c", stream, ">", 10, 100)] == [
+            second
+        ]
+        await writer.xdel(stream, first)
+        pending = await reader.xreadgroup("g", "c", stream, "0", 10, None)
+        assert pending == [(first.encode(), None), (second.encode(), {b"n": b"2"})]
+        assert own_cluster.port_of_slot(slot(stream)) == there
+    finally:
+        await reader.aclose()
+        await writer.aclose()
+
+
+async def test_a_blocking_reader_finds_its_stream_again_after_its_master_fails_over(
+    own_cluster: LocalCluster,
+) -> None:
+    stream = "{c2}:replies"
+    here = own_cluster.port_of_slot(slot(stream))
+    client = RedisCluster(host="127.0.0.1", port=here)
+    reader = BlockingReader(client, patience_s=5)
+    writer = None
+    try:
+        assert await reader.xread(stream, "0-0", 10, 1) == []  # it knows the stream's node
+        own_cluster.server(here).kill()
+        await asyncio.to_thread(wait_until, "a replica is promoted", own_cluster.healthy, 30)
+        there = own_cluster.port_of_slot(slot(stream))
+        writer = RedisCluster(host="127.0.0.1", port=there)
+        entry = await writer.xadd(stream, {"n": "1"})
+        # the node it knew is gone: the read asks for the new topology and is made again
+        assert await reader.xread(stream, "0-0", 10, 100) == [(entry, {b"n": b"1"})]
+        assert there != here
+    finally:
+        await reader.aclose()
+        if writer is not None:
+            await writer.aclose()

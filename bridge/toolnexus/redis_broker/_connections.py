@@ -16,18 +16,20 @@ client of its own (for a Cluster, a connection to the node holding the stream it
 with no socket timeout: :class:`BlockingReader` bounds each read itself (its block and
 then some). On one server its reads go straight to that client's one connection, unless
 the public-API-only mode is on (see :mod:`._redispy`, the one module that uses redis-py
-beyond its documented API).
+beyond its documented API); on a Cluster, in both modes, to the node that holds the
+stream, named to redis-py (which would otherwise ask a node for the keys of every read).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 import redis.asyncio as aioredis
+import redis.exceptions
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
 
@@ -47,6 +49,19 @@ pending for a group but deleted since)."""
 CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})
 SENTINEL_SCHEMES = frozenset({"redis+sentinel", "rediss+sentinel"})
 
+
+_RETRIED_FAULTS = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.SlotNotCoveredError,
+    # what a command with its targets given raises for the first two while the last
+    # topology refresh reached no node; redis-py would have retried after a new one
+    redis.exceptions.RedisClusterUnreachableError,
+)
+"""The faults after which redis-py's ``RedisCluster`` retries a command, unless the
+command names its target nodes: of these exact types, as it checks them (an
+``AuthenticationError``, a ``ConnectionError`` too, is not retried)."""
 
 _CLUSTER_PARAMETERS = frozenset(inspect.signature(RedisCluster.__init__).parameters)
 
@@ -250,9 +265,10 @@ class BlockingReader:
     response callbacks, redis-py 8's streaming-lag observability) costs CPU on both
     sides of a sequential round trip (docs/explanation/performance.md). A read that
     fails or is cancelled mid-reply closes the connection, which is never read again
-    (the next read connects afresh). A Cluster's reads, and every read in the
-    public-API-only mode (``public_api``; see :mod:`._redispy`), go through redis-py's
-    ``xread``/``xreadgroup``.
+    (the next read connects afresh). A Cluster's reads go through redis-py's
+    ``execute_command`` to the node holding the stream (:meth:`_cluster_read`), in both
+    modes; every other read in the public-API-only mode (``public_api``; see
+    :mod:`._redispy`) through its ``xread``/``xreadgroup``.
 
     A read that takes ``patience_s`` longer than its block raises ``TimeoutError`` (a
     peer that never replies is a fault); one timer bounds them all (:class:`Bound`).
@@ -274,12 +290,18 @@ class BlockingReader:
         """The entries of ``stream`` after ``last_id`` (at most ``count``; waiting up to
         ``block`` ms for one)."""
         with self._bound(block / 1000 + self._patience_s):
+            command = ("XREAD", "COUNT", count, "BLOCK", block, "STREAMS", stream, last_id)
+            if isinstance(self.client, RedisCluster):
+                return await self._cluster_read(
+                    self.client,
+                    stream,
+                    command,
+                    lambda: self.client.xread({stream: last_id}, count=count, block=block),
+                )
             if self._direct is None:
                 reply: Any = await self.client.xread({stream: last_id}, count=count, block=block)
                 return _parsed_entries(reply)
-            return await self._read(
-                self._direct, ("XREAD", "COUNT", count, "BLOCK", block, "STREAMS", stream, last_id)
-            )
+            return await self._read(self._direct, command)
 
     async def xreadgroup(
         self, group: str, consumer: str, stream: str, from_id: str, count: int, block: int | None
@@ -288,16 +310,58 @@ class BlockingReader:
         waiting up to ``block`` ms unless it is None), or its own pending ones from
         ``from_id``."""
         with self._bound((block or 0) / 1000 + self._patience_s):
+            blocking = () if block is None else ("BLOCK", block)
+            command = (
+                "XREADGROUP", "GROUP", group, consumer, "COUNT", count, *blocking,
+                "STREAMS", stream, from_id,
+            )  # fmt: skip
+            if isinstance(self.client, RedisCluster):
+                return await self._cluster_read(
+                    self.client,
+                    stream,
+                    command,
+                    lambda: self.client.xreadgroup(
+                        group, consumer, {stream: from_id}, count=count, block=block
+                    ),
+                )
             if self._direct is None:
                 reply: Any = await self.client.xreadgroup(
                     group, consumer, {stream: from_id}, count=count, block=block
                 )
                 return _parsed_entries(reply)
-            blocking = () if block is None else ("BLOCK", block)
-            return await self._read(self._direct, (
-                "XREADGROUP", "GROUP", group, consumer, "COUNT", count, *blocking,
-                "STREAMS", stream, from_id,
-            ))  # fmt: skip
+            return await self._read(self._direct, command)
+
+    @staticmethod
+    async def _cluster_read(
+        client: RedisCluster,
+        stream: str,
+        command: tuple[Any, ...],
+        routed: Callable[[], Awaitable[Any]],
+    ) -> Entries:
+        """``command`` sent to the node that holds ``stream`` (redis-py's documented
+        ``get_node_from_key`` and ``execute_command(..., target_nodes=...)``), not routed
+        by redis-py: it finds the slot of ``XREAD``/``XREADGROUP`` by asking a node
+        ``COMMAND GETKEYS`` first (their keys follow the ``STREAMS`` keyword, which its
+        key-spec compiler does not follow), a call and ~40 µs of that node's CPU per read.
+
+        With its targets given, redis-py still follows ``MOVED`` (patching its slot map)
+        and ``ASK`` to the node they name and waits ``TRYAGAIN`` out, but retries nothing
+        else. So a fault it would have retried (:data:`_RETRIED_FAULTS`: the node gone or
+        unreachable, ``CLUSTERDOWN``, a slot without a master) makes the read again at
+        once the routed way (``routed``: redis-py's ``xread``/``xreadgroup``, which refresh
+        the topology the fault asked for, find the node again and retry as before); what
+        that raises is the callers' to handle, as it was. ``initialize`` first, as
+        redis-py's command path does: a new client learns the topology, one a fault
+        marked refreshes it (when due), before the stream's node is looked up."""
+        await client.initialize()  # raises as redis-py's own xread would
+        try:
+            node = client.get_node_from_key(stream)
+            reply: Any = await client.execute_command(*command, target_nodes=node)
+        except _RETRIED_FAULTS as exc:
+            if type(exc) not in _RETRIED_FAULTS:  # e.g. an AuthenticationError: raised
+                raise
+            reply = await routed()
+        return _parsed_entries(reply)
 
     async def _read(self, connection: Direct, command: tuple[Any, ...]) -> Entries:
         try:

@@ -8,7 +8,8 @@ release may change. This module is the only one that touches them (``tests/test_
 checks it). With the **public-API-only mode** on (the broker's option
 ``redis_public_api=True``, or the variable ``TOOLNEXUS_REDIS_PUBLIC_API=1``) none of it
 is used: the pipeliner sends redis-py pipelines, blocking reads are redis-py's
-``xread``/``xreadgroup``, and everything works the same, a little slower
+``xread``/``xreadgroup`` (on a Cluster, in both modes, its ``execute_command`` to the
+stream's node), and everything works the same, a little slower
 (docs/explanation/performance.md gives the cost). Should a redis-py release break the
 internals, that mode is the way out while this module catches up.
 
