@@ -71,3 +71,32 @@ async def test_a_master_killed_with_pending_waits(cluster: LocalCluster, namespa
     assert all(a.ok or a.reason == EXPIRED for a in answers)  # each wait ended, none raised
     assert result["duplicated"] == 0
     assert promoted_s < 30
+
+
+@pytest.mark.timeout(120)
+async def test_a_whole_cluster_down_and_back_is_an_outage(
+    cluster: LocalCluster, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every node of the Cluster killed, then started again (empty: nothing is kept on
+    disk, the slots are): redis-py then says no node is reachable
+    (``RedisClusterUnreachableError``), which is Redis away for now like any other outage:
+    no error logged with a traceback, and once the Cluster is back a wait is answered."""
+    async with toolnexus.connect(cluster.url, namespace=namespace, **FAST) as broker:
+        answering = asyncio.create_task(accept_all(broker))
+        first = await broker.wait_for(Request(id=new_id(), kind="approval", prompt="?"))
+        assert first.ok
+        for server in cluster.servers:
+            server.kill()
+        await asyncio.sleep(3.0)  # the reader, the renewals and the responder find nobody
+        for server in cluster.servers:
+            server.start()
+        await asyncio.to_thread(wait_until, "the Cluster is back", cluster.healthy, 60)
+        again = await asyncio.wait_for(
+            broker.wait_for(Request(id=new_id(), kind="approval", prompt="?"), timeout_s=60),
+            60,
+        )
+        answering.cancel()
+        await asyncio.gather(answering, return_exceptions=True)
+    assert again.ok
+    tracebacks = [r for r in caplog.records if r.exc_info and r.levelname in ("ERROR", "CRITICAL")]
+    assert tracebacks == []

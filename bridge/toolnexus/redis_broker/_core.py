@@ -49,6 +49,7 @@ CONNECTION_ERRORS = (
     redis.exceptions.ClusterError,  # CLUSTERDOWN, MASTERDOWN, redirections exhausted
     redis.exceptions.TryAgainError,  # a slot being migrated
     redis.exceptions.SlotNotCoveredError,  # a master failing over
+    redis.exceptions.RedisClusterUnreachableError,  # no node of a Cluster answers
 )
 """Faults that mean "Redis is away for now" (``TimeoutError`` is an ``OSError``; for a
 Cluster, a master failing over): retried with backoff inside,
