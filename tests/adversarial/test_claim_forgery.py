@@ -26,6 +26,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from test_run_state_tamper import asked_then_gone
 
 import toolnexus
 from conftest import Fleet
@@ -34,7 +35,7 @@ from test_frameworks_pydantic_ai import ARGS, resumable_bank
 from toolnexus import InvalidAnswer
 from toolnexus.frameworks import Ledger, tool_call_digest
 from toolnexus.frameworks._tool_call import CLAIM_KIND, LEDGER_STORE
-from toolnexus.frameworks.pydantic_ai import resume, run_resumable
+from toolnexus.frameworks.pydantic_ai import resume
 from toolnexus.redis_broker import RedisBroker
 from toolnexus.security import SigningKey
 from toolnexus.security._signing import sign_own
@@ -42,18 +43,6 @@ from toolnexus.security._signing import sign_own
 RUN = "run-claim"
 DIGEST = tool_call_digest("transfer", ARGS)
 RAN_ALREADY = "ran already: an approval is used once"
-
-
-async def asked_then_gone(agent: RedisBroker, bot: RedisBroker, ran: list[Any]) -> str:
-    """Start the run; once its approval is asked, its process is gone (the durable request
-    stays open). The id of the request asked."""
-    started = asyncio.create_task(
-        run_resumable(resumable_bank(ran), "Pay ACME", broker=agent, run=RUN)
-    )
-    pending = await shown(bot)
-    started.cancel()
-    await asyncio.gather(started, return_exceptions=True)
-    return pending.request.id
 
 
 async def forge(agent: RedisBroker, request_id: str, value: bytes) -> None:
@@ -115,7 +104,7 @@ async def test_a_forged_claim_does_not_stop_the_approved_run(
     3). Before, the run was refused as "ran already"."""
     ran: list[dict[str, Any]] = []
     async with fleet.agent() as agent, fleet.responder() as bot:
-        request_id = await asked_then_gone(agent, bot, ran)
+        request_id = await asked_then_gone(agent, bot, ran, RUN)
         await forge(agent, request_id, await forgery(fleet, agent, request_id))
         await (await shown(bot)).accept(person="web:alice")
         with caplog.at_level(logging.WARNING, logger="toolnexus"):
@@ -139,7 +128,7 @@ async def test_a_genuine_claim_still_refuses_a_second_run(fleet: Fleet) -> None:
     tool again (S3; observation 3)."""
     ran: list[dict[str, Any]] = []
     async with fleet.agent() as agent, fleet.responder() as bot, fleet.agent() as other:
-        request_id = await asked_then_gone(agent, bot, ran)
+        request_id = await asked_then_gone(agent, bot, ran, RUN)
         await (await shown(bot)).accept(person="web:alice")
         assert await Ledger.of(other).executing(request_id, "transfer", ARGS, approved=DIGEST)
         with pytest.raises(InvalidAnswer, match=RAN_ALREADY):
@@ -164,7 +153,7 @@ async def test_resumers_racing_over_a_forged_claim_run_the_tool_once(
     async with contextlib.AsyncExitStack() as stack:
         agents = [await stack.enter_async_context(fleet.agent()) for _ in range(5)]
         bot = await stack.enter_async_context(fleet.responder())
-        request_id = await asked_then_gone(agents[0], bot, ran)
+        request_id = await asked_then_gone(agents[0], bot, ran, RUN)
         await forge(agents[0], request_id, await unsigned(fleet, agents[0], request_id))
         await (await shown(bot)).accept(person="web:alice")
         barrier = asyncio.Barrier(len(agents) - 1)
@@ -191,7 +180,7 @@ async def test_the_queue_store_a_ledger_was_kept_in_is_not_read(fleet: Fleet) ->
     the agent's store, so the approved call runs once (S3; observation 3)."""
     ran: list[dict[str, Any]] = []
     async with fleet.agent() as agent, fleet.responder() as bot:
-        request_id = await asked_then_gone(agent, bot, ran)
+        request_id = await asked_then_gone(agent, bot, ran, RUN)
         old = agent.store(LEDGER_STORE)  # the queue store the ledger was kept in
         other = tool_call_digest("transfer", {"to": "EVIL", "amount": 10000})
         await old.set(request_id, json.dumps({"approved": other}).encode(), ttl_s=600)

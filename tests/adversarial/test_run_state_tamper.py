@@ -33,11 +33,13 @@ pytestmark = pytest.mark.redis
 RUN = "run-tamper"
 
 
-async def asked_then_gone(agent: RedisBroker, bot: RedisBroker, ran: list[Any]) -> str:
-    """Start the run; once its approval is asked, its process is gone (the task cancelled:
-    the durable request stays open). The id of the request asked."""
+async def asked_then_gone(
+    agent: RedisBroker, bot: RedisBroker, ran: list[Any], run: str = RUN
+) -> str:
+    """Start the run ``run``; once its approval is asked, its process is gone (the task
+    cancelled: the durable request stays open). The id of the request asked."""
     started = asyncio.create_task(
-        run_resumable(resumable_bank(ran), "Pay ACME", broker=agent, run=RUN)
+        run_resumable(resumable_bank(ran), "Pay ACME", broker=agent, run=run)
     )
     pending = await shown(bot)
     started.cancel()
