@@ -1,0 +1,313 @@
+"""The protocol page (docs/reference/protocol.md), its test vectors
+(docs/reference/protocol-vectors/protocol-1.json) and the code agree:
+
+- every vector is checked both ways: its bytes decode to its meaning, and its meaning
+  encodes to exactly its bytes; each signature is exactly what the code's signing makes
+  with the test key, verifies with the test key's public half, and fails with one byte
+  flipped;
+- the real code, on real Redis, writes what the vectors show (the same fields, values of
+  the same shapes, decodable as the vectors' are);
+- every field name the code writes (collected from the code: the layout module's
+  constants, every msgspec struct that travels or is stored, the signed layouts) is in a
+  table of the page, under its structure's heading.
+
+The vectors are committed; this test never regenerates them (tests/protocol_vectors.py
+does, on purpose), so a change of encoding fails here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import redis.asyncio as aioredis
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+import protocol_vectors as pv
+import toolnexus
+from helpers import ask, eventually, opened
+from toolnexus import models
+from toolnexus.codec import JSON, MSGPACK, WIRE_VERSION
+from toolnexus.errors import SignatureError
+from toolnexus.frameworks import _tool_call, claude_agent_sdk
+from toolnexus.mcp import _tasks
+from toolnexus.models import Answer, Heartbeat, Request, Signature
+from toolnexus.redis_broker import RedisBroker, _layout
+from toolnexus.redis_broker._escalation import parse_queues_field
+from toolnexus.redis_broker._layout import parse_route, route_value
+from toolnexus.security import Keyring
+from toolnexus.security import _audit as audit
+from toolnexus.security._signing import (
+    request_digest,
+    sign_answer,
+    sign_own,
+    sign_refusal,
+    verify_answer,
+    verify_own,
+    verify_refusal,
+    verify_request,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "reference" / "protocol.md"
+VECTORS: dict[str, Any] = json.loads(pv.VECTORS.read_text())
+KEY = pv.test_key()
+KEYRING = Keyring.of(KEY)
+CLASSES: dict[str, type[Any]] = {
+    name: value
+    for name, value in vars(models).items()
+    if isinstance(value, type) and issubclass(value, msgspec.Struct)
+}
+
+
+def named(section: str) -> dict[str, dict[str, Any]]:
+    return {vector["name"]: vector for vector in VECTORS[section]}
+
+
+def flipped(data: bytes, at: int = -1) -> bytes:
+    """``data`` with one bit of the byte at ``at`` flipped."""
+    out = bytearray(data)
+    out[at] ^= 0x01
+    return bytes(out)
+
+
+def public_verifies(sig: bytes, message: bytes) -> bool:
+    """Whether the test key's published public half verifies ``sig`` over ``message``
+    (with ``cryptography``, not the code's own verifier)."""
+    public = Ed25519PublicKey.from_public_bytes(
+        bytes(msgspec.json.decode(json.dumps(VECTORS["test_key"]["public"]), type=bytes))
+    )
+    try:
+        public.verify(sig, message)
+    except InvalidSignature:
+        return False
+    return True
+
+
+def message(name: str) -> Any:
+    vector = named("messages")[name]
+    return msgspec.convert(vector["meaning"], CLASSES[vector["type"]])
+
+
+# -- the test key ------------------------------------------------------------------------
+
+
+def test_the_test_key_is_the_committed_seed_and_is_marked_test_only() -> None:
+    key = VECTORS["test_key"]
+    assert bytes.fromhex(key["seed"]) == pv.TEST_SEED
+    assert KEY.public_line() == f"{key['name']} {key['public']}"
+    assert "TEST ONLY" in key["warning"]
+    assert VECTORS["protocol"] == VECTORS["envelope"]["version"] == WIRE_VERSION == 1
+
+
+def test_the_committed_vectors_are_what_the_generator_makes() -> None:
+    """The script regenerates exactly the file (so it stays the way to extend it)."""
+    assert pv.rendered() == pv.VECTORS.read_text(), (
+        "the protocol vectors changed: if on purpose, run .venv/bin/python "
+        "tests/protocol_vectors.py and document the change in docs/reference/protocol.md"
+    )
+
+
+# -- messages ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [v["name"] for v in VECTORS["messages"]])
+def test_a_message_decodes_to_its_meaning_and_encodes_to_its_bytes(name: str) -> None:
+    vector = named("messages")[name]
+    meaning = msgspec.convert(vector["meaning"], CLASSES[vector["type"]])
+    packed, text = bytes.fromhex(vector["msgpack"]), vector["json"]
+    assert MSGPACK.decode(packed) == meaning
+    assert JSON.decode(text) == meaning
+    assert MSGPACK.encode(meaning) == packed
+    assert JSON.encode(meaning).decode() == text
+    # the envelope: [protocol, message], the message's tag under "type"
+    raw_packed, raw_json = msgspec.msgpack.decode(packed), json.loads(text)
+    for raw in (raw_packed, raw_json):
+        assert isinstance(raw, list) and len(raw) == 2 and raw[0] == VECTORS["protocol"]
+        assert raw[1]["type"] == vector["meaning"]["type"]
+    assert msgspec.to_builtins(raw_packed[1]) == vector["meaning"]
+    assert raw_json[1] == vector["meaning"]
+
+
+def test_every_message_type_has_a_vector() -> None:
+    tagged = {
+        cls.__name__
+        for cls in CLASSES.values()
+        if cls.__struct_config__.tag is not None and not cls.__name__.startswith("_")
+    }
+    assert tagged == {v["type"] for v in VECTORS["messages"]}
+
+
+# -- signatures --------------------------------------------------------------------------
+
+
+def _canonical_matches(vector: dict[str, Any]) -> bytes:
+    """The vector's canonical bytes, checked both ways against its fields."""
+    canonical = bytes.fromhex(vector["canonical"])
+    assert msgspec.to_builtins(msgspec.msgpack.decode(canonical)) == vector["fields"]
+    decoded = msgspec.msgpack.decode(canonical)
+    assert pv.CANONICAL.encode(decoded) == canonical
+    return canonical
+
+
+@pytest.mark.parametrize("name", ["request-published", "request-full"])
+def test_the_request_digest_and_signature_are_the_documented_bytes(name: str) -> None:
+    vector = named("signatures")[f"request-digest-and-signature:{name}"]
+    request: Request = message(name)
+    canonical = _canonical_matches(vector)
+    hashed = bytes.fromhex(vector["hashed"])
+    assert hashed == pv.REQUEST_DIGEST + canonical
+    digest = bytes.fromhex(vector["digest"])
+    assert hashlib.sha256(hashed).digest() == digest == request_digest(request)
+    signed, sig = bytes.fromhex(vector["signed"]), bytes.fromhex(vector["signature"])
+    assert signed == pv.REQUEST_SIGNATURE + digest
+    assert request.signature is not None and request.signature.sig == sig
+    assert KEY.sign(signed) == sig  # Ed25519 is deterministic
+    assert public_verifies(sig, signed) and not public_verifies(sig, flipped(signed))
+    assert verify_request(request, KEYRING) == KEY.name
+    tampered = msgspec.structs.replace(request, prompt=request.prompt + " ")
+    with pytest.raises(SignatureError, match="bad signature"):
+        verify_request(tampered, KEYRING)
+    forged = Signature(key=KEY.name, sig=flipped(sig, 0))
+    with pytest.raises(SignatureError, match="bad signature"):
+        verify_request(msgspec.structs.replace(request, signature=forged), KEYRING)
+
+
+def test_the_answer_signature_is_the_documented_bytes() -> None:
+    vector = named("signatures")["answer-signature:answer-signed"]
+    answer: Answer = message("answer-signed")
+    request: Request = message("request-full")
+    canonical = _canonical_matches(vector)
+    signed, sig = bytes.fromhex(vector["signed"]), bytes.fromhex(vector["signature"])
+    assert signed == pv.ANSWER_SIGNATURE + canonical
+    unsigned = msgspec.structs.replace(answer, responder=None, signature=None)
+    made = sign_answer(unsigned, request, KEY)
+    assert made == answer and made.signature is not None
+    assert made.signature.sig == sig == KEY.sign(signed)
+    assert made.signature.digest == request_digest(request)
+    assert public_verifies(sig, signed) and not public_verifies(sig, flipped(signed))
+    assert verify_answer(answer, request, KEYRING) == KEY.name
+    with pytest.raises(SignatureError, match="bad signature"):
+        verify_answer(msgspec.structs.replace(answer, ok=False), request, KEYRING)
+
+
+def test_the_refusal_signature_is_the_documented_bytes() -> None:
+    vector = named("signatures")["refusal-signature"]
+    canonical = _canonical_matches(vector)
+    payload = bytes.fromhex(vector["payload"])
+    assert MSGPACK.decode(payload) == message("request-full")
+    hashed = bytes.fromhex(vector["payload_hashed"])
+    assert hashed == pv.REQUEST_BYTES + payload
+    digest = bytes.fromhex(vector["payload_digest"])
+    assert hashlib.sha256(hashed).digest() == digest
+    signed, sig = bytes.fromhex(vector["signed"]), bytes.fromhex(vector["signature"])
+    assert signed == pv.REFUSAL_SIGNATURE + canonical
+    made = sign_refusal(pv.REQUEST_ID, payload, vector["reason"], KEY)
+    assert (made.key, made.sig, made.digest) == (KEY.name, sig, digest)
+    assert KEY.sign(signed) == sig
+    assert public_verifies(sig, signed) and not public_verifies(sig, flipped(signed))
+    reason = vector["reason"]
+    assert verify_refusal(pv.REQUEST_ID, payload, reason, made, KEYRING) == KEY.name
+    with pytest.raises(SignatureError, match="signed for another request"):
+        verify_refusal(pv.REQUEST_ID, flipped(payload), reason, made, KEYRING)
+    with pytest.raises(SignatureError, match="bad signature"):
+        verify_refusal(pv.REQUEST_ID, payload, reason + ".", made, KEYRING)
+
+
+@pytest.mark.parametrize("kind", ["mcp-tasks", "tool-call-claim"])
+def test_an_own_record_signature_is_the_documented_bytes(kind: str) -> None:
+    vector = named("signatures")[f"own-record-signature:{kind}"]
+    canonical = _canonical_matches(vector)
+    signed, sig = bytes.fromhex(vector["signed"]), bytes.fromhex(vector["signature"])
+    assert signed == pv.OWN_SIGNATURE + canonical
+    fields = vector["fields"]["fields"]
+    assert vector["fields"] == {"kind": kind, "fields": fields, "key": KEY.name}
+    made = sign_own(kind, fields, KEY)
+    assert made.sig == sig == KEY.sign(signed)
+    assert public_verifies(sig, signed) and not public_verifies(sig, flipped(signed))
+    verify_own(kind, fields, made, KEY, "the vector")
+    with pytest.raises(SignatureError, match="bad signature"):
+        verify_own(kind, {**fields, "digest": "x"}, made, KEY, "the vector")
+
+
+def test_the_store_records_signatures_are_over_what_the_code_signs() -> None:
+    """The signed fields of the two signed store records are what their own ``signed``
+    methods give, and the JSON records carry those signatures."""
+    stores = named("stores")
+    task = msgspec.json.decode(stores["mcp-task-record"]["json"], type=_tasks._Record)
+    claim = msgspec.json.decode(stores["tool-call-claim"]["json"], type=_tool_call._Claim)
+    own = dict(pv.own_records())
+    assert task.signed(pv.MCP_TASK_KEY) == own["mcp-tasks"]
+    assert claim.signed(pv.REQUEST_ID) == own["tool-call-claim"]
+    verify_own(_tasks.STORE_NAME, task.signed(pv.MCP_TASK_KEY), task.signature, KEY, "task")
+    verify_own(_tool_call.CLAIM_KIND, claim.signed(pv.REQUEST_ID), claim.signature, KEY, "claim")
+    assert msgspec.json.encode(task).decode() == stores["mcp-task-record"]["json"]
+    assert msgspec.json.encode(claim).decode() == stores["tool-call-claim"]["json"]
+    session = stores["claude-agent-sdk-session"]["json"]
+    state = msgspec.json.decode(session, type=claude_agent_sdk._State)
+    assert JSON.decode(state.request) == message("request-minimal")
+    assert msgspec.json.encode(state).decode() == session
+
+
+# -- the audit record --------------------------------------------------------------------
+
+
+def test_the_audit_record_decodes_to_its_meaning_and_encodes_to_its_bytes() -> None:
+    vector = VECTORS["audit"]
+    record = msgspec.convert(vector["meaning"], audit.AuditRecord)
+    packed = bytes.fromhex(vector["msgpack"])
+    assert audit.decode_record(packed) == record
+    assert audit.encode_record(record) == packed
+    assert msgspec.msgpack.decode(packed)[0] == vector["version"] == audit.AUDIT_VERSION
+    assert audit.check_record(record, KEYRING) == KEY.name
+    assert MSGPACK.decode(record.answer or b"") == message("answer-signed")
+    broken = msgspec.structs.replace(record, answer=flipped(record.answer or b"", -3))
+    assert not audit.verify_record(broken, KEYRING)
+
+
+# -- Redis structures, as the vectors show them -------------------------------------------
+
+
+def value_of(spec: dict[str, str]) -> bytes:
+    return spec["text"].encode() if "text" in spec else bytes.fromhex(spec["hex"])
+
+
+def test_the_redis_vectors_values_read_back() -> None:
+    """Each Redis vector's values are what its readers decode: the messages' own vectors."""
+    redis_vectors = named("redis")
+    fields = {
+        n: {k: value_of(v) for k, v in r.get("fields", {}).items()}
+        for n, r in redis_vectors.items()
+    }
+    assert MSGPACK.decode(fields["request-stream-entry"]["r"]) == message("request-published")
+    assert MSGPACK.decode(fields["reply-stream-answer"]["a"]) == message("answer-signed")
+    event = MSGPACK.decode_event(fields["events-stream-entry"]["e"])
+    assert event == message("event-completed")
+    refusal = fields["reply-stream-refusal"]
+    payload = bytes.fromhex(redis_vectors["reply-stream-refusal"]["payload"])
+    signature = Signature(refusal["k"].decode(), refusal["s"], refusal["d"])
+    reason = refusal["x"].decode()
+    assert verify_refusal(pv.REQUEST_ID, payload, reason, signature, KEYRING) == KEY.name
+    raw = fields["dead-letter"]["raw"]
+    assert raw.startswith(b"r=") and MSGPACK.decode(raw[2:]) == message("request-full")
+    record = audit.decode_record(fields["audit-stream-entry"]["r"])
+    assert audit.check_record(record, KEYRING) == KEY.name
+    durable = fields["state-open-durable-escalated"]
+    assert MSGPACK.decode(durable["req"]) == message("request-full")
+    assert parse_queues_field(durable["q"]) == [(pv.QUEUE, pv.ENTRY), ("oncall", None)]
+    contested = fields["state-contested"]
+    answer = contested["a"]
+    assert contested["c:" + hashlib.sha1(answer).hexdigest()] == answer
+    route = redis_vectors["route"]["value"]["text"]
+    assert route == route_value(pv.WAITER, pv.ENTRY)
+    assert parse_route(route) == (pv.WAITER, pv.ENTRY)
+    beat = MSGPACK.decode_as(fields["heartbeat"]["ops/web-1"], Heartbeat)
+    assert beat == message("heartbeat")
