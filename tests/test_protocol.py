@@ -17,9 +17,13 @@ does, on purpose), so a change of encoding fails here.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import hashlib
+import importlib
+import importlib.util
 import json
+import pkgutil
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -311,3 +315,205 @@ def test_the_redis_vectors_values_read_back() -> None:
     assert parse_route(route) == (pv.WAITER, pv.ENTRY)
     beat = MSGPACK.decode_as(fields["heartbeat"]["ops/web-1"], Heartbeat)
     assert beat == message("heartbeat")
+
+
+# -- the page names every field the code writes --------------------------------------------
+
+NOT_PROTOCOL = {
+    "toolnexus.redis_broker._inspect": "what toolnexus status --json prints (status-json.md)",
+    "toolnexus.redis_broker._responder": "a lenient reader's view of a request, never written",
+}
+"""Modules whose msgspec structs nobody writes for another process to read."""
+
+
+def sections() -> dict[str, str]:
+    """The page's sections: heading text -> the text up to the next heading."""
+    out: dict[str, str] = {}
+    heading = ""
+    for line in PAGE.read_text().splitlines():
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip()
+            out[heading] = ""
+        else:
+            out[heading] = out.get(heading, "") + line + "\n"
+    return out
+
+
+def table_names(text: str) -> set[str]:
+    """The names in backticks in the first cell of each table row of ``text``."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            names.update(re.findall(r"`([^`]+)`", line.split("|")[1]))
+    return names
+
+
+def table_rows(text: str) -> Iterator[list[str]]:
+    for line in text.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            yield [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def section_of(title: str) -> str:
+    found = [text for heading, text in sections().items() if f"`{title}`" in heading]
+    assert len(found) == 1, f"protocol.md needs one section headed `{title}`, found {len(found)}"
+    return found[0]
+
+
+class Written(msgspec.Struct):
+    """One struct of the code: where, its field names on the wire, its tag."""
+
+    module: str
+    name: str
+    fields: list[str]
+    tag: str | None = None
+
+
+def _ast_structs(path: Path, module: str) -> Iterator[Written]:
+    """The structs of a module that cannot be imported here (its framework is not
+    installed), read from its source: every class with a base ``msgspec.Struct``."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef) and any(
+            ast.unparse(base) == "msgspec.Struct" for base in node.bases
+        ):
+            fields = [
+                item.target.id
+                for item in node.body
+                if isinstance(item, ast.AnnAssign)
+                and isinstance(item.target, ast.Name)
+                and "ClassVar" not in ast.unparse(item.annotation)
+            ]
+            yield Written(module, node.name, fields)
+
+
+def written_structs() -> list[Written]:
+    """Every msgspec struct defined in the toolnexus package (but :data:`NOT_PROTOCOL`'s):
+    each travels in a message or is kept in Redis. Abstract bases (with subclasses) are
+    left out; their fields are their subclasses'."""
+    out: list[Written] = []
+    for info in pkgutil.walk_packages(toolnexus.__path__, "toolnexus."):
+        if info.ispkg or info.name in NOT_PROTOCOL or info.name.endswith(".__main__"):
+            continue
+        try:
+            module = importlib.import_module(info.name)
+        except (ImportError, toolnexus.ConfigurationError):
+            spec = importlib.util.find_spec(info.name)
+            assert spec is not None and spec.origin is not None
+            out.extend(_ast_structs(Path(spec.origin), info.name))
+            continue
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, msgspec.Struct)
+                and value.__module__ == info.name
+                and not value.__subclasses__()
+            ):
+                config = value.__struct_config__
+                names = [f.encode_name for f in msgspec.structs.fields(value)]
+                tag = config.tag if isinstance(config.tag, str) else None
+                if config.tag_field is not None:
+                    names.insert(0, config.tag_field)
+                out.append(Written(info.name, value.__name__, names, tag))
+    return out
+
+
+def test_the_struct_collection_finds_what_the_code_writes() -> None:
+    """The collection itself: it finds the messages, the audit record and the store
+    records (a collection that found nothing would let every check below pass)."""
+    found = {(w.module.rsplit(".", 1)[-1], w.name) for w in written_structs()}
+    for expected in [
+        ("models", "Request"),
+        ("models", "EscalatedEvent"),
+        ("models", "Heartbeat"),
+        ("_audit", "AuditRecord"),
+        ("_tasks", "_Record"),
+        ("_tool_call", "_Claim"),
+        ("google_adk", "_State"),
+    ]:
+        assert expected in found
+
+
+def test_every_field_the_code_writes_is_on_the_page() -> None:
+    """Each struct has a section headed by its name in backticks (module-qualified where two
+    share a name), with a table row for each of its wire fields; a tagged one names its tag."""
+    structs = written_structs()
+    counts: dict[str, int] = {}
+    for w in structs:
+        counts[w.name] = counts.get(w.name, 0) + 1
+    missing: list[str] = []
+    for w in structs:
+        title = w.name if counts[w.name] == 1 else f"{w.module.rsplit('.', 1)[-1]}.{w.name}"
+        try:
+            text = section_of(title)
+        except AssertionError as exc:
+            missing.append(str(exc))
+            continue
+        documented = table_names(text)
+        missing += [f"`{title}`: field `{f}`" for f in w.fields if f not in documented]
+        if w.tag is not None and f"`{w.tag}`" not in text:
+            missing.append(f"`{title}`: its tag `{w.tag}`")
+    assert not missing, "protocol.md does not document:\n" + "\n".join(missing)
+
+
+def layout_constants() -> dict[str, str]:
+    """Every field name :mod:`toolnexus.redis_broker._layout` defines (its text constants,
+    but the status value ``OPEN``, the route's separator and the Lua prelude)."""
+    return {
+        name: value
+        for name, value in vars(_layout).items()
+        if name.isupper()
+        and not name.startswith("_")
+        and isinstance(value, str)
+        and name not in ("OPEN", "ROUTE_SEPARATOR", "LUA_FIELDS")
+    }
+
+
+def test_every_redis_field_name_is_on_the_page_with_its_constant() -> None:
+    constants = layout_constants()
+    assert {"STATUS", "REPLY_ANSWER", "REFUSAL_SIG", "DEAD_RAW", "ENTRY_EVENT"} <= set(constants)
+    rows = [row for text in sections().values() for row in table_rows(text)]
+    missing = []
+    for name, value in constants.items():
+        if not any(
+            f"`{name}`" in row and re.fullmatch(rf"`{re.escape(value)}[^`]*`", row[0])
+            for row in rows
+        ):
+            missing.append(f"{name} = {value!r}")
+    assert not missing, "protocol.md has no table row for: " + ", ".join(missing)
+
+
+SIGNED_SECTIONS = {
+    "request-digest-and-signature": "The request digest",
+    "answer-signature": "The answer signature",
+    "refusal-signature": "The refusal signature",
+    "own-record-signature": "Own records",
+}
+
+
+def test_every_signed_field_and_prefix_is_on_the_page() -> None:
+    """The fields of each signed layout (the vectors', which the tests above prove are the
+    code's) are rows of their section; an own record's signed fields are named in its
+    section; every purpose prefix is in the prefix table."""
+    page = sections()
+    missing = []
+    for vector in VECTORS["signatures"]:
+        heading = SIGNED_SECTIONS[vector["name"].split(":")[0]]
+        text = page[heading]
+        documented = table_names(text)
+        missing += [f"{heading}: `{f}`" for f in vector["fields"] if f not in documented]
+        if heading == "Own records":
+            missing += [
+                f"{heading}: `{f}`" for f in vector["fields"]["fields"] if f"`{f}`" not in text
+            ]
+    prefixes = table_names(page["Signed bytes"])
+    for prefix in (
+        pv.REQUEST_DIGEST,
+        pv.REQUEST_SIGNATURE,
+        pv.ANSWER_SIGNATURE,
+        pv.REQUEST_BYTES,
+        pv.REFUSAL_SIGNATURE,
+        pv.OWN_SIGNATURE,
+    ):
+        if prefix.decode().replace("\n", "\\n") not in prefixes:
+            missing.append(f"prefix {prefix!r}")
+    assert not missing, "protocol.md does not document:\n" + "\n".join(missing)
