@@ -517,3 +517,166 @@ def test_every_signed_field_and_prefix_is_on_the_page() -> None:
         if prefix.decode().replace("\n", "\\n") not in prefixes:
             missing.append(f"prefix {prefix!r}")
     assert not missing, "protocol.md does not document:\n" + "\n".join(missing)
+
+
+# -- the real code on real Redis writes what the vectors show -------------------------------
+
+
+def layout_of(name: str) -> set[str]:
+    """The field names of Redis vector ``name``."""
+    return set(named("redis")[name]["fields"])
+
+
+def documented_names() -> set[str]:
+    return {name for text in sections().values() for name in table_names(text)}
+
+
+async def stream(client: aioredis.Redis, key: str) -> list[tuple[str, dict[str, bytes]]]:
+    return [
+        (entry.decode(), {k.decode(): v for k, v in fields.items()})
+        for entry, fields in await client.xrange(key)
+    ]
+
+
+async def hash_of(client: aioredis.Redis, key: str) -> dict[str, bytes]:
+    return {k.decode(): v for k, v in (await client.hgetall(key)).items()}
+
+
+def connect(url: str, namespace: str, **options: Any) -> RedisBroker:
+    broker = toolnexus.connect(
+        url, namespace=namespace, agent="agent-7", block_ms=100, lease_ms=600, **options
+    )
+    assert isinstance(broker, RedisBroker)
+    return broker
+
+
+@pytest.mark.redis
+async def test_a_request_answered_on_redis_lands_as_the_vectors_show(
+    redis_url: str, namespace: str
+) -> None:
+    """Publish, heartbeat, answer and settle with the real code (signing with the test
+    key); every stream entry, hash and string has the fields of its vector, each value
+    decodes as the vector's does and encodes back to the same bytes, and every field name
+    found is on the page."""
+    client = aioredis.Redis.from_url(redis_url)
+    agent = connect(redis_url, namespace, signing_key=KEY, trusted_keys=KEYRING)
+    bot = connect(redis_url, namespace, signing_key=KEY, trusted_keys=KEYRING)
+    seen: set[str] = set()
+    async with agent, bot:
+        keys, request = agent.keys, ask("Deploy?")
+        wait = asyncio.create_task(agent.wait_for(request, timeout_s=30))
+        state_key = await opened(agent, request.id)
+        waiter = agent.waiter_id
+
+        [(entry, fields)] = await stream(client, keys.requests)
+        assert set(fields) == layout_of("request-stream-entry")
+        payload = fields["r"]
+        published = MSGPACK.decode_as(payload, Request)
+        assert MSGPACK.encode(published) == payload
+        assert (published.id, published.reply_to) == (request.id, waiter)
+        assert verify_request(published, KEYRING) == KEY.name
+
+        route = await client.get(keys.route(request.id))
+        assert route == route_value(waiter, entry).encode()
+        assert parse_route(route) == (waiter, entry)
+
+        state = await hash_of(client, state_key)
+        assert set(state) == layout_of("state-open-plain")
+        assert state["s"] == b"open" and state["x"].isdigit()
+        assert abs(int(state["x"]) - (published.expires_at or 0) * 1000) < 1000
+
+        alive = keys.alive(waiter)
+        assert await client.get(alive) == value_of(named("redis")["liveness-mark"]["value"])
+        assert await client.pttl(alive) > 0
+
+        await bot.heartbeat("ops", "web-1", ttl_s=30, info={"pid": 4242})
+        beats = await hash_of(client, keys.heartbeats())
+        assert set(beats) == layout_of("heartbeat")
+        beat = MSGPACK.decode_as(beats["ops/web-1"], Heartbeat)
+        assert (beat.group, beat.consumer, beat.info) == ("ops", "web-1", {"pid": 4242})
+        assert MSGPACK.encode(beat) == beats["ops/web-1"]
+
+        async with bot.responder("ops") as pending, asyncio.timeout(10):
+            shown = await anext(pending)
+            await shown.accept(person="web:alice@ops.example.com")
+        answer = await asyncio.wait_for(wait, 10)
+        assert answer.responder == KEY.name
+
+        [(_, reply)] = await stream(client, keys.answers(waiter))
+        assert set(reply) == layout_of("reply-stream-answer")
+        stored = MSGPACK.decode_as(reply["a"], Answer)
+        assert MSGPACK.encode(stored) == reply["a"]
+        assert verify_answer(stored, published, KEYRING) == KEY.name
+        state = await hash_of(client, state_key)
+        assert set(state) == layout_of("state-answered") and state["s"] == b"answered"
+        assert state["a"] == reply["a"]
+
+        async def settled() -> bool:
+            return bool(await client.xlen(keys.events)) and bool(await client.xlen(keys.audit))
+
+        await eventually(settled, "the answered event and the audit record")
+        events = await stream(client, keys.events)
+        for _, fields in events:
+            assert set(fields) == layout_of("events-stream-entry")
+            event = MSGPACK.decode_event(fields["e"])
+            assert MSGPACK.encode(event) == fields["e"]
+        [(_, record)] = await stream(client, keys.audit)
+        assert set(record) == layout_of("audit-stream-entry")
+        assert audit.check_record(audit.decode_record(record["r"]), KEYRING) == KEY.name
+        assert await client.xlen(keys.requests) == 0  # settled: the entry deleted
+        for found in (fields, reply, state, record, beats):
+            seen.update(found)
+    await client.aclose()
+    seen.discard("ops/web-1")  # a heartbeat's field is group/consumer
+    assert seen <= documented_names()
+
+
+@pytest.mark.redis
+async def test_a_refusal_and_its_dead_letter_land_as_the_vectors_show(
+    redis_url: str, namespace: str
+) -> None:
+    """A responder that requires signatures refuses an unsigned request: its signed
+    refusal on the reply stream and the dead letter have the vectors' fields, and the
+    refusal verifies over the exact bytes published."""
+    client = aioredis.Redis.from_url(redis_url)
+    agent = connect(redis_url, namespace)
+    strict = connect(
+        redis_url, namespace, signing_key=KEY, trusted_keys=KEYRING, require_signatures=True
+    )
+    async with agent, strict:
+        keys, request = agent.keys, ask("Deploy?")
+        wait = asyncio.create_task(agent.wait_for(request, timeout_s=30))
+        try:
+            await opened(agent, request.id)
+            [(entry, fields)] = await stream(client, keys.requests)
+            payload = fields["r"]
+
+            async def read() -> None:
+                async with strict.responder("strict") as pending:
+                    async for _ in pending:
+                        pass
+
+            reading = asyncio.create_task(read())
+            try:
+                answers = keys.answers(agent.waiter_id)
+                await eventually(lambda: client.xlen(answers), "the refusal")
+                await eventually(lambda: client.xlen(keys.dead), "the dead letter")
+            finally:
+                reading.cancel()
+                await asyncio.gather(reading, return_exceptions=True)
+        finally:
+            wait.cancel()
+            await asyncio.gather(wait, return_exceptions=True)
+        [(_, refusal)] = await stream(client, answers)
+        assert set(refusal) == layout_of("reply-stream-refusal")
+        assert refusal["id"] == request.id.encode()
+        signature = Signature(refusal["k"].decode(), refusal["s"], refusal["d"])
+        reason = refusal["x"].decode()
+        assert reason == "missing signature"
+        assert verify_refusal(request.id, payload, reason, signature, KEYRING) == KEY.name
+        [(_, dead)] = await stream(client, keys.dead)
+        assert set(dead) == layout_of("dead-letter")
+        assert dead["raw"] == b"r=" + payload
+        assert (dead["stream"], dead["entry"]) == (keys.requests.encode(), entry.encode())
+    await client.aclose()
+    assert set(refusal) | set(dead) <= documented_names()
