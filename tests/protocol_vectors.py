@@ -14,7 +14,9 @@ not by the code's private functions: the test proves them equal to what the code
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import json
 import sys
 from pathlib import Path
@@ -591,6 +593,46 @@ def store_vectors() -> list[dict[str, Any]]:
     ]
 
 
+LINK_SECRET: Final = "toolnexus protocol test vectors: TEST ONLY link secret"
+"""The HMAC secret of the answer-link vectors: published, so TEST ONLY."""
+LINK_NONCE: Final = bytes(range(12))
+
+
+def _b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def link_vectors() -> list[dict[str, Any]]:
+    """Answer-link tokens for the published request (the page's table "Answer links"),
+    signed with the test key (Ed25519) and with the test secret (HMAC-SHA256)."""
+    digest = hashlib.sha256(JSON.encode(published_request())).hexdigest()
+    payload = {
+        "q": QUEUE,
+        "id": REQUEST_ID,
+        "d": digest,
+        "to": "alice@ops.example.com",
+        "exp": EXPIRES,
+        "do": "accept",
+        "n": _b64url(LINK_NONCE),
+    }
+    text = json.dumps(payload, separators=(",", ":"))
+    body = f"tnl1.{_b64url(text.encode())}"
+    mac_key = hmac.digest(LINK_SECRET.encode(), b"toolnexus answer links", "sha256")
+    return [
+        {
+            "name": f"answer-link-{how}",
+            "payload": payload,
+            "payload_json": text,
+            "signed": body,
+            "token": f"{body}.{_b64url(sig)}",
+        }
+        for how, sig in (
+            ("ed25519", test_key().sign(body.encode())),
+            ("hmac", hmac.digest(mac_key, body.encode(), "sha256")),
+        )
+    ]
+
+
 def _b64(raw: bytes) -> str:
     return str(msgspec.json.decode(msgspec.json.encode(raw)))
 
@@ -617,6 +659,11 @@ def vectors() -> dict[str, Any]:
         "audit": audit_vector(),
         "redis": redis_vectors(),
         "stores": store_vectors(),
+        "links": link_vectors(),
+        "link_secret": {
+            "warning": "TEST ONLY: this secret is public",
+            "secret": LINK_SECRET,
+        },
     }
 
 

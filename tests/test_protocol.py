@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import base64
 import hashlib
 import importlib
 import importlib.util
@@ -59,6 +60,7 @@ from toolnexus.security._signing import (
     verify_refusal,
     verify_request,
 )
+from toolnexus_workers import links
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "reference" / "protocol.md"
@@ -680,3 +682,81 @@ async def test_a_refusal_and_its_dead_letter_land_as_the_vectors_show(
         assert (dead["stream"], dead["entry"]) == (keys.requests.encode(), entry.encode())
     await client.aclose()
     assert set(refusal) | set(dead) <= documented_names()
+
+
+@pytest.mark.redis
+async def test_the_tool_call_ledger_lands_as_the_vectors_show(
+    redis_url: str, namespace: str
+) -> None:
+    """A tool call decided and claimed by the real ledger, in the agent's own store on
+    Redis: the entry and the signed claim have the vectors' fields, the claim verifies
+    with the test key, and every field name found is on the page."""
+    client = aioredis.Redis.from_url(redis_url)
+    agent = connect(redis_url, namespace, signing_key=KEY, trusted_keys=KEYRING)
+    async with agent:
+        arguments = {"to": "ACME", "amount": 10}
+        request = _tool_call.tool_call_request("transfer", arguments, framework="vectors")
+        answer = Answer(id=request.id, ok=True)
+        decision = _tool_call.checked_decision(request, answer)
+        ledger = _tool_call.Ledger.of(agent)
+        await ledger.decided(request, decision)
+        await ledger.executing(request.id, "transfer", arguments, approved=decision.digest)
+        store = await hash_of(client, agent.keys.agent_store("agent-7", _tool_call.LEDGER_STORE))
+    await client.aclose()
+    stores = named("stores")
+    assert set(store) == {
+        stores["tool-call-ledger-entry"]["field"].replace(pv.REQUEST_ID, request.id),
+        stores["tool-call-claim"]["field"].replace(pv.REQUEST_ID, request.id),
+    }
+    entry = json.loads(store[request.id])
+    assert set(entry) == set(json.loads(stores["tool-call-ledger-entry"]["json"]))
+    assert entry["proposed"] == entry["approved"] == decision.digest
+    raw_claim = store[f"{request.id}:executed"]
+    assert set(json.loads(raw_claim)) == set(json.loads(stores["tool-call-claim"]["json"]))
+    claim = msgspec.json.decode(raw_claim, type=_tool_call._Claim)
+    assert msgspec.json.encode(claim) == raw_claim
+    verify_own(_tool_call.CLAIM_KIND, claim.signed(request.id), claim.signature, KEY, "claim")
+    assert set(entry) | set(json.loads(raw_claim)) <= documented_names()
+
+
+# -- answer links (between workers, not in Redis) -----------------------------------------
+
+
+@pytest.mark.parametrize("how", ["ed25519", "hmac"])
+def test_an_answer_link_reads_as_its_meaning_and_is_made_as_its_bytes(how: str) -> None:
+    vector = named("links")[f"answer-link-{how}"]
+    link_key = (
+        links.LinkKey(key=KEY)
+        if how == "ed25519"
+        else links.LinkKey(secret=VECTORS["link_secret"]["secret"])
+    )
+    payload = vector["payload"]
+    claims = link_key.read(vector["token"], now=pv.CREATED)
+    assert (claims.queue, claims.request_id, claims.digest, claims.recipient) == (
+        payload["q"],
+        payload["id"],
+        payload["d"],
+        payload["to"],
+    )
+    assert (claims.expires_at, claims.action, claims.nonce) == (
+        payload["exp"],
+        payload["do"],
+        payload["n"],
+    )
+    assert payload["d"] == links.request_digest(message("request-published"))
+    body, _, sig = vector["token"].rpartition(".")
+    assert body == vector["signed"]
+    with pytest.raises(links.BadLink):
+        link_key.read(f"{body}.{'A' if sig[0] != 'A' else 'B'}{sig[1:]}", now=pv.CREATED)
+    # made by the code: the same payload text (but its random nonce), the same signature
+    minted = link_key.mint(
+        payload["q"], message("request-published"), payload["to"], action=payload["do"]
+    )
+    prefix, text, _ = minted.split(".")
+    decoded = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    assert list(decoded) == list(payload)
+    same = json.dumps({**decoded, "n": payload["n"]}, separators=(",", ":"))
+    assert (prefix, same) == ("tnl1", vector["payload_json"])
+    if how == "ed25519":
+        assert base64.urlsafe_b64encode(KEY.sign(body.encode())).rstrip(b"=").decode() == sig
+    assert set(decoded) <= table_names(sections()["Answer links"])
