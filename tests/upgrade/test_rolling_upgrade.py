@@ -202,6 +202,29 @@ class Fleet:
             new.ask(self.asked[request_id])
         self.agents[name] = new
 
+    def running(self) -> set[str]:
+        """The consumer names of the responders running now."""
+        return {process.log.stem for process in self.responders.values()}
+
+    def status(self, release: Release) -> dict[str, dict[str, Any]]:
+        """The live consumers ``toolnexus status --json`` of ``release`` shows (as ops),
+        by name."""
+        shown = json.loads(
+            run(
+                release.toolnexus,
+                *("status", "--json", "--url", self.url("ops")),
+                *("--queue", QUEUE, "--queue", ONCALL),
+                env=environment(),
+            )
+        )
+        return {
+            consumer["consumer"]: consumer
+            for queue in shown["queues"]
+            for group in queue["groups"]
+            for consumer in group["consumers"]
+            if consumer["alive"]
+        }
+
     def ask(self, kind: str, agent: Agent) -> Asked:
         number = next(self.counter)
         request: dict[str, Any] = {
@@ -311,13 +334,16 @@ async def test_a_fleet_of_the_last_release_upgrades_one_process_at_a_time_losing
             ),
         ]
         await asyncio.sleep(2)
-        for _what, step in steps:
+        seen = [("before", fleet.running(), await asyncio.to_thread(fleet.status, current))]
+        for what, step in steps:
             await step()
             await asyncio.sleep(1.5)  # requests flow between each step
+            seen.append((what, fleet.running(), await asyncio.to_thread(fleet.status, current)))
         stop.set()
         await traffic
         # a person answers the wait left open since before the upgrade
-        answered = run(
+        answered = await asyncio.to_thread(
+            run,
             current.toolnexus,
             "answer",
             hold.request["id"],
@@ -350,6 +376,10 @@ async def test_a_fleet_of_the_last_release_upgrades_one_process_at_a_time_losing
             )
         )
         check_every_request_ended_once(fleet, audit)
+    # toolnexus status (this tree's, as the ops user) showed every running responder alive
+    # at each step, the one just started included
+    for what, running, alive in seen:
+        assert running <= set(alive), (what, running, sorted(alive))
 
 
 def expected(kind: str, answer: dict[str, Any]) -> bool:
