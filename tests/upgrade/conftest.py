@@ -37,6 +37,9 @@ def previous() -> Release:
         )
     if not Path(python).exists():
         pytest.fail(f"TOOLNEXUS_PREVIOUS_PYTHON={python} does not exist")
+    # ./run's setup_previous marks the environment with the release it built it from
+    stamp = Path(python).parents[1] / f".installed-{version}-{commit}"
+    assert stamp.exists(), f"{python} is not built from {version} {commit}: ./run test-previous"
     release = Release(Path(python))
     found = release.installed()
     assert found["version"] == version, f"{python} has toolnexus-bridge {found['version']}"
