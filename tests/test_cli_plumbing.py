@@ -8,6 +8,7 @@ import ast
 import importlib
 import importlib.metadata
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,23 @@ def test_the_command_list_is_complete() -> None:
     assert set(re.findall(r'"(\w[\w-]*)",\n\s+parents=\[connection_parser', source)) == {
         "ask", "answer", "status", "check", "audit", "list", "show", "requeue", "purge", "demo"
     }  # fmt: skip
+
+
+def test_version_prints_the_version_of_pyproject(capsys: pytest.CaptureFixture[str]) -> None:
+    """``toolnexus --version``: this project's version, as pyproject.toml sets it (the
+    installed metadata: a stale install fails here, reinstall with pip install -e .)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert capsys.readouterr().out == f"toolnexus {version}\n"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version)
+    # the changelog has its section, and the last release's; the last release is older
+    named = (ROOT / ".ci" / "previous-release").read_text().splitlines()
+    last = next(line.split()[0] for line in named if line and not line.startswith("#"))
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert f"## {version}" in changelog and f"## {last}" in changelog
+    assert tuple(map(int, last.split("."))) < tuple(map(int, version.split(".")))
 
 
 @pytest.mark.parametrize("name", sorted(WORKERS))

@@ -153,6 +153,24 @@ async def test_the_http_api_page_starts_the_answering_api(
         await serving(redis_url, namespace, {"http"}, queue="ops")
 
 
+async def test_the_upgrade_page_starts_responders_writing_protocol_1(
+    shell: dict[str, str], redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """docs/how-to/upgrade.md: the responders of a fleet being upgraded, with the page's
+    ``export`` (``rules.toml`` a rule file of the test's, the web page on a free port)."""
+    block = page_block("docs/how-to/upgrade.md", "export TOOLNEXUS_WRITE_PROTOCOL=1", "sh")
+    exports, commands = [], []
+    for line in lines(block):
+        (exports if line.startswith("export ") else commands).append(line)
+    assert exports == ["export TOOLNEXUS_WRITE_PROTOCOL=1"]
+    assert [c.split()[2] for c in commands] == ["auto", "web"]
+    (tmp_path / "rules.toml").write_text('[[rule]]\naction = "skip"\n')
+    commands[1] = with_port(commands[1], free_port())
+    env = {**shell, "TOOLNEXUS_WRITE_PROTOCOL": "1"}
+    async with running(commands, env, tmp_path):
+        await serving(redis_url, namespace, {"bot-1", "web-0"})
+
+
 async def test_the_fleet_tutorial_asks_and_the_page_serves(
     shell: dict[str, str], redis_url: str, namespace: str, tmp_path: Path
 ) -> None:

@@ -88,6 +88,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="toolnexus",
         description="Pause an AI agent for a person anywhere in a fleet.",
     )
+    parser.add_argument(
+        "--version", action="version", version=f"toolnexus {_version()}", help="print the version"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = commands.add_parser(
         "demo",
@@ -441,6 +444,14 @@ WORKERS_GROUP = "toolnexus.workers"
 DISTRIBUTION = "toolnexus-bridge"
 """This project's name on the package index (which gives ``toolnexus`` to the agent toolkit):
 the name its metadata and its extras are found by."""
+
+
+def _version() -> str:
+    """This project's installed version (``toolnexus-bridge``, as its metadata says)."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install toolnexus-bridge)"
 
 
 def _workers() -> dict[str, importlib.metadata.EntryPoint]:
