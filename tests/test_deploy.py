@@ -1,10 +1,12 @@
 """``deploy/`` and the ``Dockerfile``: the compose file validated by docker-compose, the
-Dockerfile by hadolint, the Kubernetes manifests read, and a smoke test that runs what
+Dockerfile by hadolint, the Kubernetes manifests validated against the Kubernetes schemas
+and read, and a smoke test that runs what
 compose would run, without Docker (there is no Docker engine on these machines)."""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import re
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import kubernetes_validate
 import pytest
 import redis
 import yaml
@@ -133,6 +136,23 @@ def manifests() -> list[dict[str, Any]]:
     for path in sorted((DEPLOY / "kubernetes").glob("*.yaml")):
         documents += [d for d in yaml.safe_load_all(path.read_text()) if d]
     return documents
+
+
+def test_the_kubernetes_manifests_are_valid_against_the_kubernetes_schemas() -> None:
+    """Every manifest but the Kustomization (kustomize's, not the API server's) passes the
+    schemas of the Kubernetes API (kubernetes-validate's copy of the newest it knows),
+    strictly: a field the schema does not name is refused, as the typo'd one here is."""
+    version = kubernetes_validate.latest_version()
+    resources = [d for d in manifests() if d["kind"] != "Kustomization"]
+    assert len(resources) == 13
+    for document in resources:
+        kubernetes_validate.validate(document, version, strict=True)
+    named = {(d["kind"], d["metadata"]["name"]): d for d in resources}
+    typo = copy.deepcopy(named["StatefulSet", "toolnexus-web"])
+    (container,) = typo["spec"]["template"]["spec"]["containers"]
+    container["livenessProbes"] = container.pop("livenessProbe")
+    with pytest.raises(kubernetes_validate.ValidationError, match="livenessProbes"):
+        kubernetes_validate.validate(typo, version, strict=True)
 
 
 def test_the_kubernetes_manifests_have_probes_resources_a_budget_and_policies() -> None:

@@ -201,6 +201,47 @@ async def test_the_fleet_tutorial_asks_and_the_page_serves(
     assert (done.returncode, done.stdout.strip().splitlines()[-1]) == (0, "deploying")
 
 
+def made_token(line: str, env: dict[str, str]) -> str:
+    """The token made by ``line`` (an ``export TOKEN=...`` or a bare command) in bash."""
+    script = line if line.startswith("export TOKEN=") else f"export TOKEN=$({line})"
+    done = subprocess.run(
+        ["bash", "-c", f'{script}; printf %s "$TOKEN"'],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return done.stdout
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/tutorials/fleet.md"])
+def test_a_documented_token_is_a_value_the_token_flag_takes(
+    page: str, shell: dict[str, str]
+) -> None:
+    """The pages' token (and the hint of a too-short one) is made of hex digits: a token
+    of ``secrets.token_urlsafe()`` starts with ``-`` once in 64, and ``--token "$TOKEN"``
+    then reads it as an option, so the worker exits 2 before its first heartbeat (the
+    fleet tutorial's test hung on that once in 55 runs)."""
+    from toolnexus_workers import web
+
+    export = lines(page_block(page, "export TOKEN=", "sh"))[0]
+    refused = subprocess.run(
+        ["toolnexus", "worker", "web", "--token", "short", "--port", str(free_port())],
+        env=shell,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    hint = re.search(r"make one with `([^`]+)`", refused.stderr)
+    assert (refused.returncode, bool(hint)) == (2, True), refused.stderr
+    assert hint is not None
+    for line in (export, hint.group(1)):
+        token = made_token(line, shell)
+        assert re.fullmatch(r"[0-9a-f]{32,}", token), (line, token)
+        assert web.parser().parse_args(["--token", token]).token == token
+
+
 FORM = {"type": "object", "properties": {"seats": {"type": "integer"}}, "required": ["seats"]}
 
 

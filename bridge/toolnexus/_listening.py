@@ -48,7 +48,7 @@ def check_token(token: str, what: str) -> None:
     if len(token) < MIN_TOKEN_CHARS:
         raise ConfigurationError(
             f"{what} must be at least {MIN_TOKEN_CHARS} characters: make one with "
-            "`python -c 'import secrets; print(secrets.token_urlsafe())'`"
+            "`python -c 'import secrets; print(secrets.token_hex())'`"
         )
 
 

@@ -180,7 +180,7 @@ class Access:
             raise ConfigurationError(
                 f"the session secret must have at least {MIN_SECRET_CHARS} characters "
                 f"(--session-secret or ${SESSION_SECRET_ENV}); make one with "
-                "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+                "`python -c 'import secrets; print(secrets.token_hex(32))'`"
             )
         self.token = token
         self.users = dict(users or {})
