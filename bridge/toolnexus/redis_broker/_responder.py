@@ -271,7 +271,8 @@ class RedisResponder(Responder):
         self, entry_id: str, fields: dict[bytes, bytes]
     ) -> tuple[Request, str | None] | None:
         """The request of one entry and the key that verifiably signed it, or None after
-        moving a bad entry to the dead letters."""
+        settling a bad entry for this group only (its dead letter, its acknowledgement:
+        the entry stays for every other group, which may well read it)."""
         try:
             payload = fields.get(b"r")
             if payload is None:
@@ -284,7 +285,7 @@ class RedisResponder(Responder):
                 raise DecodeError("the request has no valid reply_to: no broker published it")
             signer = self.core.signatures.admit_request(request)
         except (DecodeError, SignatureError) as exc:
-            self.core.move_to_dead_letters(self._stream, entry_id, fields, str(exc), self.group)
+            self.core.refuse_entry(self._stream, entry_id, fields, str(exc), self.group)
             self.dead_lettered += 1
             why = exc.reason if isinstance(exc, SignatureError) else str(exc)
             self.refuse(fields.get(b"r"), why)
