@@ -9,10 +9,12 @@ hint, which the request's state confirms), requests are expired at their signed 
 check per waiter, every third of the liveness bound). A full sweep of everything held,
 every ten leases, catches what the events missed. Entries of a consumer that died are
 reclaimed with ``XAUTOCLAIM`` once its lease lapses. Entries
-are acknowledged once the request is resolved or skipped. Entries that are not a
-readable request are moved to the dead-letter stream, and the waiter they name, if they
-name one, is told (a refusal on its reply stream, signed by this process's key when it has
-one: see :meth:`RedisResponder.refuse`); reading goes on. From its first read on, each
+are acknowledged once the request is resolved or skipped. An entry this group cannot or
+will not take (not a readable request, or one its signature policy refuses) is settled for
+this group only: acknowledged, with one dead letter naming the group, and left in the
+stream for every other group. The waiter it names, if it names one, is told (a refusal
+on its reply stream, signed by this process's key when it has one: see
+:meth:`RedisResponder.refuse`); reading goes on. From its first read on, each
 consumer keeps a heartbeat (:meth:`~toolnexus.Responder.keep_heartbeat`).
 
 One of the three files that tell the architecture: the waiter side
@@ -293,8 +295,8 @@ class RedisResponder(Responder):
         return request, signer
 
     def refuse(self, payload: bytes | None, reason: str) -> None:
-        """Tell the waiter of the request published as ``payload`` (dead-lettered here, for
-        ``reason``) that this responder refused it, on its reply stream (fields
+        """Tell the waiter of the request published as ``payload`` (dead-lettered for this
+        group, for ``reason``) that this responder refused it, on its reply stream (fields
         ``REFUSAL_*`` of :mod:`._layout`): the reason, this consumer and, when this process
         signs, a signature bound to those bytes (:func:`sign_refusal`). Bytes that name no
         waiter are only dead-lettered."""
@@ -640,7 +642,7 @@ class RedisResponder(Responder):
             for _, fields in entries:
                 payload = fields.get(field) if fields else None
                 if payload is None:
-                    continue  # the events' readers dead-letter what they cannot read
+                    continue  # the events' readers copy what they cannot read to the dead letters
                 try:
                     named: _Named = decoder.decode(payload)[1]
                 except (msgspec.DecodeError, ValueError, IndexError):
