@@ -666,16 +666,18 @@ async def test_dead_letters_lists_shows_requeues_and_purges(redis_url: str, name
         assert listed.returncode == 0, listed.stderr
         (line,) = listed.stdout.splitlines()
         dead_id = line.split()[0]
-        assert f"{request.id} approval 'Requeue me?': " in line
+        assert f" group strict {request.id} approval 'Requeue me?': " in line
         shown = await run("dead-letters", "show", dead_id, "--json", *args)
         assert shown.returncode == 0, shown.stderr
         letter = json.loads(shown.stdout)
         assert letter["id"] == dead_id and letter["request_id"] == request.id
         assert letter["stream"] == broker.keys.requests and letter["requeue_problem"] is None
         assert letter["truncated"] is False and letter["raw"].startswith("r=")
+        assert letter["group"] == "strict"  # the group that could not take it
         text = await run("dead-letters", "show", dead_id, *args)
         assert f"request:  {request.id} (approval) 'Requeue me?'" in text.stdout
         assert "requeue:  yes" in text.stdout
+        assert "group:    strict (could not take it; other groups still may)" in text.stdout
 
         requeued = await run("dead-letters", "requeue", dead_id, *args)
         assert requeued.returncode == 0, requeued.stderr
