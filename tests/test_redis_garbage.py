@@ -224,11 +224,11 @@ async def test_the_events_reader_survives_garbage_and_leaves_it_for_other_reader
             async with asyncio.timeout(10):  # the copies travel with the next commands
                 while await broker.redis.xlen(broker.keys.dead) < len(bad_entries(broker.codec)):
                     await asyncio.sleep(0.02)
+            # copied, never deleted: another reader (another version) may read them
+            kept = [entry for entry, _ in await broker.redis.xrange(broker.keys.events)]
+            assert [entry for entry in bad if entry in kept] == bad
             assert events.unreadable == len(bad)  # type: ignore[attr-defined]
         assert await broker.redis.xlen(broker.keys.dead) == len(bad)
-        # copied, never deleted: another reader (another version) may read them
-        kept = [entry for entry, _ in await broker.redis.xrange(broker.keys.events)]
-        assert [entry for entry in bad if entry in kept] == bad
         dead = [fields for _, fields in await broker.redis.xrange(broker.keys.dead)]
         assert all(b"group" not in fields for fields in dead)  # no group read them
 
