@@ -414,6 +414,7 @@ def redis_vectors() -> list[dict[str, Any]]:
                 "error": _text("unknown key 'agent-7'"),
                 "stream": _text(keys["requests"]),
                 "entry": _text(ENTRY),
+                "group": _text("strict"),
                 "raw": _hex(b"r=" + full),
             },
         },

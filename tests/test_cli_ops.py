@@ -434,12 +434,13 @@ async def test_status_json_counts_pending_a_dead_consumer_and_dead_letters(
     assert status["namespace"] == namespace and status["waiters_alive"] == 1
     (queue,) = status["queues"]
     assert queue["queue"] == "default"
-    assert queue["open_requests"] == 3 and queue["dead_letters"] == 1
+    # the garbage is bot's dead letter, and stays in the stream for the other groups
+    assert queue["open_requests"] == 4 and queue["dead_letters"] == 1
     assert 0 <= queue["oldest_waiting_s"] < 30
     groups = {g["group"]: g for g in queue["groups"]}
     assert sorted(groups) == ["auto", "bot", "web"]
     web = groups["web"]
-    assert web["unacknowledged"] == 2 and web["undelivered"] == 1
+    assert web["unacknowledged"] == 2 and web["undelivered"] == 2  # a request, the garbage
     assert 0 <= web["oldest_unacknowledged_s"] < 30
     dead, live = web["consumers"]
     assert dead["consumer"] == "dead-1" and dead["unacknowledged"] == 1
@@ -665,16 +666,18 @@ async def test_dead_letters_lists_shows_requeues_and_purges(redis_url: str, name
         assert listed.returncode == 0, listed.stderr
         (line,) = listed.stdout.splitlines()
         dead_id = line.split()[0]
-        assert f"{request.id} approval 'Requeue me?': " in line
+        assert f" group strict {request.id} approval 'Requeue me?': " in line
         shown = await run("dead-letters", "show", dead_id, "--json", *args)
         assert shown.returncode == 0, shown.stderr
         letter = json.loads(shown.stdout)
         assert letter["id"] == dead_id and letter["request_id"] == request.id
         assert letter["stream"] == broker.keys.requests and letter["requeue_problem"] is None
         assert letter["truncated"] is False and letter["raw"].startswith("r=")
+        assert letter["group"] == "strict"  # the group that could not take it
         text = await run("dead-letters", "show", dead_id, *args)
         assert f"request:  {request.id} (approval) 'Requeue me?'" in text.stdout
         assert "requeue:  yes" in text.stdout
+        assert "group:    strict (could not take it; other groups still may)" in text.stdout
 
         requeued = await run("dead-letters", "requeue", dead_id, *args)
         assert requeued.returncode == 0, requeued.stderr

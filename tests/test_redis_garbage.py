@@ -1,5 +1,7 @@
-"""SPEC §11: every stream a reader touches may hold garbage. It is dead-lettered (moved,
-bounded), reading goes on, answers after it stay immediate, and nothing raises."""
+"""SPEC §11: every stream a reader touches may hold garbage. It is dead-lettered (copied,
+bounded; a consumer group settles it for itself only, and nobody deletes what another
+reader may still read), reading goes on, answers after it stay immediate, and nothing
+raises."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 
 import toolnexus
 from conftest import FAST
-from helpers import ask, opened
+from helpers import ask, eventually, opened
 from toolnexus import Answer, Request
 from toolnexus.redis_broker import RedisBroker
 
@@ -144,26 +146,50 @@ async def test_an_answer_to_another_request_in_an_entry_is_not_taken(
             assert (await wait).data == {"echo": "?"}
 
 
-async def test_dead_lettered_requests_leave_the_stream_so_later_groups_copy_nothing(
+async def test_garbage_is_dead_lettered_once_per_group_and_stays_until_the_age_rule(
     redis_url: str, namespace: str
 ) -> None:
-    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
+    """Each group that cannot read an entry settles it for itself only: one dead letter
+    each (naming the group), however often its consumers read it, and the entry stays in
+    the stream for the groups that have not read it. Nothing a group reads decides when
+    it goes: the stream's age rule does (MINID at a publish, ``stream_retention_s``)."""
+    options = {**FAST, "stream_retention_s": 2.0}
+    async with toolnexus.connect(redis_url, namespace=namespace, **options) as broker:
         assert isinstance(broker, RedisBroker)
         entries = [{b"r": payload} for payload in bad_payloads(broker.codec).values()]
         entries.append({b"r": b"\x00" * (10 * MB)})
         entries.append({b"r": broker.codec.encode(Request(id="r1", kind="input"))})  # no reply_to
+        entries += [{b"r": f"garbage {i}".encode()} for i in range(150)]  # a few stream nodes
         for fields in entries:
             await broker.redis.xadd(broker.keys.requests, fields)  # type: ignore[arg-type]
-        for group in ("first", "second", "third"):
+        for group in ("first", "second", "first", "third"):  # first twice: a restart
             async with broker.responder(group, until_idle=True) as responder:
                 assert [p async for p in responder] == []
-        assert await broker.redis.xlen(broker.keys.requests) == 0
+            assert await broker.redis.xlen(broker.keys.requests) == len(entries)  # kept
+        await eventually(lambda: dead_count(broker, len(entries) * 3))
         dead = await broker.redis.xrange(broker.keys.dead)
-        assert len(dead) == len(entries)  # one copy each, not one per group
-        assert sum(len(fields[b"raw"]) for _, fields in dead) < len(entries) * 9000
+        assert len(dead) == len(entries) * 3  # one copy per group, not one per read
+        for group in (b"first", b"second", b"third"):
+            assert sum(fields[b"group"] == group for _, fields in dead) == len(entries)
+        assert sum(len(fields[b"raw"]) for _, fields in dead) < len(dead) * 9000
         assert b"newer than this toolnexus" in b"".join(f[b"error"] for _, f in dead)
         for group in ("first", "second", "third"):
             assert (await broker.redis.xpending(broker.keys.requests, group))["pending"] == 0
+        await asyncio.sleep(3.1)  # older than the retention (min id in whole seconds): trimmed next
+        wait = asyncio.create_task(broker.wait_for(ask(), timeout_s=1))
+        await eventually(lambda: trimmed(broker, len(entries)))
+        await asyncio.gather(wait, return_exceptions=True)
+
+
+async def dead_count(broker: RedisBroker, count: int) -> bool:
+    return bool(await broker.redis.xlen(broker.keys.dead) >= count)
+
+
+async def trimmed(broker: RedisBroker, garbage: int) -> bool:
+    """Whether the request stream lost the garbage: approximate trimming (``MINID ~``)
+    removes whole stream nodes only, so up to one node's worth (100 entries) may stay a
+    while longer."""
+    return bool(await broker.redis.xlen(broker.keys.requests) <= min(100, garbage))
 
 
 async def test_the_dead_letter_stream_is_capped_by_count(redis_url: str, namespace: str) -> None:
@@ -179,22 +205,32 @@ async def test_the_dead_letter_stream_is_capped_by_count(redis_url: str, namespa
         assert 100 <= await broker.redis.xlen(broker.keys.dead) < 300  # approximate trimming
 
 
-async def test_the_events_reader_survives_garbage(redis_url: str, namespace: str) -> None:
+async def test_the_events_reader_survives_garbage_and_leaves_it_for_other_readers(
+    redis_url: str, namespace: str
+) -> None:
     async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
         assert isinstance(broker, RedisBroker)
         async with broker.events() as events:
-            for fields in bad_entries(broker.codec):
+            bad = [
                 await broker.redis.xadd(broker.keys.events, fields)  # type: ignore[arg-type]
+                for fields in bad_entries(broker.codec)
+            ]
             request = ask()
             async with answering(broker):
                 await broker.wait_for(request, timeout_s=30)
             async with asyncio.timeout(10):
                 event = await anext(events)
             assert (event.event, event.id) == ("answered", request.id)
-            async with asyncio.timeout(10):  # the moves travel with the next commands
+            async with asyncio.timeout(10):  # the copies travel with the next commands
                 while await broker.redis.xlen(broker.keys.dead) < len(bad_entries(broker.codec)):
                     await asyncio.sleep(0.02)
-        assert await broker.redis.xlen(broker.keys.dead) == len(bad_entries(broker.codec))
+            # copied, never deleted: another reader (another version) may read them
+            kept = [entry for entry, _ in await broker.redis.xrange(broker.keys.events)]
+            assert [entry for entry in bad if entry in kept] == bad
+            assert events.unreadable == len(bad)  # type: ignore[attr-defined]
+        assert await broker.redis.xlen(broker.keys.dead) == len(bad)
+        dead = [fields for _, fields in await broker.redis.xrange(broker.keys.dead)]
+        assert all(b"group" not in fields for fields in dead)  # no group read them
 
 
 async def test_poison_every_stream_of_the_namespace(redis_url: str, namespace: str) -> None:

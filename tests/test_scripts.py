@@ -1,7 +1,8 @@
 """The resolve script on one server settles the entry of the request it resolves: the
 entry is acknowledged and deleted once the request is no longer open, and left alone
 while it is (an answer too late, or to a waiter gone, is ended by the responder). The
-settle script acknowledges each item's entry for that item's group."""
+settle script acknowledges each item's entry for that item's group. The dead-letter script
+settles an entry for the refusing group only: one dead letter per group, the entry kept."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from toolnexus.keys import Keys
-from toolnexus.redis_broker._scripts import RESOLVE, SETTLE
+from toolnexus.redis_broker._scripts import DEAD_LETTER, RESOLVE, SETTLE
 
 pytestmark = pytest.mark.redis
 
@@ -109,3 +110,25 @@ async def test_settle_acknowledges_each_entry_for_its_own_group(
     assert [p["message_id"].decode() for p in g2] == [ids[0], ids[2]]
     assert [f for _, f in await client.xrange(keys.events)] == [{b"e": b"event"}]
     assert [f for _, f in await client.xrange(keys.audit)] == [{b"r": b"record"}]
+
+
+async def test_dead_letter_settles_for_the_refusing_group_only_once_each(
+    client: aioredis.Redis, namespace: str
+) -> None:
+    keys = Keys(namespace, "default")
+    entry = (await client.xadd(keys.requests, {"r": "garbage"})).decode()
+    for group in ("g1", "g2", "g3"):
+        await client.xgroup_create(keys.requests, group, id="0")
+        await client.xreadgroup(group, "c", {keys.requests: ">"})
+    shared = (keys.dead, keys.requests)
+    # g1 twice in one batch (two consumers, a reclaim) and once more: one dead letter
+    items = [(entry, "g1", "bad", "r=garbage")] * 2 + [(entry, "g2", "bad", "r=garbage")]
+    args = [arg for item in items for arg in item]
+    assert await client.eval(DEAD_LETTER.source, 2, *shared, 100, *args) == [1, 0, 1]
+    assert await client.eval(DEAD_LETTER.source, 2, *shared, 100, *items[0]) == [0]
+
+    dead = [f for _, f in await client.xrange(keys.dead)]
+    assert [(f[b"group"], f[b"entry"].decode()) for f in dead] == [(b"g1", entry), (b"g2", entry)]
+    assert [e.decode() for e, _ in await client.xrange(keys.requests)] == [entry]  # kept
+    for group, held in (("g1", 0), ("g2", 0), ("g3", 1)):  # g3 still holds it: its own call
+        assert (await client.xpending(keys.requests, group))["pending"] == held

@@ -111,8 +111,9 @@ class Refused(NotResolved):
     """A responder refused the request itself (it dead-lettered it): a missing or bad
     signature, a key it does not trust, bytes it cannot read. ``reason`` says why, as the
     responder said it; ``responder`` names it (its verified key name when ``verified``).
-    :meth:`RedisBroker.refusal <toolnexus.redis_broker.RedisBroker.refusal>` gives it while
-    the wait goes on; ``toolnexus ask`` ends with it. With signatures required, only a
+    :meth:`RedisBroker.refusal <toolnexus.redis_broker.RedisBroker.refusal>` gives it, while
+    the wait goes on, once no live group that could still take the request is left;
+    ``toolnexus ask`` ends with it. With signatures required, only a
     refusal signed by a trusted responder key for exactly that request counts. ``status``
     is ``open``: the request stays open until its waiter withdraws it."""
 

@@ -141,7 +141,8 @@ class RedisSettings:
     """How long resolved state is kept, so that late answers are refused by name."""
     stream_retention_s: float = 7 * 24 * 3600.0
     """Requests older than this are trimmed from the request stream (never by length);
-    also the longest a wait may last."""
+    also the longest a wait may last. Entries that no group took (each group that could
+    not settled them for itself only) leave the stream by this rule."""
     max_connections: int = 16
     """Size of the command connection pool."""
     block_ms: int = 1000

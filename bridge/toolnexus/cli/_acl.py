@@ -85,15 +85,17 @@ OPS_RULES = (
     "+hget +hgetall +hkeys +hmget +hlen +hscan +xlen +xrange +xrevrange +xread +xinfo|stream "
     "+xinfo|groups +xinfo|consumers +xpending %R~<q>:* %R~<w>:* "
     "(~<q>:dead +xdel +xtrim) "
-    "(%W~<q>:requests +xadd) "
+    "(%W~<q>:requests +xadd +xdel) "
     "(~<q>:route:* +set) "
     "(~<q>:dead ~<q>:requests ~<q>:route:* +evalsha +script|load)"
 )
 """An operator's rules: ``<w>`` is the hash tag of every waiter's keys. The last three
 selectors are ``toolnexus dead-letters requeue``'s: a script that deletes a dead letter and adds the
 request it held back to its stream (the request's original bytes, which responders verify
-again: an operator can add requests, never answer one), and points the request's route at
-its new entry (which answering by id reads: a route names the waiter and the entry)."""
+again: an operator can add requests, never answer one), deleting its old entry if it is
+still there (moved, not copied: a group that has not read it yet reads it once), and
+points the request's route at its new entry (which answering by id reads: a route names
+the waiter and the entry)."""
 
 DEFAULT_USER = "user default off resetchannels -@all"
 

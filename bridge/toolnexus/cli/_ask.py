@@ -173,10 +173,12 @@ async def ask(
 
     Accepted: the answer's data as JSON on stdout (the whole answer with ``as_json``).
     Otherwise one line on stderr says why (and ``as_json`` prints the answer too). A
-    responder that refuses the request (:class:`~toolnexus.errors.Refused`: a missing or bad
-    signature, ...) ends it at once with :data:`EXIT_REQUEST_REFUSED`. The broker's warnings
-    (nobody reads the queue, a refusal that does not verify) are printed on stderr as they
-    come.
+    responder that refuses the request (a missing or bad signature, ...) is reported on
+    stderr at once; ``ask`` waits on while another group with a live heartbeat on the queue
+    could still take it, and ends with :data:`EXIT_REQUEST_REFUSED` once none could
+    (:class:`~toolnexus.errors.Refused`, see :meth:`RedisBroker.refusal`). The broker's
+    warnings (nobody reads the queue, a refusal, one that does not verify) are printed on
+    stderr as they come.
     """
     with _warnings_on_stderr():
         return await _ask(url, options, request, timeout_s=timeout_s, allow=allow, as_json=as_json)
@@ -253,10 +255,10 @@ was on its way (another group's) before it ends."""
 async def _unless_refused(
     broker: Broker, request_id: str, waiting: Coroutine[Any, Any, Answer]
 ) -> Answer | Refused:
-    """The answer ``waiting`` gives, or the refusal of a responder (see
-    :meth:`RedisBroker.refusal`) if no answer comes within :data:`REFUSAL_GRACE_S` after
-    it: the wait is then cancelled, which withdraws the request (a durable one stays open).
-    """
+    """The answer ``waiting`` gives, or the final refusal (see :meth:`RedisBroker.refusal`:
+    every live group refused the request) if no answer comes within
+    :data:`REFUSAL_GRACE_S` after it: the wait is then cancelled, which withdraws the
+    request (a durable one stays open)."""
     wait = asyncio.ensure_future(waiting)
     if not isinstance(broker, RedisBroker):  # the embedded broker refuses nothing
         return await wait

@@ -378,10 +378,12 @@ def _dead_letters_parser(commands: Any) -> None:
         "dead-letters",
         help="list, show, requeue or purge a queue's dead letters",
         description=(
-            "A queue's dead letters are the entries its responders could not take: a request "
+            "A queue's dead letters are the entries its readers could not take: a request "
             "that is not readable, not signed, or signed by a key they do not trust; an "
-            "unreadable answer. Each is kept with the error, the stream and entry it came "
-            "from, and its original fields (bounded in size). Exit status: 0 done; 1 no "
+            "unreadable answer or event. Each is kept with the error, the stream and entry "
+            "it came from, the consumer group that could not take it (one dead letter per "
+            "group: the request stays for the others), and its original fields (bounded in "
+            "size). Exit status: 0 done; 1 no "
             "dead letter has that id, or one could not be requeued (the line says why); 2 "
             "bad usage; 3 the broker unreachable."
         ),
@@ -390,7 +392,7 @@ def _dead_letters_parser(commands: Any) -> None:
     listing = actions.add_parser(
         "list",
         parents=[connection_parser(keys=False)],
-        help="one line each, oldest first: id, when, the request it held, the error",
+        help="one line each, oldest first: id, when, group, the request it held, the error",
         description="List the queue's dead letters, oldest first.",
     )
     show = actions.add_parser(
@@ -407,7 +409,9 @@ def _dead_letters_parser(commands: Any) -> None:
         description=(
             "Put the request a dead letter holds back on the queue's request stream, as it "
             "was (its signature too: responders verify it again, so first fix what refused "
-            "it, such as their trusted keys), and delete the dead letter. Only requests "
+            "it, such as their trusted keys), and delete the dead letter. An entry still in "
+            "the stream (for groups that have not read it) is moved to its end, never "
+            "copied; a request requeued already is left where it is. Only requests "
             "can be requeued, and only whole ones: a dead letter whose original was cut "
             "to the size limit is refused. Exit status 1 if one could not be."
         ),

@@ -368,22 +368,37 @@ REQUEUE_SCRIPT = (
     + """
 -- KEYS dead-letter stream, request stream, and the request's route if its id is known;
 -- ARGV dead letter id, request bytes, the entry it came from.
--- Whoever deletes the dead letter first puts the request back: its new entry id, or
--- false when the dead letter is gone (requeued or purged meanwhile). A route that names
--- the old entry names the new one from now on (answering by id reads the request there).
+-- Whoever deletes the dead letter first puts the request back: its entry id, or false
+-- when the dead letter is gone (requeued or purged meanwhile). A dead letter is one
+-- group's (the group that could not take the entry), and the entry may still be in the
+-- stream for the groups that have not read it yet: it is moved, never copied (deleted,
+-- added again at the end), so that every group reads it once from now on, and none
+-- twice. A route that names another entry still in the stream (the request requeued
+-- already, from another group's dead letter of it) leaves it there: nothing is added.
+-- A route that names the old entry names the new one from now on (answering by id
+-- reads the request there).
 if redis.call('XDEL', KEYS[1], ARGV[1]) == 0 then
   return false
 end
-local added = redis.call('XADD', KEYS[2], '*', E_REQUEST, ARGV[2])
+local route, ttl, waiter = false, 0, nil
 if KEYS[3] then
-  local route = redis.pcall('GET', KEYS[3])
-  local ttl = redis.call('PTTL', KEYS[3])
+  route = redis.pcall('GET', KEYS[3])
+  ttl = redis.call('PTTL', KEYS[3])
   if type(route) == 'string' and ttl > 0 then
-    local waiter = route_waiter(route)
-    if route == route_of(waiter, ARGV[3]) then
-      redis.call('SET', KEYS[3], route_of(waiter, added), 'PX', ttl)
+    waiter = route_waiter(route)
+    local named = string.sub(route, #waiter + 2)
+    if named ~= '' and named ~= ARGV[3] then
+      local there = redis.pcall('XRANGE', KEYS[2], named, named)
+      if type(there) == 'table' and #there > 0 and not there.err then
+        return named
+      end
     end
   end
+end
+redis.pcall('XDEL', KEYS[2], ARGV[3])  -- (an id that is not one is no entry to move)
+local added = redis.call('XADD', KEYS[2], '*', E_REQUEST, ARGV[2])
+if waiter and route == route_of(waiter, ARGV[3]) then
+  redis.call('SET', KEYS[3], route_of(waiter, added), 'PX', ttl)
 end
 return added
 """
@@ -398,7 +413,9 @@ async def dead_letters(broker: RedisBroker, entry_id: str | None = None) -> list
 
 async def requeue(broker: RedisBroker, letter: DeadLetter) -> str | None:
     """Put the request of ``letter`` back on its request stream and delete the dead letter
-    (at once, and once); the new entry id, or None when the dead letter is gone already.
+    (at once, and once): its entry id (moved to the end of the stream if it was still
+    there, never copied; the one it is at already if another group's dead letter of it
+    was requeued), or None when the dead letter is gone already.
 
     Raises:
         ConfigurationError: ``letter`` cannot be requeued (its ``requeue_problem``).
@@ -437,13 +454,15 @@ async def purge(broker: RedisBroker, entry_id: str | None) -> int:
 
 
 def dead_letter_line(letter: DeadLetter) -> str:
-    """One line for ``toolnexus dead-letters``: id, when, what it held, the error."""
+    """One line for ``toolnexus dead-letters``: id, when, the group that could not take
+    it (if read by one), what it held, the error."""
     held = (
         f"{letter.request_id} {letter.kind} {letter.prompt[:40]!r}"
         if letter.request_id is not None and letter.prompt is not None
         else "(no readable request)"
     )
-    return f"{letter.id} {utc_text(letter.at)} {held}: {letter.error}"
+    group = f" group {letter.group}" if letter.group is not None else ""
+    return f"{letter.id} {utc_text(letter.at)}{group} {held}: {letter.error}"
 
 
 def dead_letter_text(letter: DeadLetter) -> str:
@@ -455,6 +474,8 @@ def dead_letter_text(letter: DeadLetter) -> str:
         f"error:    {letter.error}",
         f"from:     {letter.stream} entry {letter.entry}",
     ]
+    if letter.group is not None:
+        lines.append(f"group:    {letter.group} (could not take it; other groups still may)")
     if letter.request_id is not None:
         lines.append(f"request:  {letter.request_id} ({letter.kind}) {letter.prompt!r}")
     lines += [

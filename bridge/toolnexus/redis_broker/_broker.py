@@ -118,12 +118,15 @@ class RedisBroker(Broker):
         return self.waiter.wait_for(request, timeout_s, allow, durable)
 
     def refusal(self, request_id: str) -> asyncio.Future[Refused]:
-        """A future set to :class:`~toolnexus.errors.Refused` if a responder refuses request
-        ``request_id``, which this broker is waiting for (it dead-lettered it: a missing or
-        bad signature, a key it does not trust, bytes it cannot read). With signatures
-        required, only a refusal signed by a trusted key for exactly this request counts.
-        The wait itself goes on (another group may take the request, an operator may
-        requeue it): ``toolnexus ask`` ends it. The future is cancelled when the wait ends.
+        """A future set to :class:`~toolnexus.errors.Refused` once responders refused
+        request ``request_id``, which this broker is waiting for (each dead-lettered it for
+        its own group: a missing or bad signature, a key it does not trust, bytes it
+        cannot read), and no group that could still take it is alive: every group with a
+        live heartbeat on the request's queues refused it (each refusal is logged at once,
+        as it comes). With signatures required, only a refusal signed by a trusted key for
+        exactly this request counts. The wait itself goes on (an operator may requeue the
+        request, a group may start): ``toolnexus ask`` ends it. The future is cancelled
+        when the wait ends.
         """
         return self.waiter.refusal(request_id)
 

@@ -315,12 +315,14 @@ class Core:
             raw = raw[:limit] + f"... ({len(raw)} bytes in all)".encode()
         return raw
 
-    def move_to_dead_letters(
-        self, stream: str, entry_id: str, fields: dict[bytes, bytes], error: str, group: str = ""
+    def refuse_entry(
+        self, stream: str, entry_id: str, fields: dict[bytes, bytes], error: str, group: str
     ) -> None:
-        """Move entry ``entry_id`` of ``stream`` (in the queue's slot) to the dead letters,
-        acknowledging it for ``group``: whoever moves it first copies it."""
-        log.error("dead-lettering entry %s of %s: %s", entry_id, stream, error)
+        """Settle entry ``entry_id`` of ``stream`` (in the queue's slot), which consumer
+        group ``group`` cannot or will not take, for that group only: acknowledged for it,
+        with one dead letter naming it (:data:`~toolnexus.redis_broker._scripts.DEAD_LETTER`).
+        The entry stays in the stream for every other group."""
+        log.error("dead-lettering entry %s of %s for group %s: %s", entry_id, stream, group, error)
         self.pipeliner.post_batch(
             DEAD_LETTER,
             (self.keys.dead, stream),
@@ -333,8 +335,9 @@ class Core:
     def copy_to_dead_letters(
         self, stream: str, entry_id: str, fields: dict[bytes, bytes], error: str
     ) -> None:
-        """Copy an entry of a stream outside the queue's slot (a reply stream) to the dead
-        letters; its reader moves past it."""
+        """Copy an entry of a stream read without a consumer group (a reply stream, the
+        events stream) to the dead letters; its reader moves past it and leaves it in place
+        for every other reader."""
         log.error("dead-lettering entry %s of %s: %s", entry_id, stream, error)
         self.pipeliner.post(
             "XADD",

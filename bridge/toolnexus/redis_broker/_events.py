@@ -1,5 +1,7 @@
 """The events stream of a queue, followed by UIs and the responder SDK: ``answered``,
-``expired``, ``withdrawn``, ``completed``. Unreadable events are dead-lettered."""
+``expired``, ``withdrawn``, ``completed``. An event a reader cannot read (garbage, another
+version's format) is copied to the dead letters and skipped; it stays in the stream for
+every other reader, until the stream's age rule trims it."""
 
 from __future__ import annotations
 
@@ -24,8 +26,10 @@ a few events per ``XREAD``. The first event after a quiet spell is read at once.
 
 
 class RedisEvents(EventStream):
-    """Follows the events stream from the moment it was created; unreadable events are
-    moved to the dead letters."""
+    """Follows the events stream from the moment it was created; an event it cannot read
+    is copied to the dead letters (one copy per reader that could not read it: the
+    stream has no consumer groups) and skipped, never deleted: another reader (another
+    version) may read it. ``unreadable`` counts them."""
 
     def __init__(self, core: Core) -> None:
         self._core = core
@@ -36,6 +40,7 @@ class RedisEvents(EventStream):
         self._buffer: deque[Event] = deque()
         self._busy = False  # the last read found events: the next one gathers first
         self._closed = False
+        self.unreadable = 0
 
     async def __anext__(self) -> Event:
         if not self._buffer:
@@ -75,8 +80,9 @@ class RedisEvents(EventStream):
                         raise DecodeError("the entry has no 'e' field holding an event")
                     self._buffer.append(core.codec.decode_event(payload))
                 except DecodeError as exc:
+                    self.unreadable += 1
                     dead = text(entry_id)
-                    core.move_to_dead_letters(core.keys.events, dead, fields or {}, str(exc))
+                    core.copy_to_dead_letters(core.keys.events, dead, fields or {}, str(exc))
             if entries:
                 self._last_id = text(entries[-1][0])
 

@@ -115,7 +115,10 @@ class DeadLetter(msgspec.Struct, frozen=True):
     Unix s), the ``error`` that put it there, the ``stream`` and ``entry`` id it came from,
     ``raw`` (its original fields as ``name=value`` lines, bounded in size: ``truncated``
     when cut), and what a readable request in it says (``request_id``, ``kind``, ``prompt``;
-    None when it holds none). ``requeue_problem``: why it cannot be requeued (None: it can)."""
+    None when it holds none). ``requeue_problem``: why it cannot be requeued (None: it can).
+    ``group``: the consumer group that could not take the entry (each group that refuses
+    an entry of the request stream adds its own dead letter, and the entry stays for the
+    others); None for an entry read without a group (events, a reply stream)."""
 
     id: str
     at: float
@@ -128,6 +131,7 @@ class DeadLetter(msgspec.Struct, frozen=True):
     kind: str | None
     prompt: str | None
     requeue_problem: str | None
+    group: str | None = None
     request: bytes | None = None  # the request's bytes, when it can be requeued
 
     def to_json(self) -> dict[str, Any]:
@@ -382,6 +386,7 @@ _RAW_REQUEST = _REQUEST + b"="
 def _dead_letter(core: Core, entry_id: Any, fields: dict[Any, Any]) -> DeadLetter:
     raw: bytes = fields.get(layout.DEAD_RAW.encode(), b"")
     stream = _name(fields.get(layout.DEAD_STREAM.encode(), b""))
+    group = fields.get(layout.DEAD_GROUP.encode())
     cut = _TRUNCATED.search(raw)
     kept, total = (cut.start(), int(cut[1])) if cut else (len(raw), len(raw))
     truncated = total > kept
@@ -416,6 +421,7 @@ def _dead_letter(core: Core, entry_id: Any, fields: dict[Any, Any]) -> DeadLette
         kind=request.kind if request else None,
         prompt=request.prompt if request else None,
         requeue_problem=problem,
+        group=_name(group) if isinstance(group, bytes | str) and group else None,
         request=request_bytes,
     )
 

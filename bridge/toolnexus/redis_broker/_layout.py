@@ -58,6 +58,12 @@ DEAD_RAW, DEAD_ERROR, DEAD_STREAM, DEAD_ENTRY = "raw", "error", "stream", "entry
 """The fields of a dead-letter entry: the original fields (``name=value`` lines, bounded),
 the error that put it there, the stream and entry id it came from."""
 
+DEAD_GROUP: Final = "group"
+"""The field of a dead letter of the request stream naming the consumer group that could
+not take the entry: each group that refuses an entry settles it for itself only (its own
+dead letter, its own ``XACK``), and the entry stays in the stream for every other group.
+Absent from the dead letters of streams read without a group (events, reply streams)."""
+
 # The same as bytes, for what redis-py returns.
 STATUS_B, ANSWER_B, OPEN_B = STATUS.encode(), ANSWER.encode(), OPEN.encode()
 ENTRY_REQUEST_B = ENTRY_REQUEST.encode()
@@ -90,6 +96,7 @@ _LUA_NAMES: Final = {
     "D_ERROR": DEAD_ERROR,
     "D_STREAM": DEAD_STREAM,
     "D_ENTRY": DEAD_ENTRY,
+    "D_GROUP": DEAD_GROUP,
 }
 
 ROUTE_SEPARATOR: Final = " "

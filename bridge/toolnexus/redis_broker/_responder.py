@@ -9,10 +9,12 @@ hint, which the request's state confirms), requests are expired at their signed 
 check per waiter, every third of the liveness bound). A full sweep of everything held,
 every ten leases, catches what the events missed. Entries of a consumer that died are
 reclaimed with ``XAUTOCLAIM`` once its lease lapses. Entries
-are acknowledged once the request is resolved or skipped. Entries that are not a
-readable request are moved to the dead-letter stream, and the waiter they name, if they
-name one, is told (a refusal on its reply stream, signed by this process's key when it has
-one: see :meth:`RedisResponder.refuse`); reading goes on. From its first read on, each
+are acknowledged once the request is resolved or skipped. An entry this group cannot or
+will not take (not a readable request, or one its signature policy refuses) is settled for
+this group only: acknowledged, with one dead letter naming the group, and left in the
+stream for every other group. The waiter it names, if it names one, is told (a refusal
+on its reply stream, signed by this process's key when it has one: see
+:meth:`RedisResponder.refuse`); reading goes on. From its first read on, each
 consumer keeps a heartbeat (:meth:`~toolnexus.Responder.keep_heartbeat`).
 
 One of the three files that tell the architecture: the waiter side
@@ -271,7 +273,8 @@ class RedisResponder(Responder):
         self, entry_id: str, fields: dict[bytes, bytes]
     ) -> tuple[Request, str | None] | None:
         """The request of one entry and the key that verifiably signed it, or None after
-        moving a bad entry to the dead letters."""
+        settling a bad entry for this group only (its dead letter, its acknowledgement:
+        the entry stays for every other group, which may well read it)."""
         try:
             payload = fields.get(b"r")
             if payload is None:
@@ -284,7 +287,7 @@ class RedisResponder(Responder):
                 raise DecodeError("the request has no valid reply_to: no broker published it")
             signer = self.core.signatures.admit_request(request)
         except (DecodeError, SignatureError) as exc:
-            self.core.move_to_dead_letters(self._stream, entry_id, fields, str(exc), self.group)
+            self.core.refuse_entry(self._stream, entry_id, fields, str(exc), self.group)
             self.dead_lettered += 1
             why = exc.reason if isinstance(exc, SignatureError) else str(exc)
             self.refuse(fields.get(b"r"), why)
@@ -292,8 +295,8 @@ class RedisResponder(Responder):
         return request, signer
 
     def refuse(self, payload: bytes | None, reason: str) -> None:
-        """Tell the waiter of the request published as ``payload`` (dead-lettered here, for
-        ``reason``) that this responder refused it, on its reply stream (fields
+        """Tell the waiter of the request published as ``payload`` (dead-lettered for this
+        group, for ``reason``) that this responder refused it, on its reply stream (fields
         ``REFUSAL_*`` of :mod:`._layout`): the reason, this consumer and, when this process
         signs, a signature bound to those bytes (:func:`sign_refusal`). Bytes that name no
         waiter are only dead-lettered."""
@@ -639,7 +642,7 @@ class RedisResponder(Responder):
             for _, fields in entries:
                 payload = fields.get(field) if fields else None
                 if payload is None:
-                    continue  # the events' readers dead-letter what they cannot read
+                    continue  # the events' readers copy what they cannot read to the dead letters
                 try:
                     named: _Named = decoder.decode(payload)[1]
                 except (msgspec.DecodeError, ValueError, IndexError):

@@ -434,25 +434,27 @@ return n
 DEAD_LETTER = BatchScript(
     "dead_letter",
     """
--- On a queue's slot. Shared: KEYS dead-letter stream, the stream read; ARGV max entries.
--- Item: ARGV entry id, group ('' for none), error, original bytes (bounded).
--- Moves each entry: whoever deletes it first copies it to the dead-letter stream, so
--- that every group reading a bad entry adds one dead letter between them, not one each.
-local moved = {}
+-- On a queue's slot. Shared: KEYS dead-letter stream, the stream read (by a consumer
+-- group); ARGV max entries. Item: ARGV entry id, group, error, original bytes (bounded).
+-- A group that cannot or will not take an entry settles it for itself only: it
+-- acknowledges it, and the first of its consumers to do so (XACK says the entry was
+-- still pending for the group) adds its dead letter, which names the group: one dead
+-- letter per group that refused the entry, however often its consumers read it. The
+-- entry is never deleted here: it stays in the stream for every other group, until the
+-- stream's age rule trims it (MINID at each publish, see PUBLISH) or its request is
+-- resolved. Each reply: 1 if this item added the group's dead letter, else 0.
+local added = {}
 for a = 2, #ARGV, 4 do
-  local id = ARGV[a]
-  if redis.call('XDEL', KEYS[2], id) == 1 then
+  local id, group = ARGV[a], ARGV[a + 1]
+  if redis.call('XACK', KEYS[2], group, id) == 1 then
     redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
-      D_ERROR, ARGV[a + 2], D_STREAM, KEYS[2], D_ENTRY, id, D_RAW, ARGV[a + 3])
-    moved[#moved + 1] = 1
+      D_ERROR, ARGV[a + 2], D_STREAM, KEYS[2], D_ENTRY, id, D_GROUP, group, D_RAW, ARGV[a + 3])
+    added[#added + 1] = 1
   else
-    moved[#moved + 1] = 0
-  end
-  if ARGV[a + 1] ~= '' then
-    redis.call('XACK', KEYS[2], ARGV[a + 1], id)
+    added[#added + 1] = 0
   end
 end
-return moved
+return added
 """,
     keys_per_item=0,
     args_per_item=4,

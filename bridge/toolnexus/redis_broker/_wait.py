@@ -45,6 +45,9 @@ class Wait:
     reached: list[tuple[str, str | None]] | None = None  # attached: the hop record (hints)
     recorded: bool = False  # its end has its audit record (see Waiter._ended)
     republished: bool = False  # published again after its entry was replaced
+    # refusals of the request itself that count, by group ('' for one naming none): the
+    # reason, who refused it, and whether its signature verified (see Waiter.refusal)
+    refused_by: dict[str, tuple[str, str | None, bool]] | None = None
 
 
 def expire(wait: Wait) -> None:

@@ -10,10 +10,12 @@ and is read from its start, so an answer that arrives before the reader looks is
 missed. Every entry of it may be garbage: such an entry is dead-lettered, the reader
 moves on, and the wait it names takes its outcome from the request's state. A responder
 that dead-lettered the request says so on the reply stream (a refusal): one signed by a
-trusted key, or any readable one when signatures are not required, is logged at once and
-given to whoever watches for it (:meth:`Waiter.refusal`: ``toolnexus ask`` ends), while
-the wait goes on (another group may take the request, an operator may requeue it); with
-signatures required, any other is a hint that is logged.
+trusted key, or any readable one when signatures are not required, is logged at once,
+while the wait goes on: the refusing group settled the entry for itself only, and another
+group may take the request (an operator may requeue it too). Once every group with a live
+heartbeat on the request's queues has refused it, the refusal is given to whoever watches
+for it (:meth:`Waiter.refusal`: ``toolnexus ask`` ends). With signatures required, any
+other refusal is a hint that is logged.
 
 Durable waits (SPEC §14) live under the agent's durable waiter of the queue, read by a second reader
 of this code from the first durable wait on (:mod:`._durable`).
@@ -42,7 +44,7 @@ from .._outcomes import check_on_expiry, expired_answer
 from .._timers import Timers
 from .._wire10 import Request10, as_request
 from ..errors import BrokerClosed, DecodeError, InvalidRequest, Refused, SignatureError
-from ..keys import check_request_id, new_waiter_id
+from ..keys import Keys, check_request_id, new_waiter_id
 from ..lifecycle import RESOLVED, Status
 from ..models import (
     EXPIRED,
@@ -62,6 +64,7 @@ from . import _quorum as quorum
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms, text
 from ._durable import ReplyStream
 from ._escalation import Escalator, parse_queues_field
+from ._heartbeats import live_heartbeats
 from ._layout import (
     ANSWER,
     ANSWER_B,
@@ -92,6 +95,11 @@ RESOLVE_PATIENCE_S = 2.0
 ANOTHER_REQUEST = "signed for another request"
 """Why a refusal signed by a trusted key for another request than the one published does
 not verify (see :func:`~toolnexus.security._signing.verify_refusal`)."""
+
+REFUSAL_RECHECK_S = 5.0
+"""While a refused request waits on for groups that have not refused it, how often its
+waiter reads the heartbeats again: once none of those groups is alive, the refusal is
+final (:meth:`Waiter.refusal`)."""
 
 EXPIRY_SKEW_S = 2.0
 """An expiry recorded by a responder this close before the signed deadline (its clock a
@@ -151,9 +159,10 @@ class Waiter:
         return await self._expired(wait)
 
     def refusal(self, request_id: str) -> asyncio.Future[Refused]:
-        """A future that a responder's refusal of request ``request_id`` (waited for by
-        this waiter) sets, if one comes that counts (see :meth:`_take_refusal`); it is
-        cancelled when the wait ends."""
+        """A future set to the last refusal of request ``request_id`` (waited for by this
+        waiter) once the refusals that count (see :meth:`_take_refusal`) leave no group
+        alive that could still take it (see :meth:`_judge_refusals`); it is cancelled when
+        the wait ends."""
         future = self._refusals.get(request_id)
         if future is None:
             future = self._refusals[request_id] = asyncio.get_running_loop().create_future()
@@ -763,9 +772,57 @@ class Waiter:
             reason,
             "" if name is not None else " (unverified: not signed by a key this process trusts)",
         )
-        future = self.refusal(request_id)
-        if not future.done():
-            future.set_result(Refused(request_id, reason, who, name is not None))
+        # The consumer's name is "group/consumer"; a refusal that names none strikes every
+        # group: it is final at once, as it was before groups were told apart.
+        group = by.partition("/")[0] if by and "/" in by else ""
+        first = wait.refused_by is None
+        wait.refused_by = {**(wait.refused_by or {}), group: (reason, who, name is not None)}
+        self._spawn(self._judge_refusals(wait, again_s=REFUSAL_RECHECK_S if first else None))
+
+    async def _judge_refusals(self, wait: Wait, again_s: float | None) -> None:
+        """Give the last refusal of ``wait`` to :meth:`refusal` once no group that could
+        still take the request is alive: every group with a live heartbeat on its queues
+        (this broker's, and the queues it escalates to) has refused it, or a refusal named
+        no group. With ``again_s``, look again that often until then, or until the wait
+        ends (a group that could answer may stop). Redis being away only postpones it."""
+        told = False
+        while not wait.answer.done() and wait.refused_by:
+            others: set[str] | None = set()
+            if "" not in wait.refused_by:
+                others = None
+                with contextlib.suppress(
+                    *CONNECTION_ERRORS, BrokerClosed, redis.exceptions.RedisError
+                ):
+                    others = await self._live_groups(wait) - wait.refused_by.keys()
+            if others is not None and not others and not wait.answer.done():
+                reason, who, verified = list(wait.refused_by.values())[-1]
+                future = self.refusal(wait.request_id)
+                if not future.done():
+                    future.set_result(Refused(wait.request_id, reason, who, verified))
+                return
+            if others and not told:
+                told = True
+                log.warning(
+                    "request %s: group(s) %s, alive on its queue, may still take it",
+                    wait.request_id,
+                    ", ".join(sorted(others)),
+                )
+            if again_s is None:
+                return
+            await asyncio.wait({wait.answer}, timeout=again_s)  # wakes when the wait ends
+
+    async def _live_groups(self, wait: Wait) -> set[str]:
+        """The groups with a live heartbeat on the queues ``wait``'s request goes to."""
+        core = self.core
+        keys = [core.keys.heartbeats()]
+        if wait.escalation is not None:
+            namespace = core.settings.namespace
+            hops = {hop.queue for hop in wait.escalation.hops} - {core.keys.queue}
+            keys += [Keys(namespace, queue).heartbeats() for queue in sorted(hops)]
+        groups: set[str] = set()
+        for key in keys:
+            groups.update(beat.group for beat in await live_heartbeats(core, key))
+        return groups
 
     def _publish_again(self, wait: Wait) -> None:
         """A trusted responder refused, under this id, a request that is not the one
