@@ -13,6 +13,14 @@ beside this file, served at ``GET /openapi.json``.
 - ``DELETE /v1/requests/{id}`` withdraws it (responders are told): ``200`` with the answer
   it ended with (``cancelled``, ``bridge.reason`` ``withdrawn``, if it was still open).
 
+A responder that refuses the request itself (it dead-lettered it: a missing or bad
+signature, a key it does not trust, bytes it cannot read) ends the wait at once, as
+``toolnexus ask`` does (the refusals that count, and the grace an answer on its way still
+gets, are :meth:`RedisBroker.refusal <toolnexus.redis_broker.RedisBroker.refusal>`'s and
+:data:`REFUSAL_GRACE_S`): the request is withdrawn and its answer is ``{"id", "ok": false,
+"reason": "cancelled", "bridge": {"reason": "withdrawn", "refused": REASON, "responder":
+NAME}}`` (:func:`refused_answer`).
+
 Every outcome is an Answer with status 200, as ``wait_for`` gives it; errors are
 ``{"error": "..."}`` with 400 (a bad body or parameter, named), 401 (no or an unknown bearer
 token), 404, 409, 413 (over :data:`MAX_BODY_BYTES`) or 503 (Redis unreachable, or too many
@@ -24,9 +32,10 @@ withdrawn.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,10 +48,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from toolnexus import Answer, Broker, Request, Source
-from toolnexus.codec import answer_to_json, request_from_json, request_to_dict
-from toolnexus.errors import BrokerClosed, BrokerUnavailable, InvalidRequest
+from toolnexus.codec import answer_to_dict, answer_to_json, request_from_json, request_to_dict
+from toolnexus.errors import BrokerClosed, BrokerUnavailable, InvalidRequest, Refused
 from toolnexus.keys import check_request_id
 from toolnexus.models import UNAVAILABLE, WITHDRAWN
+from toolnexus.redis_broker import RedisBroker
 
 from .tokens import Tokens
 
@@ -57,6 +67,13 @@ MAX_BODY_BYTES = 1024 * 1024
 KEEPALIVE = b" "
 """What a long poll sends while it waits: whitespace, which a JSON reader skips."""
 
+REFUSAL_GRACE_S = 2.0
+"""After a responder refused a request, how long the gateway still waits for an answer
+that was on its way (another group's) before it ends the wait (as ``toolnexus ask``)."""
+
+Outcome = Answer | Refused
+"""How a wait ends: its answer, or a responder's refusal of the request."""
+
 
 @dataclass
 class Wait:
@@ -64,7 +81,7 @@ class Wait:
 
     agent: str
     request: Request
-    task: asyncio.Task[Answer]
+    task: asyncio.Task[Outcome]
 
 
 class Agents:
@@ -200,10 +217,11 @@ class Gateway:
         return wait
 
     @staticmethod
-    async def wait_for(broker: Broker, request: Request) -> Answer:
-        """The answer to ``request``; cancelled (DELETE, shutdown), the withdrawal."""
+    async def wait_for(broker: Broker, request: Request) -> Outcome:
+        """The answer to ``request``, or a responder's refusal of it (the request then
+        withdrawn); cancelled (DELETE, shutdown), the withdrawal."""
         try:
-            return await broker.wait_for(request)
+            return await unless_refused(broker, request.id, broker.wait_for(request))
         except asyncio.CancelledError:
             return Answer(id=request.id, ok=False, reason=WITHDRAWN)
         except BrokerClosed:
@@ -255,9 +273,9 @@ class Gateway:
         if isinstance(found, Response):
             return found
         found.task.cancel()
-        answer = await asyncio.shield(found.task)
+        outcome = await asyncio.shield(found.task)
         log.info("request %s of %s withdrawn by its agent", found.request.id, found.agent)
-        return answer_response(answer)
+        return outcome_response(outcome)
 
     def find(self, request: HttpRequest) -> Wait | Response:
         agent = self.agent(request)
@@ -278,13 +296,58 @@ class Gateway:
         await self.agents.aclose()
 
 
-def finished(task: asyncio.Task[Answer]) -> Response:
+async def unless_refused(
+    broker: Broker, request_id: str, waiting: Coroutine[Any, Any, Answer]
+) -> Outcome:
+    """The answer ``waiting`` gives, or a responder's refusal of the request (see
+    :meth:`RedisBroker.refusal <toolnexus.redis_broker.RedisBroker.refusal>`) if no answer
+    comes within :data:`REFUSAL_GRACE_S` after it: the wait is then cancelled, which
+    withdraws the request."""
+    wait = asyncio.ensure_future(waiting)
+    if not isinstance(broker, RedisBroker):  # the embedded broker refuses nothing
+        return await wait
+    refused = broker.refusal(request_id)
+    try:
+        either: list[asyncio.Future[Any]] = [wait, refused]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not wait.done():
+            with contextlib.suppress(TimeoutError):
+                return await asyncio.wait_for(asyncio.shield(wait), REFUSAL_GRACE_S)
+            refusal = refused.result()
+            log.warning("%s: the request is withdrawn", refusal)
+            return refusal
+        return wait.result()
+    finally:
+        if not wait.done():
+            wait.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await wait
+
+
+def refused_answer(refusal: Refused) -> dict[str, Any]:
+    """The §10 answer a gateway agent gets when a responder refused its request: the
+    withdrawal (``cancelled``, ``bridge.reason`` ``withdrawn``) with ``bridge.refused``, the
+    responder's reason, and ``bridge.responder``, who refused."""
+    values = answer_to_dict(Answer(id=refusal.request_id, ok=False, reason=WITHDRAWN))
+    values["bridge"]["refused"] = refusal.reason
+    if refusal.responder is not None:
+        values["bridge"]["responder"] = refusal.responder
+    return values
+
+
+def outcome_response(outcome: Outcome) -> Response:
+    if isinstance(outcome, Refused):
+        return JSONResponse(refused_answer(outcome))
+    return answer_response(outcome)
+
+
+def finished(task: asyncio.Task[Outcome]) -> Response:
     """The response for a wait that ended: its Answer, or (refused at its first step, e.g. an
     id already waited for in this process) an error."""
-    refused = task.exception()
-    if refused is None:
-        return answer_response(task.result())
-    return error(400 if isinstance(refused, InvalidRequest) else 503, str(refused))
+    failure = task.exception()
+    if failure is None:
+        return outcome_response(task.result())
+    return error(400 if isinstance(failure, InvalidRequest) else 503, str(failure))
 
 
 def unauthorized() -> Response:
