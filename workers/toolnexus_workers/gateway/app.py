@@ -23,9 +23,9 @@ NAME}}`` (:func:`refused_answer`).
 
 Every outcome is an Answer with status 200, as ``wait_for`` gives it; errors are
 ``{"error": "..."}`` with 400 (a bad body or parameter, named), 401 (no or an unknown bearer
-token), 404, 409, 413 (over :data:`MAX_BODY_BYTES`) or 503 (Redis unreachable, or too many
-requests open). A wait goes
-on when its HTTP connection drops (GET it again) until it is answered, expires or is
+token), 404, 409, 413 (over :data:`~toolnexus_workers.bodies.MAX_BODY_BYTES`) or 503 (Redis
+unreachable, or too many requests open); bodies obey :mod:`toolnexus_workers.bodies`. A wait
+goes on when its HTTP connection drops (GET it again) until it is answered, expires or is
 withdrawn.
 """
 
@@ -54,15 +54,13 @@ from toolnexus.keys import check_request_id
 from toolnexus.models import UNAVAILABLE, WITHDRAWN
 from toolnexus.redis_broker import RedisBroker
 
+from ..bodies import BadBody, json_object, read_body
 from .tokens import Tokens
 
 log = logging.getLogger("toolnexus.gateway")
 
 OPENAPI = Path(__file__).with_name("openapi.json")
 """The gateway's OpenAPI document."""
-
-MAX_BODY_BYTES = 1024 * 1024
-"""The largest request body accepted (the broker's limit on one encoded message)."""
 
 KEEPALIVE = b" "
 """What a long poll sends while it waits: whitespace, which a JSON reader skips."""
@@ -173,11 +171,12 @@ class Gateway:
         wait_s = wait_parameter(request)
         if isinstance(wait_s, Response):
             return wait_s
-        body = await read_body(request)
-        if isinstance(body, Response):
-            return body
         try:
-            asked = request_from_json(body)
+            raw = await read_body(request.stream())
+            json_object(raw)  # the shared rule first: bounded, UTF-8, not nested too deep
+            asked = request_from_json(raw)
+        except BadBody as bad:
+            return error(bad.status, f"§10 request: {bad.reason}")
         except InvalidRequest as exc:
             return error(400, str(exc))
         problem = check_request_id(asked.id)
@@ -368,17 +367,6 @@ def wait_parameter(request: HttpRequest) -> float | Response | None:
     if not 0 <= value < float("inf"):
         return error(400, f"wait must be a number of seconds, 0 or more, not {text[:20]!r}")
     return value
-
-
-async def read_body(request: HttpRequest) -> bytes | Response:
-    """The request's body, or a 413 response once it passes :data:`MAX_BODY_BYTES`."""
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return error(413, f"the body is over {MAX_BODY_BYTES} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def openapi_document() -> dict[str, Any]:
