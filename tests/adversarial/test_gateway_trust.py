@@ -1,8 +1,9 @@
 """Issue #41, observations 1 and 2: the wait gateway started from its command line
-(``toolnexus worker gateway --require-signatures``) on a private redis-server. An unsigned
-accepting answer XADDed into the waiter's reply stream never reaches a gateway agent, and
-the genuine signed answer afterwards does (threat-model S4); a trusted responder's refusal
-of the request reaches the agent at once, as the documented final answer (S2)."""
+(``toolnexus worker gateway --require-signatures``) on a private redis-server with the ACL
+``toolnexus acl`` writes, as the agent user ``agent-a``. An unsigned accepting answer that
+the ``responder`` user XADDs into the waiter's reply stream never reaches a gateway agent,
+and the genuine signed answer afterwards does (threat-model S4); a trusted responder's
+refusal of the request reaches the agent at once, as the documented final answer (S2)."""
 
 from __future__ import annotations
 
@@ -15,18 +16,24 @@ from pathlib import Path
 
 import httpx2 as httpx
 import pytest
+from test_agent_acl import QUEUE, fleet_server
+from test_agent_acl import url as user_url
 
+import toolnexus
 from conformance import TOOLNEXUS, clean_env
-from conftest import Fleet
+from conftest import FAST, RedisServer
 from helpers import eventually
 from test_forgery import forged, shown
 from toolnexus._wire10 import iso_time
 from toolnexus.models import new_id
+from toolnexus.redis_broker import RedisBroker
 from toolnexus.security import Keyring, SigningKey
+
+__all__ = ["fleet_server"]  # the fixture, used here
 
 pytestmark = pytest.mark.redis
 
-TOKEN = "agent-7-gateway-token-0123456789"
+TOKEN = "agent-a-gateway-token-0123456789"
 
 
 @dataclass
@@ -42,21 +49,45 @@ class Gateway:
         return await self.http.get(f"{self.url}/v1/requests/{request_id}", params=params)
 
 
+@dataclass
+class Keys:
+    agent: SigningKey
+    bot: SigningKey
+
+
 @pytest.fixture
-async def gateway(fleet: Fleet, tmp_path: Path) -> AsyncIterator[Gateway]:
-    """``toolnexus worker gateway`` with signatures required: agent-7's key in
-    ``--agent-keys``, the responders' public keys in ``--trusted-keys``."""
+def keys() -> Keys:
+    return Keys(SigningKey.generate("agent-a"), SigningKey.generate("ops-bot"))
+
+
+def responder(server: RedisServer, keys: Keys, trusted: Keyring | None = None) -> RedisBroker:
+    """The shipped ``responder`` user, signing with ops-bot's key."""
+    made = toolnexus.connect(
+        user_url(server, "responder"),
+        queue=QUEUE,
+        signing_key=keys.bot,
+        trusted_keys=trusted or Keyring.of(keys.agent),
+        require_signatures=True,
+        **FAST,
+    )
+    assert isinstance(made, RedisBroker)
+    return made
+
+
+@pytest.fixture
+async def gateway(fleet_server: RedisServer, keys: Keys, tmp_path: Path) -> AsyncIterator[Gateway]:
+    """``toolnexus worker gateway`` as the ``agent-a`` user with signatures required:
+    agent-a's key in ``--agent-keys``, ops-bot's public key in ``--trusted-keys``."""
     agents, trusted = tmp_path / "agents", tmp_path / "trusted"
     agents.mkdir()
     trusted.mkdir()
-    fleet.agent_key.save(agents)
-    for key in (fleet.bot_key, fleet.intern_key):
-        key.save(tmp_path)
-        (trusted / f"{key.name}.pub").write_text((tmp_path / f"{key.name}.pub").read_text())
-    command = [TOOLNEXUS, "worker", "gateway", "--url", fleet.url, "--namespace", "sec"]
-    command += ["--agent-keys", str(agents), "--trusted-keys", str(trusted)]
+    keys.agent.save(agents)
+    keys.bot.save(trusted)
+    (trusted / "ops-bot.key").unlink()
+    command = [TOOLNEXUS, "worker", "gateway", "--url", user_url(fleet_server, "agent-a")]
+    command += ["--queue", QUEUE, "--agent-keys", str(agents), "--trusted-keys", str(trusted)]
     command += ["--require-signatures", "--port", "0", "--keepalive-s", "0.2"]
-    env = clean_env(TOOLNEXUS_GATEWAY_TOKENS=f"agent-7={TOKEN}")
+    env = clean_env(TOOLNEXUS_GATEWAY_TOKENS=f"agent-a={TOKEN}")
     process = await asyncio.create_subprocess_exec(
         *command, stderr=asyncio.subprocess.PIPE, env=env
     )
@@ -94,18 +125,18 @@ def approval(expires_in_s: float = 60) -> dict[str, object]:
 
 @pytest.mark.slow
 async def test_a_forged_reply_never_reaches_a_gateway_agent_and_the_genuine_one_does(
-    fleet: Fleet, gateway: Gateway
+    fleet_server: RedisServer, keys: Keys, gateway: Gateway
 ) -> None:
     """S4, observation 1: the gateway starts with signatures required (it exited before),
     and an unsigned ``Answer(ok=True)`` XADDed to its waiter's reply stream is refused."""
     asked = approval()
     created = await gateway.post(asked, wait=0)
     assert created.status_code == 202, created.text
-    async with fleet.responder() as bot:
+    async with responder(fleet_server, keys) as bot:
         pending = await shown(bot)
         assert pending.request.id == asked["id"]
         assert pending.request.signature is not None
-        assert pending.request.signature.key == "agent-7"
+        assert pending.request.signature.key == "agent-a"
         reply_to = pending.request.reply_to
         assert reply_to is not None
         reply_stream = bot.keys.answers(reply_to)
@@ -125,15 +156,18 @@ async def test_a_forged_reply_never_reaches_a_gateway_agent_and_the_genuine_one_
 
 
 @pytest.mark.slow
-async def test_a_refusal_reaches_a_gateway_agent_at_once(fleet: Fleet, gateway: Gateway) -> None:
+async def test_a_refusal_reaches_a_gateway_agent_at_once(
+    fleet_server: RedisServer, keys: Keys, gateway: Gateway
+) -> None:
     """S2, observation 2: a trusted responder that cannot verify the agent's signature
     (it trusts another agent key) refuses the request; the agent's long poll ends with the
     documented answer, long before the request's deadline, and the request is withdrawn."""
     asked = approval(expires_in_s=120)
     started = time.monotonic()
     polling = asyncio.create_task(gateway.post(asked))
-    stranger = Keyring.of(SigningKey.generate("agent-7"))  # same name, another key
-    async with fleet.responder(trusted=stranger) as bot, bot.responder("ops") as requests:
+    stranger = Keyring.of(SigningKey.generate("agent-a"))  # same name, another key
+    bot = responder(fleet_server, keys, trusted=stranger)
+    async with bot, bot.responder("ops") as requests:
         reading = asyncio.create_task(anext(requests))
         response = await asyncio.wait_for(polling, 30)
         reading.cancel()
