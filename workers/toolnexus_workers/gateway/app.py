@@ -328,9 +328,10 @@ def refused_answer(refusal: Refused) -> dict[str, Any]:
     withdrawal (``cancelled``, ``bridge.reason`` ``withdrawn``) with ``bridge.refused``, the
     responder's reason, and ``bridge.responder``, who refused."""
     values = answer_to_dict(Answer(id=refusal.request_id, ok=False, reason=WITHDRAWN))
-    values["bridge"]["refused"] = refusal.reason
+    details = values.setdefault("bridge", {})
+    details["refused"] = refusal.reason
     if refusal.responder is not None:
-        values["bridge"]["responder"] = refusal.responder
+        details["responder"] = refusal.responder
     return values
 
 
