@@ -18,8 +18,9 @@ import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Literal, Protocol
 
 import httpx2 as httpx
@@ -105,6 +106,10 @@ def conformance_request(purpose: Purpose) -> Request:
 
 class WorkerUnderTest(Protocol):
     """How the suite drives one worker."""
+
+    env: Mapping[str, str]
+    """Variables the worker runs with besides the suite's (its signing key, ...); set it
+    before :meth:`start`."""
 
     group: str
     """The worker's consumer group; its answers come from responders named ``GROUP/...``,
@@ -282,6 +287,21 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+NO_ENV: Mapping[str, str] = MappingProxyType({})
+
+
+def signing_options(env: Mapping[str, str]) -> dict[str, object]:
+    """The options of :func:`toolnexus.connect` that a worker's signature variables in
+    ``env`` give (none without them): for a part of an adapter served in this process."""
+    if "TOOLNEXUS_SIGNING_KEY" not in env:
+        return {}
+    return {
+        "signing_key": env["TOOLNEXUS_SIGNING_KEY"],
+        "trusted_keys": env["TOOLNEXUS_TRUSTED_KEYS"],
+        "require_signatures": env.get("TOOLNEXUS_REQUIRE_SIGNATURES") == "1",
+    }
+
+
 # -- adapters ---------------------------------------------------------------------
 
 
@@ -302,6 +322,8 @@ class PlainWorker(Worker):
 
 class PlainAdapter:
     """A :class:`PlainWorker` served in this process (SIGTERM goes to this process)."""
+
+    env: Mapping[str, str] = NO_ENV
 
     group = "plain"
 
@@ -372,6 +394,8 @@ after_s = 3600
 class AutoAdapter:
     """``toolnexus worker auto`` in a subprocess, watched through its decision log."""
 
+    env: Mapping[str, str] = NO_ENV
+
     group = "auto"
 
     def __init__(self, directory: Path) -> None:
@@ -383,7 +407,7 @@ class AutoAdapter:
     async def start(self, url: str, namespace: str, queue: str) -> None:
         command = worker_command("auto", url, namespace, queue, "--rules", str(self.rules))
         self.process = await asyncio.create_subprocess_exec(
-            *command, stderr=asyncio.subprocess.PIPE, env=clean_env()
+            *command, stderr=asyncio.subprocess.PIPE, env=clean_env(**self.env)
         )
         self.reader = asyncio.create_task(self._read())
         await eventually(self._serving, "the auto worker serving", STARTUP_S)
@@ -432,6 +456,8 @@ class AutoAdapter:
 class TerminalAdapter:
     """``toolnexus worker terminal`` in a pseudo-terminal, read like a person would."""
 
+    env: Mapping[str, str] = NO_ENV
+
     group = "terminal"
 
     def __init__(self, directory: Path) -> None:
@@ -441,7 +467,10 @@ class TerminalAdapter:
     async def start(self, url: str, namespace: str, queue: str) -> None:
         command = worker_command("terminal", url, namespace, queue)
         self.child = pexpect.spawn(
-            command[0], command[1:], env=clean_env(TERM="dumb", NO_COLOR="1"), encoding="utf-8"
+            command[0],
+            command[1:],
+            env=clean_env(TERM="dumb", NO_COLOR="1", **self.env),
+            encoding="utf-8",
         )
         await self.wait_for("waiting for requests")
 
@@ -512,6 +541,8 @@ WEB_TOKEN = "conformance-web-token-0123456789"
 class WebAdapter:
     """``toolnexus worker web`` in a subprocess, used in Debian's chromium like a person."""
 
+    env: Mapping[str, str] = NO_ENV
+
     group = "web"
 
     def __init__(self, directory: Path) -> None:
@@ -523,7 +554,7 @@ class WebAdapter:
     async def start(self, url: str, namespace: str, queue: str) -> None:
         command = worker_command("web", url, namespace, queue, "--port", "0", "--token", WEB_TOKEN)
         self.process = await asyncio.create_subprocess_exec(
-            *command, stderr=asyncio.subprocess.PIPE, env=clean_env()
+            *command, stderr=asyncio.subprocess.PIPE, env=clean_env(**self.env)
         )
         self.reader = asyncio.create_task(self._read())
         await eventually(self._serving, "the web worker serving", STARTUP_S)
@@ -586,6 +617,8 @@ class ProcessAdapter:
     """A worker run as a ``toolnexus worker`` process: its log read until it says
     ``ready``, SIGTERM sent to it, killed on close if it still runs."""
 
+    env: Mapping[str, str] = NO_ENV
+
     group = "worker"
     ready = "serving"
     process: asyncio.subprocess.Process | None = None
@@ -593,7 +626,7 @@ class ProcessAdapter:
     async def launch(self, command: list[str], env: dict[str, str] | None = None) -> None:
         self.lines: list[str] = []
         self.process = await asyncio.create_subprocess_exec(
-            *command, stderr=asyncio.subprocess.PIPE, env=env or clean_env()
+            *command, stderr=asyncio.subprocess.PIPE, env=env or clean_env(**self.env)
         )
         self.reader = asyncio.create_task(self._read())
         await eventually(self._serving, f"the {self.group} worker serving", STARTUP_S)
@@ -822,7 +855,9 @@ class LinkedAdapter(HttpAdapter):
     async def start(self, url: str, namespace: str, queue: str) -> None:
         tokens = self.directory / "tokens.toml"
         add_token(tokens, "nobody", [queue])
-        api_broker = toolnexus.connect(url, namespace=namespace, queue=queue, block_ms=200)
+        api_broker = toolnexus.connect(
+            url, namespace=namespace, queue=queue, block_ms=200, **signing_options(self.env)
+        )
         await self.stack.enter_async_context(api_broker)
         links = LinkKey(secret=LINK_SECRET_FOR_ADAPTERS)
         self.api = HttpServer({queue: api_broker}, Tokens(tokens), port=0, links=links)
@@ -831,7 +866,7 @@ class LinkedAdapter(HttpAdapter):
         command = worker_command(
             self.name, url, namespace, queue, "--link-base", self.api.url, *self.extra()
         )
-        env = clean_env(TOOLNEXUS_LINK_SECRET=LINK_SECRET_FOR_ADAPTERS)
+        env = clean_env(TOOLNEXUS_LINK_SECRET=LINK_SECRET_FOR_ADAPTERS, **self.env)
         await self.launch(command, env)
 
     async def serve_receiver(self) -> None:

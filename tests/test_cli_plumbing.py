@@ -90,8 +90,16 @@ def test_version_prints_the_version_of_pyproject(capsys: pytest.CaptureFixture[s
 def test_every_worker_takes_the_shared_broker_flags(name: str) -> None:
     module = importlib.import_module(WORKERS[name].module)
     assert WORKERS[name].attr == "main"
-    shared = broker_section(connection_parser(queue="request queue to answer").format_help())
+    queue = ASKING_QUEUES.get(name, "request queue to answer")
+    shared = broker_section(connection_parser(queue=queue).format_help())
     assert broker_section(module.parser().format_help()) == shared
+
+
+ASKING_QUEUES = {
+    "gateway": "request queue the agents' requests are published to",
+    "a2a": "request queue the remote agents' questions are published to",
+}
+"""The workers that ask rather than answer, and what their ``--queue`` says."""
 
 
 def test_the_default_url_is_one(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -50,6 +50,8 @@ class Setup:
     http: httpx.AsyncClient
     responder: Broker
     gateway: Gateway
+    redis_url: str = ""
+    namespace: str = ""
 
     async def post(self, body: Any, token: str = TOKEN, **params: Any) -> httpx.Response:
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -105,7 +107,7 @@ async def setup(redis_url: str, namespace: str, tmp_path: Path) -> AsyncIterator
         GatewayServer(gateway, port=0) as server,
         httpx.AsyncClient(timeout=20) as http,
     ):
-        yield Setup(server.url, http, responder, gateway)
+        yield Setup(server.url, http, responder, gateway, redis_url, namespace)
 
 
 async def next_pending(broker: Broker) -> Pending:
@@ -441,3 +443,47 @@ async def test_the_gateway_page_python_wait_for_gets_the_answer(setup: Setup) ->
     await (await next_pending(setup.responder)).decline()
     answer = await asyncio.wait_for(waiting, 20)
     assert answer == ToolkitAnswer(id=asked.id, ok=False, reason="declined")
+
+
+async def test_a_refusal_ends_the_python_wait_for_at_once_as_documented(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """A responder that cannot verify the agent's signature refuses the request: the
+    gateway withdraws it and the page's Python waitFor returns ``cancelled`` at once; the
+    JSON has the keys docs/how-to/gateway.md shows."""
+    code = page_block(GATEWAY_PAGE, "def wait_for_blocking(request: Request) -> Answer:")
+    scope: dict[str, Any] = {
+        "json": json,
+        "urllib": urllib,
+        "Request": ToolkitRequest,
+        "Answer": ToolkitAnswer,
+        "GATEWAY": setup.url,
+        "TOKEN": TOKEN,
+    }
+    exec(compile(code, GATEWAY_PAGE, "exec"), scope)
+    expires = iso_time(time.time() + 120)
+    asked = ToolkitRequest(id=new_id("pnd"), kind="approval", prompt="Deploy?", expiresAt=expires)
+    waiting = asyncio.create_task(asyncio.to_thread(scope["wait_for_blocking"], asked))
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    SigningKey.generate("agent-7").save(stranger)  # agent-7's name, another key
+    (stranger / "agent-7.key").unlink()
+    refuser = toolnexus.connect(
+        setup.redis_url,
+        namespace=setup.namespace,
+        signing_key=tmp_path / "responders" / "ops-bot.key",
+        trusted_keys=stranger,
+        require_signatures=True,
+        **FAST,
+    )
+    async with refuser, refuser.responder("web") as requests:
+        reading = asyncio.create_task(anext(requests))
+        answer = await asyncio.wait_for(waiting, 30)
+        reading.cancel()
+    assert answer == ToolkitAnswer(id=asked.id, ok=False, reason="cancelled")
+    got = (await setup.get(f"/v1/requests/{asked.id}")).json()
+    documented = json.loads(page_block(GATEWAY_PAGE, '{"id": "pnd-1"', language="json"))
+    assert got.keys() == documented.keys() and got["bridge"].keys() == documented["bridge"].keys()
+    assert (got["reason"], got["bridge"]["reason"]) == ("cancelled", "withdrawn")
+    assert got["bridge"]["responder"] == "ops-bot" and "signature" in got["bridge"]["refused"]
+    jsonschema.validate(got, schema("Answer"))

@@ -24,7 +24,7 @@ from typing import Any
 from ._numeric import MAX_COUNT, MAX_SECONDS, check_number
 from .errors import ConfigurationError
 from .keys import agent_problem
-from .security._signatures import SIGNING_OPTIONS
+from .security._signatures import SIGNING_KEY_ENV, SIGNING_OPTIONS, TRUSTED_KEYS_ENV
 
 __all__ = [
     "DEFAULT_URL",
@@ -339,7 +339,24 @@ def connection_parser(
 
 def connection_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options of :func:`~toolnexus.connect` that :func:`connection_parser`'s flags
-    ask for (a signature flag not given is left to ``connect()``'s environment)."""
+    ask for (a signature flag not given is left to ``connect()``'s environment).
+
+    Raises:
+        ConfigurationError: ``--require-signatures`` was given, and neither its flag nor
+            its variable gives this process a signing key or trusted keys (the message
+            names the flag, which is what was given).
+    """
+    if getattr(args, "require_signatures", None):
+        for flag, name, variable in (
+            ("--signing-key", "signing_key", SIGNING_KEY_ENV),
+            ("--trusted-keys", "trusted_keys", TRUSTED_KEYS_ENV),
+        ):
+            if getattr(args, name, None) is None and not os.environ.get(variable):
+                what = "no signing key" if name == "signing_key" else "no trusted keys"
+                raise ConfigurationError(
+                    f"--require-signatures was given but this process has {what}: give "
+                    f"{flag} (or set {variable}; toolnexus keygen makes keys)"
+                )
     options: dict[str, Any] = {"namespace": args.namespace}
     if isinstance(getattr(args, "queue", None), str):
         options["queue"] = args.queue

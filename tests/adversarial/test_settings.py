@@ -8,11 +8,14 @@ Threat-model line S9; issue #24 observation 9.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import toolnexus
+from conformance import TOOLNEXUS, clean_env
 from toolnexus import ConfigurationError, RedisSettings
 from toolnexus.redis_broker import RedisBroker
 from toolnexus.security import SigningKey
@@ -169,3 +172,64 @@ def test_settings_are_frozen_and_hide_passwords() -> None:
         RedisSettings(redis_options={"pasword": "s3cret"})
     with pytest.raises(ConfigurationError, match="settings must be a RedisSettings, not dict"):
         toolnexus.connect(REDIS, settings={"lease_ms": 1})  # type: ignore[arg-type]
+
+
+def _command(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [TOOLNEXUS, *args], capture_output=True, text=True, timeout=30, env=clean_env(**env)
+    )
+
+
+@pytest.mark.slow
+def test_a_flag_that_cannot_be_honoured_is_named_as_given(tmp_path: Path) -> None:
+    """S9, issue #41 observation 6: ``--require-signatures`` without a key names the flag
+    that was given (it named ``TOOLNEXUS_REQUIRE_SIGNATURES=1``), and the variable still
+    names itself."""
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\naction = "skip"\n')
+    flag = _command("worker", "auto", "--rules", str(rules), "--require-signatures")
+    assert flag.returncode == 2
+    assert flag.stderr == (
+        "toolnexus worker auto: --require-signatures was given but this process has no "
+        "signing key: give --signing-key (or set TOOLNEXUS_SIGNING_KEY; toolnexus keygen "
+        "makes keys)\n"
+    )
+    SigningKey.generate("web-1").save(tmp_path)
+    no_trust = _command(
+        "worker", "auto", "--rules", str(rules), "--require-signatures",
+        "--signing-key", str(tmp_path / "web-1.key"),
+    )  # fmt: skip
+    assert no_trust.returncode == 2
+    assert "--require-signatures was given but this process has no trusted keys" in (
+        no_trust.stderr
+    )
+    variable = _command("worker", "auto", "--rules", str(rules), TOOLNEXUS_REQUIRE_SIGNATURES="1")
+    assert variable.returncode == 2
+    assert "signatures are required (TOOLNEXUS_REQUIRE_SIGNATURES=1)" in variable.stderr
+
+
+@pytest.mark.slow
+def test_the_gateway_starts_with_signatures_required_and_says_what_queue_it_uses(
+    tmp_path: Path,
+) -> None:
+    """S9, issue #41 observations 1 and 6: ``--require-signatures`` without agents' keys or
+    trusted keys is refused naming what is missing; ``--queue`` says the gateway publishes
+    to it (it said "request queue to answer")."""
+    env = {"TOOLNEXUS_GATEWAY_TOKENS": "agent-a=0123456789abcdef0123"}
+    no_keys = _command("worker", "gateway", "--require-signatures", **env)
+    assert no_keys.returncode == 2
+    assert "--require-signatures: the gateway signs each agent's requests with that agent's" in (
+        no_keys.stderr
+    )
+    SigningKey.generate("agent-a").save(tmp_path)
+    no_trust = _command(
+        "worker", "gateway", "--agent-keys", str(tmp_path), **env,
+        TOOLNEXUS_REQUIRE_SIGNATURES="1",
+    )  # fmt: skip
+    assert no_trust.returncode == 2
+    assert "TOOLNEXUS_REQUIRE_SIGNATURES=1: the gateway verifies answers with the" in (
+        no_trust.stderr
+    )
+    usage = " ".join(_command("worker", "gateway", "--help").stdout.split())
+    assert "--queue QUEUE request queue the agents' requests are published to" in usage
+    assert "request queue to answer" not in usage

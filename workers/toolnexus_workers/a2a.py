@@ -37,6 +37,7 @@ def parser() -> argparse.ArgumentParser:
         "Continue remote A2A agents' paused tasks with answers from toolnexus responders.",
         group="a2a",
         concurrency=None,
+        queue="request queue the remote agents' questions are published to",
     )
     a2a = p.add_argument_group("a2a")
     a2a.add_argument(

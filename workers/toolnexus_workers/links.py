@@ -178,11 +178,14 @@ class LinkKey:
             raise forged
         try:
             signature = _unb64(signature_text)
-            payload = json.loads(_unb64(payload_text))
         except (binascii.Error, ValueError):
             raise forged from None
         if not self._genuine(f"{prefix}.{payload_text}".encode(), signature):
-            raise forged
+            raise forged  # checked before the payload is read: nothing forged is parsed
+        try:
+            payload = json.loads(_unb64(payload_text))
+        except (binascii.Error, ValueError):
+            raise forged from None
         claims = Claims(
             queue=str(payload["q"]),
             request_id=str(payload["id"]),

@@ -57,12 +57,14 @@ def worker_parser(
     group: str,
     concurrency: int | None = 100,
     drain_s: float = 10.0,
+    queue: str = "request queue to answer",
 ) -> argparse.ArgumentParser:
-    """A parser with the options every worker takes; ``concurrency=None`` offers none."""
+    """A parser with the options every worker takes; ``concurrency=None`` offers none;
+    ``queue`` is the help text of ``--queue``."""
     parser = argparse.ArgumentParser(
         prog=f"toolnexus worker {name}",
         description=description,
-        parents=[connection_parser(queue="request queue to answer")],
+        parents=[connection_parser(queue=queue)],
     )
     worker = parser.add_argument_group("worker")
     worker.add_argument(

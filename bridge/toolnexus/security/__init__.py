@@ -9,7 +9,13 @@ is one process's signing configuration, from arguments or ``TOOLNEXUS_*`` variab
 """
 
 from ._audit import AuditRecord, verify_record
-from ._signatures import REQUIRE_ENV, SIGNING_KEY_ENV, TRUSTED_KEYS_ENV, Signatures
+from ._signatures import (
+    REQUIRE_ENV,
+    SIGNING_KEY_ENV,
+    TRUSTED_KEYS_ENV,
+    Signatures,
+    signatures_required,
+)
 from ._signing import Keyring, SigningKey
 from ._voting import voter_of
 
@@ -21,6 +27,7 @@ __all__ = [
     "Keyring",
     "Signatures",
     "SigningKey",
+    "signatures_required",
     "verify_record",
     "voter_of",
 ]

@@ -26,7 +26,7 @@ from pathlib import Path
 from toolnexus import Broker
 from toolnexus.errors import ConfigurationError
 from toolnexus.responders import check_listen
-from toolnexus.security import SIGNING_KEY_ENV
+from toolnexus.security import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV, signatures_required
 
 from ..options import add_listen_flags, broker_options, require_extra, run_checked, worker_parser
 from .tokens import Tokens
@@ -41,6 +41,7 @@ def parser() -> argparse.ArgumentParser:
         "Wait for §10 requests that agents POST over HTTP; return their answers.",
         group="gateway",
         concurrency=None,
+        queue="request queue the agents' requests are published to",
     )
     http = p.add_argument_group("gateway")
     add_listen_flags(http, port=8710)
@@ -130,6 +131,7 @@ def _check(args: argparse.Namespace) -> None:
             "the gateway signs with each agent's own key: give --agent-keys DIR, not "
             f"--signing-key or {SIGNING_KEY_ENV}"
         )
+    _check_signatures(args)
     tokens = load_tokens(args)
     check_listen(
         args.host,
@@ -142,6 +144,33 @@ def _check(args: argparse.Namespace) -> None:
     args.gateway_tokens = tokens
 
 
+def _check_signatures(args: argparse.Namespace) -> None:
+    """With signatures required (``--require-signatures`` or its variable), each agent's
+    broker signs with that agent's key and verifies answers with the trusted keys; the
+    process's shared broker (metrics only: it never waits nor answers) neither signs nor
+    requires, so ``args.require_signatures`` is set to False for it and the agents'
+    setting kept in ``args.agents_require_signatures``.
+
+    Raises:
+        ConfigurationError: signatures are required without ``--agent-keys`` or without
+            trusted keys (the message names what was given: the flag or the variable).
+    """
+    given = "--require-signatures" if args.require_signatures else "TOOLNEXUS_REQUIRE_SIGNATURES=1"
+    required = bool(args.require_signatures) or signatures_required()
+    if required and args.agent_keys is None:
+        raise ConfigurationError(
+            f"{given}: the gateway signs each agent's requests with that agent's key: give "
+            "--agent-keys DIR (DIR/NAME.key, made by toolnexus keygen NAME)"
+        )
+    if required and args.trusted_keys is None and not os.environ.get(TRUSTED_KEYS_ENV):
+        raise ConfigurationError(
+            f"{given}: the gateway verifies answers with the responders' public keys: give "
+            f"--trusted-keys (or set {TRUSTED_KEYS_ENV})"
+        )
+    args.agents_require_signatures = required
+    args.require_signatures = False
+
+
 async def _serve(shared: Broker, args: argparse.Namespace) -> int:
     import toolnexus
 
@@ -150,6 +179,7 @@ async def _serve(shared: Broker, args: argparse.Namespace) -> int:
 
     options = broker_options(args)
     options.pop("signing_key", None)
+    options["require_signatures"] = args.agents_require_signatures
 
     def make(agent: str) -> Broker:
         key = agent_key(args.agent_keys, agent)

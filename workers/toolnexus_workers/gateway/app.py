@@ -13,20 +13,29 @@ beside this file, served at ``GET /openapi.json``.
 - ``DELETE /v1/requests/{id}`` withdraws it (responders are told): ``200`` with the answer
   it ended with (``cancelled``, ``bridge.reason`` ``withdrawn``, if it was still open).
 
+A responder that refuses the request itself (it dead-lettered it: a missing or bad
+signature, a key it does not trust, bytes it cannot read) ends the wait at once, as
+``toolnexus ask`` does (the refusals that count, and the grace an answer on its way still
+gets, are :meth:`RedisBroker.refusal <toolnexus.redis_broker.RedisBroker.refusal>`'s and
+:data:`REFUSAL_GRACE_S`): the request is withdrawn and its answer is ``{"id", "ok": false,
+"reason": "cancelled", "bridge": {"reason": "withdrawn", "refused": REASON, "responder":
+NAME}}`` (:func:`refused_answer`).
+
 Every outcome is an Answer with status 200, as ``wait_for`` gives it; errors are
 ``{"error": "..."}`` with 400 (a bad body or parameter, named), 401 (no or an unknown bearer
-token), 404, 409, 413 (over :data:`MAX_BODY_BYTES`) or 503 (Redis unreachable, or too many
-requests open). A wait goes
-on when its HTTP connection drops (GET it again) until it is answered, expires or is
+token), 404, 409, 413 (over :data:`~toolnexus_workers.bodies.MAX_BODY_BYTES`) or 503 (Redis
+unreachable, or too many requests open); bodies obey :mod:`toolnexus_workers.bodies`. A wait
+goes on when its HTTP connection drops (GET it again) until it is answered, expires or is
 withdrawn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,11 +48,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from toolnexus import Answer, Broker, Request, Source
-from toolnexus.codec import answer_to_json, request_from_json, request_to_dict
-from toolnexus.errors import BrokerClosed, BrokerUnavailable, InvalidRequest
+from toolnexus.codec import answer_to_dict, answer_to_json, request_from_json, request_to_dict
+from toolnexus.errors import BrokerClosed, BrokerUnavailable, InvalidRequest, Refused
 from toolnexus.keys import check_request_id
 from toolnexus.models import UNAVAILABLE, WITHDRAWN
+from toolnexus.redis_broker import RedisBroker
 
+from ..bodies import BadBody, json_object, read_body
 from .tokens import Tokens
 
 log = logging.getLogger("toolnexus.gateway")
@@ -51,11 +62,15 @@ log = logging.getLogger("toolnexus.gateway")
 OPENAPI = Path(__file__).with_name("openapi.json")
 """The gateway's OpenAPI document."""
 
-MAX_BODY_BYTES = 1024 * 1024
-"""The largest request body accepted (the broker's limit on one encoded message)."""
-
 KEEPALIVE = b" "
 """What a long poll sends while it waits: whitespace, which a JSON reader skips."""
+
+REFUSAL_GRACE_S = 2.0
+"""After a responder refused a request, how long the gateway still waits for an answer
+that was on its way (another group's) before it ends the wait (as ``toolnexus ask``)."""
+
+Outcome = Answer | Refused
+"""How a wait ends: its answer, or a responder's refusal of the request."""
 
 
 @dataclass
@@ -64,7 +79,7 @@ class Wait:
 
     agent: str
     request: Request
-    task: asyncio.Task[Answer]
+    task: asyncio.Task[Outcome]
 
 
 class Agents:
@@ -156,11 +171,12 @@ class Gateway:
         wait_s = wait_parameter(request)
         if isinstance(wait_s, Response):
             return wait_s
-        body = await read_body(request)
-        if isinstance(body, Response):
-            return body
         try:
-            asked = request_from_json(body)
+            raw = await read_body(request.stream())
+            json_object(raw)  # the shared rule first: bounded, UTF-8, not nested too deep
+            asked = request_from_json(raw)
+        except BadBody as bad:
+            return error(bad.status, f"§10 request: {bad.reason}")
         except InvalidRequest as exc:
             return error(400, str(exc))
         problem = check_request_id(asked.id)
@@ -200,10 +216,11 @@ class Gateway:
         return wait
 
     @staticmethod
-    async def wait_for(broker: Broker, request: Request) -> Answer:
-        """The answer to ``request``; cancelled (DELETE, shutdown), the withdrawal."""
+    async def wait_for(broker: Broker, request: Request) -> Outcome:
+        """The answer to ``request``, or a responder's refusal of it (the request then
+        withdrawn); cancelled (DELETE, shutdown), the withdrawal."""
         try:
-            return await broker.wait_for(request)
+            return await unless_refused(broker, request.id, broker.wait_for(request))
         except asyncio.CancelledError:
             return Answer(id=request.id, ok=False, reason=WITHDRAWN)
         except BrokerClosed:
@@ -255,9 +272,9 @@ class Gateway:
         if isinstance(found, Response):
             return found
         found.task.cancel()
-        answer = await asyncio.shield(found.task)
+        outcome = await asyncio.shield(found.task)
         log.info("request %s of %s withdrawn by its agent", found.request.id, found.agent)
-        return answer_response(answer)
+        return outcome_response(outcome)
 
     def find(self, request: HttpRequest) -> Wait | Response:
         agent = self.agent(request)
@@ -278,13 +295,59 @@ class Gateway:
         await self.agents.aclose()
 
 
-def finished(task: asyncio.Task[Answer]) -> Response:
+async def unless_refused(
+    broker: Broker, request_id: str, waiting: Coroutine[Any, Any, Answer]
+) -> Outcome:
+    """The answer ``waiting`` gives, or a responder's refusal of the request (see
+    :meth:`RedisBroker.refusal <toolnexus.redis_broker.RedisBroker.refusal>`) if no answer
+    comes within :data:`REFUSAL_GRACE_S` after it: the wait is then cancelled, which
+    withdraws the request."""
+    wait = asyncio.ensure_future(waiting)
+    if not isinstance(broker, RedisBroker):  # the embedded broker refuses nothing
+        return await wait
+    refused = broker.refusal(request_id)
+    try:
+        either: list[asyncio.Future[Any]] = [wait, refused]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not wait.done():
+            with contextlib.suppress(TimeoutError):
+                return await asyncio.wait_for(asyncio.shield(wait), REFUSAL_GRACE_S)
+            refusal = refused.result()
+            log.warning("%s: the request is withdrawn", refusal)
+            return refusal
+        return wait.result()
+    finally:
+        if not wait.done():
+            wait.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await wait
+
+
+def refused_answer(refusal: Refused) -> dict[str, Any]:
+    """The §10 answer a gateway agent gets when a responder refused its request: the
+    withdrawal (``cancelled``, ``bridge.reason`` ``withdrawn``) with ``bridge.refused``, the
+    responder's reason, and ``bridge.responder``, who refused."""
+    values = answer_to_dict(Answer(id=refusal.request_id, ok=False, reason=WITHDRAWN))
+    details = values.setdefault("bridge", {})
+    details["refused"] = refusal.reason
+    if refusal.responder is not None:
+        details["responder"] = refusal.responder
+    return values
+
+
+def outcome_response(outcome: Outcome) -> Response:
+    if isinstance(outcome, Refused):
+        return JSONResponse(refused_answer(outcome))
+    return answer_response(outcome)
+
+
+def finished(task: asyncio.Task[Outcome]) -> Response:
     """The response for a wait that ended: its Answer, or (refused at its first step, e.g. an
     id already waited for in this process) an error."""
-    refused = task.exception()
-    if refused is None:
-        return answer_response(task.result())
-    return error(400 if isinstance(refused, InvalidRequest) else 503, str(refused))
+    failure = task.exception()
+    if failure is None:
+        return outcome_response(task.result())
+    return error(400 if isinstance(failure, InvalidRequest) else 503, str(failure))
 
 
 def unauthorized() -> Response:
@@ -305,17 +368,6 @@ def wait_parameter(request: HttpRequest) -> float | Response | None:
     if not 0 <= value < float("inf"):
         return error(400, f"wait must be a number of seconds, 0 or more, not {text[:20]!r}")
     return value
-
-
-async def read_body(request: HttpRequest) -> bytes | Response:
-    """The request's body, or a 413 response once it passes :data:`MAX_BODY_BYTES`."""
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return error(413, f"the body is over {MAX_BODY_BYTES} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def openapi_document() -> dict[str, Any]:

@@ -50,6 +50,7 @@ from toolnexus.models import ApprovedEvent, EndedEvent, EscalatedEvent
 from toolnexus.rendering import escalated_note, gone_note
 from toolnexus.responders import approvals_line
 
+from .. import bodies
 from ..views import request_view
 from .tokens import Grant, Tokens
 
@@ -58,8 +59,6 @@ log = logging.getLogger("toolnexus.http")
 OPENAPI = Path(__file__).with_name("openapi.json")
 """The API's OpenAPI 3.1 document."""
 
-MAX_BODY_BYTES = 1024 * 1024
-"""The largest answer body accepted."""
 
 JOURNAL_SIZE = 10_000
 """Events kept for followers; one further behind is told to list again (``reset``); as
@@ -391,28 +390,30 @@ def number(
 
 
 async def read_body(request: HttpRequest) -> bytes | Response:
-    """The body, or the 413 response when it is over :data:`MAX_BODY_BYTES`."""
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return error(413, f"the body is over {MAX_BODY_BYTES} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    """The body, or the 413 response when it is over
+    :data:`~toolnexus_workers.bodies.MAX_BODY_BYTES`."""
+    try:
+        return await bodies.read_body(request.stream())
+    except bodies.BadBody as bad:
+        return error(bad.status, bad.reason)
 
 
 async def read_json(request: HttpRequest) -> dict[str, Any] | Response:
-    """The body as a JSON object, or the 400/413 response naming what is wrong."""
-    raw = await read_body(request)
-    if isinstance(raw, Response):
-        return raw
+    """The body as a JSON object, or the 400/413 response naming what is wrong
+    (:mod:`toolnexus_workers.bodies`)."""
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return error(400, f"the body is not JSON: {exc}")
-    if not isinstance(body, dict):
-        return error(400, 'the body must be a JSON object: {"action": "accept", "data": ...}')
-    return body
+        raw = await bodies.read_body(request.stream())
+        return bodies.json_object(raw, '{"action": "accept", "data": ...}')
+    except bodies.BadBody as bad:
+        return error(bad.status, bad.reason)
+
+
+async def read_form(request: HttpRequest) -> bodies.Form | Response:
+    """The body as a URL-encoded form, or the 400/413 response naming what is wrong."""
+    try:
+        return bodies.form(await bodies.read_body(request.stream()))
+    except bodies.BadBody as bad:
+        return error(bad.status, bad.reason)
 
 
 def openapi_document() -> dict[str, Any]:

@@ -19,7 +19,6 @@ import html
 import json
 import time
 from typing import Any
-from urllib.parse import parse_qs
 
 from starlette.requests import Request as HttpRequest
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -30,7 +29,7 @@ from toolnexus.rendering import Field, form_data, form_fields
 
 from ..chat import header
 from ..links import ACTIONS, BadLink, Claims, LinkKey, request_digest
-from .app import Desk, Open, error, read_body, read_json, settle
+from .app import Desk, Open, error, read_form, read_json, settle
 
 DELIVERY_GRACE_S = 3.0
 """How long a followed link waits for its request to reach this worker (a webhook can be
@@ -94,10 +93,9 @@ class AnswerLinks:
         action: Any
         data: Any
         if form:
-            raw = await read_body(request)
-            if isinstance(raw, Response):
-                return raw
-            submitted = parse_qs(raw.decode("utf-8", "replace"))
+            submitted = await read_form(request)
+            if isinstance(submitted, Response):
+                return submitted
             action = (submitted.get("action") or [""])[-1]
             fields = _fields(held)
             data = form_data(fields, submitted) if fields and action == "accept" else None

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -14,6 +15,7 @@ from toolnexus.errors import ConfigurationError
 from toolnexus.rendering import KNOWN_DOMAINS
 from toolnexus.responders import listen
 
+from ..bodies import BadBody, form, json_object
 from ..chat import Allowed, ChatServer, MessageMap
 from .bot import SlackBot
 
@@ -101,7 +103,9 @@ class SlackServer(ChatServer):
             return
         sock = listen(self.host, self.port)
         self.port = sock.getsockname()[1]
-        self._runner = web.AppRunner(self.app.web_app(path=self.path), access_log=None)
+        app = self.app.web_app(path=self.path)
+        app.middlewares.append(bounded)
+        self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.SockSite(self._runner, sock).start()
         log.info("slack bot serving on %s (group %r)", self.url, self.service.group)
@@ -114,6 +118,37 @@ class SlackServer(ChatServer):
             await self._socket_mode.close_async()  # type: ignore[no-untyped-call]
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+@web.middleware
+async def bounded(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Bolt reads a post's body before it checks its signature: refuse a body the shared
+    rule refuses (:mod:`toolnexus_workers.bodies`; an interaction's ``payload`` field must be
+    a JSON object) with 400 or 413 and a one-line reason, before Bolt sees it."""
+    if request.method == "POST":
+        try:
+            try:
+                raw = await request.read()  # kept: Bolt reads it again
+            except web.HTTPRequestEntityTooLarge:
+                raise BadBody(413, f"the body is over {request.client_max_size} bytes") from None
+            slack_body(raw, request.content_type)
+        except BadBody as bad:
+            return web.Response(status=bad.status, text=f"{bad.reason}\n")
+    return await handler(request)
+
+
+def slack_body(raw: bytes, content_type: str) -> None:
+    """Check a post to the Slack receiver: a JSON object (an Events API call) or a form whose
+    ``payload`` fields are JSON objects (an interaction).
+
+    Raises:
+        BadBody: 400, it is neither.
+    """
+    if content_type == "application/json":
+        json_object(raw)
+        return
+    for payload in form(raw).get("payload", []):
+        json_object(payload)
 
 
 def require_verification(signing_secret: str | None, app_token: str | None) -> None:

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
@@ -67,6 +66,7 @@ from toolnexus.rendering import (
 )
 from toolnexus.responders import is_loopback, validate_form
 
+from .. import bodies
 from .access import Access, SignIn
 from .board import Board, Change
 
@@ -621,22 +621,15 @@ def breakable(text: str) -> Markup:
 
 
 async def read_form(request: HttpRequest) -> Submitted | None:
-    """The URL-encoded form in ``request``'s body; ``None`` if it is not one or too big."""
+    """The URL-encoded form in ``request``'s body (the shared rule,
+    :mod:`toolnexus_workers.bodies`, at most :data:`MAX_FORM_BYTES`); ``None`` if it is not
+    one, too big or not UTF-8."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip()
     if content_type != "application/x-www-form-urlencoded":
         return None
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM_BYTES:
-            return None
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    try:
-        return parse_qs(text, keep_blank_values=True, max_num_fields=10_000)
-    except ValueError:  # too many fields
+        return bodies.form(await bodies.read_body(request.stream(), MAX_FORM_BYTES))
+    except bodies.BadBody:
         return None
 
 
