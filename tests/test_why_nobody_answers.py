@@ -21,6 +21,7 @@ import pytest
 import toolnexus
 from conftest import FAST
 from toolnexus import Broker, Request, new_id
+from toolnexus._broker import READER_GRACE_S
 from toolnexus._memory import MemoryBroker
 from toolnexus.cli import EXIT_INTERRUPTED
 from toolnexus.cli._exits import EXIT_NOT_ANSWERED, EXIT_REQUEST_REFUSED
@@ -206,6 +207,44 @@ async def test_the_embedded_broker_warns_too(caplog: pytest.LogCaptureFixture) -
         assert answer.ok
     [warned] = [r.getMessage() for r in caplog.records if "nobody reads" in r.getMessage()]
     assert "queue 'deploys'" in warned and "r-1" in warned
+
+
+async def _started_with_its_responder(broker: Broker) -> toolnexus.Answer:
+    """The first tutorial's order (issue #43): the responder's task made, then the wait
+    published before that task ran, so before its first heartbeat. The responder holds
+    the request past the grace, so the look finds it open and must see the heartbeat."""
+
+    async def slow_person() -> None:
+        async with broker.responder("me") as requests:
+            pending = await anext(requests)
+            await asyncio.sleep(READER_GRACE_S + 0.5)
+            await pending.accept()
+
+    responder = asyncio.create_task(slow_person())
+    answer = await broker.wait_for(Request(id=new_id(), kind="approval"), timeout_s=30)
+    await responder
+    return answer
+
+
+@pytest.mark.slow
+async def test_a_responder_started_with_the_wait_is_given_until_its_first_heartbeat(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="toolnexus")
+    async with MemoryBroker() as broker:
+        assert (await _started_with_its_responder(broker)).ok
+    assert not [r for r in caplog.records if "nobody reads" in r.getMessage()]
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+async def test_on_redis_a_responder_started_with_the_wait_is_given_its_grace_too(
+    redis_url: str, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="toolnexus")
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
+        assert (await _started_with_its_responder(broker)).ok
+    assert not [r for r in caplog.records if "nobody reads" in r.getMessage()]
 
 
 @pytest.mark.slow
