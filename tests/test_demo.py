@@ -46,6 +46,9 @@ async def test_the_demo_with_the_auto_responder_on_memory() -> None:
     assert result_text(result).startswith("Booked: a table for 2 at Noma")
     assert "deposit authorized" in result_text(result)
     assert output.getvalue().count("[auto responder]") == 2
+    assert "the auto responder: answers each question for you" in output.getvalue()
+    said = result_text(result)  # every answer the form took, said back
+    assert "dietary needs: none; high chair: no; budget per person: not given" in said, said
 
 
 async def test_the_demo_with_a_person_who_declines() -> None:
@@ -96,6 +99,10 @@ def test_toolnexus_demo_with_the_terminal_responder_in_a_pty() -> None:
         TOOLNEXUS, ["demo"], env=clean_env(TERM="xterm"), encoding="utf-8", timeout=15
     )
     try:
+        # what the three parts are, before anything is asked
+        child.expect("an MCP server \\(an example restaurant's, in this process\\)")
+        child.expect("an agent \\(in this process\\): calls book_table")
+        child.expect("you, at this terminal: the responder")
         child.expect("Name for the booking")
         child.sendline("A")  # too short: refused, asked again
         child.expect("shorter than the minimum length of 2")
@@ -109,7 +116,10 @@ def test_toolnexus_demo_with_the_terminal_responder_in_a_pty() -> None:
         child.sendline("20")
         child.expect("greater than the maximum of 12")
         child.sendline("3")
-        child.expect(r"Date \(date\): ")
+        child.expect(r"Date \(date, YYYY-MM-DD\): ")
+        child.sendline("tomorrow")  # refused, saying how a date is written
+        child.expect(r"'tomorrow' is not a valid date \(write it as YYYY-MM-DD\)")
+        child.expect(r"Date \(date, YYYY-MM-DD\): ")
         child.sendline("2026-09-01")
         child.expect(r"Seating \(1-3\) \[1\]: ")
         child.sendline("2")
@@ -119,6 +129,22 @@ def test_toolnexus_demo_with_the_terminal_responder_in_a_pty() -> None:
         child.sendline("y")
         child.expect(r"Budget per person \(EUR\) \(number ≥ 0; optional\): ")
         child.sendline("")
+        # the answer as it will be sent, before it is
+        child.expect("Your answer:")
+        for line in (
+            "Name for the booking: Ada Lovelace",
+            "Email: ada@example.com",
+            "Guests: 3",
+            "Date: 2026-09-01",
+            "Seating: Terrace",
+            "Dietary needs: vegetarian, gluten-free",
+            "High chair needed: yes",
+            r"Budget per person \(EUR\): \(left out\)",
+        ):
+            child.expect(f"    {line}\r\n")
+        child.expect(r"Send this answer\? \[y/n\]: ")
+        child.sendline("sure")  # neither: said so, and asked again
+        child.expect("'sure' is not an answer: type y \\(yes\\) or n \\(no\\)")
         child.expect(r"Send this answer\? \[y/n\]: ")
         child.sendline("y")
         child.expect("authorization request from toolnexus-booking")
@@ -126,7 +152,15 @@ def test_toolnexus_demo_with_the_terminal_responder_in_a_pty() -> None:
         child.expect("Domain: \x1b\\[1mpay.example.com")
         child.expect(r"Continue with this authorization\? \[y/n\]: ")
         child.sendline("y")
-        child.expect("Tool result: Booked: a table for 3 at Chez Toolnexus on 2026-09-01, terrace")
+        # every answer said back in the result, then what happened and what next
+        child.expect(
+            "Tool result: Booked: a table for 3 at Chez Toolnexus on 2026-09-01, terrace, in "
+            "the name of Ada Lovelace \\(ada@example.com\\); dietary needs: vegetarian, "
+            "gluten-free; high chair: yes; budget per person: not given; deposit authorized."
+        )
+        child.expect("What happened: the agent called the MCP tool book_table")
+        child.expect("toolnexus worker terminal --queue demo --url redis://127.0.0.1:6379/0")
+        child.expect("A small fleet on Redis")
         child.expect(pexpect.EOF)
     finally:
         child.close()
@@ -146,7 +180,7 @@ def test_the_first_pause_tutorial_demo_lines_run_as_written() -> None:
             ("Name for the booking", "Ada Lovelace"),
             (r"Email \(email\): ", "ada@example.com"),
             (r"Guests \(integer 1–12\) \[2\]: ", ""),
-            (r"Date \(date\): ", "2026-09-01"),
+            (r"Date \(date, YYYY-MM-DD\): ", "2026-09-01"),
             (r"Seating \(1-3\) \[1\]: ", ""),
             (r"Dietary needs \(numbers 1-4, comma-separated\) \[none\]: ", ""),
             (r"High chair needed \(y/n\) \[n\]: ", ""),

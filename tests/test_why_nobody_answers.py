@@ -259,7 +259,10 @@ async def test_the_demo_without_a_responder_says_where_it_asks(
     )  # fmt: skip
     assert process.stdout is not None and process.stderr is not None
     async with asyncio.timeout(60):
-        said = (await process.stdout.readline()).decode()
+        said = ""  # after the introduction of the demo's three parts
+        while not said.startswith("demo: asking"):
+            said = (await process.stdout.readline()).decode()
+            assert said, "no line says where the demo asks"
         warned = ""  # the MCP server's log handler may wrap the line
         while "nobody reads queue 'demo' of" not in warned:
             line = await process.stderr.readline()

@@ -483,7 +483,7 @@ async def _demo(args: argparse.Namespace) -> int:
     from ..mcp._sdk import require_mcp2
 
     require_mcp2("toolnexus demo")
-    from ._demo import result_text, run_demo
+    from ._demo import RECAP, result_text, run_demo
 
     result = await run_demo(
         args.url,
@@ -493,6 +493,7 @@ async def _demo(args: argparse.Namespace) -> int:
         queue=args.queue,
     )
     print(f"\nTool result: {result_text(result)}")
+    print(RECAP)
     return 1 if result.is_error else 0
 
 

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from .._broker import Pending
-from .._schema import options, validate_form
+from .._schema import FORMAT_SHAPES, options, validate_form
 from ..errors import AlreadyVoted, InvalidAnswer, InvalidRequest, NotResolved
 from ..models import DECLINED, DISMISSED, Answer, Request
 from ..rendering import ToolCallView, argument_changes, tool_call_fields, tool_call_view
@@ -140,16 +140,19 @@ class Terminal:
             if text in _NO:
                 message = await self._read("  Message for the agent (why not; optional): ")
                 return Answer(id=request.id, ok=False, reason=DECLINED, data=message or None)
-            if editable and schema is not None and text in ("e", "edit"):
-                self._say(self._style("  Enter keeps an argument as proposed.", _DIM))
-                data = await self._fields(schema)
-                changes = argument_changes(request, validate_form(schema, data))
-                for change in changes:
-                    self._say(f"  changed: {change}")
-                if not changes:
-                    self._say("  (no changes: the arguments as proposed)")
-                if await self._yes_no("  Approve the call with these arguments?"):
-                    return Answer(id=request.id, ok=True, data=data)
+            if not editable or schema is None or text not in ("e", "edit"):
+                choices = "y (yes), n (no) or e (edit the arguments)" if editable else "y or n"
+                self._say(f"  ✗ {text!r} is not an answer: type {choices}")
+                continue
+            self._say(self._style("  Enter keeps an argument as proposed.", _DIM))
+            data = await self._fields(schema)
+            changes = argument_changes(request, validate_form(schema, data))
+            for change in changes:
+                self._say(f"  changed: {change}")
+            if not changes:
+                self._say("  (no changes: the arguments as proposed)")
+            if await self._yes_no("  Approve the call with these arguments?"):
+                return Answer(id=request.id, ok=True, data=data)
 
     async def _fields(self, schema: dict[str, Any]) -> dict[str, Any]:
         """Each field of ``schema`` asked in turn: the values given (a skipped one left out)."""
@@ -165,6 +168,9 @@ class Terminal:
 
     async def _ask_form(self, request: Request, schema: dict[str, Any]) -> Answer:
         data = await self._fields(schema)
+        self._say("  Your answer:")
+        for line in _summary(schema, data):
+            self._say(f"    {line}")
         accept = await self._yes_no("  Send this answer?")
         if not accept:
             return Answer(id=request.id, ok=False, reason=DECLINED)
@@ -228,6 +234,7 @@ class Terminal:
             text = (await self._read(f"{question} [y/n]: ")).lower()
             if text in _YES or text in _NO:
                 return text in _YES
+            self._say(f"  ✗ {text!r} is not an answer: type y (yes) or n (no)")
 
     def _reader(self) -> _Lines:
         if self._lines is None:
@@ -319,6 +326,28 @@ class _Lines:
                 self._ended = True
 
 
+def _summary(schema: dict[str, Any], data: dict[str, Any]) -> list[str]:
+    """Each field of ``schema`` as answered in ``data``: its label and value, a choice by
+    its title, a field left out as such."""
+    lines = []
+    for name, field in schema.get("properties", {}).items():
+        field = field if isinstance(field, dict) else {}
+        label = field.get("title") or name
+        if name not in data:
+            lines.append(f"{label}: (left out)")
+            continue
+        value = data[name]
+        titles = dict(options(field))
+        if isinstance(value, list):
+            shown = ", ".join(str(titles.get(item, item)) for item in value) or "none"
+        elif isinstance(value, bool):
+            shown = "yes" if value else "no"
+        else:
+            shown = str(titles.get(value, value))
+        lines.append(f"{label}: {shown}")
+    return lines
+
+
 def _yes_or_declined(request: Request, accept: bool) -> Answer:
     if accept:
         return Answer(id=request.id, ok=True)
@@ -343,7 +372,10 @@ def _hint(
         else:
             what = str(kind)
     else:
+        shape = FORMAT_SHAPES.get(field.get("format", ""))
         limits = [field["format"]] if "format" in field else []
+        if shape is not None:
+            limits.append(shape)
         if "maxLength" in field:
             limits.append(f"{field.get('minLength', 0)}–{field['maxLength']} characters")
         elif "minLength" in field:
