@@ -1,7 +1,9 @@
 """Security (docs/security.md): who may say what, and the record of what was said.
 
 :class:`SigningKey` signs a request or an answer; a :class:`Keyring` holds the public
-keys a process trusts and who may answer what (:mod:`._signing`); :class:`Signatures`
+keys a process trusts and who may answer what, and :func:`sign_answer` /
+:func:`verify_answer` sign and check one answer, as a responder and a waiter do, so that
+a test can show a replayed approval refused (:mod:`._signing`); :class:`Signatures`
 is one process's signing configuration, from arguments or ``TOOLNEXUS_*`` variables
 (:mod:`._signatures`); :class:`AuditRecord` is one line of the audit trail, and
 :func:`verify_record` proves a record's outcome from its signatures later
@@ -10,7 +12,7 @@ is one process's signing configuration, from arguments or ``TOOLNEXUS_*`` variab
 
 from ._audit import AuditRecord, verify_record
 from ._signatures import REQUIRE_ENV, SIGNING_KEY_ENV, TRUSTED_KEYS_ENV, Signatures
-from ._signing import Keyring, SigningKey
+from ._signing import Keyring, SigningKey, sign_answer, verify_answer
 from ._voting import voter_of
 
 __all__ = [
@@ -21,6 +23,8 @@ __all__ = [
     "Keyring",
     "Signatures",
     "SigningKey",
+    "sign_answer",
+    "verify_answer",
     "verify_record",
     "voter_of",
 ]
