@@ -19,6 +19,7 @@ from mcp_helpers import FAST, answering
 from toolnexus import Broker, Pending, Request
 from toolnexus.cli import auto_answer, result_text
 from toolnexus.cli._demo import BOOKING_FORM, run_demo
+from toolnexus.rendering import check_link
 from toolnexus.responders import Terminal, validate_form
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,8 +149,9 @@ def test_toolnexus_demo_with_the_terminal_responder_in_a_pty() -> None:
         child.expect(r"Send this answer\? \[y/n\]: ")
         child.sendline("y")
         child.expect("authorization request from toolnexus-booking")
-        child.expect("URL:    https://\x1b\\[1;4;33mpay.example.com\x1b\\[0m/authorize")
-        child.expect("Domain: \x1b\\[1mpay.example.com")
+        # the registrable domain highlighted within the host, as the web page does
+        child.expect("URL:    https://pay.\x1b\\[1;4;33mexample.com\x1b\\[0m/authorize")
+        child.expect("Domain: \x1b\\[1mexample.com\x1b\\[0m\r\n")
         child.expect(r"Continue with this authorization\? \[y/n\]: ")
         child.sendline("y")
         # every answer said back in the result, then what happened and what next
@@ -234,6 +236,21 @@ async def test_the_example_agent_waits_for_a_responder_elsewhere(
     assert "deposit authorized" in stdout.decode()
     assert [r.kind for r in seen] == ["input", "authorization"]
     assert seen[0].source.agent is not None and seen[0].source.agent.startswith("example-agent-")
+
+
+async def test_the_terminal_shows_the_domain_the_web_page_shows() -> None:
+    """Issue #43: the terminal said ``pay.example.com`` where the page said
+    ``example.com``; both now show the registrable domain (``check_link``'s), within the
+    whole host, with the page's warnings."""
+    url = "http://pay.example.com/authorize"
+    output = io.StringIO()
+    terminal = Terminal(stdin=io.StringIO("n\n"), output=output)
+    await terminal.ask(Request(id="auth-1", kind="authorization", url=url, prompt="Pay?"))
+    shown = output.getvalue()
+    link = check_link(url)
+    assert f"  URL:    {url}\n" in shown and f"  Domain: {link.domain}\n" in shown, shown
+    assert link.domain == "example.com"
+    assert f"  ⚠ {link.warnings[0]}" in shown and "not https" in link.warnings[0]
 
 
 async def test_the_terminal_asks_for_consent_to_an_approval() -> None:

@@ -18,13 +18,18 @@ import os
 import sys
 import threading
 from typing import Any, TextIO
-from urllib.parse import urlsplit
 
 from .._broker import Pending
 from .._schema import FORMAT_SHAPES, options, validate_form
 from ..errors import AlreadyVoted, InvalidAnswer, InvalidRequest, NotResolved
 from ..models import DECLINED, DISMISSED, Answer, Request
-from ..rendering import ToolCallView, argument_changes, tool_call_fields, tool_call_view
+from ..rendering import (
+    ToolCallView,
+    argument_changes,
+    check_link,
+    tool_call_fields,
+    tool_call_view,
+)
 from ._serve import approvals_line
 
 _BOLD, _DIM, _URL_HOST, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[1;4;33m", "\x1b[0m"
@@ -116,9 +121,14 @@ class Terminal:
     # -- kinds -------------------------------------------------------------------
 
     async def _ask_url(self, request: Request, url: str) -> Answer:
-        host = urlsplit(url).hostname or "(no host)"
-        self._say(f"  URL:    {self._highlight_host(url, host)}")
-        self._say(f"  Domain: {self._style(host, _BOLD)}")
+        link = check_link(url)  # as the web page shows it: the same domain highlighted
+        shown = link.before + link.host_prefix + self._style(link.domain, _URL_HOST) + link.after
+        self._say(f"  URL:    {shown if link.domain else url}")
+        if link.domain:
+            other = f" (also written {link.other_form})" if link.other_form else ""
+            self._say(f"  Domain: {self._style(link.domain, _BOLD)}{other}")
+        for warning in link.warnings:
+            self._say(f"  ⚠ {warning}")
         self._say(
             self._style(
                 "  Open it yourself if you trust this domain; nothing is opened for you.", _DIM
@@ -272,12 +282,6 @@ class Terminal:
         for argument in tool.arguments:
             self._say(f"    {argument.label} = {argument.text}")
         return tool
-
-    def _highlight_host(self, url: str, host: str) -> str:
-        start = url.find(host, url.find("//") + 2)
-        if not self.color or start < 0:
-            return url
-        return url[:start] + self._style(host, _URL_HOST) + url[start + len(host) :]
 
     def _style(self, text: str, style: str) -> str:
         return f"{style}{text}{_RESET}" if self.color else text
