@@ -194,6 +194,35 @@ async def test_the_fleet_tutorial_asks_and_the_page_serves(
     quiet(done.stderr)
 
 
+async def test_the_fleet_tutorial_form_is_asked_and_answered(
+    shell: dict[str, str], redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """docs/tutorials/fleet.md: the form.json the page writes, asked with ``toolnexus
+    ask --schema``, answered by a responder with the form's fields."""
+    block = page_block("docs/tutorials/fleet.md", "cat > form.json", "sh")
+    asking = asyncio.create_task(
+        asyncio.to_thread(
+            subprocess.run,
+            ["bash", "-euc", block],
+            env=shell,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    )
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
+        async with broker.responder("web") as requests, asyncio.timeout(30):
+            pending = await anext(requests)
+        schema = pending.request.schema
+        assert schema is not None and set(schema["properties"]) == {"seats", "window"}
+        await pending.accept({"seats": 3, "window": True})
+    done = await asyncio.wait_for(asking, 60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"seats": 3, "window": True}
+    quiet(done.stderr)
+
+
 FORM = {"type": "object", "properties": {"seats": {"type": "integer"}}, "required": ["seats"]}
 
 
