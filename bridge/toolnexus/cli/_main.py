@@ -83,7 +83,9 @@ def _positive_int(text: str) -> int:
     return number
 
 
-def _parser() -> argparse.ArgumentParser:
+def command_parser() -> argparse.ArgumentParser:
+    """The parser of the ``toolnexus`` command and its subcommands (the CLI reference
+    is made from it)."""
     parser = argparse.ArgumentParser(
         prog="toolnexus",
         description="Pause an AI agent for a person anywhere in a fleet.",
@@ -680,7 +682,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``toolnexus`` command line; the exit status is returned (and used by the script)."""
-    args = _parser().parse_args(argv)
+    args = command_parser().parse_args(argv)
     if args.command == "worker":
         return _worker(args)
     garbled = _not_text(args)
