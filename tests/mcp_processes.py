@@ -20,7 +20,7 @@ FASTMCP = [sys.executable, str(SERVERS / "fastmcp_server.py")]
 WIRE = [sys.executable, str(SERVERS / "wire_server.py")]
 MCP1 = [sys.executable, str(SERVERS / "mcp1_server.py")]
 TASK_SERVER = [sys.executable, str(Path(__file__).resolve().parent / "mcp_task_server.py")]
-A2A_AGENT = [sys.executable, str(SERVERS / "a2a_agent.py")]
+A2A_AGENT = [sys.executable, str(SERVERS.parents[1] / "examples" / "a2a_agent.py")]
 
 BOOKING = "Your booking details?"
 SEATS = "How many seats?"
@@ -119,7 +119,7 @@ def task_server_http() -> Iterator[str]:
 
 @contextmanager
 def a2a_agent_http() -> Iterator[str]:
-    """``tests/servers/a2a_agent.py`` (an A2A agent of the a2a-sdk) in its own process;
+    """``examples/a2a_agent.py`` (an A2A agent of the a2a-sdk) in its own process;
     yields its base URL."""
     port = free_port()
     with _http_process([*A2A_AGENT, str(port)], port, path="") as url:

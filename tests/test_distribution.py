@@ -124,6 +124,22 @@ def test_a_page_install_block_runs_as_written_from_this_wheel(
     assert show.stdout.strip() == PYPROJECT["version"]
 
 
+def test_the_readme_names_every_extra() -> None:
+    """The README's install block lists every extra a user installs (issue #43: a2a and
+    the frameworks' were left out); dev, docs and bench are the checkout's own."""
+    block = page_block("README.md", "pip install ", language="sh")
+    listed = " ".join(
+        line.split("# extras:", 1)[1] if "# extras:" in line else line.lstrip("# ")
+        for line in block.splitlines()
+        if line.startswith("#")
+    )
+    named = set(re.findall(r"[a-z][\w-]*[a-z0-9]", listed))
+    own = {"dev", "docs", "bench"}
+    assert set(PYPROJECT["optional-dependencies"]) - own <= named, (
+        set(PYPROJECT["optional-dependencies"]) - own - named
+    )
+
+
 @pytest.mark.slow
 def test_the_readme_install_line_installs_this_wheel(wheel: Path, tmp_path: Path) -> None:
     readme = (ROOT / "README.md").read_text()

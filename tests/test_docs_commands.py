@@ -102,6 +102,16 @@ async def serving(redis_url: str, namespace: str, groups: set[str], queue: str =
         await eventually(beating, f"heartbeats of {sorted(groups)}", timeout_s=60)
 
 
+def quiet(stderr: str) -> str:
+    """``stderr`` of an ``ask`` that went as the page says: its one status line, "waiting
+    for an answer", and nothing else (no warning: a warning on a page's own example
+    teaches readers to ignore warnings)."""
+    said = [line for line in stderr.splitlines() if line.strip()]
+    unexpected = [line for line in said if not line.startswith("toolnexus ask: waiting for ")]
+    assert not unexpected, f"unexpected on stderr:\n{stderr}"
+    return stderr
+
+
 def with_port(command: str, port: int) -> str:
     """``command`` listening on ``port`` (a free one: the machine is shared)."""
     if "--port " in command:
@@ -199,6 +209,36 @@ async def test_the_fleet_tutorial_asks_and_the_page_serves(
             await pending.accept()
         done = await asyncio.wait_for(asking, 60)
     assert (done.returncode, done.stdout.strip().splitlines()[-1]) == (0, "deploying")
+    quiet(done.stderr)
+
+
+async def test_the_fleet_tutorial_form_is_asked_and_answered(
+    shell: dict[str, str], redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """docs/tutorials/fleet.md: the form.json the page writes, asked with ``toolnexus
+    ask --schema``, answered by a responder with the form's fields."""
+    block = page_block("docs/tutorials/fleet.md", "cat > form.json", "sh")
+    asking = asyncio.create_task(
+        asyncio.to_thread(
+            subprocess.run,
+            ["bash", "-euc", block],
+            env=shell,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    )
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
+        async with broker.responder("web") as requests, asyncio.timeout(30):
+            pending = await anext(requests)
+        schema = pending.request.schema
+        assert schema is not None and set(schema["properties"]) == {"seats", "window"}
+        await pending.accept({"seats": 3, "window": True})
+    done = await asyncio.wait_for(asking, 60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"seats": 3, "window": True}
+    quiet(done.stderr)
 
 
 def made_token(line: str, env: dict[str, str]) -> str:
@@ -288,6 +328,8 @@ async def test_the_operating_page_commands_run_against_a_fleet(
             answering.cancel()
             await asyncio.gather(answering, return_exceptions=True)
         assert [d.returncode for d in done] == [0, 0, 0], [d.stderr for d in done]
+        for each in done:
+            quiet(each.stderr)
         assert done[0].stdout.splitlines()[-1] == "deployed"
         assert done[1].stdout.strip() == "eu"
         assert json.loads(done[2].stdout) == {"seats": 2}

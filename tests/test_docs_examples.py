@@ -4,7 +4,10 @@ so that a renamed function, argument or flag fails a test.
 Each ``python`` or ``sh`` block is followed by a comment saying how it is tested:
 
 - ``<!-- run -->``: a complete Python program or shell script, run here (it must exit 0
-  within a minute); ``<!-- run, printing: TEXT -->``: and TEXT is the last line it prints;
+  within a minute, writing nothing to stderr: a warning on a page's own example teaches
+  readers to ignore warnings); ``<!-- run, printing: TEXT -->``: and TEXT is the last line
+  it prints; either may end ``; stderr: TEXT``: what it writes to stderr is expected, and
+  contains TEXT (the page says why);
 - ``<!-- test: tests/FILE.py::NAME -->``: a named test runs it, with its own assertions (the
   test must exist and read this page);
 - ``<!-- not run: REASON -->``: not run, and why (a fragment, a third party's service, ...).
@@ -84,7 +87,7 @@ def test_the_pages_have_examples_and_each_says_how_it_is_tested() -> None:
     for example in EXAMPLES:
         assert example.marker is not None
         marker = example.marker
-        if re.fullmatch(r"run(, printing: .+)?", marker):
+        if re.fullmatch(r"run(, printing: .+?)?(; stderr: .+)?", marker):
             continue
         if marker.startswith("test: "):
             file, _, name = marker.removeprefix("test: ").partition("::")
@@ -118,8 +121,14 @@ def test_a_runnable_example_runs(example: Example, tmp_path: Path) -> None:
         },
     )
     assert done.returncode == 0, f"{example}:\n{done.stderr}"
-    if example.marker and example.marker.startswith("run, printing: "):
-        assert done.stdout.strip().splitlines()[-1] == example.marker.split(": ", 1)[1]
+    assert example.marker is not None
+    marker, _, expected = example.marker.partition("; stderr: ")
+    if expected:
+        assert expected in done.stderr, f"{example}: {expected!r} is not on stderr:\n{done.stderr}"
+    else:
+        assert done.stderr == "", f"{example} wrote to stderr:\n{done.stderr}"
+    if marker.startswith("run, printing: "):
+        assert done.stdout.strip().splitlines()[-1] == marker.split(": ", 1)[1]
 
 
 # Python: names and calls checked against the code.

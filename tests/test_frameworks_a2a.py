@@ -1,5 +1,5 @@
 """A remote A2A agent's paused tasks answered through toolnexus: a local agent of the official
-a2a-sdk over HTTP (tests/servers/a2a_agent.py, no LLM), answered by a responder in another
+a2a-sdk over HTTP (examples/a2a_agent.py, no LLM), answered by a responder in another
 process (tests/servers/responder.py), the bridging process killed and resumed."""
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,9 @@ async def test_approve_runs_the_tool_and_records_every_digest(
         "google-adk",
         "fc-1",
     )
+    # a plain require_confirmation=True: the person is asked about the call, not shown
+    # ADK's hint for the model ("... by responding with a FunctionResponse ...", issue #43)
+    assert pending.request.prompt == "Run the tool transfer?"
     assert pending.request.schema is not None  # the tool's declared schema, pre-filled
     assert pending.request.schema["properties"]["amount"] == {
         "title": "Amount",
@@ -196,6 +200,9 @@ async def test_the_docs_example_runs_as_written(memory: Broker, tmp_path: Path) 
     scope: dict[str, Any] = {"broker": memory, "runner": bank, "session": session}
     exec(compile(source, str(PAGE), "exec"), scope)
     example = asyncio.create_task(scope["example"]())
-    await (await shown(memory)).accept({"to": "ACME", "amount": 3})
+    pending = await shown(memory)
+    left_s = (pending.request.expires_at or 0) - time.time()
+    assert 250 < left_s <= 300, left_s  # the page's deadline, not the 600 s default
+    await pending.accept({"to": "ACME", "amount": 3})
     names = await asyncio.wait_for(example, 30)
     assert final_text(names["events"]) == [{"result": "sent 3 to ACME"}]

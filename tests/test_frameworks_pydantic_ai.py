@@ -85,6 +85,19 @@ async def test_approve_runs_the_tool_as_proposed_and_records_its_digests(memory:
     }
 
 
+async def test_an_inline_run_is_named_as_the_caller_says(memory: Broker) -> None:
+    """Issue #43: ``approvals(..., run=...)`` names the run in its requests, so a responder
+    can tie ``tool_call.run`` to it (without a name it is pydantic-ai's random run id)."""
+    ran: list[dict[str, Any]] = []
+    agent = bank(ran, capabilities=[approvals(memory.wait_for, run="payroll-2026-12")])
+    run = asyncio.create_task(agent.run("Pay ACME"))
+    pending = await shown(memory)
+    assert tool_call_of(pending.request).run == "payroll-2026-12"
+    await pending.accept()
+    await asyncio.wait_for(run, 10)
+    assert ran == [ARGS]
+
+
 async def test_deny_with_a_message_tells_the_model_and_runs_nothing(memory: Broker) -> None:
     ran: list[dict[str, Any]] = []
     agent = bank(ran, capabilities=[approvals(memory.wait_for)])

@@ -243,6 +243,33 @@ async def test_a_withdrawn_question_cancels_the_task(task_url: str) -> None:
         assert ended.value.task_id in (await journal(tools))["cancels"]
 
 
+async def test_a_cancelled_task_leaves_the_whole_load_mcp_block_as_itself(task_url: str) -> None:
+    """Issue #43: ``except TaskCancelled`` around ``async with load_mcp(...)`` (one server
+    or a config's) catches it: the session's task groups no longer wrap it in
+    ``ExceptionGroup`` → ``ExceptionGroup`` → ``TaskCancelled``."""
+
+    async def wait_for(request: toolnexus.Request) -> toolnexus.Answer:
+        return toolnexus.Answer(id=request.id, ok=False, reason="withdrawn")
+
+    config = {"mcpServers": {"tasks": {"url": task_url}}}
+    for server, tool in ((task_url, "ask_hold"), (config, "tasks.ask_hold")):
+        caught: list[TaskCancelled] = []
+        try:
+            async with load_mcp(server, wait_for=wait_for, mode="2026-07-28") as tools:
+                await asyncio.wait_for(tools[tool](), 30)
+        except TaskCancelled as exc:
+            caught.append(exc)
+        assert [type(exc) for exc in caught] == [TaskCancelled], server
+        assert "was withdrawn" in str(caught[0])
+    caught_too: list[TaskCancelled] = []
+    try:
+        async with load_mcp(task_url, mode="2026-07-28") as tools:
+            await asyncio.wait_for(tools["self_cancel"](), 30)
+    except TaskCancelled as exc:  # cancelled by the server
+        caught_too.append(exc)
+    assert len(caught_too) == 1 and "was cancelled" in str(caught_too[0])
+
+
 async def test_durable_needs_a_brokers_wait_for(task_url: str) -> None:
     async def wait_for(request: toolnexus.Request) -> toolnexus.Answer:
         return toolnexus.Answer(id=request.id, ok=False, reason="declined")

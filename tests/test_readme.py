@@ -87,7 +87,7 @@ async def readme_round_trip(
     assert command[:3] == ["toolnexus", "worker", "web"] and command[4] == "$TOKEN"
     command[0], command[4] = toolnexus, token
     env = {**env, "TOOLNEXUS_URL": redis_url, "TOOLNEXUS_NAMESPACE": namespace}
-    [agent] = [b for b in blocks(README, "python") if "wait_for" in b]
+    [agent] = [b for b in blocks(README, "python") if "broker.wait_for(question" in b]
     web = await asyncio.create_subprocess_exec(*command, env=env, stderr=subprocess.DEVNULL)
     asking = await asyncio.create_subprocess_exec(
         python, "-c", in_namespace(agent, namespace), stdout=subprocess.PIPE, env=env

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import re
 import shutil
@@ -26,6 +27,7 @@ from conftest import FAST
 from toolnexus import Answer, Broker, ConfigurationError, Quorum, Request
 from toolnexus.models import Hop
 from toolnexus.rendering import check_link, form_data, form_fields
+from toolnexus.security import Keyring, SigningKey
 from toolnexus_workers.web.access import Access, hash_password, load_users, verify_password
 from toolnexus_workers.web.app import CONTENT_SECURITY_POLICY
 from toolnexus_workers.web.board import FOLLOWER_BACKLOG, Board
@@ -433,6 +435,71 @@ async def test_without_the_token_the_page_is_refused(
         await expect(card(stranger, agent.request)).to_be_visible(timeout=WAIT_MS)
         await card(stranger, agent.request).get_by_role("button", name="Decline").click()
         assert (await agent.answer()).reason == "declined"
+
+
+PHONE = {"width": 390, "height": 844}
+"""A phone's viewport: no hover, so nothing may be said in a tooltip only."""
+
+
+async def test_first_use_at_phone_size_says_everything_on_the_page(
+    redis_url: str, namespace: str, browser: Browser, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue #43: the log says how to sign in (the ``?token=`` form, not the token); the
+    sign-in page says where a token comes from; a token sign-in is said plainly (no
+    ``web:token``); what signed and not signed mean is on the card, not in a tooltip;
+    ``/favicon.ico`` is served."""
+    caplog.set_level(logging.INFO, logger="toolnexus")
+    agent_key, web_key = SigningKey.generate("agent-7"), SigningKey.generate("web-1")
+    options = {"namespace": namespace, **FAST}
+    async with (
+        toolnexus.connect(
+            redis_url, signing_key=agent_key, trusted_keys=Keyring.of(web_key), **options
+        ) as agent,
+        toolnexus.connect(redis_url, **options) as unsigned_agent,
+        toolnexus.connect(
+            redis_url, signing_key=web_key, trusted_keys=Keyring.of(agent_key), **options
+        ) as broker,
+        serving(broker) as web,
+    ):
+        said = "\n".join(record.getMessage() for record in caplog.records)
+        assert f"sign in by opening {web.url.rstrip('/')}/?token=<the --token value>" in said
+        assert TOKEN not in said
+        page = await browser.new_page(viewport=PHONE)
+        page.set_default_timeout(WAIT_MS)
+        response = await page.goto(web.url)
+        assert response is not None and response.status == 401
+        where = page.get_by_text("the one this page's worker was started with")
+        await expect(where).to_be_visible()
+        await expect(page.get_by_text("toolnexus worker web --token …")).to_be_visible()
+        await page.goto(f"{web.url}?token={TOKEN}")
+        await expect(page.locator("#live[data-state=live]")).to_be_visible()
+        await expect(page.get_by_text("Signed in with the page's access token")).to_be_visible()
+        signed = Request(id=toolnexus.new_id(), kind="approval", prompt="Deploy build 7?")
+        unsigned = Request(id=toolnexus.new_id(), kind="approval", prompt="Roll back build 6?")
+        waits = [
+            asyncio.create_task(agent.wait_for(signed, timeout_s=60)),
+            asyncio.create_task(unsigned_agent.wait_for(unsigned, timeout_s=60)),
+        ]
+        try:
+            shown = card(page, signed)
+            await expect(shown.locator(".badge.signed")).to_have_text("✓ signed with key agent-7")
+            await expect(shown.locator(".signature-note")).to_be_visible()
+            await expect(shown.locator(".signature-note")).to_contain_text(
+                "checks out against the trusted key agent-7"
+            )
+            bare = card(page, unsigned)
+            await expect(bare.locator(".badge.unsigned")).to_have_text("not signed")
+            await expect(bare.locator(".signature-note.unsigned")).to_be_visible()
+            await expect(bare.locator(".signature-note.unsigned")).to_contain_text(
+                "anyone who can write to the broker could have sent this request"
+            )
+            assert "web:token" not in await page.locator("body").inner_text()
+            icon = await page.request.get(f"{web.url.rstrip('/')}/favicon.ico")
+            assert icon.status == 200 and icon.headers["content-type"] == "image/svg+xml"
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
 
 async def test_a_login_from_the_users_file_becomes_the_answers_person(

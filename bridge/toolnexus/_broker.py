@@ -223,6 +223,21 @@ HeartbeatInfo = Callable[[], Mapping[str, str | int | float]]
 HEARTBEAT_TTL_S = 30.0
 """How long a responder's heartbeat lasts unrenewed; it is renewed every third of it."""
 
+READER_GRACE_S = 2.0
+"""How long after publishing a request a wait looks whether anybody reads its queue (or
+halfway to its deadline, if sooner): the time a responder started with it, in the same
+process or beside it, has to send its first heartbeat, which it sends on its first read.
+Looking at once warned on every run of a program that starts its responder and then asks
+(issue #43), before that responder's first heartbeat, which takes a round trip to Redis."""
+
+
+def reader_look_delay_s(expires_at: float) -> float:
+    """How long from now a wait whose deadline is ``expires_at`` (Unix time) waits before
+    it looks whether anybody reads its queue: :data:`READER_GRACE_S`, or halfway to its
+    deadline if that is sooner, so that a short wait nobody reads is still warned of."""
+    return max(0.0, min(READER_GRACE_S, (expires_at - time.time()) / 2))
+
+
 _log = logging.getLogger("toolnexus")
 
 

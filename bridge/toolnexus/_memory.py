@@ -34,6 +34,7 @@ from ._broker import (
     check_store_replacement,
     deadline_of,
     default_consumer_name,
+    reader_look_delay_s,
 )
 from ._hops import check_hops
 from ._numeric import check_number
@@ -179,6 +180,7 @@ class MemoryBroker(Broker):
         self._audit: collections.deque[AuditRecord] = collections.deque(maxlen=AUDIT_RECORDS)
         self._heartbeats: dict[tuple[str, str], Heartbeat] = {}
         self._warned_at = -LOOK_EVERY_S
+        self._looking: asyncio.TimerHandle | None = None
         self.namespace, self.queue = namespace or "toolnexus", queue or "default"
         self._stores: dict[str, MemoryStore] = {}
 
@@ -223,7 +225,7 @@ class MemoryBroker(Broker):
             self._states[request.id] = state
             for group in self._groups.values():
                 group.queue.put_nowait(request.id)
-            self._look_for_readers(request.id)
+            self._look_for_readers(state)
         deadline = state.request.expires_at or time.time()
         loop = asyncio.get_running_loop()
         taken = {hop.queue for hop in state.escalated}
@@ -251,13 +253,21 @@ class MemoryBroker(Broker):
             for handle in hops:
                 handle.cancel()
 
-    def _look_for_readers(self, request_id: str) -> None:
-        """Warn (at most every :data:`LOOK_EVERY_S`) when no responder of this broker has
-        a fresh heartbeat: nobody reads the request."""
-        now = time.time()
-        if any(beat.expires_at > now for beat in self._heartbeats.values()):
+    def _look_for_readers(self, state: _State) -> None:
+        """Unless a look is due or warned less than :data:`LOOK_EVERY_S` ago, look after
+        the grace (:func:`~toolnexus._broker.reader_look_delay_s`) whether a responder of this
+        broker has a fresh heartbeat, and warn if none has and ``state`` is still open."""
+        if self._looking is not None or time.monotonic() - self._warned_at < LOOK_EVERY_S:
             return
-        if time.monotonic() - self._warned_at < LOOK_EVERY_S:
+        delay_s = reader_look_delay_s(state.request.expires_at or time.time())
+        self._looking = asyncio.get_running_loop().call_later(delay_s, self._look, state)
+
+    def _look(self, state: _State) -> None:
+        self._looking = None
+        now = time.time()
+        if state.status != Status.OPEN:  # answered: somebody reads; or withdrawn
+            return
+        if any(beat.expires_at > now for beat in self._heartbeats.values()):
             return
         self._warned_at = time.monotonic()
         log.warning(
@@ -268,7 +278,7 @@ class MemoryBroker(Broker):
             self.queue,
             self.namespace,
             self.url,
-            request_id,
+            state.request.id,
         )
 
     def _hop(self, state: _State, hop: Hop) -> None:
@@ -467,6 +477,9 @@ class MemoryBroker(Broker):
                     state.waiter = asyncio.get_running_loop().create_future()
                 else:
                     self._resolve_by_waiter(state, Status.WITHDRAWN)
+        if self._looking is not None:
+            self._looking.cancel()
+            self._looking = None
         for queue in self._subscribers:
             queue.put_nowait(None)
         for responder in list(self._responders):

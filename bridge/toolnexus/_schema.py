@@ -84,6 +84,9 @@ _MESSAGES = {
     "format": "{instance} is not a valid {value}",
 }
 
+FORMAT_SHAPES = {"date": "YYYY-MM-DD", "date-time": "YYYY-MM-DDThh:mm:ssZ"}
+"""How a value of a string format is written, where its name alone does not say it."""
+
 _QUOTE = reprlib.Repr()
 _QUOTE.maxstring = _QUOTE.maxother = 60
 _QUOTE.maxlist = _QUOTE.maxdict = 6
@@ -273,6 +276,8 @@ def _invalid(error: ValidationError) -> InvalidAnswer:
         text = f"{quote(error.instance)} is not one of {quote(consts)}"
     elif rule in _MESSAGES:
         text = _MESSAGES[rule].format(instance=quote(error.instance), value=value)
+        if rule == "format" and value in FORMAT_SHAPES:
+            text += f" (write it as {FORMAT_SHAPES[value]})"
     else:
         text = error.message.replace(repr(error.instance), quote(error.instance))
         if len(text) > 3 * MAX_QUOTE_CHARS:

@@ -21,7 +21,7 @@ from ._exits import (
     failed,
     one_line,
 )
-from ._main import main
+from ._main import command_parser, main
 
 if _typing.TYPE_CHECKING:
     from ._demo import auto_answer, booking_server, result_text
@@ -56,6 +56,7 @@ __all__ = [
     "EXIT_UNREACHABLE",
     "auto_answer",
     "booking_server",
+    "command_parser",
     "exit_code",
     "failed",
     "main",

@@ -177,14 +177,55 @@ def booking_server(name: str = "toolnexus-booking") -> MCPServer:
         if deposit.action != "accept":
             return f"No booking at {restaurant}: the deposit was not authorized ({deposit.action})."
         await asker.complete(deposit_id)
-        form = details.content
-        return (
-            f"Booked: a table for {form['guests']} at {restaurant} on {form['date']}, "
-            f"{form.get('seating', 'indoor')}, in the name of {form['name']} ({form['email']}); "
-            "deposit authorized."
-        )
+        return f"Booked: {_booking(restaurant, details.content)}; deposit authorized."
 
     return server
+
+
+def _booking(restaurant: str, form: dict[str, Any]) -> str:
+    """Every answer of the booking form, as the tool's result says it back."""
+    diet = form.get("diet") or []
+    budget = form.get("budget")
+    return (
+        f"a table for {form['guests']} at {restaurant} on {form['date']}, "
+        f"{form.get('seating', 'indoor')}, in the name of {form['name']} ({form['email']}); "
+        f"dietary needs: {', '.join(map(str, diet)) if diet else 'none'}; "
+        f"high chair: {'yes' if form.get('high_chair') else 'no'}; "
+        f"budget per person: {'not given' if budget is None else f'{budget} EUR'}"
+    )
+
+
+def introduction(responder: str, queue: str) -> str:
+    """What the demo's three parts are, said before it starts."""
+    you = {
+        "terminal": "you, at this terminal: the responder, a person answering each question",
+        "auto": "the auto responder: answers each question for you, with plausible values",
+        "none": "a responder worker elsewhere, reading that queue: the person who answers",
+    }[responder]
+    return "\n".join(
+        [
+            "demo: three parts talk through a toolnexus broker:",
+            "  - an MCP server (an example restaurant's, in this process): its tool",
+            "    book_table asks its caller for the booking's details, then for a deposit;",
+            "  - an agent (in this process): calls book_table through toolnexus's load_mcp,",
+            f"    which turns each question the tool asks into a request on queue {queue!r};",
+            f"  - {you}.",
+            "",
+        ]
+    )
+
+
+RECAP = """
+What happened: the agent called the MCP tool book_table; the tool asked two questions (a
+form, then a deposit authorization); toolnexus carried each from the agent to the responder
+and each answer back, and the result above is what the agent received.
+Next: the agent and the person in two processes, on Redis:
+  toolnexus worker terminal --queue demo --url redis://127.0.0.1:6379/0   # one terminal
+  toolnexus demo --responder none --url redis://127.0.0.1:6379/0          # another
+(the demo asks on queue 'demo': a worker started without --queue reads queue 'default'
+and never sees it). The tutorial "A small fleet on Redis" (docs/tutorials/fleet.md)
+adds the web page."""
+"""Said after the demo's tool result: what happened, and what to try next."""
 
 
 def auto_answer(request: Request) -> Answer:
@@ -282,6 +323,7 @@ async def run_demo(
     agent = f"demo-{uuid.uuid4().hex[:8]}"
     broker_options.setdefault("queue", "demo")
     url = url or os.environ.get(URL_VARIABLE) or EMBEDDED_URL
+    print(introduction(responder, broker_options["queue"]), file=output, flush=True)
     async with connect(url, **broker_options) as broker, anyio.create_task_group() as tasks:
         if responder != "none":
             tasks.start_soon(_respond, broker, responder, agent, terminal, output)

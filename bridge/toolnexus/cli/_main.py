@@ -83,7 +83,9 @@ def _positive_int(text: str) -> int:
     return number
 
 
-def _parser() -> argparse.ArgumentParser:
+def command_parser() -> argparse.ArgumentParser:
+    """The parser of the ``toolnexus`` command and its subcommands (the CLI reference
+    is made from it)."""
     parser = argparse.ArgumentParser(
         prog="toolnexus",
         description="Pause an AI agent for a person anywhere in a fleet.",
@@ -498,7 +500,7 @@ async def _demo(args: argparse.Namespace) -> int:
     from ..mcp._sdk import require_mcp2
 
     require_mcp2("toolnexus demo")
-    from ._demo import result_text, run_demo
+    from ._demo import RECAP, result_text, run_demo
 
     result = await run_demo(
         args.url,
@@ -508,6 +510,7 @@ async def _demo(args: argparse.Namespace) -> int:
         queue=args.queue,
     )
     print(f"\nTool result: {result_text(result)}")
+    print(RECAP)
     return 1 if result.is_error else 0
 
 
@@ -694,7 +697,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``toolnexus`` command line; the exit status is returned (and used by the script)."""
-    args = _parser().parse_args(argv)
+    args = command_parser().parse_args(argv)
     if args.command == "worker":
         return _worker(args)
     garbled = _not_text(args)

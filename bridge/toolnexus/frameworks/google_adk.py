@@ -177,7 +177,7 @@ def confirmation_requests(
                 schema=schema,
                 run=session_id,
                 call_id=call_id,
-                prompt=confirmation.get("hint") or None,
+                prompt=_prompt(confirmation.get("hint")),
                 request_id=call_request_id(FRAMEWORK, session_id, call_id),
                 agent=agent,
                 durable=durable,
@@ -188,6 +188,21 @@ def confirmation_requests(
                 data["schema"] = _payload_form(payload)
             requests.append(msgspec.structs.replace(request, data=data))
     return requests
+
+
+ADK_OWN_HINT = "by responding with a FunctionResponse with an expected ToolConfirmation payload"
+"""The end of the hint ADK itself gives a ``require_confirmation=True`` tool's
+confirmation ("Please approve or reject the tool call transfer() by responding with a
+FunctionResponse ..."): words for the model, not for a person."""
+
+
+def _prompt(hint: Any) -> str | None:
+    """The request's prompt for a confirmation's ``hint``: the tool's own words, or None
+    (the request then asks about the call itself, shown with its arguments) for none or
+    ADK's own (:data:`ADK_OWN_HINT`)."""
+    if not isinstance(hint, str) or not hint.strip() or ADK_OWN_HINT in hint:
+        return None
+    return hint
 
 
 def _decided(request: Request, answer: Answer) -> tuple[_Decided, dict[str, Any]]:

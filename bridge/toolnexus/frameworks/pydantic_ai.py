@@ -160,13 +160,21 @@ class Approvals(AbstractCapability[Any]):
 
 
 def approvals(
-    wait_for: WaitFor, *, ledger: Ledger | None = None, agent: str | None = None
+    wait_for: WaitFor,
+    *,
+    ledger: Ledger | None = None,
+    agent: str | None = None,
+    run: str | None = None,
 ) -> Approvals:
     """A capability that answers an agent's tool approvals inline through ``wait_for``:
     one ``tool_call`` request per call (all asked at once), the run continuing with the
     decisions. With a ``ledger``, each call's proposed, approved and executed digests are
-    recorded, and a call runs only with its approved arguments, once."""
-    return Approvals(wait_for, ledger=ledger, agent=agent)
+    recorded, and a call runs only with its approved arguments, once.
+
+    ``run`` names the run in its requests (``tool_call.run``, shown to the people who
+    answer, and the stable request ids derive from it): a name a responder can tie to the
+    run, such as a job's or a ticket's. None: pydantic-ai's ``run_id``, a random id."""
+    return Approvals(wait_for, ledger=ledger, agent=agent, run=run)
 
 
 class _State(msgspec.Struct):

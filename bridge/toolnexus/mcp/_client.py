@@ -86,7 +86,7 @@ from ..models import WITHDRAWN, Answer, Request, WaitFor
 from ._callback import ElicitationCallback, check_options
 from ._calls import Call, Clock, Wait, current_call
 from ._config import McpConfig, McpToolset, ServerEntry, load_config
-from ._errors import UrlElicitationRequired, translated
+from ._errors import UrlElicitationRequired, alone, translated
 from ._source import input_request_meta
 from ._tasks import Shape, Tasks
 from ._transport import ServerSpec, Target, target
@@ -660,14 +660,27 @@ async def _load_one(
     session.tasks = Tasks(
         session, agent=options.agent, broker=owner if isinstance(owner, Broker) else None
     )
-    async with AsyncExitStack() as stack:
-        client = await _connect(stack, how, session, options.mode)
-        session.client = client
-        if name is None and client.server_info is not None and client.server_info.name:
-            session.server_name = client.server_info.name
-        with translated(session.server_name):
-            listed = await _list_tools(client)
-        yield McpTools(listed, session, client)
+    raised: BaseException | None = None  # by the caller's block, raised as itself
+    try:
+        async with AsyncExitStack() as stack:
+            client = await _connect(stack, how, session, options.mode)
+            session.client = client
+            if name is None and client.server_info is not None and client.server_info.name:
+                session.server_name = client.server_info.name
+            with translated(session.server_name):
+                listed = await _list_tools(client)
+            try:
+                yield McpTools(listed, session, client)
+            except BaseException as exc:
+                raised = exc
+                raise
+    except BaseExceptionGroup as group:
+        itself = alone(group, raised)
+        if itself is None:
+            raise
+    else:
+        return
+    raise itself  # outside the except block: its context stays its own
 
 
 async def _connect(

@@ -29,7 +29,7 @@ import anyio
 from mcp.client.stdio import StdioServerParameters
 
 from ..errors import ConfigurationError, ServerUnavailable, ToolnexusError
-from ._errors import translate
+from ._errors import alone, translate
 
 if TYPE_CHECKING:
     from ._client import McpTool, McpTools
@@ -195,24 +195,36 @@ class McpToolset(Mapping[str, "McpTool"]):
                 ready.set()
 
         failed: ToolnexusError | None = None
-        async with anyio.create_task_group() as tasks:
-            readies = []
-            for name, entry in entries.items():
-                readies.append(anyio.Event())
-                tasks.start_soon(run, name, entry, readies[-1])
-            for ready in readies:
-                await ready.wait()
-            try:
-                if require_all and failures:
-                    failed = next(failures[name] for name in entries if name in failures)
-                else:
-                    servers = {name: opened[name] for name in entries if name in opened}
-                    broken = {name: failures[name] for name in entries if name in failures}
-                    yield cls(servers, broken, tool_name)
-            finally:
-                stop.set()
-        if failed is not None:
-            raise failed
+        raised: BaseException | None = None  # by the caller's block, raised as itself
+        try:
+            async with anyio.create_task_group() as tasks:
+                readies = []
+                for name, entry in entries.items():
+                    readies.append(anyio.Event())
+                    tasks.start_soon(run, name, entry, readies[-1])
+                for ready in readies:
+                    await ready.wait()
+                try:
+                    if require_all and failures:
+                        failed = next(failures[name] for name in entries if name in failures)
+                    else:
+                        servers = {name: opened[name] for name in entries if name in opened}
+                        broken = {name: failures[name] for name in entries if name in failures}
+                        yield cls(servers, broken, tool_name)
+                except BaseException as exc:
+                    raised = exc
+                    raise
+                finally:
+                    stop.set()
+        except BaseExceptionGroup as group:
+            itself = alone(group, raised)
+            if itself is None:
+                raise
+        else:
+            if failed is not None:
+                raise failed
+            return
+        raise itself  # outside the except block: its context stays its own
 
     def __getitem__(self, name: str) -> McpTool:
         return self._tools[name]

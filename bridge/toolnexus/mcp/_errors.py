@@ -93,6 +93,20 @@ def translate(exc: BaseException, server: str | None) -> ToolnexusError | None:
     return None
 
 
+def alone(group: BaseExceptionGroup[Any], raised: BaseException | None) -> BaseException | None:
+    """``raised`` if ``group`` holds it and nothing else, else None.
+
+    A task group wraps whatever leaves the block it encloses: the exception the body of
+    ``async with load_mcp(...)`` raised (a :class:`~toolnexus.mcp.TaskCancelled` among them)
+    left it as an ``ExceptionGroup`` for each of the session's task groups, which
+    ``except TaskCancelled`` does not catch (issue #43). Raise what this returns instead.
+    """
+    if raised is None:
+        return None
+    _, rest = group.split(lambda leaf: leaf is raised)
+    return raised if rest is None else None
+
+
 @contextmanager
 def translated(server: str | None) -> Iterator[None]:
     """Raise what the MCP SDK raises inside as toolnexus errors (see :func:`translate`)."""

@@ -2,9 +2,10 @@
 to the queue's request stream (one script on one server, one per slot on a Cluster), and
 published again, with backoff, while Redis is away.
 
-A publish also looks, now and then and in the background, whether anybody reads the
-queue: with no worker's heartbeat fresh on it, a warning names the namespace, the queue
-and the workers alive elsewhere (:meth:`Publisher.look_for_readers`).
+A publish also looks, now and then, in the background and after a grace for a responder
+started with it to send its first heartbeat, whether anybody reads the queue: with no
+worker's heartbeat fresh on it and the request still unanswered, a warning names the
+namespace, the queue and the workers alive elsewhere (:meth:`Publisher.look_for_readers`).
 
 A plain wait does not hold its encoded request once it is published: it is encoded again
 from the caller's request in the rare case it must be published again (Redis lost it, or
@@ -25,6 +26,7 @@ from typing import Any
 import msgspec
 import redis.exceptions
 
+from .._broker import reader_look_delay_s
 from ..errors import BrokerClosed, InvalidRequest
 from ..models import UNAVAILABLE, Answer, Heartbeat, Request
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms
@@ -118,7 +120,7 @@ class Publisher:
         once = int(replies.durable and not again)
         state = keys.state(replies.waiter, wait.request_id)
         if not again:
-            self.look_for_readers(wait.request_id)
+            self.look_for_readers(wait)
         if core.one_server:
             call.post_batch(
                 OPEN_PUBLISH,
@@ -146,19 +148,22 @@ class Publisher:
         )
         added.add_done_callback(functools.partial(self._on_published, wait, opened))
 
-    def look_for_readers(self, request_id: str) -> None:
-        """Unless looked at less than :data:`LOOK_EVERY_S` ago, look in the background
-        whether any worker reads this queue (a fresh heartbeat), and warn if none does."""
+    def look_for_readers(self, wait: Wait) -> None:
+        """Unless looked at less than :data:`LOOK_EVERY_S` ago, look in the background,
+        after the grace (:func:`~toolnexus._broker.reader_look_delay_s`), whether any
+        worker reads this queue (a fresh heartbeat), and warn if none does and ``wait``
+        is still unanswered."""
         now = time.monotonic()
         if not self._may_look or self._looking is not None or now - self._looked_at < LOOK_EVERY_S:
             return
         self._looked_at = now
-        self._looking = asyncio.get_running_loop().create_task(self._look(request_id))
+        self._looking = asyncio.get_running_loop().create_task(self._look(wait))
 
-    async def _look(self, request_id: str) -> None:
+    async def _look(self, wait: Wait) -> None:
         core = self.core
         try:
-            if await live_heartbeats(core):
+            await asyncio.sleep(reader_look_delay_s(wait.expires_at))
+            if wait.answer.done() or await live_heartbeats(core):
                 return
             elsewhere = await workers_elsewhere(core)
         except redis.exceptions.NoPermissionError as exc:
@@ -171,7 +176,7 @@ class Publisher:
         finally:
             self._looking = None
         keys = core.keys
-        log.warning(unread_warning(keys.namespace, keys.queue, request_id, elsewhere))
+        log.warning(unread_warning(keys.namespace, keys.queue, wait.request_id, elsewhere))
 
     def _on_published(
         self, wait: Wait, opened: asyncio.Future[Any], added: asyncio.Future[Any]

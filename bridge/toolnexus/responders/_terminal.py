@@ -18,13 +18,18 @@ import os
 import sys
 import threading
 from typing import Any, TextIO
-from urllib.parse import urlsplit
 
 from .._broker import Pending
-from .._schema import options, validate_form
+from .._schema import FORMAT_SHAPES, options, validate_form
 from ..errors import AlreadyVoted, InvalidAnswer, InvalidRequest, NotResolved
 from ..models import DECLINED, DISMISSED, Answer, Request
-from ..rendering import ToolCallView, argument_changes, tool_call_fields, tool_call_view
+from ..rendering import (
+    ToolCallView,
+    argument_changes,
+    check_link,
+    tool_call_fields,
+    tool_call_view,
+)
 from ._serve import approvals_line
 
 _BOLD, _DIM, _URL_HOST, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[1;4;33m", "\x1b[0m"
@@ -116,9 +121,14 @@ class Terminal:
     # -- kinds -------------------------------------------------------------------
 
     async def _ask_url(self, request: Request, url: str) -> Answer:
-        host = urlsplit(url).hostname or "(no host)"
-        self._say(f"  URL:    {self._highlight_host(url, host)}")
-        self._say(f"  Domain: {self._style(host, _BOLD)}")
+        link = check_link(url)  # as the web page shows it: the same domain highlighted
+        shown = link.before + link.host_prefix + self._style(link.domain, _URL_HOST) + link.after
+        self._say(f"  URL:    {shown if link.domain else url}")
+        if link.domain:
+            other = f" (also written {link.other_form})" if link.other_form else ""
+            self._say(f"  Domain: {self._style(link.domain, _BOLD)}{other}")
+        for warning in link.warnings:
+            self._say(f"  ⚠ {warning}")
         self._say(
             self._style(
                 "  Open it yourself if you trust this domain; nothing is opened for you.", _DIM
@@ -140,16 +150,19 @@ class Terminal:
             if text in _NO:
                 message = await self._read("  Message for the agent (why not; optional): ")
                 return Answer(id=request.id, ok=False, reason=DECLINED, data=message or None)
-            if editable and schema is not None and text in ("e", "edit"):
-                self._say(self._style("  Enter keeps an argument as proposed.", _DIM))
-                data = await self._fields(schema)
-                changes = argument_changes(request, validate_form(schema, data))
-                for change in changes:
-                    self._say(f"  changed: {change}")
-                if not changes:
-                    self._say("  (no changes: the arguments as proposed)")
-                if await self._yes_no("  Approve the call with these arguments?"):
-                    return Answer(id=request.id, ok=True, data=data)
+            if not editable or schema is None or text not in ("e", "edit"):
+                choices = "y (yes), n (no) or e (edit the arguments)" if editable else "y or n"
+                self._say(f"  ✗ {text!r} is not an answer: type {choices}")
+                continue
+            self._say(self._style("  Enter keeps an argument as proposed.", _DIM))
+            data = await self._fields(schema)
+            changes = argument_changes(request, validate_form(schema, data))
+            for change in changes:
+                self._say(f"  changed: {change}")
+            if not changes:
+                self._say("  (no changes: the arguments as proposed)")
+            if await self._yes_no("  Approve the call with these arguments?"):
+                return Answer(id=request.id, ok=True, data=data)
 
     async def _fields(self, schema: dict[str, Any]) -> dict[str, Any]:
         """Each field of ``schema`` asked in turn: the values given (a skipped one left out)."""
@@ -165,6 +178,9 @@ class Terminal:
 
     async def _ask_form(self, request: Request, schema: dict[str, Any]) -> Answer:
         data = await self._fields(schema)
+        self._say("  Your answer:")
+        for line in _summary(schema, data):
+            self._say(f"    {line}")
         accept = await self._yes_no("  Send this answer?")
         if not accept:
             return Answer(id=request.id, ok=False, reason=DECLINED)
@@ -228,6 +244,7 @@ class Terminal:
             text = (await self._read(f"{question} [y/n]: ")).lower()
             if text in _YES or text in _NO:
                 return text in _YES
+            self._say(f"  ✗ {text!r} is not an answer: type y (yes) or n (no)")
 
     def _reader(self) -> _Lines:
         if self._lines is None:
@@ -265,12 +282,6 @@ class Terminal:
         for argument in tool.arguments:
             self._say(f"    {argument.label} = {argument.text}")
         return tool
-
-    def _highlight_host(self, url: str, host: str) -> str:
-        start = url.find(host, url.find("//") + 2)
-        if not self.color or start < 0:
-            return url
-        return url[:start] + self._style(host, _URL_HOST) + url[start + len(host) :]
 
     def _style(self, text: str, style: str) -> str:
         return f"{style}{text}{_RESET}" if self.color else text
@@ -319,6 +330,28 @@ class _Lines:
                 self._ended = True
 
 
+def _summary(schema: dict[str, Any], data: dict[str, Any]) -> list[str]:
+    """Each field of ``schema`` as answered in ``data``: its label and value, a choice by
+    its title, a field left out as such."""
+    lines = []
+    for name, field in schema.get("properties", {}).items():
+        field = field if isinstance(field, dict) else {}
+        label = field.get("title") or name
+        if name not in data:
+            lines.append(f"{label}: (left out)")
+            continue
+        value = data[name]
+        titles = dict(options(field))
+        if isinstance(value, list):
+            shown = ", ".join(str(titles.get(item, item)) for item in value) or "none"
+        elif isinstance(value, bool):
+            shown = "yes" if value else "no"
+        else:
+            shown = str(titles.get(value, value))
+        lines.append(f"{label}: {shown}")
+    return lines
+
+
 def _yes_or_declined(request: Request, accept: bool) -> Answer:
     if accept:
         return Answer(id=request.id, ok=True)
@@ -343,7 +376,10 @@ def _hint(
         else:
             what = str(kind)
     else:
+        shape = FORMAT_SHAPES.get(field.get("format", ""))
         limits = [field["format"]] if "format" in field else []
+        if shape is not None:
+            limits.append(shape)
         if "maxLength" in field:
             limits.append(f"{field.get('minLength', 0)}–{field['maxLength']} characters")
         elif "minLength" in field:

@@ -67,7 +67,7 @@ from toolnexus.rendering import (
 from toolnexus.responders import is_loopback, validate_form
 
 from .. import bodies
-from .access import Access, SignIn
+from .access import TOKEN_PERSON, Access, SignIn
 from .board import Board, Change
 
 HERE = Path(__file__).parent
@@ -92,6 +92,8 @@ SECURITY_HEADERS = [
 MESSAGE_INPUT = "message"
 """A tool approval's form input for the message a denial gives the agent."""
 _ACTIONS = ("accept", "decline", "dismiss")
+FAVICON = (HERE / "static" / "favicon.svg").read_bytes()
+"""The page's icon (also at ``/static/favicon.svg``), served at ``/favicon.ico``."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +203,7 @@ class WebPage:
             Route("/answer", self.answer, methods=["POST"]),
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout, methods=["POST"]),
+            Route("/favicon.ico", self.favicon, methods=["GET"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
         return SecurityHeaders(Starlette(routes=routes))
@@ -235,6 +238,14 @@ class WebPage:
 
     # -- pages ----------------------------------------------------------------------
 
+    async def favicon(self, request: HttpRequest) -> Response:
+        """The page's icon, where browsers look for it first (it names nobody: no sign-in)."""
+        return Response(
+            FAVICON,
+            media_type="image/svg+xml",
+            headers={"cache-control": "public, max-age=86400"},
+        )
+
     async def page(self, request: HttpRequest) -> Response:
         token = request.query_params.get("token")
         if token is not None and not self.access.open:
@@ -253,7 +264,11 @@ class WebPage:
         if replaced is not None:
             cards = [replaced if c.key == replaced.key else c for c in cards]
         return self.templates.get_template("page.html").render(
-            cards=cards, who=who, now=time.time(), open=self.access.open
+            cards=cards,
+            who=who,
+            now=time.time(),
+            open=self.access.open,
+            by_token=who.person == TOKEN_PERSON,
         )
 
     def render_cards(self, cards: list[Card], who: Identity) -> str:

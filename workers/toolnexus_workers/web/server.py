@@ -75,6 +75,11 @@ class WebServer(AppServer):
     async def start(self, *, handle_signals: bool = False) -> None:
         await super().start(handle_signals=handle_signals)
         log.info("web page on %s (group %r of %s)", self.url, self.service.group, self.broker.url)
+        if self.access.token is not None:  # the token itself is never logged
+            log.info(
+                "sign in by opening %s/?token=<the --token value> (or type the token on the page)",
+                self.url.rstrip("/"),
+            )
 
     async def closing(self) -> None:
         self.board.close()

@@ -1,6 +1,8 @@
-"""A remote A2A agent built with the official a2a-sdk, in its own process (no LLM).
+"""A remote A2A agent built with the official a2a-sdk, in its own process (no LLM): the
+agent side of docs/how-to/a2a.md, whose requirements the ``a2a`` extra installs
+(``pip install 'toolnexus-bridge[a2a]'``).
 
-    python a2a_agent.py PORT
+    python examples/a2a_agent.py PORT
 
 Its executor reads the first message of a task and pauses it, then completes the task with
 what it was told:
@@ -11,7 +13,8 @@ what it was told:
 - ``"login"``: ``auth-required``, with the sign-in link as a url part.
 
 The continuation's text and data are echoed in the completed task's status message (data as
-JSON), so a test reads exactly what reached the agent. ``tasks/cancel`` cancels.
+JSON), so the caller reads exactly what reached the agent. ``tasks/cancel`` cancels.
+tests/test_frameworks_a2a.py runs it.
 """
 
 from __future__ import annotations
