@@ -15,7 +15,7 @@ import contextlib
 import json
 import logging
 import sys
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from ..models import (
     Source,
     new_id,
 )
-from ..redis_broker import RedisBroker
+from ..redis_broker import RedisBroker, answer_or_refusal
 from ..responders._serve import approvals_line
 from ._exits import (
     EXIT_ACCEPTED,
@@ -221,7 +221,7 @@ async def _ask(
                 flush=True,
             )
             waiting = broker.wait_for(request, timeout_s=timeout_s, allow=allow or None)
-            outcome = await _unless_refused(broker, request.id, waiting)
+            outcome = await answer_or_refusal(broker, request.id, waiting)
     except BrokerUnavailable as exc:
         return failed("toolnexus ask", exc, url)
     if isinstance(outcome, Refused):
@@ -245,37 +245,6 @@ def _said(request: Request, answer: Answer, as_json: bool) -> int:
         by = f" by {answer.answered_by}" if answer.answered_by else ""
         print(f"toolnexus ask: {request.id} {answer.reason}{by}", file=sys.stderr)
     return exit_status(answer)
-
-
-REFUSAL_GRACE_S = 2.0
-"""After a responder refused its request, how long ``ask`` still waits for an answer that
-was on its way (another group's) before it ends."""
-
-
-async def _unless_refused(
-    broker: Broker, request_id: str, waiting: Coroutine[Any, Any, Answer]
-) -> Answer | Refused:
-    """The answer ``waiting`` gives, or the final refusal (see :meth:`RedisBroker.refusal`:
-    every live group refused the request) if no answer comes within
-    :data:`REFUSAL_GRACE_S` after it: the wait is then cancelled, which withdraws the
-    request (a durable one stays open)."""
-    wait = asyncio.ensure_future(waiting)
-    if not isinstance(broker, RedisBroker):  # the embedded broker refuses nothing
-        return await wait
-    refused = broker.refusal(request_id)
-    try:
-        either: list[asyncio.Future[Any]] = [wait, refused]
-        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        if not wait.done():
-            with contextlib.suppress(TimeoutError):
-                return await asyncio.wait_for(asyncio.shield(wait), REFUSAL_GRACE_S)
-            return refused.result()
-        return wait.result()
-    finally:
-        if not wait.done():
-            wait.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await wait
 
 
 def the_answer(

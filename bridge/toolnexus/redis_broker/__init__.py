@@ -23,7 +23,7 @@ slot: the first wins, the rest are told why they lost.
 
 from typing import Any
 
-from ._broker import RedisBroker
+from ._broker import REFUSAL_GRACE_S, RedisBroker, answer_or_refusal
 from ._events import RedisEvents
 from ._inspect import (
     ConsumerStatus,
@@ -38,6 +38,7 @@ from ._responder import RedisPending, RedisResponder
 from ._store import RedisStore
 
 __all__ = [
+    "REFUSAL_GRACE_S",
     "ConsumerStatus",
     "DeadLetter",
     "EscalationStatus",
@@ -50,6 +51,7 @@ __all__ = [
     "RedisResponder",
     "RedisStore",
     "Status",
+    "answer_or_refusal",
 ]
 
 

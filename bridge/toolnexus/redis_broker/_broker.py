@@ -7,6 +7,7 @@ package's docstring tells the architecture.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import weakref
@@ -32,7 +33,15 @@ from ._responder import RedisPending, RedisResponder
 from ._store import RedisStore
 from ._waiter import Waiter
 
-__all__ = ["RedisBroker", "RedisEvents", "RedisPending", "RedisResponder", "RedisStore"]
+__all__ = [
+    "REFUSAL_GRACE_S",
+    "RedisBroker",
+    "RedisEvents",
+    "RedisPending",
+    "RedisResponder",
+    "RedisStore",
+    "answer_or_refusal",
+]
 
 log = logging.getLogger("toolnexus.redis")
 
@@ -248,3 +257,40 @@ class RedisBroker(Broker):
             "unreadable_answers": self.waiter.unreadable,
             "refused_answers": self.waiter.refused,
         }
+
+
+REFUSAL_GRACE_S = 2.0
+"""After responders refused a request for good (:meth:`RedisBroker.refusal`), how long
+:func:`answer_or_refusal` still waits for an answer that was on its way before it ends the
+wait."""
+
+
+async def answer_or_refusal(
+    broker: Broker,
+    request_id: str,
+    waiting: Coroutine[Any, Any, Answer],
+    *,
+    grace_s: float = REFUSAL_GRACE_S,
+) -> Answer | Refused:
+    """The answer ``waiting`` (a wait for request ``request_id``) gives, or the final
+    refusal of the request (:meth:`RedisBroker.refusal`: every live group refused it) if
+    no answer comes within ``grace_s`` after it: the wait is then cancelled, which withdraws
+    the request (a durable one stays open). The one rule of ``toolnexus ask`` and the wait
+    gateway; on a broker other than Redis (which refuses nothing) it is ``await waiting``."""
+    wait = asyncio.ensure_future(waiting)
+    if not isinstance(broker, RedisBroker):
+        return await wait
+    refused = broker.refusal(request_id)
+    try:
+        either: list[asyncio.Future[Any]] = [wait, refused]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not wait.done():
+            with contextlib.suppress(TimeoutError):
+                return await asyncio.wait_for(asyncio.shield(wait), grace_s)
+            return refused.result()
+        return wait.result()
+    finally:
+        if not wait.done():
+            wait.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await wait

@@ -17,7 +17,7 @@ A responder that refuses the request itself (it dead-lettered it: a missing or b
 signature, a key it does not trust, bytes it cannot read) ends the wait at once, as
 ``toolnexus ask`` does (the refusals that count, and the grace an answer on its way still
 gets, are :meth:`RedisBroker.refusal <toolnexus.redis_broker.RedisBroker.refusal>`'s and
-:data:`REFUSAL_GRACE_S`): the request is withdrawn and its answer is ``{"id", "ok": false,
+:data:`~toolnexus.redis_broker.REFUSAL_GRACE_S`): the request is withdrawn and its answer is ``{"id", "ok": false,
 "reason": "cancelled", "bridge": {"reason": "withdrawn", "refused": REASON, "responder":
 NAME}}`` (:func:`refused_answer`).
 
@@ -32,7 +32,6 @@ withdrawn.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -52,7 +51,7 @@ from toolnexus.codec import answer_to_dict, answer_to_json, request_from_json, r
 from toolnexus.errors import BrokerClosed, BrokerUnavailable, InvalidRequest, Refused
 from toolnexus.keys import check_request_id
 from toolnexus.models import UNAVAILABLE, WITHDRAWN
-from toolnexus.redis_broker import RedisBroker
+from toolnexus.redis_broker import answer_or_refusal
 
 from ..bodies import BadBody, json_object, read_body
 from .tokens import Tokens
@@ -64,10 +63,6 @@ OPENAPI = Path(__file__).with_name("openapi.json")
 
 KEEPALIVE = b" "
 """What a long poll sends while it waits: whitespace, which a JSON reader skips."""
-
-REFUSAL_GRACE_S = 2.0
-"""After a responder refused a request, how long the gateway still waits for an answer
-that was on its way (another group's) before it ends the wait (as ``toolnexus ask``)."""
 
 Outcome = Answer | Refused
 """How a wait ends: its answer, or a responder's refusal of the request."""
@@ -298,29 +293,12 @@ class Gateway:
 async def unless_refused(
     broker: Broker, request_id: str, waiting: Coroutine[Any, Any, Answer]
 ) -> Outcome:
-    """The answer ``waiting`` gives, or a responder's refusal of the request (see
-    :meth:`RedisBroker.refusal <toolnexus.redis_broker.RedisBroker.refusal>`) if no answer
-    comes within :data:`REFUSAL_GRACE_S` after it: the wait is then cancelled, which
-    withdraws the request."""
-    wait = asyncio.ensure_future(waiting)
-    if not isinstance(broker, RedisBroker):  # the embedded broker refuses nothing
-        return await wait
-    refused = broker.refusal(request_id)
-    try:
-        either: list[asyncio.Future[Any]] = [wait, refused]
-        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        if not wait.done():
-            with contextlib.suppress(TimeoutError):
-                return await asyncio.wait_for(asyncio.shield(wait), REFUSAL_GRACE_S)
-            refusal = refused.result()
-            log.warning("%s: the request is withdrawn", refusal)
-            return refusal
-        return wait.result()
-    finally:
-        if not wait.done():
-            wait.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await wait
+    """The answer ``waiting`` gives, or the final refusal of the request, by the rule
+    ``toolnexus ask`` follows (:func:`~toolnexus.redis_broker.answer_or_refusal`), logged."""
+    outcome = await answer_or_refusal(broker, request_id, waiting)
+    if isinstance(outcome, Refused):
+        log.warning("%s: the request is withdrawn", outcome)
+    return outcome
 
 
 def refused_answer(refusal: Refused) -> dict[str, Any]:
