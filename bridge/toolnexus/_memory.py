@@ -65,6 +65,7 @@ from .models import (
     Request,
     ended_event,
 )
+from .protocol import check_write_protocol
 from .security._audit import AuditRecord, audit_record
 from .security._signatures import REQUIRE_ENV, SIGNING_OPTIONS, signatures_required
 from .security._signing import allowed
@@ -97,9 +98,10 @@ AUDIT_RECORDS = 10_000
 """Audit records the embedded broker keeps (the newest)."""
 
 
-MEMORY_OPTIONS = ("default_timeout_s", "namespace", "queue", "retention_s")
-"""The options of the embedded broker. ``namespace`` and ``queue`` are accepted so that
-the same options reach either broker: one embedded broker is one namespace and one queue."""
+MEMORY_OPTIONS = ("default_timeout_s", "namespace", "queue", "retention_s", "write_protocol")
+"""The options of the embedded broker. ``namespace``, ``queue`` and ``write_protocol`` are
+accepted (the last one checked) so that the same options reach either broker: one embedded
+broker is one namespace and one queue, and nothing in it is read by another process."""
 
 
 class MemoryBroker(Broker):
@@ -126,8 +128,11 @@ class MemoryBroker(Broker):
         retention_s: float | None = None,
         namespace: str | None = None,
         queue: str | None = None,
+        write_protocol: int | None = None,
         **options: Any,
     ) -> None:
+        if write_protocol is not None:
+            check_write_protocol(write_protocol)
         signing = [name for name in SIGNING_OPTIONS if options.pop(name, None) not in (None, False)]
         if signing or signatures_required():
             asked = ", ".join(signing) or f"{REQUIRE_ENV}=1"

@@ -24,6 +24,7 @@ from typing import Any
 from ._numeric import MAX_COUNT, MAX_SECONDS, check_number
 from .errors import ConfigurationError
 from .keys import agent_problem
+from .protocol import check_write_protocol, default_write_protocol
 from .security._signatures import SIGNING_OPTIONS
 
 __all__ = [
@@ -167,6 +168,13 @@ class RedisSettings:
     """With ``durability="wait"``: replicas each write waits for."""
     wait_timeout_ms: int = 100
     """With ``durability="wait"``: how long each write waits for them."""
+    write_protocol: int = field(default_factory=default_write_protocol)
+    """The protocol this process writes on its own initiative (its requests, their states
+    and routes, its heartbeats, liveness marks and dead letters): 2, the current one, or 1,
+    the previous release's, until every process that reads them has been upgraded (see
+    :mod:`toolnexus.protocol`). What it writes about a request (an answer, a refusal, an
+    event) is in that request's protocol whatever this says. Default:
+    ``TOOLNEXUS_WRITE_PROTOCOL``, else 2."""
     redis_public_api: bool | None = None
     """Use only redis-py's documented API, none of the internals that make a round trip
     cheaper (see :mod:`toolnexus.redis_broker._redispy`); ``None``:
@@ -185,12 +193,13 @@ class RedisSettings:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            if f.type in ("int", "float"):  # milliseconds or counts; seconds
+            if f.type in ("int", "float") and f.name != "write_protocol":  # ms or counts; s
                 integer = f.type == "int"
                 maximum = MAX_COUNT if integer else MAX_SECONDS
                 check_number(
                     f"option {f.name}", getattr(self, f.name), integer=integer, maximum=maximum
                 )
+        object.__setattr__(self, "write_protocol", check_write_protocol(self.write_protocol))
         if self.agent is not None:
             problem = agent_problem(self.agent) if isinstance(self.agent, str) else "must be text"
             if problem is not None:

@@ -379,9 +379,9 @@ if KEYS[3] then
   local route = redis.pcall('GET', KEYS[3])
   local ttl = redis.call('PTTL', KEYS[3])
   if type(route) == 'string' and ttl > 0 then
-    local waiter = route_waiter(route)
-    if route == route_of(waiter, ARGV[3]) then
-      redis.call('SET', KEYS[3], route_of(waiter, added), 'PX', ttl)
+    local waiter, protocol = route_waiter(route), route_protocol(route)
+    if route == route_of(waiter, ARGV[3], protocol) then
+      redis.call('SET', KEYS[3], route_of(waiter, added, protocol), 'PX', ttl)
     end
   end
 end

@@ -13,6 +13,7 @@ from .._numeric import check_number
 from ..errors import DecodeError
 from ..keys import WORKERS_PATTERN, queue_of_workers
 from ..models import Heartbeat
+from ..protocol import READS, version
 from ._connections import username_of
 from ._core import Core, boundary, text
 
@@ -37,8 +38,9 @@ async def heartbeat(
     info: Mapping[str, str | int | float] | None,
 ) -> None:
     """:meth:`RedisBroker.heartbeat`: one hash per queue (:meth:`Keys.heartbeats`), field
-    ``group/consumer``, value an encoded :class:`Heartbeat`. The key's TTL is kept at the
-    longest heartbeat's, so a fleet that died leaves nothing behind."""
+    ``group/consumer``, value an encoded :class:`Heartbeat` (with this toolnexus's version,
+    the protocols it reads and the one it writes, in that one). The key's TTL is kept at
+    the longest heartbeat's, so a fleet that died leaves nothing behind."""
     check_number("ttl_s", ttl_s, minimum=None)
     key, field = core.keys.heartbeats(), f"{group}/{consumer}"
     with boundary(f"recording the heartbeat of {field}"):
@@ -46,7 +48,16 @@ async def heartbeat(
             await core.bounded(core.redis.hdel(key, field))
             return
         now = time.time()
-        beat = Heartbeat(group, consumer, now, now + ttl_s, dict(info or {}))
+        beat = Heartbeat(
+            group,
+            consumer,
+            now,
+            now + ttl_s,
+            dict(info or {}),
+            version=version(),
+            reads=list(READS),
+            writes=core.protocol,
+        )
         ttl_ms = max(1, int(ttl_s * 1000))
         async with core.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, field, core.codec.encode(beat))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..lifecycle import Status
 from ..models import EXPIRED, WITHDRAWN, Answer, Request
+from ..protocol import PROTOCOL
 from ..security._audit import AuditRecord, Refusal, audit_record
 from ._core import Core
 from ._durable import ReplyStream
@@ -45,6 +46,7 @@ class Wait:
     reached: list[tuple[str, str | None]] | None = None  # attached: the hop record (hints)
     recorded: bool = False  # its end has its audit record (see Waiter._ended)
     republished: bool = False  # published again after its entry was replaced
+    protocol: int = PROTOCOL  # the protocol its request was published in (see protocol.py)
 
 
 def expire(wait: Wait) -> None:
@@ -82,7 +84,7 @@ def audit_of(
         refused=wait.refusals,
         votes=wait.votes,
         escalated=wait.escalation.taken if wait.escalation is not None else None,
-        codec=core.codec,
+        codec=core.codec.writing(wait.protocol),
         encoded_request=wait.payload,
         digest=signed.digest if signed is not None else None,
     )
