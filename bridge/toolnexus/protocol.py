@@ -54,7 +54,7 @@ def check_write_protocol(value: object, *, what: str = "write_protocol") -> int:
     number: object = value
     if isinstance(value, str) and value.strip().isdigit():
         number = int(value.strip())
-    if isinstance(number, bool) or number not in READS:
+    if not isinstance(number, int) or isinstance(number, bool) or number not in READS:
         allowed = " or ".join(str(p) for p in READS)
         raise ConfigurationError(
             f"{what}={value!r} is not a protocol this toolnexus writes: give {allowed} "

@@ -24,7 +24,7 @@ from typing import Any
 from ._numeric import MAX_COUNT, MAX_SECONDS, check_number
 from .errors import ConfigurationError
 from .keys import agent_problem
-from .protocol import check_write_protocol, default_write_protocol
+from .protocol import WRITE_PROTOCOL_VARIABLE, check_write_protocol, default_write_protocol
 from .security._signatures import SIGNING_OPTIONS
 
 __all__ = [
@@ -296,7 +296,8 @@ def connection_parser(
 ) -> argparse.ArgumentParser:
     """The parent parser of every command and worker that talks to a broker (use it as
     ``ArgumentParser(parents=[connection_parser()])``): ``--url``, ``--namespace``, with
-    ``queue`` (its help text) ``--queue`` (else ``queue_default``), with ``keys`` the
+    ``queue`` (its help text) ``--queue`` (else ``queue_default``), ``--write-protocol``
+    (see :mod:`toolnexus.protocol`), with ``keys`` the
     signature flags ``--signing-key``, ``--trusted-keys`` and ``--require-signatures``.
     Each falls back to its ``TOOLNEXUS_*`` variable (the signature flags:
     :func:`~toolnexus.connect` reads those itself), ``--url`` then to
@@ -322,6 +323,15 @@ def connection_parser(
             default=os.environ.get("TOOLNEXUS_QUEUE") or queue_default,
             help=f"{queue} (default: $TOOLNEXUS_QUEUE, else {queue_default})",
         )
+    group.add_argument(
+        "--write-protocol",
+        type=_write_protocol_flag,
+        default=None,
+        metavar="{1,2}",
+        help=f"the protocol this process writes: 2, the current one, or 1, the previous "
+        f"release's, until every reader is upgraded (default: ${WRITE_PROTOCOL_VARIABLE}, "
+        "else 2)",
+    )
     if keys:
         group.add_argument(
             "--signing-key",
@@ -345,10 +355,20 @@ def connection_parser(
     return parser
 
 
+def _write_protocol_flag(value: str) -> int:
+    """``--write-protocol``'s value, checked (argparse shows the error, no traceback)."""
+    try:
+        return check_write_protocol(value, what="--write-protocol")
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def connection_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options of :func:`~toolnexus.connect` that :func:`connection_parser`'s flags
     ask for (a signature flag not given is left to ``connect()``'s environment)."""
     options: dict[str, Any] = {"namespace": args.namespace}
+    if getattr(args, "write_protocol", None) is not None:
+        options["write_protocol"] = args.write_protocol
     if isinstance(getattr(args, "queue", None), str):
         options["queue"] = args.queue
     for name in SIGNING_OPTIONS:

@@ -102,10 +102,12 @@ async def read_status(url: str, namespace: str, queues: Sequence[str]) -> Status
         BrokerUnavailable: Redis cannot be reached.
     """
     async with redis_brokers(url, namespace, list(queues) or ["default"]) as brokers:
-        alive = await state.waiters_alive(brokers[0].core)
+        alive, versions = await state.waiters_alive(brokers[0].core)
         now = time.time()
         queue_states = [await broker.inspect() for broker in brokers[: len(queues)]]
-    return Status(namespace=namespace, at=now, waiters_alive=alive, queues=queue_states)
+    return Status(
+        namespace=namespace, at=now, waiters_alive=alive, queues=queue_states, waiters=versions
+    )
 
 
 def duration_text(seconds: float | None) -> str:
@@ -139,6 +141,10 @@ def status_text(status: Status) -> str:
     """``status`` as the lines ``toolnexus status`` prints."""
     at = utc_text(status.at, "%Y-%m-%d %H:%M:%S UTC")
     lines = [f"namespace {status.namespace} · {status.waiters_alive} waiters alive · {at}"]
+    if status.waiters:  # (on the first line: the queues' lines keep their places)
+        lines[0] += " · " + ", ".join(
+            f"{w.alive} {w.version} writing protocol {w.writes}" for w in status.waiters
+        )
     if not status.queues:
         lines.append("no queues (nothing has been published in this namespace)")
     for queue in status.queues:
@@ -171,19 +177,27 @@ def status_text(status: Status) -> str:
                     if c.alive
                     else "no heartbeat (gone?)"
                 )
+                protocols = (
+                    f", {c.version} reads {','.join(map(str, c.reads))} writes {c.writes}"
+                    if c.reads is not None
+                    else ""
+                )
                 lines.append(
                     f"    {c.consumer}: holds {c.unacknowledged}, "
-                    f"idle {duration_text(c.idle_s)}, {beat}"
+                    f"idle {duration_text(c.idle_s)}, {beat}{protocols}"
                 )
+    lines += [f"cannot talk: {problem}" for problem in status.mismatches()]
     return "\n".join(lines)
 
 
 async def check(
     url: str, namespace: str, queue: str, workers: Sequence[str], *, here: bool = False
 ) -> tuple[bool, str]:
-    """Whether Redis is reachable and the ``workers`` (``GROUP`` or ``GROUP/CONSUMER``; all
-    when empty, then at least one) have fresh heartbeats, with the line that says so.
-    ``here``: only workers whose heartbeat names this host (a container's probe).
+    """Whether Redis is reachable, the ``workers`` (``GROUP`` or ``GROUP/CONSUMER``; all
+    when empty, then at least one) have fresh heartbeats, and every live worker and waiting
+    process can talk to each other (:func:`~toolnexus.redis_broker._inspect.mismatches`:
+    one writes a protocol another does not read), with the line(s) that say so. ``here``:
+    only workers whose heartbeat names this host (a container's probe).
 
     Raises:
         ConfigurationError: ``url`` is not a Redis URL.
@@ -191,8 +205,14 @@ async def check(
     try:
         async with redis_brokers(url, namespace, [queue]) as (broker,):
             beats = await broker.heartbeats()
+            _, waiters = await state.waiters_alive(broker.core)
     except BrokerUnavailable as exc:
         return False, f"Redis is not reachable: {one_line(exc, url)}"
+    problems = state.mismatches(
+        [state.Responding(f"{b.group}/{b.consumer}", *b.protocols()) for b in beats], waiters
+    )
+    if problems:
+        return False, "processes that cannot talk to each other:\n" + "\n".join(problems)
     host = socket.gethostname()
     if here:
         beats = [b for b in beats if b.info.get("host") == host]

@@ -75,7 +75,6 @@ REPLY_ID, REPLY_ANSWER, REPLY_CONTESTED = "id", "a", "c"
 an answer contested with the one its state holds."""
 
 
-
 @dataclass(frozen=True)
 class RefusalFields:
     """The fields of a reply-stream entry that is a responder's refusal of the request
@@ -141,6 +140,7 @@ def protocol_fields(protocol: int) -> list[str]:
     """The field that says ``protocol`` in a state, a reply entry or a dead letter: none
     in protocol 1, ``['p', '2']`` in protocol 2."""
     return [] if protocol == PREVIOUS_PROTOCOL else [PROTOCOL_FIELD, str(protocol)]
+
 
 ENTRY_REQUEST: Final = "r"
 """The one field of a request-stream entry (and of an audit-stream entry): the encoded
