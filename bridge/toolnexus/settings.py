@@ -109,8 +109,9 @@ class RedisSettings:
 
     ``connect(url, settings=RedisSettings(...))``; the same names are accepted as keyword
     arguments of :func:`~toolnexus.connect` (``connect(url, lease_ms=60_000)``). The
-    embedded ``memory://`` broker honours ``namespace``, ``queue``, ``default_timeout_s``
-    and ``retention_s``, and refuses any other field set to other than its default.
+    embedded ``memory://`` broker honours ``namespace``, ``queue``, ``default_timeout_s``,
+    ``retention_s`` and ``write_protocol`` (checked), and refuses any other field set to
+    other than its default.
 
     Raises:
         ConfigurationError: a value out of range or of the wrong type, naming the field.
