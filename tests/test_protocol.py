@@ -21,6 +21,7 @@ from helpers import eventually
 from toolnexus import Answer, Request, new_id
 from toolnexus.codec import JSON, MSGPACK
 from toolnexus.errors import ConfigurationError, Refused
+from toolnexus.frameworks import Ledger, tool_call_digest
 from toolnexus.models import AnsweredEvent, Heartbeat, Quorum
 from toolnexus.protocol import PROTOCOL, READS, version
 from toolnexus.redis_broker import RedisBroker
@@ -474,3 +475,31 @@ async def test_status_shows_versions_and_protocols_and_check_names_who_cannot_ta
         assert "upgrade the responder first, or set write_protocol=1 on those agents" in err
         waiting.cancel()
         await asyncio.gather(waiting, return_exceptions=True)
+
+
+# -- records an agent keeps in its stores -------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", READS)
+async def test_a_ledgers_records_carry_their_protocol_and_a_newer_one_counts_as_none(
+    protocol: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tool-call ledger written in protocol 1 is what the previous release wrote (no
+    number); in protocol 2 its entries and claims carry it. Either is read; an entry of a
+    newer protocol counts as none, and says so."""
+    async with toolnexus.connect("memory://", write_protocol=protocol) as broker:
+        ledger = Ledger.of(broker)
+        assert ledger.protocol == protocol
+        approved = tool_call_digest("refund", {"amount": 42})
+        await ledger.store.set("r-1", json.dumps({"approved": approved}), ttl_s=60)
+        digest = await ledger.executing("r-1", "refund", {"amount": 42})
+        claim = json.loads(await ledger.store.get("r-1:executed") or b"")
+        assert claim.get("protocol") == (2 if protocol == 2 else None)
+        assert await ledger.get("r-1") == {"approved": approved, "executed": digest}
+        for number in ("1", "2"):
+            entry = {"approved": "x", "protocol": number}
+            await ledger.store.set(f"e-{number}", json.dumps(entry), ttl_s=60)
+            assert await ledger.get(f"e-{number}") == {"approved": "x"}
+        await ledger.store.set("e-3", json.dumps({"approved": "x", "protocol": "3"}), ttl_s=60)
+        assert await ledger.get("e-3") == {}
+        assert NEWER in caplog.text

@@ -65,7 +65,7 @@ from .models import (
     Request,
     ended_event,
 )
-from .protocol import check_write_protocol
+from .protocol import check_write_protocol, default_write_protocol
 from .security._audit import AuditRecord, audit_record
 from .security._signatures import REQUIRE_ENV, SIGNING_OPTIONS, signatures_required
 from .security._signing import allowed
@@ -131,8 +131,11 @@ class MemoryBroker(Broker):
         write_protocol: int | None = None,
         **options: Any,
     ) -> None:
-        if write_protocol is not None:
-            check_write_protocol(write_protocol)
+        self._write_protocol = (
+            default_write_protocol()
+            if write_protocol is None
+            else check_write_protocol(write_protocol)
+        )
         signing = [name for name in SIGNING_OPTIONS if options.pop(name, None) not in (None, False)]
         if signing or signatures_required():
             asked = ", ".join(signing) or f"{REQUIRE_ENV}=1"
@@ -158,6 +161,8 @@ class MemoryBroker(Broker):
             default_timeout_s = default_timeout_s or settings.default_timeout_s
             retention_s = retention_s or settings.retention_s
             namespace, queue = namespace or settings.namespace, queue or settings.queue
+            if write_protocol is None:
+                self._write_protocol = settings.write_protocol
             for name in MEMORY_OPTIONS:
                 options.pop(name, None)
         if options:
@@ -186,6 +191,10 @@ class MemoryBroker(Broker):
         self._warned_at = -LOOK_EVERY_S
         self.namespace, self.queue = namespace or "toolnexus", queue or "default"
         self._stores: dict[str, MemoryStore] = {}
+
+    @property
+    def write_protocol(self) -> int:
+        return self._write_protocol
 
     # -- waiter side --------------------------------------------------------------
 

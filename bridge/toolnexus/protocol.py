@@ -25,6 +25,8 @@ import importlib.metadata
 import os
 from typing import Final
 
+import msgspec
+
 from .errors import ConfigurationError, DecodeError
 
 PROTOCOL: Final = 2
@@ -93,6 +95,23 @@ def check_read(protocol: object, what: str) -> int:
     raise DecodeError(f"{what}: {protocol!r} is not a protocol number")
 
 
+def stamp(protocol: int) -> int | msgspec.UnsetType:
+    """The number a record of a store written in ``protocol`` carries in its field
+    ``protocol``: none in protocol 1 (``msgspec.UNSET``: the field is left out, as the
+    previous release wrote the record), else the number."""
+    return msgspec.UNSET if protocol == PREVIOUS_PROTOCOL else protocol
+
+
+def stamped(value: int | msgspec.UnsetType, what: str) -> int:
+    """The protocol of ``what``, a record of a store whose field ``protocol`` holds
+    ``value`` (absent: 1).
+
+    Raises:
+        DecodeError: a protocol newer than this toolnexus reads, or not a number.
+    """
+    return check_read(PREVIOUS_PROTOCOL if value is msgspec.UNSET else value, what)
+
+
 def newer(protocol: int, what: str) -> str:
     """The message for ``what``, written in ``protocol``, newer than this toolnexus reads."""
     reads = ", ".join(str(p) for p in READS)
@@ -121,5 +140,7 @@ __all__ = [
     "check_write_protocol",
     "default_write_protocol",
     "newer",
+    "stamp",
+    "stamped",
     "version",
 ]
