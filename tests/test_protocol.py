@@ -503,3 +503,19 @@ async def test_a_ledgers_records_carry_their_protocol_and_a_newer_one_counts_as_
         await ledger.store.set("e-3", json.dumps({"approved": "x", "protocol": "3"}), ttl_s=60)
         assert await ledger.get("e-3") == {}
         assert NEWER in caplog.text
+
+
+async def test_a_heartbeat_of_a_newer_protocol_is_left_for_newer_readers(
+    redis_url: str, namespace: str
+) -> None:
+    """Reading heartbeats deletes stale and unreadable ones, not one of a newer protocol
+    (the previous release deleted those: a newer worker's heartbeat must outlive this
+    release's readers)."""
+    async with toolnexus.connect(redis_url, namespace=namespace, **FAST) as broker:
+        assert isinstance(broker, RedisBroker)
+        key = broker.keys.heartbeats()
+        newer = msgspec.msgpack.encode([3, Heartbeat("next", "c1", 1.0, 4e9, {})])
+        await broker.redis.hset(key, mapping={"next/c1": newer, "junk/c2": b"\x92\x01junk"})
+        await broker.heartbeat("auto", "c1", ttl_s=60)
+        assert [f"{b.group}/{b.consumer}" for b in await broker.heartbeats()] == ["auto/c1"]
+        assert sorted(await broker.redis.hkeys(key)) == [b"auto/c1", b"next/c1"]

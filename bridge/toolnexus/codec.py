@@ -202,18 +202,30 @@ class Codec:
             raise DecodeError(f"expected an event message, got {type(message).__name__.lower()!r}")
         return message
 
-    def _explain(self, data: bytes | bytearray | memoryview, exc: msgspec.DecodeError) -> str:
+    def newer(self, data: bytes | bytearray | memoryview | str) -> bool:
+        """Whether ``data`` looks like a message of a protocol newer than this toolnexus
+        reads (a two-element array whose first is a larger number): a newer process can
+        read it, so a reader that cannot leaves it be rather than remove it."""
+        if isinstance(data, str):
+            data = data.encode()
         try:
             raw = self._raw.decode(data)
         except msgspec.DecodeError:
-            return f"not a {self.format} message: {exc}"
-        if (
+            return False
+        return (
             isinstance(raw, list)
             and len(raw) == 2
             and isinstance(raw[0], int)
             and not isinstance(raw[0], bool)
             and raw[0] > PROTOCOL
-        ):
+        )
+
+    def _explain(self, data: bytes | bytearray | memoryview, exc: msgspec.DecodeError) -> str:
+        try:
+            raw = self._raw.decode(data)
+        except msgspec.DecodeError:
+            return f"not a {self.format} message: {exc}"
+        if self.newer(data):
             return newer(raw[0], "message")
         return f"not a toolnexus message: {exc}"
 

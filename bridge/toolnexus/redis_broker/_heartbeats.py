@@ -83,7 +83,8 @@ def _sorted_out(
     core: Core, fields: dict[bytes | str, bytes | str]
 ) -> tuple[list[Heartbeat], list[bytes | str]]:
     """The live heartbeats of a heartbeats hash's ``fields``, and the fields stale or
-    unreadable (nobody can read those either)."""
+    unreadable (nobody can read those either; a heartbeat of a newer protocol is neither:
+    newer processes read it, so it is left be)."""
     now = time.time()
     live: list[Heartbeat] = []
     stale: list[bytes | str] = []
@@ -91,7 +92,8 @@ def _sorted_out(
         try:
             beat = core.codec.decode_as(raw, Heartbeat)
         except DecodeError:
-            stale.append(field)
+            if not core.codec.newer(raw):
+                stale.append(field)
             continue
         if beat.expires_at > now:
             live.append(beat)
