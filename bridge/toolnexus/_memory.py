@@ -454,8 +454,7 @@ class MemoryBroker(Broker):
         if ttl_s <= 0:
             self._heartbeats.pop((group, consumer), None)
             return
-        now = time.time()
-        beat = Heartbeat(group, consumer, at=now, expires_at=now + ttl_s, info=dict(info or {}))
+        beat = Heartbeat.fresh(group, consumer, ttl_s, info, writes=self._write_protocol)
         MSGPACK.encode(beat)  # what the Redis broker cannot store is refused here too
         self._heartbeats[group, consumer] = beat
 

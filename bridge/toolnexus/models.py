@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 import msgspec
@@ -17,7 +17,7 @@ import msgspec
 from ._numeric import check_number
 from .errors import InvalidRequest
 from .lifecycle import EventType, Reason, Status
-from .protocol import PREVIOUS_PROTOCOL, PREVIOUS_RELEASE
+from .protocol import PREVIOUS_PROTOCOL, PREVIOUS_RELEASE, READS, version
 
 # Reasons an Answer with ok=False carries (see :class:`toolnexus.lifecycle.Reason`).
 DECLINED: Final = Reason.DECLINED
@@ -297,6 +297,30 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", tag_field="type", omit_defaults
     version: str | None = None
     reads: list[int] | None = None
     writes: int | None = None
+
+    @classmethod
+    def fresh(
+        cls,
+        group: str,
+        consumer: str,
+        ttl_s: float,
+        info: Mapping[str, str | int | float] | None,
+        *,
+        writes: int,
+    ) -> Heartbeat:
+        """The heartbeat this process gives now for ``ttl_s`` seconds: with this
+        toolnexus's version, the protocols it reads and ``writes``, the one it writes."""
+        now = time.time()
+        return cls(
+            group,
+            consumer,
+            now,
+            now + ttl_s,
+            dict(info or {}),
+            version=version(),
+            reads=list(READS),
+            writes=writes,
+        )
 
     def protocols(self) -> tuple[str, list[int], int]:
         """The worker's version, the protocols it reads and the one it writes, as its

@@ -13,7 +13,6 @@ from .._numeric import check_number
 from ..errors import DecodeError
 from ..keys import WORKERS_PATTERN, queue_of_workers
 from ..models import Heartbeat
-from ..protocol import READS, version
 from ._connections import username_of
 from ._core import Core, boundary, text
 
@@ -47,17 +46,7 @@ async def heartbeat(
         if ttl_s <= 0:
             await core.bounded(core.redis.hdel(key, field))
             return
-        now = time.time()
-        beat = Heartbeat(
-            group,
-            consumer,
-            now,
-            now + ttl_s,
-            dict(info or {}),
-            version=version(),
-            reads=list(READS),
-            writes=core.protocol,
-        )
+        beat = Heartbeat.fresh(group, consumer, ttl_s, info, writes=core.protocol)
         ttl_ms = max(1, int(ttl_s * 1000))
         async with core.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, field, core.codec.encode(beat))
