@@ -52,7 +52,14 @@ from typing import Final
 from ..errors import DecodeError
 from ..keys import WAITER_ID
 from ..lifecycle import Status
-from ..protocol import PREVIOUS_PROTOCOL, PREVIOUS_RELEASE, PROTOCOL, READS, newer, version
+from ..protocol import (
+    PREVIOUS_PROTOCOL,
+    PREVIOUS_RELEASE,
+    PROTOCOL,
+    READS,
+    check_read,
+    version,
+)
 
 STATUS: Final = "s"
 ANSWER: Final = "a"
@@ -127,13 +134,9 @@ def entry_protocol(fields: dict[bytes, bytes], what: str) -> int:
     raw = fields.get(PROTOCOL_B)
     if raw is None:
         return PREVIOUS_PROTOCOL
-    if raw.isdigit():
-        number = int(raw)
-        if number in READS:
-            return number
-        if number > PROTOCOL:
-            raise DecodeError(newer(number, what))
-    raise DecodeError(f"{what}: {raw[:20]!r} is not a protocol number")
+    if not raw.isdigit():
+        raise DecodeError(f"{what}: {raw[:20]!r} is not a protocol number")
+    return check_read(int(raw), what)
 
 
 def protocol_fields(protocol: int) -> list[str]:

@@ -124,8 +124,8 @@ def route_of(payload: bytes, format: str) -> tuple[str, str, int] | None:
     if not isinstance(waiter, str) or not WAITER_ID.fullmatch(waiter):
         return None
     number = decoded[0]
-    protocol = number if number in READS else PROTOCOL
-    return request_id, waiter, protocol
+    readable = isinstance(number, int) and not isinstance(number, bool) and number in READS
+    return request_id, waiter, number if readable else PROTOCOL
 
 
 _Parsed = tuple[str, Request, str | None, int]
