@@ -324,7 +324,8 @@ async def test_a_responder_cannot_expire_a_request_before_its_deadline_by_redis_
             request = Request(id=new_id("adm"), kind="approval", prompt="Deploy?")
             wait = asyncio.create_task(broker.wait_for(request, timeout_s=30))
             pending = await _next(web)
-            assert not await finish(broker.core, pending.request, Status.EXPIRED)
+            expiry = finish(broker.core, pending.request, Status.EXPIRED, None, pending.protocol)
+            assert not await expiry
             state = broker.keys.state(pending.request.reply_to or "", request.id)
             assert await broker.redis.hget(state, "s") == b"open"
             await pending.accept(person="a")

@@ -25,12 +25,14 @@ from toolnexus.cli._ask import reopened
 from toolnexus.cli._main import duration_s
 from toolnexus.keys import Keys
 from toolnexus.models import Hop, Quorum, Source
+from toolnexus.protocol import version
 from toolnexus.redis_broker import (
     ConsumerStatus,
     GroupStatus,
     QueueStatus,
     QuorumStatus,
     RedisBroker,
+    WaiterVersion,
 )
 from toolnexus.redis_broker._layout import parse_route
 
@@ -461,6 +463,9 @@ async def test_status_json_counts_pending_a_dead_consumer_and_dead_letters(
                 "idle_s": None,
                 "heartbeat_age_s": groups["auto"]["consumers"][0]["heartbeat_age_s"],
                 "alive": True,
+                "version": version(),
+                "reads": [1, 2],
+                "writes": 2,
             }
         ],
     }
@@ -589,6 +594,7 @@ def test_the_reference_documents_every_status_field() -> None:
         for name in row.split("|")[1].strip().split(", ")
     }
     expected = {f"{name}" for name in ("namespace", "at", "waiters_alive")}
+    expected |= {f"waiters[].{f.name}" for f in msgspec.structs.fields(WaiterVersion)}
     for prefix, kind in [
         ("queues[].", QueueStatus),
         ("queues[].groups[].", GroupStatus),

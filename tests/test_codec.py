@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolnexus import Answer, Event, Request, Source
-from toolnexus.codec import JSON, MSGPACK, Codec
-from toolnexus.errors import DecodeError
+from toolnexus.codec import JSON, MSGPACK, PROTOCOL, READS, Codec
+from toolnexus.errors import ConfigurationError, DecodeError
 from toolnexus.models import AnsweredEvent
 
 CODECS = [MSGPACK, JSON]
@@ -57,9 +57,28 @@ def test_events_round_trip_with_their_answer(codec: Codec) -> None:
     assert codec.decode_as(codec.encode(event), Event) == event
 
 
-def test_the_version_marker_leads_every_message() -> None:
-    raw = msgspec.json.decode(JSON.encode(Answer(id="a", ok=True)))
-    assert raw[0] == 1 and raw[1]["type"] == "answer"
+def test_the_protocol_number_leads_every_message() -> None:
+    answer = Answer(id="a", ok=True, answered_at=1.0)
+    raw = msgspec.json.decode(JSON.encode(answer))
+    assert raw[0] == PROTOCOL == 2 and raw[1]["type"] == "answer"
+    previous = msgspec.json.decode(JSON.writing(1).encode(answer))
+    assert previous[0] == 1 and previous[1] == raw[1]
+    assert msgspec.json.decode(JSON.encode(answer, 1))[0] == 1
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.format)
+@pytest.mark.parametrize("protocol", READS)
+def test_either_protocol_is_read_and_the_caller_told_which(codec: Codec, protocol: int) -> None:
+    answer = Answer(id="a", ok=True, answered_at=1.0)
+    data = codec.writing(protocol).encode(answer)
+    assert codec.decode_with_protocol(data) == (protocol, answer)
+    assert codec.decode_as_with_protocol(data, Answer) == (protocol, answer)
+    assert codec.writing(protocol).decode(data) == answer
+
+
+def test_a_codec_writes_only_a_protocol_this_toolnexus_writes() -> None:
+    with pytest.raises(ConfigurationError, match=r"write_protocol=3 .* give 1 or 2"):
+        Codec("msgpack", protocol=3)
 
 
 @pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.format)
@@ -105,16 +124,16 @@ def test_fields_from_a_newer_peer_are_ignored_and_missing_ones_defaulted(codec: 
             r"Expected `str`, got `int`",
         ),
         (
-            msgspec.msgpack.encode([2, {"type": "answer", "ok": True}]),
-            "wire version 2 is newer than this toolnexus understands",
+            msgspec.msgpack.encode([3, {"type": "answer", "ok": True}]),
+            r"protocol 3 is newer than this toolnexus reads \(1, 2\): upgrade this process",
         ),
         (
             msgspec.msgpack.encode([0, {"type": "answer", "id": "a", "ok": True}]),
-            "invalid wire version 0",
+            "0 is not a protocol number",
         ),
-        (  # a well-formed message of a newer wire version is refused, not read as ours
-            msgspec.msgpack.encode([99, {"type": "answer", "id": "a", "ok": True}]),
-            "wire version 99 is newer than this toolnexus understands",
+        (  # a well-formed message of a newer protocol is refused, not read as ours
+            msgspec.msgpack.encode([3, {"type": "answer", "id": "a", "ok": True}]),
+            r"message: protocol 3 is newer than this toolnexus reads \(1, 2\): upgrade this",
         ),
     ],
 )

@@ -407,7 +407,7 @@ async def test_a_plain_state_holds_no_request_and_answering_by_id_reads_its_entr
         request = ask(kind="input", data={"schema": schema})
         wait = asyncio.create_task(agent.wait_for(request, timeout_s=30))
         state = await opened(agent, request.id)
-        assert set(await agent.redis.hgetall(state)) == {b"s", b"x"}
+        assert set(await agent.redis.hgetall(state)) == {b"s", b"x", b"p"}  # (p: protocol 2)
         route = parse_route(await agent.redis.get(agent.keys.route(request.id)))
         assert route is not None and route[0] == agent.waiter_id
         assert (await published_request(agent, request.id)).prompt == request.prompt
@@ -443,7 +443,7 @@ async def test_the_waiters_own_withdrawal_stores_the_status_alone_and_adds_no_re
         async with asyncio.timeout(5):
             while await agent.redis.hget(state, "s") != b"withdrawn":
                 await asyncio.sleep(0.01)
-        assert set(await agent.redis.hgetall(state)) == {b"s", b"x"}
+        assert set(await agent.redis.hgetall(state)) == {b"s", b"x", b"p"}  # (p: protocol 2)
         assert await agent.redis.xlen(agent.keys.answers(agent.waiter_id)) == 0
         started = time.monotonic()
         with pytest.raises(AlreadyResolved) as lost:

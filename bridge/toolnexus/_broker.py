@@ -26,6 +26,7 @@ from ._numeric import MAX_COUNT, check_number
 from ._wire10 import Request10
 from .errors import BrokerClosed, ConfigurationError, InvalidRequest, ToolnexusError
 from .models import DECLINED, DISMISSED, Answer, ApprovedEvent, Event, Heartbeat, Request
+from .protocol import PROTOCOL
 from .security._audit import AuditRecord
 from .security._signing import SigningKey
 from .settings import RedisSettings, default_url
@@ -582,6 +583,13 @@ class Broker(_Closing):
         """This process's own signing key, if it has one: it signs its requests, and what it
         keeps for itself in a store (a durable MCP task's record)."""
         return None
+
+    @property
+    def write_protocol(self) -> int:
+        """The protocol this process writes on its own initiative (see
+        :mod:`toolnexus.protocol`), its stores' records among it: the ``write_protocol``
+        setting."""
+        return PROTOCOL
 
     @abc.abstractmethod
     async def aclose(self) -> None:

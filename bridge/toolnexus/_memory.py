@@ -66,6 +66,7 @@ from .models import (
     Request,
     ended_event,
 )
+from .protocol import check_write_protocol, default_write_protocol
 from .security._audit import AuditRecord, audit_record
 from .security._signatures import REQUIRE_ENV, SIGNING_OPTIONS, signatures_required
 from .security._signing import allowed
@@ -98,9 +99,10 @@ AUDIT_RECORDS = 10_000
 """Audit records the embedded broker keeps (the newest)."""
 
 
-MEMORY_OPTIONS = ("default_timeout_s", "namespace", "queue", "retention_s")
-"""The options of the embedded broker. ``namespace`` and ``queue`` are accepted so that
-the same options reach either broker: one embedded broker is one namespace and one queue."""
+MEMORY_OPTIONS = ("default_timeout_s", "namespace", "queue", "retention_s", "write_protocol")
+"""The options of the embedded broker. ``namespace``, ``queue`` and ``write_protocol`` are
+accepted (the last one checked) so that the same options reach either broker: one embedded
+broker is one namespace and one queue, and nothing in it is read by another process."""
 
 
 class MemoryBroker(Broker):
@@ -127,8 +129,14 @@ class MemoryBroker(Broker):
         retention_s: float | None = None,
         namespace: str | None = None,
         queue: str | None = None,
+        write_protocol: int | None = None,
         **options: Any,
     ) -> None:
+        self._write_protocol = (
+            default_write_protocol()
+            if write_protocol is None
+            else check_write_protocol(write_protocol)
+        )
         signing = [name for name in SIGNING_OPTIONS if options.pop(name, None) not in (None, False)]
         if signing or signatures_required():
             asked = ", ".join(signing) or f"{REQUIRE_ENV}=1"
@@ -154,6 +162,8 @@ class MemoryBroker(Broker):
             default_timeout_s = default_timeout_s or settings.default_timeout_s
             retention_s = retention_s or settings.retention_s
             namespace, queue = namespace or settings.namespace, queue or settings.queue
+            if write_protocol is None:
+                self._write_protocol = settings.write_protocol
             for name in MEMORY_OPTIONS:
                 options.pop(name, None)
         if options:
@@ -183,6 +193,10 @@ class MemoryBroker(Broker):
         self._looking: asyncio.TimerHandle | None = None
         self.namespace, self.queue = namespace or "toolnexus", queue or "default"
         self._stores: dict[str, MemoryStore] = {}
+
+    @property
+    def write_protocol(self) -> int:
+        return self._write_protocol
 
     # -- waiter side --------------------------------------------------------------
 
@@ -450,8 +464,7 @@ class MemoryBroker(Broker):
         if ttl_s <= 0:
             self._heartbeats.pop((group, consumer), None)
             return
-        now = time.time()
-        beat = Heartbeat(group, consumer, at=now, expires_at=now + ttl_s, info=dict(info or {}))
+        beat = Heartbeat.fresh(group, consumer, ttl_s, info, writes=self._write_protocol)
         MSGPACK.encode(beat)  # what the Redis broker cannot store is refused here too
         self._heartbeats[group, consumer] = beat
 

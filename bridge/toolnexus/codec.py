@@ -1,9 +1,12 @@
 """The one place that turns messages into bytes and back.
 
-Every message travels as a two-element array ``[WIRE_VERSION, message]`` in
-msgpack (the default) or JSON. Messages are tagged (``"type": "request"``...),
-so one reused decoder reads any of them; fields a newer peer added are ignored
-and fields an older peer omits take their defaults.
+Every message travels as a two-element array ``[protocol, message]`` in msgpack (the
+default) or JSON: the number of the protocol it was written in (see
+:mod:`toolnexus.protocol`; a codec writes its ``protocol``, or the one an ``encode`` call
+names, and reads every protocol of :data:`~toolnexus.protocol.READS`). Messages are
+tagged (``"type": "request"``...), so one reused decoder reads any of them; fields a newer
+peer added are ignored and fields an older peer omits take their defaults. Protocols 1
+and 2 encode a message alike: only the number differs.
 
     >>> from toolnexus.codec import MSGPACK
     >>> MSGPACK.decode(MSGPACK.encode(Answer(id="req-1", ok=True))).ok
@@ -35,8 +38,8 @@ from .errors import (
     ToolnexusError,
 )
 from .models import EVENTS, Answer, Event, Heartbeat, Message, Request
+from .protocol import PROTOCOL, READS, check_read, check_write_protocol, newer
 
-WIRE_VERSION: Final = 1
 MAX_MESSAGE_BYTES: Final = 1024 * 1024  # default size limit of one encoded message
 
 Format = Literal["msgpack", "json"]
@@ -49,22 +52,47 @@ class Codec:
     """Encodes and decodes every message: requests, answers, events and heartbeats.
 
     Decoders are created once per codec and reused. ``max_bytes`` bounds what
-    :meth:`decode` accepts.
+    :meth:`decode` accepts; ``protocol`` is the one it writes unless told otherwise.
+
+    Raises:
+        ConfigurationError: ``protocol`` is not one this toolnexus writes.
     """
 
-    def __init__(self, format: Format = "msgpack", *, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+    def __init__(
+        self,
+        format: Format = "msgpack",
+        *,
+        max_bytes: int = MAX_MESSAGE_BYTES,
+        protocol: int = PROTOCOL,
+    ) -> None:
         self.format: Format = format
         self.max_bytes = max_bytes
+        self.protocol = check_write_protocol(protocol)
         mod: Any = msgspec.msgpack if format == "msgpack" else msgspec.json
         self._encoder = mod.Encoder()
         self._decoder = mod.Decoder(_Envelope)
         self._raw = mod.Decoder()
+        self._writing: dict[int, Codec] = {self.protocol: self}
 
     def __repr__(self) -> str:
-        return f"Codec({self.format!r}, max_bytes={self.max_bytes})"
+        return f"Codec({self.format!r}, max_bytes={self.max_bytes}, protocol={self.protocol})"
 
-    def encode(self, message: Message) -> bytes:
-        """Encode one message, version marker included.
+    def writing(self, protocol: int) -> Codec:
+        """This codec, or one like it that writes ``protocol``.
+
+        Raises:
+            ConfigurationError: ``protocol`` is not one this toolnexus writes.
+        """
+        codec = self._writing.get(protocol)
+        if codec is None:
+            codec = Codec(self.format, max_bytes=self.max_bytes, protocol=protocol)
+            codec._writing = self._writing
+            self._writing[protocol] = codec
+        return codec
+
+    def encode(self, message: Message, protocol: int | None = None) -> bytes:
+        """Encode one message in ``protocol`` (by default this codec's), its number
+        included.
 
         Raises:
             InvalidRequest: a request or event with a field that cannot be encoded (see
@@ -73,19 +101,19 @@ class Codec:
             ConfigurationError: the same for a heartbeat (its ``info``).
         """
         try:
-            data: bytes = self._encoder.encode((WIRE_VERSION, message))
+            data: bytes = self._encoder.encode((protocol or self.protocol, message))
         except ENCODING_ERRORS as exc:
             raise unencodable(message, exc) from exc
         return data
 
-    def encode_request(self, request: Request) -> bytes:
+    def encode_request(self, request: Request, protocol: int | None = None) -> bytes:
         """Encode a request to publish, refusing one over the size limit.
 
         Raises:
             InvalidRequest: a field cannot be encoded, or the encoded request is larger
                 than ``max_bytes``.
         """
-        data = self.encode(request)
+        data = self.encode(request, protocol)
         if len(data) > self.max_bytes:
             raise InvalidRequest(
                 f"request {request.id!r} is {len(data)} bytes encoded, over the limit of "
@@ -94,11 +122,20 @@ class Codec:
         return data
 
     def decode(self, data: bytes | bytearray | memoryview | str) -> Message:
-        """Decode one message.
+        """Decode one message, written in any protocol of :data:`READS`.
 
         Raises:
-            DecodeError: the input is oversized, not this format, or not a message
-                of a known type; the message says which.
+            DecodeError: the input is oversized, not this format, not a message of a known
+                type, or written in a protocol newer than this toolnexus reads; the message
+                says which.
+        """
+        return self.decode_with_protocol(data)[1]
+
+    def decode_with_protocol(self, data: bytes | bytearray | memoryview | str) -> _Envelope:
+        """Decode one message: the protocol it was written in, and the message.
+
+        Raises:
+            DecodeError: as :meth:`decode`.
         """
         if isinstance(data, str):
             data = data.encode()
@@ -110,23 +147,17 @@ class Codec:
             envelope: _Envelope = self._decoder.decode(data)
         except msgspec.DecodeError as exc:
             raise DecodeError(self._explain(data, exc)) from exc
-        version = envelope[0]
-        if version > WIRE_VERSION:
-            raise DecodeError(
-                f"wire version {version} is newer than this toolnexus understands ({WIRE_VERSION})"
-            )
-        if version < 1:
-            raise DecodeError(f"invalid wire version {version}")
-        return envelope[1]
+        check_read(envelope[0], "message")
+        return envelope
 
-    def encode_answer(self, answer: Answer) -> bytes:
+    def encode_answer(self, answer: Answer, protocol: int | None = None) -> bytes:
         """Encode an answer a responder gives, refusing one over the size limit.
 
         Raises:
             InvalidAnswer: a field cannot be encoded, or the encoded answer is larger than
                 ``max_bytes``.
         """
-        data = self.encode(answer)
+        data = self.encode(answer, protocol)
         if len(data) > self.max_bytes:
             raise InvalidAnswer(
                 f"the answer is {len(data)} bytes encoded, over the limit of {self.max_bytes} "
@@ -141,13 +172,24 @@ class Codec:
         Raises:
             DecodeError: as :meth:`decode`, or the message is another type.
         """
-        message = self.decode(data)
+        return self.decode_as_with_protocol(data, cls)[1]
+
+    def decode_as_with_protocol(
+        self, data: bytes | bytearray | memoryview | str, cls: type[M]
+    ) -> tuple[int, M]:
+        """Decode one message that must be of type ``cls``: the protocol it was written in,
+        and the message.
+
+        Raises:
+            DecodeError: as :meth:`decode_as`.
+        """
+        protocol, message = self.decode_with_protocol(data)
         if not isinstance(message, cls):
             expected = getattr(cls, "__name__", "event").lower()  # (Event is a union)
             raise DecodeError(
                 f"expected a {expected} message, got {type(message).__name__.lower()!r}"
             )
-        return message
+        return protocol, message
 
     def decode_event(self, data: bytes | bytearray | memoryview | str) -> Event:
         """Decode one event (any of :data:`~toolnexus.models.Event`'s structs).
@@ -160,21 +202,31 @@ class Codec:
             raise DecodeError(f"expected an event message, got {type(message).__name__.lower()!r}")
         return message
 
+    def newer(self, data: bytes | bytearray | memoryview | str) -> bool:
+        """Whether ``data`` looks like a message of a protocol newer than this toolnexus
+        reads (a two-element array whose first is a larger number): a newer process can
+        read it, so a reader that cannot leaves it be rather than remove it."""
+        if isinstance(data, str):
+            data = data.encode()
+        try:
+            raw = self._raw.decode(data)
+        except msgspec.DecodeError:
+            return False
+        return (
+            isinstance(raw, list)
+            and len(raw) == 2
+            and isinstance(raw[0], int)
+            and not isinstance(raw[0], bool)
+            and raw[0] > PROTOCOL
+        )
+
     def _explain(self, data: bytes | bytearray | memoryview, exc: msgspec.DecodeError) -> str:
         try:
             raw = self._raw.decode(data)
         except msgspec.DecodeError:
             return f"not a {self.format} message: {exc}"
-        if (
-            isinstance(raw, list)
-            and len(raw) == 2
-            and isinstance(raw[0], int)
-            and raw[0] > WIRE_VERSION
-        ):
-            return (
-                f"wire version {raw[0]} is newer than this toolnexus understands "
-                f"({WIRE_VERSION}): {exc}"
-            )
+        if self.newer(data):
+            return newer(raw[0], "message")
         return f"not a toolnexus message: {exc}"
 
 
@@ -227,7 +279,8 @@ __all__ = [
     "JSON",
     "MAX_MESSAGE_BYTES",
     "MSGPACK",
-    "WIRE_VERSION",
+    "PROTOCOL",
+    "READS",
     "Codec",
     "Format",
     "Request10",

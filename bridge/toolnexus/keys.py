@@ -10,11 +10,13 @@ step touches share a slot, while queues and waiters spread over slots:
 - ``{ns:w:<waiter>}:answers``   reply stream of one waiting process (its reader blocks on it)
 - ``{ns:w:<waiter>}:r:<id>``    state of one request: status, deadline, answer (and a durable
                                request itself: a plain one lives in its stream entry)
-- ``{ns:w:<waiter>}:alive``     liveness mark of one waiting process (a key with a TTL)
+- ``{ns:w:<waiter>}:alive``     liveness mark of one waiting process (a key with a TTL),
+                               ``"2 <version>"`` (protocol 1: ``"1"``)
 - ``{ns:w:<durable>}:...``      the same for an agent's durable requests on a queue, under
                                the waiter id :meth:`Keys.durable_waiter` names (no liveness mark)
 - ``{ns:q:<queue>}:route:<id>`` which waiter a request belongs to and its entry id in the
-                               queue's request stream, ``"<waiter> <entry id>"`` (answering
+                               queue's request stream, ``"<waiter> <entry id> 2"`` (protocol
+                               1: ``"<waiter> <entry id>"``; answering
                                by id alone reads the request there): set only if absent or
                                already that waiter's, so an id is owned by the waiter that
                                published it first

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 import msgspec
@@ -17,6 +17,7 @@ import msgspec
 from ._numeric import check_number
 from .errors import InvalidRequest
 from .lifecycle import EventType, Reason, Status
+from .protocol import PREVIOUS_PROTOCOL, PREVIOUS_RELEASE, READS, version
 
 # Reasons an Answer with ok=False carries (see :class:`toolnexus.lifecycle.Reason`).
 DECLINED: Final = Reason.DECLINED
@@ -283,6 +284,9 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", tag_field="type", omit_defaults
 
     ``at`` and ``expires_at`` are Unix times in seconds; past ``expires_at`` the worker
     counts as gone. ``info`` holds what the worker chose to tell (its counters, pid, ...).
+    ``version`` is its toolnexus's version, ``reads`` the protocols it reads and ``writes``
+    the one it writes (see :mod:`toolnexus.protocol`); a heartbeat without them is from the
+    previous release, which reads and writes protocol 1 (:meth:`protocols`).
     """
 
     group: str
@@ -290,6 +294,43 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", tag_field="type", omit_defaults
     at: float
     expires_at: float
     info: dict[str, str | int | float] = msgspec.field(default_factory=dict)
+    version: str | None = None
+    reads: list[int] | None = None
+    writes: int | None = None
+
+    @classmethod
+    def fresh(
+        cls,
+        group: str,
+        consumer: str,
+        ttl_s: float,
+        info: Mapping[str, str | int | float] | None,
+        *,
+        writes: int,
+    ) -> Heartbeat:
+        """The heartbeat this process gives now for ``ttl_s`` seconds: with this
+        toolnexus's version, the protocols it reads and ``writes``, the one it writes."""
+        now = time.time()
+        return cls(
+            group,
+            consumer,
+            now,
+            now + ttl_s,
+            dict(info or {}),
+            version=version(),
+            reads=list(READS),
+            writes=writes,
+        )
+
+    def protocols(self) -> tuple[str, list[int], int]:
+        """The worker's version, the protocols it reads and the one it writes, as its
+        heartbeat says (the previous release's, which says none: ``"previous"``,
+        ``[1]``, ``1``)."""
+        return (
+            self.version or PREVIOUS_RELEASE,
+            list(self.reads) if self.reads else [PREVIOUS_PROTOCOL],
+            self.writes or PREVIOUS_PROTOCOL,
+        )
 
 
 Message: TypeAlias = (

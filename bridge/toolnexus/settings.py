@@ -24,6 +24,7 @@ from typing import Any
 from ._numeric import MAX_COUNT, MAX_SECONDS, check_number
 from .errors import ConfigurationError
 from .keys import agent_problem
+from .protocol import WRITE_PROTOCOL_VARIABLE, check_write_protocol, default_write_protocol
 from .security._signatures import SIGNING_KEY_ENV, SIGNING_OPTIONS, TRUSTED_KEYS_ENV
 
 __all__ = [
@@ -108,8 +109,9 @@ class RedisSettings:
 
     ``connect(url, settings=RedisSettings(...))``; the same names are accepted as keyword
     arguments of :func:`~toolnexus.connect` (``connect(url, lease_ms=60_000)``). The
-    embedded ``memory://`` broker honours ``namespace``, ``queue``, ``default_timeout_s``
-    and ``retention_s``, and refuses any other field set to other than its default.
+    embedded ``memory://`` broker honours ``namespace``, ``queue``, ``default_timeout_s``,
+    ``retention_s`` and ``write_protocol`` (checked), and refuses any other field set to
+    other than its default.
 
     Raises:
         ConfigurationError: a value out of range or of the wrong type, naming the field.
@@ -168,6 +170,13 @@ class RedisSettings:
     """With ``durability="wait"``: replicas each write waits for."""
     wait_timeout_ms: int = 100
     """With ``durability="wait"``: how long each write waits for them."""
+    write_protocol: int = field(default_factory=default_write_protocol)
+    """The protocol this process writes on its own initiative (its requests, their states
+    and routes, its heartbeats, liveness marks and dead letters): 2, the current one, or 1,
+    the previous release's, until every process that reads them has been upgraded (see
+    :mod:`toolnexus.protocol`). What it writes about a request (an answer, a refusal, an
+    event) is in that request's protocol whatever this says. Default:
+    ``TOOLNEXUS_WRITE_PROTOCOL``, else 2."""
     redis_public_api: bool | None = None
     """Use only redis-py's documented API, none of the internals that make a round trip
     cheaper (see :mod:`toolnexus.redis_broker._redispy`); ``None``:
@@ -186,12 +195,13 @@ class RedisSettings:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            if f.type in ("int", "float"):  # milliseconds or counts; seconds
+            if f.type in ("int", "float") and f.name != "write_protocol":  # ms or counts; s
                 integer = f.type == "int"
                 maximum = MAX_COUNT if integer else MAX_SECONDS
                 check_number(
                     f"option {f.name}", getattr(self, f.name), integer=integer, maximum=maximum
                 )
+        object.__setattr__(self, "write_protocol", check_write_protocol(self.write_protocol))
         if self.agent is not None:
             problem = agent_problem(self.agent) if isinstance(self.agent, str) else "must be text"
             if problem is not None:
@@ -288,7 +298,8 @@ def connection_parser(
 ) -> argparse.ArgumentParser:
     """The parent parser of every command and worker that talks to a broker (use it as
     ``ArgumentParser(parents=[connection_parser()])``): ``--url``, ``--namespace``, with
-    ``queue`` (its help text) ``--queue`` (else ``queue_default``), with ``keys`` the
+    ``queue`` (its help text) ``--queue`` (else ``queue_default``), ``--write-protocol``
+    (see :mod:`toolnexus.protocol`), with ``keys`` the
     signature flags ``--signing-key``, ``--trusted-keys`` and ``--require-signatures``.
     Each falls back to its ``TOOLNEXUS_*`` variable (the signature flags:
     :func:`~toolnexus.connect` reads those itself), ``--url`` then to
@@ -314,6 +325,15 @@ def connection_parser(
             default=os.environ.get("TOOLNEXUS_QUEUE") or queue_default,
             help=f"{queue} (default: $TOOLNEXUS_QUEUE, else {queue_default})",
         )
+    group.add_argument(
+        "--write-protocol",
+        type=_write_protocol_flag,
+        default=None,
+        metavar="{1,2}",
+        help=f"the protocol this process writes: 2, the current one, or 1, the previous "
+        f"release's, until every reader is upgraded (default: ${WRITE_PROTOCOL_VARIABLE}, "
+        "else 2)",
+    )
     if keys:
         group.add_argument(
             "--signing-key",
@@ -337,6 +357,14 @@ def connection_parser(
     return parser
 
 
+def _write_protocol_flag(value: str) -> int:
+    """``--write-protocol``'s value, checked (argparse shows the error, no traceback)."""
+    try:
+        return check_write_protocol(value, what="--write-protocol")
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def connection_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options of :func:`~toolnexus.connect` that :func:`connection_parser`'s flags
     ask for (a signature flag not given is left to ``connect()``'s environment).
@@ -358,6 +386,8 @@ def connection_options(args: argparse.Namespace) -> dict[str, Any]:
                     f"{flag} (or set {variable}; toolnexus keygen makes keys)"
                 )
     options: dict[str, Any] = {"namespace": args.namespace}
+    if getattr(args, "write_protocol", None) is not None:
+        options["write_protocol"] = args.write_protocol
     if isinstance(getattr(args, "queue", None), str):
         options["queue"] = args.queue
     for name in SIGNING_OPTIONS:

@@ -136,7 +136,7 @@ async def test_the_publish_script_sets_a_route_only_if_absent_or_its_waiters(
 
         async def publish(waiter: str) -> Any:
             [reply] = await client.eval(
-                PUBLISH.source, 2, keys.requests, keys.route("r1"), 0, waiter, b"req", 60_000, 0
+                PUBLISH.source, 2, keys.requests, keys.route("r1"), 0, waiter, 2, b"req", 60_000, 0
             )
             return reply
 
@@ -144,8 +144,8 @@ async def test_the_publish_script_sets_a_route_only_if_absent_or_its_waiters(
         assert isinstance(await publish(mine), bytes)
         again = (await publish(mine)).decode()  # retried: still ours
         assert await publish(OTHER_WAITER) == 0
-        route = await client.get(keys.route("r1"))  # the waiter, and its latest entry
-        assert route == f"{mine} {again}".encode()
+        route = await client.get(keys.route("r1"))  # the waiter, its latest entry, protocol 2
+        assert route == f"{mine} {again} 2".encode()
         assert await client.xlen(keys.requests) == 2
     finally:
         await client.aclose()

@@ -102,10 +102,12 @@ async def read_status(url: str, namespace: str, queues: Sequence[str]) -> Status
         BrokerUnavailable: Redis cannot be reached.
     """
     async with redis_brokers(url, namespace, list(queues) or ["default"]) as brokers:
-        alive = await state.waiters_alive(brokers[0].core)
+        alive, versions = await state.waiters_alive(brokers[0].core)
         now = time.time()
         queue_states = [await broker.inspect() for broker in brokers[: len(queues)]]
-    return Status(namespace=namespace, at=now, waiters_alive=alive, queues=queue_states)
+    return Status(
+        namespace=namespace, at=now, waiters_alive=alive, queues=queue_states, waiters=versions
+    )
 
 
 def duration_text(seconds: float | None) -> str:
@@ -139,6 +141,10 @@ def status_text(status: Status) -> str:
     """``status`` as the lines ``toolnexus status`` prints."""
     at = utc_text(status.at, "%Y-%m-%d %H:%M:%S UTC")
     lines = [f"namespace {status.namespace} · {status.waiters_alive} waiters alive · {at}"]
+    if status.waiters:  # (on the first line: the queues' lines keep their places)
+        lines[0] += " · " + ", ".join(
+            f"{w.alive} {w.version} writing protocol {w.writes}" for w in status.waiters
+        )
     if not status.queues:
         lines.append("no queues (nothing has been published in this namespace)")
     for queue in status.queues:
@@ -171,19 +177,28 @@ def status_text(status: Status) -> str:
                     if c.alive
                     else "no heartbeat (gone?)"
                 )
+                protocols = (
+                    f", {c.version} reads {','.join(map(str, c.reads))} writes {c.writes}"
+                    if c.reads is not None
+                    else ""
+                )
                 lines.append(
                     f"    {c.consumer}: holds {c.unacknowledged}, "
-                    f"idle {duration_text(c.idle_s)}, {beat}"
+                    f"idle {duration_text(c.idle_s)}, {beat}{protocols}"
                 )
+    lines += [f"cannot talk: {problem}" for problem in status.mismatches()]
     return "\n".join(lines)
 
 
 async def check(
     url: str, namespace: str, queue: str, workers: Sequence[str], *, here: bool = False
 ) -> tuple[bool, str]:
-    """Whether Redis is reachable and the ``workers`` (``GROUP`` or ``GROUP/CONSUMER``; all
-    when empty, then at least one) have fresh heartbeats, with the line that says so.
-    ``here``: only workers whose heartbeat names this host (a container's probe).
+    """Whether Redis is reachable, the ``workers`` (``GROUP`` or ``GROUP/CONSUMER``; all
+    when empty, then at least one) have fresh heartbeats, and every live worker and waiting
+    process can talk to each other (:func:`~toolnexus.redis_broker._inspect.mismatches`:
+    one writes a protocol another does not read; only as a user that may list the liveness
+    marks, as ``ops`` may), with the line(s) that say so. ``here``:
+    only workers whose heartbeat names this host (a container's probe).
 
     Raises:
         ConfigurationError: ``url`` is not a Redis URL.
@@ -191,8 +206,17 @@ async def check(
     try:
         async with redis_brokers(url, namespace, [queue]) as (broker,):
             beats = await broker.heartbeats()
+            try:
+                _, waiters = await state.waiters_alive(broker.core)
+            except BrokerUnavailable:  # (a responder's ACL user may not list the marks)
+                waiters = []
     except BrokerUnavailable as exc:
         return False, f"Redis is not reachable: {one_line(exc, url)}"
+    problems = state.mismatches(
+        [state.Responding(f"{b.group}/{b.consumer}", *b.protocols()) for b in beats], waiters
+    )
+    if problems:
+        return False, "processes that cannot talk to each other:\n" + "\n".join(problems)
     host = socket.gethostname()
     if here:
         beats = [b for b in beats if b.info.get("host") == host]
@@ -380,13 +404,13 @@ REQUEUE_SCRIPT = (
 if redis.call('XDEL', KEYS[1], ARGV[1]) == 0 then
   return false
 end
-local route, ttl, waiter = false, 0, nil
+local route, ttl, waiter, protocol = false, 0, nil, '1'
 if KEYS[3] then
   route = redis.pcall('GET', KEYS[3])
   ttl = redis.call('PTTL', KEYS[3])
   if type(route) == 'string' and ttl > 0 then
-    waiter = route_waiter(route)
-    local named = string.sub(route, #waiter + 2)
+    waiter, protocol = route_waiter(route), route_protocol(route)
+    local named = route_entry(route)
     if named ~= '' and named ~= ARGV[3] then
       local there = redis.pcall('XRANGE', KEYS[2], named, named)
       if type(there) == 'table' and #there > 0 and not there.err then
@@ -397,8 +421,8 @@ if KEYS[3] then
 end
 redis.pcall('XDEL', KEYS[2], ARGV[3])  -- (an id that is not one is no entry to move)
 local added = redis.call('XADD', KEYS[2], '*', E_REQUEST, ARGV[2])
-if waiter and route == route_of(waiter, ARGV[3]) then
-  redis.call('SET', KEYS[3], route_of(waiter, added), 'PX', ttl)
+if waiter and route == route_of(waiter, ARGV[3], protocol) then
+  redis.call('SET', KEYS[3], route_of(waiter, added, protocol), 'PX', ttl)
 end
 return added
 """

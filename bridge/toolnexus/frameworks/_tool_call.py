@@ -44,6 +44,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 import rfc8785
+from msgspec import UNSET, UnsetType
 
 from .._broker import Broker, Store
 from .._schema import validate_form
@@ -58,6 +59,7 @@ from ..errors import (
 )
 from ..keys import TOOL_CALLS_STORE
 from ..models import Answer, Request, Signature, Source, WaitFor, new_id
+from ..protocol import PROTOCOL, stamp, stamped
 from ..security import SigningKey
 from ..security._audit import AuditRecord
 from ..security._signing import sign_own, verify_own
@@ -362,6 +364,9 @@ LEDGER_TTL_S: Final = STATE_TTL_S
 LEDGER_STORE: Final = TOOL_CALLS_STORE
 """The name of the agent store (``broker.store(LEDGER_STORE, agent=True)``) an adapter keeps
 its :class:`Ledger` in."""
+
+PROTOCOL_KEY: Final = "protocol"
+"""The key of a ledger entry that says its protocol, from protocol 2 on (absent: 1)."""
 CLAIM_KIND: Final = "tool-call-claim"
 """What a signed claim of a call's run is, to :func:`~toolnexus.security._signing.sign_own`."""
 
@@ -394,9 +399,14 @@ class Ledger:
     may write the store can then stop an approved call (never make it run).
     """
 
-    def __init__(self, store: Store, *, signing_key: SigningKey | None = None) -> None:
+    def __init__(
+        self, store: Store, *, signing_key: SigningKey | None = None, protocol: int = PROTOCOL
+    ) -> None:
         self.store = store
         self.signing_key = signing_key
+        self.protocol = protocol
+        """The protocol its records are written in (:mod:`toolnexus.protocol`): from 2 on
+        each carries the number (an entry's key ``protocol``, a claim's field)."""
 
     @classmethod
     def of(cls, broker: Broker) -> Ledger:
@@ -405,11 +415,27 @@ class Ledger:
         its claims signed by the broker's own key if it has one
         (:attr:`~toolnexus.Broker.signing_key`; a broker that requires signatures always
         has one: without it, :func:`~toolnexus.connect` raises ``ConfigurationError``)."""
-        return cls(broker.store(LEDGER_STORE, agent=True), signing_key=broker.signing_key)
+        return cls(
+            broker.store(LEDGER_STORE, agent=True),
+            signing_key=broker.signing_key,
+            protocol=broker.write_protocol,
+        )
+
+    async def _entry(self, request_id: str) -> dict[str, str]:
+        """The digests recorded for ``request_id`` (in protocol 1 or 2); none for an entry
+        of a newer protocol (logged: it is left for the newer process that wrote it)."""
+        entry = _decoded(await self.store.get(request_id), dict[str, str]) or {}
+        number = entry.pop(PROTOCOL_KEY, None)
+        try:
+            stamped(int(number) if number is not None and number.isdigit() else UNSET, "entry")
+        except DecodeError as exc:
+            log.warning("tool call %s: its ledger %s", request_id, exc)
+            return {}
+        return entry
 
     async def get(self, request_id: str) -> dict[str, str]:
         """The digests recorded for ``request_id`` (empty: none)."""
-        entry = _decoded(await self.store.get(request_id), dict[str, str]) or {}
+        entry = await self._entry(request_id)
         claim = _decoded(await self.store.get(_executed_key(request_id)), _Claim)
         if claim is not None:
             entry["executed"] = claim.digest
@@ -417,10 +443,12 @@ class Ledger:
 
     async def decided(self, request: Request, decision: ToolDecision) -> None:
         """Record the proposed digest of ``request`` and the approved one of ``decision``."""
-        entry = _decoded(await self.store.get(request.id), dict[str, str]) or {}
+        entry = await self._entry(request.id)
         entry["proposed"] = tool_call_of(request).digest
         if decision.digest is not None:
             entry["approved"] = decision.digest
+        if stamp(self.protocol) is not UNSET:
+            entry[PROTOCOL_KEY] = str(self.protocol)
         await self.store.set(request.id, msgspec.json.encode(entry), ttl_s=LEDGER_TTL_S)
 
     async def executing(
@@ -465,7 +493,7 @@ class Ledger:
     def _claim(self, request_id: str, digest: str) -> bytes:
         """A claim of ``request_id``'s run with ``digest``, of a fresh id, signed with the
         signing key if there is one."""
-        claim = _Claim(digest=digest, by=new_id("run"))
+        claim = _Claim(digest=digest, by=new_id("run"), protocol=stamp(self.protocol))
         if self.signing_key is not None:
             signature = sign_own(CLAIM_KIND, claim.signed(request_id), self.signing_key)
             claim = msgspec.structs.replace(claim, signature=signature)
@@ -511,6 +539,11 @@ class Ledger:
             return "unreadable"
         what = f"the claim of tool call {request_id!r}"
         try:
+            stamped(claim.protocol, what)
+        except DecodeError as exc:  # a newer process's: it counts, the run is refused
+            log.warning("%s", exc)
+            return None
+        try:
             verify_own(
                 CLAIM_KIND, claim.signed(request_id), claim.signature, self.signing_key, what
             )
@@ -546,6 +579,7 @@ class _Claim(msgspec.Struct, frozen=True, omit_defaults=True):
     digest: str
     by: str
     signature: Signature | None = None
+    protocol: int | UnsetType = UNSET  # (none in protocol 1: see toolnexus.protocol.stamp)
 
     def signed(self, request_id: str) -> dict[str, str]:
         """What the signature covers: the call's request id, the digest, the claim's id."""

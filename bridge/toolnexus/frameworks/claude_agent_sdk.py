@@ -202,7 +202,7 @@ async def _finish(
     while result.deferred_tool_use is not None:
         deferred = result.deferred_tool_use
         request = _request(deferred.name, deferred.input, deferred.id, run, schemas, durable=True)
-        kept = _State(result.session_id, JSON.encode(request))
+        kept = _State(result.session_id, JSON.encode(request, broker.write_protocol))
         await broker.store(STORE).set(run, msgspec.json.encode(kept), ttl_s=STATE_TTL_S)
         result = await _step(options, broker, hook, result.session_id, request)
     await broker.store(STORE).delete(run)

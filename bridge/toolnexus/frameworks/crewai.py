@@ -152,7 +152,8 @@ async def _finish(
     while isinstance(result, HumanFeedbackPending):
         request = feedback_request(result.context, durable=True)
         flow_id = result.context.flow_id
-        await broker.store(STORE).set(flow_id, JSON.encode(request), ttl_s=STATE_TTL_S)
+        kept = JSON.encode(request, broker.write_protocol)
+        await broker.store(STORE).set(flow_id, kept, ttl_s=STATE_TTL_S)
         result = await _step(flow_class, flow_id, request, broker, persistence, llm, **flow_kwargs)
         await broker.store(STORE).delete(flow_id)
     return result

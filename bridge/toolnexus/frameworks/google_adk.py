@@ -302,7 +302,8 @@ async def _finish(
     while requests := confirmation_requests(
         events, session_id=session_id, plugin=plugin, agent=agent, durable=True
     ):
-        kept = _State(user_id, [JSON.encode(request) for request in requests])
+        protocol = broker.write_protocol
+        kept = _State(user_id, [JSON.encode(request, protocol) for request in requests])
         await store.set(key, msgspec.json.encode(kept), ttl_s=STATE_TTL_S)
         message = await _answer(plugin, requests, broker.wait_for)
         events = await _run(runner, user_id, session_id, message)

@@ -183,7 +183,7 @@ class _State(msgspec.Struct):
 
 
 async def _save(broker: Broker, run: str, messages: bytes, requests: Sequence[Request]) -> None:
-    state = _State(messages, [JSON.encode(r) for r in requests])
+    state = _State(messages, [JSON.encode(r, broker.write_protocol) for r in requests])
     await broker.store(STORE).set(run, msgspec.json.encode(state), ttl_s=STATE_TTL_S)
 
 

@@ -72,10 +72,11 @@ from mcp_types import (
 from pydantic import ConfigDict
 from pydantic.alias_generators import to_camel
 
-from ..errors import ConfigurationError, InvalidRequest, SignatureError
+from ..errors import ConfigurationError, DecodeError, InvalidRequest, SignatureError
 from ..keys import MCP_TASKS_STORE
 from ..models import WITHDRAWN, Answer, Signature
 from ..models import Request as Question
+from ..protocol import PROTOCOL, stamp, stamped
 from ..security._signing import sign_own, verify_own
 from ._calls import Call, current_call
 from ._errors import McpError
@@ -197,6 +198,9 @@ class _Record(msgspec.Struct):
     expires_at: float | None = None
     """When the task ends (its TTL); past it the record is stale."""
     signature: Signature | None = None
+    protocol: int | msgspec.UnsetType = msgspec.UNSET
+    """The protocol it was written in from protocol 2 on (absent: 1; see
+    :func:`toolnexus.protocol.stamp`)."""
 
     def signed(self, store_key: str) -> dict[str, Any]:
         """What the signature covers: every field, and the store key it is kept under."""
@@ -501,6 +505,10 @@ class Tasks:
         )
         try:
             record = msgspec.json.decode(raw, type=_Record)
+            stamped(record.protocol, "task record")
+        except DecodeError as exc:  # a newer process's: left to it
+            log.warning("durable call %r: %s: calling anew", call.durable, exc)
+            return None
         except msgspec.DecodeError:
             await self._store().delete(key)
             if signer is not None:
@@ -548,6 +556,7 @@ class Tasks:
             sorted(drive.answered),
             _call_digest(drive.call),
             expires_at,
+            protocol=stamp(self._broker.write_protocol if self._broker is not None else PROTOCOL),
         )
         unsigned = msgspec.json.encode(record)
         if unsigned == drive.saved:  # a poll that changed nothing writes nothing

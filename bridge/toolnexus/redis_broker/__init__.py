@@ -33,6 +33,7 @@ from ._inspect import (
     QueueStatus,
     QuorumStatus,
     Status,
+    WaiterVersion,
 )
 from ._responder import RedisPending, RedisResponder
 from ._store import RedisStore
@@ -51,6 +52,7 @@ __all__ = [
     "RedisResponder",
     "RedisStore",
     "Status",
+    "WaiterVersion",
     "answer_or_refusal",
 ]
 

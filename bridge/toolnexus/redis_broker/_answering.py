@@ -47,10 +47,12 @@ async def resolve_answer(
     entry: str | None = None,
     group: str | None = None,
     *,
+    protocol: int,
     alone: bool = False,
 ) -> tuple[ApprovedEvent | None, bool]:
-    """Resolve ``request`` (stream entry ``entry``, if known) with the checked ``answer``
-    (encoded as ``payload``), retrying while Redis is away for up to ``answer_patience_s``.
+    """Resolve ``request`` (written in ``protocol``; stream entry ``entry``, if known) with
+    the checked ``answer`` (encoded as ``payload`` in that protocol), retrying while Redis
+    is away for up to ``answer_patience_s``.
     With ``group`` (the consumer group holding ``entry``), the resolve settles the entry
     where it can (see :meth:`Core.resolve`); ``alone`` says the caller expects no company
     this turn. Returns the event to publish, if any, and whether the entry was settled.
@@ -119,10 +121,10 @@ async def resolve_answer(
         case Outcome.UNKNOWN:
             raise UnknownRequest(request.id)
         case Outcome.LATE:
-            await finish(core, request, Status.EXPIRED, entry)
+            await finish(core, request, Status.EXPIRED, entry, protocol)
             raise AlreadyResolved(request.id, Status.EXPIRED)
         case Outcome.GONE:
-            await finish(core, request, Status.WITHDRAWN, entry)
+            await finish(core, request, Status.WITHDRAWN, entry, protocol)
             raise AlreadyResolved(request.id, Status.WITHDRAWN)
         case Outcome.ANSWERED | Outcome.EXPIRED | Outcome.WITHDRAWN:
             raise AlreadyResolved(request.id, Status(outcome.value))
@@ -212,7 +214,8 @@ async def finish(
     core: Core,
     request: Request,
     status: Literal[Status.EXPIRED, Status.WITHDRAWN],
-    entry: str | None = None,
+    entry: str | None,
+    protocol: int,
 ) -> bool:
     """Resolve as expired (with the request's default on expiry, if it has one) or
     withdrawn a request whose waiter cannot (it died, or the deadline passed with nobody
@@ -220,14 +223,15 @@ async def finish(
     time against the signed deadline: before it, nothing happens. If this resolution wins,
     its audit record is written here, once: a waiter that learns of it writes none (see
     :meth:`Waiter._ended <toolnexus.redis_broker.waiter.Waiter._ended>`). Whether the
-    request is no longer open (False: still open, its deadline not reached)."""
+    request is no longer open (False: still open, its deadline not reached). What it
+    writes is in ``protocol``, the request's."""
     ending = (
         expired_answer(request)
         if status == Status.EXPIRED
         else Answer(id=request.id, ok=False, reason=WITHDRAWN)
     )
     answer = core.signatures.sign_answer(ending, request)
-    payload = core.codec.encode(answer)
+    payload = core.codec.encode(answer, protocol)
     deadline = request.expires_at if status == Status.EXPIRED else None
     outcome, _, _ = await core.resolve(
         waiter_of(request), request.id, status, payload, deadline=deadline
@@ -236,11 +240,10 @@ async def finish(
         return False
     if outcome == Outcome.OK:
         event = ended_event(status, request.id, answer)
-        await settle_reached(core, request, event, entry)
+        await settle_reached(core, request, event, entry, protocol)
         digest = answer.signature.digest if answer.signature is not None else None
-        record = audit_record(
-            request, status, answer, verified=None, codec=core.codec, digest=digest
-        )
+        codec = core.codec.writing(protocol)
+        record = audit_record(request, status, answer, verified=None, codec=codec, digest=digest)
         core.settle(audit=record)
     return True
 
@@ -263,10 +266,12 @@ async def answer_by_id(core: Core, answer: Answer) -> ApprovedEvent | None:
         state = core.keys.state(waiter, answer.id)
         status, raw_request = await core.command("HMGET", state, STATUS, REQUEST)
         request: Request | None = None
+        protocol = core.protocol
         if raw_request is not None:  # a durable request's state holds it
-            request = core.codec.decode_as(raw_request, Request)
+            protocol, request = core.codec.decode_as_with_protocol(raw_request, Request)
         elif status == OPEN_B and entry is not None:
-            request = await _entry_request(core, answer.id, waiter, entry)
+            found = await _entry_request(core, answer.id, waiter, entry)
+            protocol, request = found if found is not None else (protocol, None)
             if request is None:  # its entry is gone: resolved meanwhile, or a forgery
                 status = await core.command("HGET", state, STATUS)
         if request is None:  # gone, or ended
@@ -276,16 +281,18 @@ async def answer_by_id(core: Core, answer: Answer) -> ApprovedEvent | None:
             raise AlreadyResolved(answer.id, Status(said))
         core.signatures.admit_request(request)  # with signatures required, only a signed one
         checked = checked_answer(core, request, answer, None)
-        payload = core.codec.encode_answer(checked)
-        progress, _ = await resolve_answer(core, request, checked, payload)
+        payload = core.codec.encode_answer(checked, protocol)
+        progress, _ = await resolve_answer(core, request, checked, payload, protocol=protocol)
         if progress is not None:
-            core.settle(progress)
+            core.settle(progress, protocol=protocol)
         return progress
 
 
-async def _entry_request(core: Core, request_id: str, waiter: str, entry: str) -> Request | None:
-    """The request in ``entry`` of this queue's request stream, if it is request
-    ``request_id`` of ``waiter``; None if the entry is gone.
+async def _entry_request(
+    core: Core, request_id: str, waiter: str, entry: str
+) -> tuple[int, Request] | None:
+    """The protocol and the request in ``entry`` of this queue's request stream, if it is
+    request ``request_id`` of ``waiter``; None if the entry is gone.
 
     Raises:
         UnknownRequest: the entry holds anything else (the route was forged).
@@ -304,12 +311,12 @@ async def _entry_request(core: Core, request_id: str, waiter: str, entry: str) -
     )
     raw = dict(pairs).get(ENTRY_REQUEST_B)
     try:
-        request = core.codec.decode_as(raw, Request) if isinstance(raw, bytes) else None
+        read = core.codec.decode_as_with_protocol(raw, Request) if isinstance(raw, bytes) else None
     except DecodeError:
-        request = None
-    if request is None or request.id != request_id or request.reply_to != waiter:
+        read = None
+    if read is None or read[1].id != request_id or read[1].reply_to != waiter:
         raise UnknownRequest(request_id)
-    return request
+    return read
 
 
 def checked_answer(core: Core, request: Request, answer: Answer, responder: str | None) -> Answer:

@@ -209,6 +209,10 @@ class RedisBroker(Broker):
         return RedisStore(self.core, name, agent=agent)
 
     @property
+    def write_protocol(self) -> int:
+        return self.core.protocol
+
+    @property
     def signing_key(self) -> SigningKey | None:
         return self.core.signatures.key
 

@@ -28,6 +28,7 @@ from ..security._audit import AuditRecord, encode_record
 from ..security._signatures import Signatures
 from ..settings import RedisSettings
 from ._connections import BlockingReader, Client, Connector, username_of
+from ._layout import liveness_value, protocol_fields
 from ._pipeliner import Pipeliner
 from ._redispy import public_api_only
 from ._scripts import (
@@ -150,7 +151,15 @@ class Core:
         self.agent = settings.agent or default_agent(url, dict(settings.redis_options))
         """Who this broker waits as (the setting, else :func:`default_agent`)."""
         settings = replace(settings, agent=self.agent)
-        self.url, self.settings, self.codec = url, settings, codec
+        self.url, self.settings = url, settings
+        self.codec = codec.writing(settings.write_protocol)
+        """The wire codec, writing this process's ``write_protocol`` unless told otherwise."""
+        self.protocol = settings.write_protocol
+        """The protocol this process writes on its own initiative (see
+        :mod:`toolnexus.protocol`): its requests' states and routes, liveness marks, dead
+        letters, heartbeats."""
+        self.liveness_value = liveness_value(self.protocol)
+        """What this process's liveness mark holds (:func:`._layout.liveness_value`)."""
         self.signatures = signatures
         self.keys = Keys(settings.namespace, settings.queue)
         # No socket timeout: redis-py enforces it with asyncio.wait_for, which on Python 3.11
@@ -267,21 +276,25 @@ class Core:
         *,
         keys: Keys | None = None,
         audit: AuditRecord | None = None,
+        protocol: int | None = None,
     ) -> None:
         """In the background, with the lazy items, publish ``event``, acknowledge
         ``ack=(group, entry_id)``, delete entry ``delete`` of the request stream and add
         ``audit`` to the audit stream (trimmed by length and by age): this broker's
-        queue's, or that of ``keys`` (another queue an escalating request reached).
+        queue's, or that of ``keys`` (another queue an escalating request reached). The
+        event is written in ``protocol``, its request's (by default this process's).
 
         Events are advisory, and an entry left behind is dropped by whoever reads it
         next, since its request is resolved: so nobody needs to wait for this.
         """
-        self.pipeliner.post_batch(*self._settling(event, ack, delete, keys or self.keys, audit))
+        self.pipeliner.post_batch(
+            *self._settling(event, ack, delete, keys or self.keys, audit, protocol)
+        )
 
     def settle_now(self, ack: tuple[str, str], delete: str) -> asyncio.Future[Any]:
         """As :meth:`settle` with only ``ack`` and ``delete``, sent with this turn's
         commands; the future says when it is done."""
-        return self.pipeliner.batch(*self._settling(None, ack, delete, self.keys, None))
+        return self.pipeliner.batch(*self._settling(None, ack, delete, self.keys, None, None))
 
     def _settling(
         self,
@@ -290,6 +303,7 @@ class Core:
         delete: bytes | str | None,
         keys: Keys,
         audit: AuditRecord | None,
+        protocol: int | None,
     ) -> tuple[BatchScript, tuple[str, ...], tuple[Any, ...], tuple[()], tuple[Any, ...]]:
         now_ms, settings = ms(time.time()), self.settings
         min_event_ms = max(0, now_ms - settings.retention_ms) // 1000 * 1000
@@ -300,7 +314,7 @@ class Core:
             (min_event_ms, settings.retention_ms, min_audit_ms, settings.audit_max_entries),
             (),
             (
-                self.codec.encode(event) if event else "",
+                self.codec.encode(event, protocol) if event else "",
                 *(ack or ("", "")),
                 delete or "",
                 encode_record(audit) if audit else "",
@@ -326,7 +340,7 @@ class Core:
         self.pipeliner.post_batch(
             DEAD_LETTER,
             (self.keys.dead, stream),
-            (self.settings.dead_letter_max_entries,),
+            (self.settings.dead_letter_max_entries, self.protocol),
             (),
             (entry_id, group, error[:1000], self.raw_for_dead_letter(fields)),
             lazy=False,
@@ -354,6 +368,7 @@ class Core:
             entry_id,
             "raw",
             self.raw_for_dead_letter(fields),
+            *protocol_fields(self.protocol),
             lazy=False,
         )
 

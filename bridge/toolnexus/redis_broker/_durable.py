@@ -125,7 +125,7 @@ async def attach(
         return core.pipeliner.batch(
             OPEN,
             (keys.answers(waiter), keys.alive(waiter)),
-            (0,),
+            (0, core.liveness_value, core.protocol),
             (keys.state(waiter, request_id),),
             (deadline_ms, payload, ttl_ms, 1),
         )
@@ -150,12 +150,16 @@ async def renew(core: Core, waiter: str, stored: Stored, payload: bytes, deadlin
     keys = core.keys
     ttl_ms = max(1, deadline_ms - ms(time.time())) + core.settings.retention_ms
     fresh = int(payload != stored.payload)
+    try:  # the state says the protocol of the request it holds from now on
+        protocol = core.codec.decode_with_protocol(payload)[0]
+    except DecodeError:
+        protocol = core.protocol
 
     def run() -> Awaitable[Any]:
         return core.pipeliner.batch(
             RENEW,
             (keys.answers(waiter), keys.alive(waiter)),
-            (),
+            (protocol,),
             (keys.state(waiter, stored.request_id),),
             (stored.payload, stored.status, payload, deadline_ms, ttl_ms, fresh),
         )

@@ -56,6 +56,7 @@ class Waiting(Protocol):
     deadline_ms: int
     answer: asyncio.Future[Any]
     entry_id: bytes | None
+    protocol: int  # its request's: the events about it are written in it
 
 
 @dataclass(eq=False, slots=True)
@@ -170,7 +171,11 @@ class Escalator:
         added = core.pipeliner.batch(
             PUBLISH,
             (keys.requests,),
-            (max(0, now_ms - settings.stream_retention_ms) // 1000 * 1000, escalation.waiter),
+            (
+                max(0, now_ms - settings.stream_retention_ms) // 1000 * 1000,
+                escalation.waiter,
+                core.protocol,
+            ),
             (keys.route(wait.request_id),),
             (
                 escalation.payload,
@@ -214,27 +219,30 @@ class Escalator:
         log.info("request %s escalated to queue %s", wait.request_id, hop.queue)
         record_reached(core, escalation.waiter, wait, escalation.reached)
         if escalation.final is not None:  # the wait ended while this hop was on its way
-            core.settle(escalation.final, delete=entry, keys=keys)
+            core.settle(escalation.final, delete=entry, keys=keys, protocol=wait.protocol)
             return
         event = EscalatedEvent(id=wait.request_id, queue=hop.queue)
         for earlier_keys in earlier:
-            core.settle(event, keys=earlier_keys)
+            core.settle(event, keys=earlier_keys, protocol=wait.protocol)
 
     def settle(self, escalation: Escalation, event: Event) -> None:
         """Settle the outcome ``event`` of an ended wait on every hop queue it reached
         (its own queue is the waiter's to settle), and on those still being reached."""
         escalation.final = event
         for keys, entry in escalation.reached:
-            self.core.settle(event, delete=entry, keys=keys)
+            self.core.settle(event, delete=entry, keys=keys, protocol=escalation.wait.protocol)
 
     def close(self) -> None:
         self._hops.close()
 
 
-async def settle_reached(core: Core, request: Request, event: Event, entry: str | None) -> None:
+async def settle_reached(
+    core: Core, request: Request, event: Event, entry: str | None, protocol: int
+) -> None:
     """Settle ``event`` (an expiry or withdrawal a responder recorded) on this queue,
-    deleting ``entry``, and on every other queue the request's state says it reached."""
-    core.settle(event, delete=entry)
+    deleting ``entry``, and on every other queue the request's state says it reached; in
+    ``protocol``, the request's."""
+    core.settle(event, delete=entry, protocol=protocol)
     if not request.escalate or request.reply_to is None:
         return
     state = core.keys.state(request.reply_to, request.id)
@@ -245,4 +253,5 @@ async def settle_reached(core: Core, request: Request, event: Event, entry: str 
         return
     for queue, queue_entry in reached:
         if queue != core.keys.queue and name_problem(queue) is None:
-            core.settle(event, delete=queue_entry, keys=Keys(core.settings.namespace, queue))
+            keys = Keys(core.settings.namespace, queue)
+            core.settle(event, delete=queue_entry, keys=keys, protocol=protocol)

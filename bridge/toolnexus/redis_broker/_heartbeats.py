@@ -37,16 +37,16 @@ async def heartbeat(
     info: Mapping[str, str | int | float] | None,
 ) -> None:
     """:meth:`RedisBroker.heartbeat`: one hash per queue (:meth:`Keys.heartbeats`), field
-    ``group/consumer``, value an encoded :class:`Heartbeat`. The key's TTL is kept at the
-    longest heartbeat's, so a fleet that died leaves nothing behind."""
+    ``group/consumer``, value an encoded :class:`Heartbeat` (with this toolnexus's version,
+    the protocols it reads and the one it writes, in that one). The key's TTL is kept at
+    the longest heartbeat's, so a fleet that died leaves nothing behind."""
     check_number("ttl_s", ttl_s, minimum=None)
     key, field = core.keys.heartbeats(), f"{group}/{consumer}"
     with boundary(f"recording the heartbeat of {field}"):
         if ttl_s <= 0:
             await core.bounded(core.redis.hdel(key, field))
             return
-        now = time.time()
-        beat = Heartbeat(group, consumer, now, now + ttl_s, dict(info or {}))
+        beat = Heartbeat.fresh(group, consumer, ttl_s, info, writes=core.protocol)
         ttl_ms = max(1, int(ttl_s * 1000))
         async with core.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, field, core.codec.encode(beat))
@@ -72,7 +72,8 @@ def _sorted_out(
     core: Core, fields: dict[bytes | str, bytes | str]
 ) -> tuple[list[Heartbeat], list[bytes | str]]:
     """The live heartbeats of a heartbeats hash's ``fields``, and the fields stale or
-    unreadable (nobody can read those either)."""
+    unreadable (nobody can read those either; a heartbeat of a newer protocol is neither:
+    newer processes read it, so it is left be)."""
     now = time.time()
     live: list[Heartbeat] = []
     stale: list[bytes | str] = []
@@ -80,7 +81,8 @@ def _sorted_out(
         try:
             beat = core.codec.decode_as(raw, Heartbeat)
         except DecodeError:
-            stale.append(field)
+            if not core.codec.newer(raw):
+                stale.append(field)
             continue
         if beat.expires_at > now:
             live.append(beat)

@@ -11,10 +11,12 @@ Every struct here converts to the JSON those commands print with ``msgspec.to_bu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import msgspec
 import redis.exceptions
@@ -31,13 +33,29 @@ from ._heartbeats import DROP_OUT_S, heartbeats
 class ConsumerStatus(msgspec.Struct, frozen=True):
     """One consumer of a group. ``unacknowledged``: requests it holds; ``idle_s``: since it
     last read or claimed (None: it has a heartbeat but never read); ``heartbeat_age_s``:
-    since its last heartbeat (None: none that has not expired); ``alive``: it has one."""
+    since its last heartbeat (None: none that has not expired); ``alive``: it has one.
+    As its heartbeat says (None without one): its toolnexus ``version`` (``"previous"``:
+    the release before versions were written), the protocols it ``reads`` and the one it
+    ``writes`` (see :mod:`toolnexus.protocol`)."""
 
     consumer: str
     unacknowledged: int
     idle_s: float | None
     heartbeat_age_s: float | None
     alive: bool
+    version: str | None = None
+    reads: list[int] | None = None
+    writes: int | None = None
+
+
+class WaiterVersion(msgspec.Struct, frozen=True):
+    """Waiting processes alive (``alive`` of them) of one ``version`` writing protocol
+    ``writes``, as their liveness marks say (``"previous"``: marks of the release before
+    versions were written, protocol 1)."""
+
+    version: str
+    writes: int
+    alive: int
 
 
 class GroupStatus(msgspec.Struct, frozen=True):
@@ -97,17 +115,66 @@ class QueueStatus(msgspec.Struct, frozen=True):
 
 class Status(msgspec.Struct, frozen=True):
     """A namespace at time ``at`` (Unix s): ``waiters_alive`` counts the agent processes
-    whose liveness mark is in Redis (for every queue), ``queues`` the queues looked at."""
+    whose liveness mark is in Redis (for every queue), ``waiters`` them by version and
+    protocol, ``queues`` the queues looked at."""
 
     namespace: str
     at: float
     waiters_alive: int
     queues: list[QueueStatus]
+    waiters: list[WaiterVersion] = msgspec.field(default_factory=list)
+
+    def mismatches(self) -> list[str]:
+        """:func:`mismatches` of the live consumers and waiters this status shows."""
+        responders = [
+            Responding(f"{g.group}/{c.consumer} on queue {q.queue}", c.version, c.reads, c.writes)
+            for q in self.queues
+            for g in q.groups
+            for c in g.consumers
+            if c.alive and c.version is not None and c.reads is not None and c.writes is not None
+        ]
+        return mismatches(responders, self.waiters)
 
     def to_json(self) -> dict[str, Any]:
         """The shape ``toolnexus status --json`` prints."""
         shown: dict[str, Any] = msgspec.to_builtins(self)
         return shown
+
+
+class Responding(NamedTuple):
+    """A live responder as its heartbeat says: who, its version, the protocols it reads and
+    the one it writes."""
+
+    name: str
+    version: str
+    reads: list[int]
+    writes: int
+
+
+def mismatches(responders: Sequence[Responding], waiters: Sequence[WaiterVersion]) -> list[str]:
+    """The live processes that cannot talk to each other: a waiter writes a protocol a
+    responder does not read, or a responder writes one (its heartbeats, dead letters) that
+    a waiter does not (a waiter reads what it writes and the protocol before), each with
+    which to upgrade first (responders before agents) or which ``write_protocol`` to set
+    until then."""
+    problems: list[str] = []
+    for r in responders:
+        for w in waiters:
+            if w.writes not in r.reads:
+                problems.append(
+                    f"responder {r.name} ({r.version}) reads protocol "
+                    f"{', '.join(map(str, r.reads))}, but {w.alive} waiting process(es) "
+                    f"({w.version}) write protocol {w.writes}: upgrade the responder first, "
+                    f"or set write_protocol={max(r.reads)} on those agents until it is"
+                )
+            if r.writes not in (w.writes, w.writes - 1):
+                problems.append(
+                    f"responder {r.name} ({r.version}) writes protocol {r.writes}, which "
+                    f"{w.alive} waiting process(es) ({w.version}, protocol {w.writes}) do not "
+                    f"read: set write_protocol={w.writes} on the responder until those agents "
+                    "are upgraded"
+                )
+    return problems
 
 
 class DeadLetter(msgspec.Struct, frozen=True):
@@ -193,9 +260,28 @@ async def queues(core: Core) -> list[str]:
     return sorted({q for key in found if (q := keys.queue_of(key)) is not None})
 
 
-async def waiters_alive(core: Core) -> int:
-    """How many waiters of the namespace (of every queue) have their liveness mark."""
-    return len(await scan(core, core.keys.alive_pattern()))
+async def waiters_alive(core: Core) -> tuple[int, list[WaiterVersion]]:
+    """How many waiters of the namespace (of every queue) have their liveness mark, and
+    them by version and protocol (marks read in batches of :data:`MARKS_READ`; a mark
+    that is not one is counted as alive, by no version)."""
+    marks = await scan(core, core.keys.alive_pattern())
+    counted: dict[tuple[str, int], int] = {}
+    for start in range(0, len(marks), MARKS_READ):
+        batch = marks[start : start + MARKS_READ]
+        values = await core.bounded(
+            asyncio.gather(*(core.pipeliner.call("GET", key) for key in batch))
+        )
+        for value in values:
+            parsed = layout.parse_liveness(value)
+            if parsed is not None:
+                key = (parsed[1], parsed[0])
+                counted[key] = counted.get(key, 0) + 1
+    versions = [WaiterVersion(v, p, n) for (v, p), n in sorted(counted.items())]
+    return len(marks), versions
+
+
+MARKS_READ = 1000
+"""Liveness marks read at once by :func:`waiters_alive` (one pipelined ``GET`` each)."""
 
 
 async def inspect_queue(core: Core) -> QueueStatus:
@@ -350,6 +436,14 @@ async def _groups(core: Core) -> list[dict[str, Any]]:
     return groups
 
 
+def _protocols(beat: Heartbeat | None) -> dict[str, Any]:
+    """What a consumer's heartbeat says of its version and protocols (nothing: none)."""
+    if beat is None:
+        return {}
+    version, reads, writes = beat.protocols()
+    return {"version": version, "reads": reads, "writes": writes}
+
+
 def _consumers(
     infos: list[dict[str, Any]], beats: dict[str, Heartbeat], now: float
 ) -> list[ConsumerStatus]:
@@ -370,10 +464,13 @@ def _consumers(
                 idle_s=idle_s,
                 heartbeat_age_s=None if beat is None else max(0.0, now - beat.at),
                 alive=beat is not None,
+                **_protocols(beat),
             )
         )
     for name, beat in beats.items():
-        result.append(ConsumerStatus(name, 0, None, max(0.0, now - beat.at), True))
+        result.append(
+            ConsumerStatus(name, 0, None, max(0.0, now - beat.at), True, **_protocols(beat))
+        )
     return sorted(result, key=lambda c: c.consumer)
 
 

@@ -2,7 +2,10 @@
 entries, named once. The waiter, the responders, quorum counting, the Lua scripts (through
 :data:`LUA_FIELDS`) and :mod:`._inspect` all read and write them by these names.
 
-A request's state (:meth:`Keys.state <toolnexus.keys.Keys.state>`) is one hash::
+Each layout has a protocol number (:mod:`toolnexus.protocol`): protocol 2 writes it
+(field ``p``, or a route's third part), protocol 1 (the previous release's layout) does
+not, so that its absence means 1. A request's state (:meth:`Keys.state
+<toolnexus.keys.Keys.state>`) is one hash::
 
     s    STATUS       open, or how it was resolved (answered, expired, withdrawn, ...)
     a    ANSWER       the stored answer (absent while open)
@@ -12,17 +15,51 @@ A request's state (:meth:`Keys.state <toolnexus.keys.Keys.state>`) is one hash::
     d    DURABLE      '1' for a durable request
     w    WHY          why the waiter last refused an answer and opened it again
     q    QUEUES       the queues an escalating request reached (see escalation.py)
+    p    PROTOCOL     '2' in protocol 2 (set when the state is opened); absent: 1
     c:…  CONTESTED    an answer contested with the stored one (by its SHA-1)
     y:…  ACCEPT_VOTE  a quorum's accepting vote (by voter)
     n:…  DECLINE_VOTE a quorum's declining vote (by voter)
+
+Every field name, and the one thing it means wherever protocol 2 writes it (protocol 1,
+the previous release's, also wrote ``x``, ``s`` and ``d`` with other meanings in a
+refusal: its reason, signature and digest, see :data:`REFUSAL_FIELDS`)::
+
+    s      state: status                 a      state, reply entry: an encoded answer
+    x      state: deadline (Unix ms)     req    state: a durable request, encoded
+    d      state: durable ('1')          w      state, refusal: why (text)
+    q      state: queues reached         p      state, reply entry, dead letter: protocol
+    c:…    state: a contested answer     c      reply entry: '1', a contested answer
+    y:…    state: an accepting vote      n:…    state: a declining vote
+    id     reply entry: the request id   b      refusal: by (the consumer refusing)
+    k      refusal: signing key name     sig    refusal: signature bytes
+    h      refusal: digest of the request's bytes (SHA-256, what the signature binds)
+    r      request, audit entry: the encoded request (record)
+    e      events entry: the encoded event
+    error  dead letter: why            stream  dead letter: the stream it came from
+    entry  dead letter: its entry id   raw     dead letter: its fields, bounded
+
+A route (:meth:`Keys.route <toolnexus.keys.Keys.route>`) is ``"<waiter> <entry id> 2"``
+in protocol 2, ``"<waiter> <entry id>"`` in protocol 1 (:func:`route_value`). A liveness
+mark (:meth:`Keys.alive <toolnexus.keys.Keys.alive>`) holds ``"2 <version>"`` in protocol
+2 (:func:`liveness_value`), ``"1"`` in protocol 1.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
+from ..errors import DecodeError
 from ..keys import WAITER_ID
 from ..lifecycle import Status
+from ..protocol import (
+    PREVIOUS_PROTOCOL,
+    PREVIOUS_RELEASE,
+    PROTOCOL,
+    READS,
+    check_read,
+    version,
+)
 
 STATUS: Final = "s"
 ANSWER: Final = "a"
@@ -31,6 +68,8 @@ REQUEST: Final = "req"
 DURABLE: Final = "d"
 WHY: Final = "w"
 QUEUES: Final = "q"
+PROTOCOL_FIELD: Final = "p"
+"""The protocol of a state, a reply entry or a dead letter: ``'2'``; absent in protocol 1."""
 CONTESTED: Final = "c:"
 ACCEPT_VOTE: Final = "y:"
 DECLINE_VOTE: Final = "n:"
@@ -42,10 +81,69 @@ REPLY_ID, REPLY_ANSWER, REPLY_CONTESTED = "id", "a", "c"
 """The fields of a reply-stream entry: the request's id, the encoded answer, and ``'1'`` for
 an answer contested with the one its state holds."""
 
-REFUSAL_REASON, REFUSAL_BY, REFUSAL_KEY, REFUSAL_SIG, REFUSAL_DIGEST = "x", "b", "k", "s", "d"
-"""The fields of a reply-stream entry that is a responder's refusal of the request (besides
-its id): the reason, the consumer that refused it, and where it signs, its signature's key
-name, bytes and digest of the request's bytes (see :meth:`.RedisResponder.refuse`)."""
+
+@dataclass(frozen=True)
+class RefusalFields:
+    """The fields of a reply-stream entry that is a responder's refusal of the request
+    (besides its id and, in protocol 2, its protocol): the reason, the consumer that
+    refused it, and where it signs, its signature's key name, bytes and digest of the
+    request's bytes (see :meth:`.RedisResponder.refuse`). The same as bytes end in ``_b``."""
+
+    reason: str
+    by: str
+    key: str
+    sig: str
+    digest: str
+
+    @property
+    def reason_b(self) -> bytes:
+        return self.reason.encode()
+
+    @property
+    def by_b(self) -> bytes:
+        return self.by.encode()
+
+    @property
+    def key_b(self) -> bytes:
+        return self.key.encode()
+
+    @property
+    def sig_b(self) -> bytes:
+        return self.sig.encode()
+
+    @property
+    def digest_b(self) -> bytes:
+        return self.digest.encode()
+
+
+REFUSAL_FIELDS: Final = {
+    PREVIOUS_PROTOCOL: RefusalFields("x", "b", "k", "s", "d"),
+    PROTOCOL: RefusalFields(WHY, "b", "k", "sig", "h"),
+}
+"""A refusal's field names in each protocol: protocol 2's mean one thing everywhere
+(``w`` is why, as in a state); protocol 1's ``x``, ``s`` and ``d`` meant the deadline,
+the status and durable in a state."""
+
+
+def entry_protocol(fields: dict[bytes, bytes], what: str) -> int:
+    """The protocol of a reply entry or a state, by its field ``p`` (absent: 1).
+
+    Raises:
+        DecodeError: a protocol newer than this toolnexus reads, or not a number.
+    """
+    raw = fields.get(PROTOCOL_B)
+    if raw is None:
+        return PREVIOUS_PROTOCOL
+    if not raw.isdigit():
+        raise DecodeError(f"{what}: {raw[:20]!r} is not a protocol number")
+    return check_read(int(raw), what)
+
+
+def protocol_fields(protocol: int) -> list[str]:
+    """The field that says ``protocol`` in a state, a reply entry or a dead letter: none
+    in protocol 1, ``['p', '2']`` in protocol 2."""
+    return [] if protocol == PREVIOUS_PROTOCOL else [PROTOCOL_FIELD, str(protocol)]
+
 
 ENTRY_REQUEST: Final = "r"
 """The one field of a request-stream entry (and of an audit-stream entry): the encoded
@@ -71,9 +169,7 @@ CONTESTED_B, ACCEPT_VOTE_B = CONTESTED.encode(), ACCEPT_VOTE.encode()
 DECLINE_VOTE_B = DECLINE_VOTE.encode()
 REPLY_ID_B, REPLY_ANSWER_B = REPLY_ID.encode(), REPLY_ANSWER.encode()
 REPLY_CONTESTED_B = REPLY_CONTESTED.encode()
-REFUSAL_REASON_B, REFUSAL_BY_B = REFUSAL_REASON.encode(), REFUSAL_BY.encode()
-REFUSAL_KEY_B, REFUSAL_SIG_B = REFUSAL_KEY.encode(), REFUSAL_SIG.encode()
-REFUSAL_DIGEST_B = REFUSAL_DIGEST.encode()
+PROTOCOL_B = PROTOCOL_FIELD.encode()
 
 _LUA_NAMES: Final = {
     "F_STATUS": STATUS,
@@ -83,6 +179,7 @@ _LUA_NAMES: Final = {
     "F_DURABLE": DURABLE,
     "F_WHY": WHY,
     "F_QUEUES": QUEUES,
+    "F_PROTOCOL": PROTOCOL_FIELD,
     "F_CONTESTED": CONTESTED,
     "F_YES": ACCEPT_VOTE,
     "F_NO": DECLINE_VOTE,
@@ -100,24 +197,28 @@ _LUA_NAMES: Final = {
 }
 
 ROUTE_SEPARATOR: Final = " "
-"""Between the two parts of a route's value (see :func:`route_value`)."""
+"""Between the parts of a route's value (see :func:`route_value`)."""
 
 
-def route_value(waiter: str, entry: bytes | str) -> str:
+def route_value(waiter: str, entry: bytes | str, protocol: int = PROTOCOL) -> str:
     """The value of a request's route (:meth:`Keys.route <toolnexus.keys.Keys.route>`, in
     the slot of the queue it was published to): the waiter it belongs to and its entry id
-    in that queue's request stream, ``"<waiter> <entry id>"``. The Lua scripts make the
-    same value with ``route_of(waiter, entry)`` (:data:`LUA_FIELDS`)."""
+    in that queue's request stream, and in protocol 2 the protocol,
+    ``"<waiter> <entry id> 2"`` (protocol 1: ``"<waiter> <entry id>"``). The Lua scripts
+    make the same value with ``route_of(waiter, entry, protocol)`` (:data:`LUA_FIELDS`)."""
     if isinstance(entry, bytes):
         entry = entry.decode()
-    return f"{waiter}{ROUTE_SEPARATOR}{entry}"
+    value = f"{waiter}{ROUTE_SEPARATOR}{entry}"
+    if protocol != PREVIOUS_PROTOCOL:
+        value += f"{ROUTE_SEPARATOR}{protocol}"
+    return value
 
 
 def parse_route(raw: object) -> tuple[str, str | None] | None:
     """The waiter and the entry id a route's value names (the entry None for a route of
-    an older release, the waiter alone), or None if it is not a route at all (missing,
-    not text, no waiter id). Unsigned hints, as anything in Redis: a reader checks what
-    it finds where they point."""
+    an older release, the waiter alone), in protocol 1 or 2, or None if it is not a route
+    this toolnexus reads (missing, not text, no waiter id, a newer protocol). Unsigned
+    hints, as anything in Redis: a reader checks what it finds where they point."""
     if isinstance(raw, bytes):
         try:
             raw = raw.decode()
@@ -125,16 +226,48 @@ def parse_route(raw: object) -> tuple[str, str | None] | None:
             return None
     if not isinstance(raw, str):
         return None
-    waiter, _, entry = raw.partition(ROUTE_SEPARATOR)
+    waiter, _, rest = raw.partition(ROUTE_SEPARATOR)
+    entry, _, protocol = rest.partition(ROUTE_SEPARATOR)
     if not WAITER_ID.fullmatch(waiter):
+        return None
+    if protocol and protocol not in {str(p) for p in READS if p != PREVIOUS_PROTOCOL}:
         return None
     return waiter, entry or None
 
 
+def liveness_value(protocol: int) -> str:
+    """The value of a waiter's liveness mark: ``"1"`` in protocol 1 (what the previous
+    release wrote), ``"<protocol> <version>"`` from protocol 2 on (``"2 0.2.0"``)."""
+    if protocol == PREVIOUS_PROTOCOL:
+        return "1"
+    return f"{protocol} {version()}"
+
+
+def parse_liveness(raw: object) -> tuple[int, str] | None:
+    """The protocol a liveness mark's process writes and its version (the previous
+    release's mark, ``"1"``: 1 and ``"previous"``), or None if it is not a mark."""
+    if isinstance(raw, bytes):
+        raw = raw.decode(errors="replace")
+    if not isinstance(raw, str):
+        return None
+    number, _, said = raw.partition(ROUTE_SEPARATOR)
+    if not number.isdigit():
+        return None
+    if int(number) == PREVIOUS_PROTOCOL and not said:
+        return PREVIOUS_PROTOCOL, PREVIOUS_RELEASE
+    return int(number), said or "unknown"
+
+
 _LUA_ROUTE: Final = f"""
--- A route's value (layout.route_value): the waiter, and the request's entry id in the
--- queue's stream; route_waiter reads the waiter back (a whole older value is one).
-local function route_of(waiter, entry)
+-- A route's value (layout.route_value): the waiter, the request's entry id in the
+-- queue's stream, and from protocol 2 on the protocol ('1' or '2', from the caller);
+-- route_waiter reads the waiter back (a whole older value is one), route_entry the entry
+-- ('' for a value that names none), route_protocol the
+-- protocol ('1' when the value has none).
+local function route_of(waiter, entry, protocol)
+  if protocol and protocol ~= '1' then
+    return waiter .. {ROUTE_SEPARATOR!r} .. entry .. {ROUTE_SEPARATOR!r} .. protocol
+  end
   return waiter .. {ROUTE_SEPARATOR!r} .. entry
 end
 local function route_waiter(value)
@@ -144,6 +277,13 @@ local function route_waiter(value)
   end
   return value
 end
+local function route_entry(value)
+  return string.match(value, '^[^ ]+ ([^ ]+)') or ''
+end
+local function route_protocol(value)
+  local protocol = string.match(value, '^[^ ]+ [^ ]+ ([^ ]+)$')
+  return protocol or '1'
+end
 """
 
 LUA_FIELDS: Final = (
@@ -151,5 +291,6 @@ LUA_FIELDS: Final = (
     + _LUA_ROUTE
 )
 """The same names as Lua locals (``F_STATUS`` for :data:`STATUS`, ... ``S_OPEN``), and the
-route's two functions (``route_of(waiter, entry)``, ``route_waiter(value)``), which every
-script of :mod:`._scripts` and :mod:`toolnexus.cli._ops` starts with."""
+route's functions (``route_of(waiter, entry, protocol)``, ``route_waiter(value)``,
+``route_protocol(value)``), which every script of :mod:`._scripts` and
+:mod:`toolnexus.cli._ops` starts with."""

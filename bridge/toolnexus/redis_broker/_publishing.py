@@ -125,7 +125,7 @@ class Publisher:
             call.post_batch(
                 OPEN_PUBLISH,
                 (replies.key, replies.alive_key, keys.requests),
-                (liveness_ms, min_id, replies.waiter),
+                (liveness_ms, min_id, replies.waiter, core.liveness_value, core.protocol),
                 (state, keys.route(wait.request_id)),
                 (wait.deadline_ms, payload, ttl_ms, int(replies.durable), once),
                 lazy=False,
@@ -135,14 +135,14 @@ class Publisher:
         opened = call.batch(
             OPEN,
             (replies.key, replies.alive_key),
-            (liveness_ms,),
+            (liveness_ms, core.liveness_value, core.protocol),
             (state,),
             (wait.deadline_ms, payload, ttl_ms, int(replies.durable)),
         )
         added = call.batch(
             PUBLISH,
             (keys.requests,),
-            (min_id, replies.waiter),
+            (min_id, replies.waiter, core.protocol),
             (keys.route(wait.request_id),),
             (payload, ttl_ms, once),
         )

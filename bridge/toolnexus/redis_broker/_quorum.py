@@ -428,4 +428,4 @@ async def _recount(
     if cast is not None:
         reply = await cast
         if _said(reply) == Outcome.COUNTED:  # the count, as the voter's own responder tells it
-            core.settle(_progress(request, reply))
+            core.settle(_progress(request, reply), protocol=wait.protocol)

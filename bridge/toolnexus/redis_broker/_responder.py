@@ -48,21 +48,13 @@ from ..errors import (
 from ..keys import WAITER_ID, check_request_id
 from ..lifecycle import EventType, Status
 from ..models import Answer, ApprovedEvent, Request
+from ..protocol import PROTOCOL, READS
 from ..security._signing import allowed, sign_refusal
 from ._answering import checked_answer, finish, resolve_answer, waiter_of
 from ._connections import BlockingReader, Entries
 from ._core import CONNECTION_ERRORS, Backoff, Core, boundary, ms, text
 from ._heartbeats import heartbeat
-from ._layout import (
-    ENTRY_EVENT,
-    OPEN_B,
-    REFUSAL_BY,
-    REFUSAL_DIGEST,
-    REFUSAL_KEY,
-    REFUSAL_REASON,
-    REFUSAL_SIG,
-    REPLY_ID,
-)
+from ._layout import ENTRY_EVENT, OPEN_B, REFUSAL_FIELDS, REPLY_ID, protocol_fields
 from ._scripts import STATUS
 
 log = logging.getLogger("toolnexus.redis")
@@ -115,10 +107,12 @@ class _Named(msgspec.Struct):
     type: str = ""
 
 
-def route_of(payload: bytes, format: str) -> tuple[str, str] | None:
+def route_of(payload: bytes, format: str) -> tuple[str, str, int] | None:
     """The request id and reply stream's waiter that the encoded request ``payload`` names,
     read leniently (it may be a request this toolnexus cannot read otherwise), if both look
-    like an id and a waiter id."""
+    like an id and a waiter id; and the protocol to tell its waiter in: the request's, or
+    for a newer one than this toolnexus writes, the newest it does (a newer waiter reads
+    the protocol before its own)."""
     try:
         decoded = (msgspec.msgpack if format == "msgpack" else msgspec.json).decode(payload)
     except (msgspec.DecodeError, ValueError):
@@ -131,15 +125,29 @@ def route_of(payload: bytes, format: str) -> tuple[str, str] | None:
         return None
     if not isinstance(waiter, str) or not WAITER_ID.fullmatch(waiter):
         return None
-    return request_id, waiter
+    number = decoded[0]
+    readable = isinstance(number, int) and not isinstance(number, bool) and number in READS
+    return request_id, waiter, number if readable else PROTOCOL
+
+
+_Parsed = tuple[str, Request, str | None, int]
+"""An entry read: its id, its request, the key that verifiably signed it, its protocol."""
 
 
 class RedisPending(Pending):
     def __init__(
-        self, responder: RedisResponder, request: Request, entry_id: str, signer: str | None
+        self,
+        responder: RedisResponder,
+        request: Request,
+        entry_id: str,
+        signer: str | None,
+        protocol: int,
     ) -> None:
         self.request = request
         self.entry_id = entry_id
+        self.protocol = protocol
+        """The protocol the request was written in: what this responder writes about it
+        (its answer, events) is written in it."""
         self.signer = signer
         self.responder_name = responder.name
         self._responder = responder
@@ -269,17 +277,16 @@ class RedisResponder(Responder):
         self._idle = not entries
         await self._admit(entries, fresh=True)
 
-    def _parse(
-        self, entry_id: str, fields: dict[bytes, bytes]
-    ) -> tuple[Request, str | None] | None:
-        """The request of one entry and the key that verifiably signed it, or None after
-        settling a bad entry for this group only (its dead letter, its acknowledgement:
-        the entry stays for every other group, which may well read it)."""
+    def _parse(self, entry_id: str, fields: dict[bytes, bytes]) -> _Parsed | None:
+        """The request of one entry, the key that verifiably signed it and the protocol it
+        was written in, or None after settling a bad entry for this group only (its dead
+        letter, its acknowledgement: the entry stays for every other group, which may well
+        read it)."""
         try:
             payload = fields.get(b"r")
             if payload is None:
                 raise DecodeError("the entry has no 'r' field holding a request")
-            request = self.core.codec.decode_as(payload, Request)
+            protocol, request = self.core.codec.decode_as_with_protocol(payload, Request)
             problem = check_request_id(request.id)
             if problem is not None:
                 raise DecodeError(problem)
@@ -292,28 +299,30 @@ class RedisResponder(Responder):
             why = exc.reason if isinstance(exc, SignatureError) else str(exc)
             self.refuse(fields.get(b"r"), why)
             return None
-        return request, signer
+        return entry_id, request, signer, protocol
 
     def refuse(self, payload: bytes | None, reason: str) -> None:
         """Tell the waiter of the request published as ``payload`` (dead-lettered for this
         group, for ``reason``) that this responder refused it, on its reply stream (fields
-        ``REFUSAL_*`` of :mod:`._layout`): the reason, this consumer and, when this process
-        signs, a signature bound to those bytes (:func:`sign_refusal`). Bytes that name no
-        waiter are only dead-lettered."""
+        :data:`~._layout.REFUSAL_FIELDS`, in the request's protocol): the reason, this
+        consumer and, when this process signs, a signature bound to those bytes
+        (:func:`sign_refusal`). Bytes that name no waiter are only dead-lettered."""
         if payload is None:
             return
         core = self.core
         route = route_of(payload, core.codec.format)
         if route is None:
             return
-        request_id, waiter = route
+        request_id, waiter, protocol = route
+        names = REFUSAL_FIELDS[protocol]
         reason = reason[:500]
-        fields: list[Any] = [REPLY_ID, request_id, REFUSAL_REASON, reason, REFUSAL_BY, self.name]
+        fields: list[Any] = [REPLY_ID, request_id, names.reason, reason, names.by, self.name]
         key = core.signatures.key
         if key is not None:
             signature = sign_refusal(request_id, payload, reason, key)
-            fields += [REFUSAL_KEY, signature.key, REFUSAL_SIG, signature.sig]
-            fields += [REFUSAL_DIGEST, signature.digest]
+            fields += [names.key, signature.key, names.sig, signature.sig]
+            fields += [names.digest, signature.digest]
+        fields += protocol_fields(protocol)
         stream = core.keys.answers(waiter)
         call = core.pipeliner
         call.post("XADD", stream, "MAXLEN", "~", REFUSALS_KEPT, "*", *fields, lazy=False)
@@ -327,8 +336,8 @@ class RedisResponder(Responder):
         Others (re-read or reclaimed) may have been resolved since: their state is read.
         """
         now = time.time()
-        admitted: list[tuple[str, Request, str | None]] = []
-        unsure: list[tuple[str, Request, str | None]] = []
+        admitted: list[_Parsed] = []
+        unsure: list[_Parsed] = []
         done: list[str] = []
         for raw_id, fields in entries:
             entry_id = text(raw_id)
@@ -338,7 +347,7 @@ class RedisResponder(Responder):
             parsed = self._parse(entry_id, fields)
             if parsed is None:
                 continue
-            request, signer = parsed
+            request = parsed[1]
             if not self._may_answer(request):
                 done.append(entry_id)  # its allow-list leaves this responder out
                 continue
@@ -349,22 +358,21 @@ class RedisResponder(Responder):
             elif fresh and now < (request.expires_at or float("inf")):
                 # (this clock only spares a round trip: one that runs slow shows a late
                 # request, whose answer Redis time refuses; one that runs fast asks Redis)
-                admitted.append((entry_id, request, signer))
+                admitted.append(parsed)
             else:
-                unsure.append((entry_id, request, signer))
+                unsure.append(parsed)
         if unsure:
-            states = await self._states([request for _, request, _ in unsure])
-            for (entry_id, request, signer), (status, alive, past, _) in zip(
-                unsure, states, strict=True
-            ):
+            states = await self._states([parsed[1] for parsed in unsure])
+            for parsed, (status, alive, past, _) in zip(unsure, states, strict=True):
+                entry_id, request, _signer, protocol = parsed
                 if status != OPEN_B or (
-                    (not alive or past) and await self._end(request, alive, entry_id)
+                    (not alive or past) and await self._end(request, alive, entry_id, protocol)
                 ):
                     done.append(entry_id)
                 else:
-                    admitted.append((entry_id, request, signer))
-        for entry_id, request, signer in admitted:
-            pending = RedisPending(self, request, entry_id, signer)
+                    admitted.append(parsed)
+        for entry_id, request, signer, protocol in admitted:
+            pending = RedisPending(self, request, entry_id, signer, protocol)
             self._held[request.id] = pending
             self._ready.append(pending)
             self._schedule(pending)
@@ -382,12 +390,14 @@ class RedisResponder(Responder):
         me = key.name if key is not None else self.name
         return any(":" in entry for entry in request.allow) or allowed(request.allow, me, None)
 
-    async def _end(self, request: Request, alive: bool, entry_id: str | None) -> bool:
-        """End ``request``, open but its waiter gone (withdrawn) or past its signed
-        deadline by Redis time (expired): whether it is no longer open."""
+    async def _end(
+        self, request: Request, alive: bool, entry_id: str | None, protocol: int
+    ) -> bool:
+        """End ``request`` (written in ``protocol``), open but its waiter gone (withdrawn)
+        or past its signed deadline by Redis time (expired): whether it is no longer open."""
         if not alive:
-            return await finish(self.core, request, Status.WITHDRAWN, entry_id)
-        return await finish(self.core, request, Status.EXPIRED, entry_id)
+            return await finish(self.core, request, Status.WITHDRAWN, entry_id, protocol)
+        return await finish(self.core, request, Status.EXPIRED, entry_id, protocol)
 
     async def _states(
         self, requests: list[Request]
@@ -425,7 +435,7 @@ class RedisResponder(Responder):
         that counted but did not decide keeps the request held, for other persons here."""
         core, request, entry = self.core, pending.request, pending.entry_id
         checked = checked_answer(core, request, answer, pending.responder_name)
-        payload = core.codec.encode_answer(checked)
+        payload = core.codec.encode_answer(checked, pending.protocol)
         # On one server, the resolve settles the entry too, if it won: one round trip per
         # answer instead of two. A quorum's votes are settled after.
         group = self.group if request.quorum is None else None
@@ -438,6 +448,7 @@ class RedisResponder(Responder):
                     payload,
                     entry,
                     group,
+                    protocol=pending.protocol,
                     alone=len(self._held) == 1,  # the only answer going out, likely
                 )
         except BrokerUnavailable:
@@ -449,7 +460,7 @@ class RedisResponder(Responder):
             self.release(pending)
             raise
         if progress is not None:
-            core.settle(progress)
+            core.settle(progress, protocol=pending.protocol)
             return progress
         self._forget(pending)
         if settled:
@@ -568,7 +579,8 @@ class RedisResponder(Responder):
             if self._held.get(pending.request.id) is not pending:
                 still.append(None)  # let go (answered, skipped) while its state was read
             elif status != OPEN_B or (
-                (not alive or past) and await self._end(pending.request, alive, pending.entry_id)
+                (not alive or past)
+                and await self._end(pending.request, alive, pending.entry_id, pending.protocol)
             ):
                 self.release(pending)
                 still.append(None)

@@ -56,9 +56,24 @@ ADMIT = """
 -- reply, or false to admit the item (open, in time, its waiter alive). A stored answer is
 -- shown to the waiter again whenever an answer or vote finds the request resolved: if it
 -- never took it (an edited state), it checks it.
-local now, alive = nil, nil
+local now, alive, state_protocol = nil, nil, nil
+-- A reply entry: an answer to request id (contested: '1'), in the protocol of the state
+-- admit read last (field F_PROTOCOL; none in protocol 1, or with no state).
+local function send_reply(stream, id, answer, contested)
+  local fields = {R_ID, id, R_ANSWER, answer}
+  if contested then
+    table.insert(fields, R_CONTESTED)
+    table.insert(fields, '1')
+  end
+  if state_protocol then
+    table.insert(fields, F_PROTOCOL)
+    table.insert(fields, state_protocol)
+  end
+  redis.call('XADD', stream, '*', unpack(fields))
+end
 local function admit(key, item, id, answer, deadline_arg, answers)
-  local st = redis.call('HMGET', key, F_STATUS, F_DEADLINE, F_DURABLE)
+  local st = redis.call('HMGET', key, F_STATUS, F_DEADLINE, F_DURABLE, F_PROTOCOL)
+  state_protocol = st[4]
   if item ~= 'end' and not now then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -73,7 +88,7 @@ local function admit(key, item, id, answer, deadline_arg, answers)
   local before = now and now < deadline
   if not st[1] then
     if contests and before then
-      redis.call('XADD', answers[1], '*', R_ID, id, R_ANSWER, answer, R_CONTESTED, '1')
+      send_reply(answers[1], id, answer, true)
       return {'contested'}
     end
     return {'unknown'}
@@ -81,10 +96,10 @@ local function admit(key, item, id, answer, deadline_arg, answers)
   if st[1] ~= S_OPEN then
     local stored = redis.call('HGET', key, F_ANSWER)
     if answering and stored then
-      redis.call('XADD', answers[1], '*', R_ID, id, R_ANSWER, stored)
+      send_reply(answers[1], id, stored, false)
     end
     if contests and stored ~= answer and before then
-      redis.call('XADD', answers[1], '*', R_ID, id, R_ANSWER, answer, R_CONTESTED, '1')
+      send_reply(answers[1], id, answer, true)
       if redis.call('HLEN', key) < 16 then
         redis.call('HSET', key, F_CONTESTED .. redis.sha1hex(answer), answer)
       end
@@ -105,11 +120,29 @@ local function admit(key, item, id, answer, deadline_arg, answers)
 end
 """
 
+OPEN_STATE = """
+-- Opens a request's state: open, its deadline, for a durable request the request ('req')
+-- and 'd', and from protocol 2 on its protocol ('p').
+local function open_state(key, deadline_ms, request, durable, protocol)
+  local fields = {F_STATUS, S_OPEN, F_DEADLINE, deadline_ms}
+  if durable == '1' then
+    fields[5], fields[6], fields[7], fields[8] = F_REQUEST, request, F_DURABLE, '1'
+  end
+  if protocol ~= '1' then
+    table.insert(fields, F_PROTOCOL)
+    table.insert(fields, protocol)
+  end
+  redis.call('HSET', key, unpack(fields))
+end
+"""
+
 OPEN = BatchScript(
     "open",
-    """
+    OPEN_STATE
+    + """
 -- On a waiter's slot. Shared: KEYS reply stream, liveness mark; ARGV liveness_ms (0 for
--- the durable waiter, which has no liveness mark).
+-- the durable waiter, which has no liveness mark), the mark's value, protocol ('1' or
+-- '2': the state's).
 -- Item: KEYS state; ARGV deadline_ms, request, ttl_ms, durable ('1' or '0').
 -- Marks the waiter alive and opens each request's state unless it exists: a publish
 -- retried after an answer must not reopen the request. Only a durable state holds the
@@ -119,19 +152,13 @@ OPEN = BatchScript(
 -- item that existed, {status, deadline_ms, request, answer, queues reached} as stored
 -- (an attach).
 if ARGV[1] ~= '0' then
-  redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[1])
 end
 local opened = {}
 for i = 3, #KEYS do
-  local a = 1 + (i - 3) * 4
+  local a = 3 + (i - 3) * 4
   if redis.call('EXISTS', KEYS[i]) == 0 then
-    if ARGV[a + 4] == '1' then
-      redis.call(
-        'HSET', KEYS[i], F_STATUS, S_OPEN, F_DEADLINE, ARGV[a + 1], F_REQUEST, ARGV[a + 2],
-        F_DURABLE, '1')
-    else
-      redis.call('HSET', KEYS[i], F_STATUS, S_OPEN, F_DEADLINE, ARGV[a + 1])
-    end
+    open_state(KEYS[i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], ARGV[3])
     redis.call('PEXPIRE', KEYS[i], ARGV[a + 3])
     opened[i - 2] = 1
   elseif ARGV[a + 4] == '1' then
@@ -150,7 +177,8 @@ return opened
 PUBLISH = BatchScript(
     "publish",
     """
--- On a queue's slot. Shared: KEYS request stream; ARGV min_id, waiter.
+-- On a queue's slot. Shared: KEYS request stream; ARGV min_id, waiter, protocol ('1' or
+-- '2': the routes').
 -- Item: KEYS route; ARGV request, ttl_ms, once ('1' or '0'). Adds each request to the
 -- stream (trimmed by age, never by length) and records in its route which waiter it
 -- belongs to and its entry id (route_of). A route is set only if absent or this waiter's
@@ -162,7 +190,7 @@ PUBLISH = BatchScript(
 -- time publish it once between them.
 local ids = {}
 for i = 2, #KEYS do
-  local a = 2 + (i - 2) * 3
+  local a = 3 + (i - 2) * 3
   local owner = redis.pcall('GET', KEYS[i])
   if type(owner) == 'table' then
     owner = ''
@@ -176,7 +204,7 @@ for i = 2, #KEYS do
     ids[i - 1] = false
   else
     ids[i - 1] = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', E_REQUEST, ARGV[a + 1])
-    redis.call('SET', KEYS[i], route_of(ARGV[2], ids[i - 1]), 'PX', ARGV[a + 2])
+    redis.call('SET', KEYS[i], route_of(ARGV[2], ids[i - 1], ARGV[3]), 'PX', ARGV[a + 2])
   end
 end
 return ids
@@ -187,22 +215,24 @@ return ids
 
 OPEN_PUBLISH = BatchScript(
     "open_publish",
-    """
+    OPEN_STATE
+    + """
 -- One server only (it writes keys of a waiter's slot and of a queue's): OPEN and PUBLISH
 -- of the same requests in one script, as they would run one after the other (only a
 -- durable state holds the request; a route names the waiter and the entry).
 -- Shared: KEYS reply stream, liveness mark, request stream; ARGV liveness_ms (0 for the
--- durable waiter), min_id, waiter. Item: KEYS state, route; ARGV deadline_ms, request,
--- ttl_ms, durable ('1' or '0'), once ('1' or '0'). Each reply: the request's entry id;
+-- durable waiter), min_id, waiter, the mark's value, protocol ('1' or '2').
+-- Item: KEYS state, route; ARGV deadline_ms, request, ttl_ms, durable ('1' or '0'), once
+-- ('1' or '0'). Each reply: the request's entry id;
 -- false for a request published ``once`` whose route is this waiter's; 0 for a request
 -- whose id another waiter owns, whose state is then not opened either (see PUBLISH).
 if ARGV[1] ~= '0' then
-  redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
+  redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[1])
 end
 local ids = {}
 for j = 1, (#KEYS - 3) / 2 do
   local state, route = KEYS[2 + 2 * j], KEYS[3 + 2 * j]
-  local a = 3 + (j - 1) * 5
+  local a = 5 + (j - 1) * 5
   local request, ttl_ms = ARGV[a + 2], ARGV[a + 3]
   local owner = redis.pcall('GET', route)
   if type(owner) == 'table' then
@@ -215,20 +245,14 @@ for j = 1, (#KEYS - 3) / 2 do
     ids[j] = 0
   else
     if redis.call('EXISTS', state) == 0 then
-      if ARGV[a + 4] == '1' then
-        redis.call(
-          'HSET', state, F_STATUS, S_OPEN, F_DEADLINE, ARGV[a + 1], F_REQUEST, request,
-          F_DURABLE, '1')
-      else
-        redis.call('HSET', state, F_STATUS, S_OPEN, F_DEADLINE, ARGV[a + 1])
-      end
+      open_state(state, ARGV[a + 1], request, ARGV[a + 4], ARGV[5])
       redis.call('PEXPIRE', state, ttl_ms)
     end
     if owner and ARGV[a + 5] == '1' then
       ids[j] = false
     else
       ids[j] = redis.call('XADD', KEYS[3], 'MINID', '~', ARGV[2], '*', E_REQUEST, request)
-      redis.call('SET', route, route_of(ARGV[3], ids[j]), 'PX', ttl_ms)
+      redis.call('SET', route, route_of(ARGV[3], ids[j], ARGV[5]), 'PX', ttl_ms)
     end
   end
 end
@@ -241,7 +265,8 @@ return ids
 RENEW = BatchScript(
     "renew",
     """
--- On a waiter's slot (a queue's durable waiter). Shared: KEYS reply stream, liveness mark.
+-- On a waiter's slot (a queue's durable waiter). Shared: KEYS reply stream, liveness mark;
+-- ARGV protocol ('1' or '2': a renewed state's, field 'p' from 2 on).
 -- Item: KEYS state; ARGV request seen, status seen, request, deadline_ms, ttl_ms, fresh
 -- ('1' or '0'). An attaching waiter judged a durable state by its signed request (see
 -- durable.py): stale, past its deadline and retention (with fresh: written anew, open,
@@ -251,7 +276,7 @@ RENEW = BatchScript(
 -- 1 if renewed, else 0.
 local renewed = {}
 for i = 3, #KEYS do
-  local a = (i - 3) * 6
+  local a = 1 + (i - 3) * 6
   local st = redis.call('HMGET', KEYS[i], F_REQUEST, F_STATUS)
   if st[1] == ARGV[a + 1] and st[2] == ARGV[a + 2] then
     if ARGV[a + 6] == '1' then
@@ -265,6 +290,11 @@ for i = 3, #KEYS do
     redis.call(
       'HSET', KEYS[i], F_STATUS, S_OPEN, F_DEADLINE, ARGV[a + 4], F_REQUEST, ARGV[a + 3],
       F_DURABLE, '1')
+    if ARGV[1] ~= '1' then
+      redis.call('HSET', KEYS[i], F_PROTOCOL, ARGV[1])
+    else
+      redis.call('HDEL', KEYS[i], F_PROTOCOL)
+    end
     redis.call('PEXPIRE', KEYS[i], ARGV[a + 5])
     renewed[i - 2] = 1
   else
@@ -363,7 +393,7 @@ for i = first, #KEYS do
       redis.call('HSET', KEYS[i], F_STATUS, status)
     else
       redis.call('HSET', KEYS[i], F_STATUS, status, F_ANSWER, answer)
-      redis.call('XADD', KEYS[1], '*', R_ID, id, R_ANSWER, answer)
+      send_reply(KEYS[1], id, answer, false)
     end
     redis.call('PEXPIRE', KEYS[i], ARGV[1])
     reply = {'ok'}
@@ -435,7 +465,8 @@ DEAD_LETTER = BatchScript(
     "dead_letter",
     """
 -- On a queue's slot. Shared: KEYS dead-letter stream, the stream read (by a consumer
--- group); ARGV max entries. Item: ARGV entry id, group, error, original bytes (bounded).
+-- group); ARGV max entries, protocol ('1' or '2': from 2 on, field 'p' of the dead letter).
+-- Item: ARGV entry id, group, error, original bytes (bounded).
 -- A group that cannot or will not take an entry settles it for itself only: it
 -- acknowledges it, and the first of its consumers to do so (XACK says the entry was
 -- still pending for the group) adds its dead letter, which names the group: one dead
@@ -444,11 +475,15 @@ DEAD_LETTER = BatchScript(
 -- stream's age rule trims it (MINID at each publish, see PUBLISH) or its request is
 -- resolved. Each reply: 1 if this item added the group's dead letter, else 0.
 local added = {}
-for a = 2, #ARGV, 4 do
+for a = 3, #ARGV, 4 do
   local id, group = ARGV[a], ARGV[a + 1]
   if redis.call('XACK', KEYS[2], group, id) == 1 then
-    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
-      D_ERROR, ARGV[a + 2], D_STREAM, KEYS[2], D_ENTRY, id, D_GROUP, group, D_RAW, ARGV[a + 3])
+    local fields = {D_ERROR, ARGV[a + 2], D_STREAM, KEYS[2], D_ENTRY, id, D_GROUP, group,
+      D_RAW, ARGV[a + 3]}
+    if ARGV[2] ~= '1' then
+      fields[11], fields[12] = F_PROTOCOL, ARGV[2]
+    end
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(fields))
     added[#added + 1] = 1
   else
     added[#added + 1] = 0
@@ -527,7 +562,7 @@ for i = 3, #KEYS do
     end
     local mine = redis.call('HGET', KEYS[i], slots[1]) or redis.call('HGET', KEYS[i], slots[2])
     if mine and mine ~= answer then
-      redis.call('XADD', KEYS[1], '*', R_ID, id, R_ANSWER, answer)
+      send_reply(KEYS[1], id, answer, false)
       replies[i - 2] = {'contested', mine}
     else
       if not mine then
@@ -547,7 +582,7 @@ for i = 3, #KEYS do
           (yes and accepts >= need) or (not yes and (mode == 'veto' or declines >= need))) then
         redis.call('HSET', KEYS[i], F_STATUS, 'answered', F_ANSWER, answer)
         redis.call('PEXPIRE', KEYS[i], ARGV[1])
-        redis.call('XADD', KEYS[1], '*', R_ID, id, R_ANSWER, answer)
+        send_reply(KEYS[1], id, answer, false)
         replies[i - 2] = {'ok'}
       else
         replies[i - 2] = {'counted', accepts, declines, unpack(approvers)}

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..lifecycle import Status
 from ..models import EXPIRED, WITHDRAWN, Answer, Request
+from ..protocol import PROTOCOL
 from ..security._audit import AuditRecord, Refusal, audit_record
 from ._core import Core
 from ._durable import ReplyStream
@@ -48,6 +49,7 @@ class Wait:
     # refusals of the request itself that count, by group ('' for one naming none): the
     # reason, who refused it, and whether its signature verified (see Waiter.refusal)
     refused_by: dict[str, tuple[str, str | None, bool]] | None = None
+    protocol: int = PROTOCOL  # the protocol its request was published in (see protocol.py)
 
 
 def expire(wait: Wait) -> None:
@@ -85,7 +87,7 @@ def audit_of(
         refused=wait.refusals,
         votes=wait.votes,
         escalated=wait.escalation.taken if wait.escalation is not None else None,
-        codec=core.codec,
+        codec=core.codec.writing(wait.protocol),
         encoded_request=wait.payload,
         digest=signed.digest if signed is not None else None,
     )

@@ -70,16 +70,14 @@ from ._layout import (
     ANSWER_B,
     CONTESTED_B,
     OPEN_B,
-    REFUSAL_BY_B,
-    REFUSAL_DIGEST_B,
-    REFUSAL_KEY_B,
-    REFUSAL_REASON_B,
-    REFUSAL_SIG_B,
+    REFUSAL_FIELDS,
     REPLY_ANSWER_B,
     REPLY_CONTESTED_B,
     REPLY_ID_B,
     STATUS,
     STATUS_B,
+    RefusalFields,
+    entry_protocol,
 )
 from ._publishing import Publisher
 from ._scripts import REOPEN, TAKE
@@ -211,6 +209,7 @@ class Waiter:
             replies,
             payload,
             keeps,
+            protocol=core.protocol,
         )
         wait.quorum = request.quorum is not None
         self.waits[request.id] = wait  # registered before it is published
@@ -340,7 +339,8 @@ class Waiter:
             else:
                 log.error("durable request %s keeps changing under this attach", wait.request_id)
                 return False
-            wait.payload = stored.payload
+            wait.payload = stored.payload  # (readable: stored_request read it)
+            wait.protocol = core.codec.decode_with_protocol(stored.payload)[0]
             wait.deadline_ms = ms(request.expires_at or 0)  # signed (stored_request checks it)
             wait.checked = self._checks(request)
             wait.quorum = request.quorum is not None
@@ -419,7 +419,7 @@ class Waiter:
         # A plain end of a plain request (unsigned, no default): the state's status says it
         # all, and this process learns it from the script's reply (see RESOLVE).
         plain = signed.signature is None and not answer.defaulted and not wait.replies.durable
-        payload = b"" if plain else core.codec.encode(signed)
+        payload = b"" if plain else core.codec.encode(signed, wait.protocol)
         backoff = Backoff(cap_s=0.5)
         give_up = time.monotonic() + RESOLVE_PATIENCE_S
         while True:
@@ -465,7 +465,7 @@ class Waiter:
     def _settle(self, wait: Wait, event: Event, audit: AuditRecord | None = None) -> None:
         """Publish the outcome ``event`` and delete the request's entry, on its queue and
         on every queue it escalated to; add ``audit``, the wait's record, if it ends now."""
-        self.core.settle(event, delete=wait.entry_id, audit=audit)
+        self.core.settle(event, delete=wait.entry_id, audit=audit, protocol=wait.protocol)
         if wait.escalation is not None:
             self._escalator.settle(wait.escalation, event)
 
@@ -642,7 +642,9 @@ class Waiter:
                     now = loop.time()
                     if not replies.durable and now >= renew_at:
                         renew_at = now + renew_s
-                        core.pipeliner.post("SET", self.alive_key, "1", "PX", settings.liveness_ms)
+                        core.pipeliner.post(
+                            "SET", self.alive_key, core.liveness_value, "PX", settings.liveness_ms
+                        )
                     # An idle reader blocks until the next renewal is due, not block_ms: an
                     # idle agent costs one XREAD and one SET per third of liveness_ms.
                     due = now + renew_s if replies.durable else renew_at
@@ -680,12 +682,14 @@ class Waiter:
                 await reader.aclose()
 
     def _take(self, replies: ReplyStream, entry_id: str, fields: dict[bytes, bytes]) -> None:
-        """Hand the answer of one reply-stream entry to its wait; dead-letter garbage."""
-        if REFUSAL_REASON_B in fields:
-            self._take_refusal(replies, fields)
-            return
+        """Hand the answer of one reply-stream entry (in protocol 1 or 2) to its wait;
+        dead-letter garbage, and an entry of a newer protocol."""
         request_id: str | None = None
         try:
+            names = REFUSAL_FIELDS[entry_protocol(fields, "reply entry")]
+            if names.reason_b in fields:
+                self._take_refusal(replies, fields, names)
+                return
             raw_id = fields.get(REPLY_ID_B)
             if raw_id is None:
                 raise DecodeError("the entry has no 'id' field")
@@ -723,7 +727,9 @@ class Waiter:
             if taken is not None:
                 wait.answer.set_result(taken)
 
-    def _take_refusal(self, replies: ReplyStream, fields: dict[bytes, bytes]) -> None:
+    def _take_refusal(
+        self, replies: ReplyStream, fields: dict[bytes, bytes], names: RefusalFields
+    ) -> None:
         """A responder's refusal of a request (see :meth:`RedisResponder.refuse
         <toolnexus.redis_broker.RedisResponder.refuse>`): it counts (logged, and given to
         :meth:`refusal`) if signed by a trusted key for exactly the request this waiter
@@ -731,9 +737,9 @@ class Waiter:
         hint (Redis is untrusted). Either way the wait goes on."""
         try:
             request_id = fields.get(REPLY_ID_B, b"").decode()
-            reason = fields[REFUSAL_REASON_B].decode()
-            by = fields.get(REFUSAL_BY_B, b"").decode() or None
-            key = fields[REFUSAL_KEY_B].decode() if REFUSAL_KEY_B in fields else None
+            reason = fields[names.reason_b].decode()
+            by = fields.get(names.by_b, b"").decode() or None
+            key = fields[names.key_b].decode() if names.key_b in fields else None
         except UnicodeDecodeError:
             log.warning("an unreadable refusal on the reply stream was let be")
             return
@@ -743,8 +749,8 @@ class Waiter:
         signatures = self.core.signatures
         name: str | None = None
         problem = "missing signature"
-        if key is not None and REFUSAL_SIG_B in fields:
-            sig, digest = fields[REFUSAL_SIG_B], fields.get(REFUSAL_DIGEST_B)
+        if key is not None and names.sig_b in fields:
+            sig, digest = fields[names.sig_b], fields.get(names.digest_b)
             signature = Signature(key=key, sig=sig, digest=digest)
             try:
                 payload = self.publisher.payload(wait)

@@ -24,6 +24,7 @@ import msgspec
 from ..codec import JSON, MSGPACK, Codec, Format
 from ..errors import DecodeError, SignatureError
 from ..models import Answer, Hop, Request, Source
+from ..protocol import newer
 from ._signing import Keyring, request_digest, verify_answer_digest, verify_request_digest
 
 AUDIT_VERSION: Final = 2
@@ -244,7 +245,9 @@ def encode_record(record: AuditRecord) -> bytes:
 
 
 def decode_record(data: bytes | bytearray | memoryview) -> AuditRecord:
-    """The record :func:`encode_record` wrote.
+    """The record :func:`encode_record` wrote, of record version 1 or 2 (the same in
+    protocols 1 and 2 of :mod:`toolnexus.protocol`: the stream entry is ``[2, record]``
+    in both, its request and answer bytes in the request's protocol).
 
     Raises:
         DecodeError: ``data`` is not an audit record.
@@ -253,6 +256,8 @@ def decode_record(data: bytes | bytearray | memoryview) -> AuditRecord:
         version, record = _DECODER.decode(data)
     except msgspec.DecodeError as exc:
         raise DecodeError(f"not a toolnexus audit record: {exc}") from exc
+    if version > AUDIT_VERSION:
+        raise DecodeError(newer(version, "audit record"))
     if version < 1:
         raise DecodeError(f"invalid audit record version {version}")
     return record

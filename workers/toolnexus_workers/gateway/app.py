@@ -17,9 +17,9 @@ A responder that refuses the request itself (it dead-lettered it: a missing or b
 signature, a key it does not trust, bytes it cannot read) ends the wait at once, as
 ``toolnexus ask`` does (the refusals that count, and the grace an answer on its way still
 gets, are :meth:`RedisBroker.refusal <toolnexus.redis_broker.RedisBroker.refusal>`'s and
-:data:`~toolnexus.redis_broker.REFUSAL_GRACE_S`): the request is withdrawn and its answer is ``{"id", "ok": false,
-"reason": "cancelled", "bridge": {"reason": "withdrawn", "refused": REASON, "responder":
-NAME}}`` (:func:`refused_answer`).
+:data:`~toolnexus.redis_broker.REFUSAL_GRACE_S`): the request is withdrawn and its answer
+is ``{"id", "ok": false, "reason": "cancelled", "bridge": {"reason": "withdrawn",
+"refused": REASON, "responder": NAME}}`` (:func:`refused_answer`).
 
 Every outcome is an Answer with status 200, as ``wait_for`` gives it; errors are
 ``{"error": "..."}`` with 400 (a bad body or parameter, named), 401 (no or an unknown bearer
