@@ -124,8 +124,8 @@ async def test_dead_letter_settles_for_the_refusing_group_only_once_each(
     # g1 twice in one batch (two consumers, a reclaim) and once more: one dead letter
     items = [(entry, "g1", "bad", "r=garbage")] * 2 + [(entry, "g2", "bad", "r=garbage")]
     args = [arg for item in items for arg in item]
-    assert await client.eval(DEAD_LETTER.source, 2, *shared, 100, *args) == [1, 0, 1]
-    assert await client.eval(DEAD_LETTER.source, 2, *shared, 100, *items[0]) == [0]
+    assert await client.eval(DEAD_LETTER.source, 2, *shared, 100, 1, *args) == [1, 0, 1]
+    assert await client.eval(DEAD_LETTER.source, 2, *shared, 100, 1, *items[0]) == [0]
 
     dead = [f for _, f in await client.xrange(keys.dead)]
     assert [(f[b"group"], f[b"entry"].decode()) for f in dead] == [(b"g1", entry), (b"g2", entry)]
