@@ -10,6 +10,8 @@ A request's state (:meth:`Keys.state <toolnexus.keys.Keys.state>`) is one hash::
     req  REQUEST      a durable request as published (a plain request's one home while
                       it is open is its request-stream entry, which its route names)
     d    DURABLE      '1' for a durable request
+    e    ENTRY        a durable request's entry in its queue's request stream, recorded
+                      by the script that added it (see _scripts.OPEN_PUBLISH)
     w    WHY          why the waiter last refused an answer and opened it again
     q    QUEUES       the queues an escalating request reached (see escalation.py)
     c:…  CONTESTED    an answer contested with the stored one (by its SHA-1)
@@ -29,6 +31,7 @@ ANSWER: Final = "a"
 DEADLINE: Final = "x"
 REQUEST: Final = "req"
 DURABLE: Final = "d"
+ENTRY: Final = "e"
 WHY: Final = "w"
 QUEUES: Final = "q"
 CONTESTED: Final = "c:"
@@ -81,6 +84,7 @@ _LUA_NAMES: Final = {
     "F_DEADLINE": DEADLINE,
     "F_REQUEST": REQUEST,
     "F_DURABLE": DURABLE,
+    "F_ENTRY": ENTRY,
     "F_WHY": WHY,
     "F_QUEUES": QUEUES,
     "F_CONTESTED": CONTESTED,
@@ -133,7 +137,8 @@ def parse_route(raw: object) -> tuple[str, str | None] | None:
 
 _LUA_ROUTE: Final = f"""
 -- A route's value (layout.route_value): the waiter, and the request's entry id in the
--- queue's stream; route_waiter reads the waiter back (a whole older value is one).
+-- queue's stream; route_waiter reads the waiter back (a whole older value is one), and
+-- route_entry the entry (nil for an older value, the waiter alone).
 local function route_of(waiter, entry)
   return waiter .. {ROUTE_SEPARATOR!r} .. entry
 end
@@ -144,6 +149,18 @@ local function route_waiter(value)
   end
   return value
 end
+local function route_entry(value)
+  local cut = string.find(value, {ROUTE_SEPARATOR!r}, 1, true)
+  if not cut then
+    return nil
+  end
+  local rest = string.sub(value, cut + 1)
+  local stop = string.find(rest, {ROUTE_SEPARATOR!r}, 1, true)
+  if stop then
+    return string.sub(rest, 1, stop - 1)
+  end
+  return rest
+end
 """
 
 LUA_FIELDS: Final = (
@@ -151,5 +168,6 @@ LUA_FIELDS: Final = (
     + _LUA_ROUTE
 )
 """The same names as Lua locals (``F_STATUS`` for :data:`STATUS`, ... ``S_OPEN``), and the
-route's two functions (``route_of(waiter, entry)``, ``route_waiter(value)``), which every
+route's functions (``route_of(waiter, entry)``, ``route_waiter(value)``,
+``route_entry(value)``), which every
 script of :mod:`._scripts` and :mod:`toolnexus.cli._ops` starts with."""
