@@ -22,7 +22,9 @@ import pytest
 import redis.asyncio as aioredis
 from test_agent_acl import ADMIN, QUEUE, broker, fleet_server, url
 
-from conftest import RedisServer
+import toolnexus
+from conftest import FAST, RedisServer
+from redis_topologies import LocalCluster
 from toolnexus import Answer, OnExpiry, Request, new_id
 from toolnexus.codec import Codec
 from toolnexus.keys import Keys
@@ -162,3 +164,37 @@ async def test_a_squatted_durable_request_that_cannot_be_published_is_unavailabl
     async with agent:
         answer = await asyncio.wait_for(agent.wait_for(request, timeout_s=2), 10)
     assert (answer.ok, answer.reason, answer.defaulted) == (False, "unavailable", False)
+
+
+@pytest.mark.slow
+async def test_on_a_cluster_a_squatted_route_is_replaced_and_an_attach_publishes_once(
+    redis_cluster: LocalCluster,
+) -> None:
+    """S5, observation 5, on a Redis Cluster (the state and the route on different slots:
+    the publish script compares the route with the entry of the state's hop record). A
+    route squatted before the durable request is asked is replaced and the request shown;
+    a second wait attaching to it later, its route genuine, publishes nothing more."""
+    keys = Keys("squat", QUEUE)
+    request = deploy()
+
+    def connect() -> RedisBroker:
+        made = toolnexus.connect(redis_cluster.url, namespace="squat", queue=QUEUE, **FAST)
+        assert isinstance(made, RedisBroker)
+        return made
+
+    async with connect() as agent, connect() as bot:
+        squatter = agent.redis
+        waiter = keys.durable_waiter(agent.settings.agent)
+        await squatter.set(keys.route(request.id), route_value(waiter, "1-1"), px=60_000)
+        waiting = asyncio.create_task(agent.wait_for(request, timeout_s=30))
+        async with asyncio.timeout(10):
+            while int(await squatter.xlen(keys.requests)) < 1:
+                await asyncio.sleep(0.01)
+        waiting.cancel()  # a deploy: the durable request stays open
+        await asyncio.gather(waiting, return_exceptions=True)
+        again = asyncio.create_task(agent.wait_for(request, timeout_s=30))
+        await asyncio.sleep(0.5)
+        assert int(await squatter.xlen(keys.requests)) == 1  # the attach published nothing
+        await declined_when_shown(bot, request.id)
+        answer = await asyncio.wait_for(again, 10)
+    assert (answer.ok, answer.reason, answer.defaulted) == (False, "declined", False)
