@@ -20,9 +20,12 @@ a durable request is never withdrawn. Before its deadline, a state ended without
 answer the wait takes is opened again (:func:`renew`) and published again. A stored
 request past its deadline and the retention (a state restored after it should have gone)
 counts as absent: it is replaced by this wait's request, published afresh. An open
-request is published again only if its route does not exist (the publish script skips
-a request whose route is the durable waiter's, so that processes attaching at the same
-time publish it once between them); its hops, by the signed plan, likewise (see
+request is published again only if its route does not name the entry its state recorded
+(field ``e``, written by the publish script that added it; on a Cluster, the hop record's
+entry): processes attaching at the same time publish it once between them, and a route
+that anybody else wrote, before the request was asked say, is replaced, so a request
+nobody was shown never ends in its default. Its hops, by the signed plan, are published
+again where their route is not the durable waiter's (see
 :meth:`Escalator.plan <toolnexus.redis_broker.escalation.Escalator.plan>`): the state's
 hop record ``q`` is a hint that only names entries.
 

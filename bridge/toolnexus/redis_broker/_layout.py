@@ -13,6 +13,8 @@ not, so that its absence means 1. A request's state (:meth:`Keys.state
     req  REQUEST      a durable request as published (a plain request's one home while
                       it is open is its request-stream entry, which its route names)
     d    DURABLE      '1' for a durable request
+    e    ENTRY        a durable request's entry in its queue's request stream, recorded
+                      by the script that added it (see _scripts.OPEN_PUBLISH)
     w    WHY          why the waiter last refused an answer and opened it again
     q    QUEUES       the queues an escalating request reached (see escalation.py)
     p    PROTOCOL     '2' in protocol 2 (set when the state is opened); absent: 1
@@ -66,6 +68,7 @@ ANSWER: Final = "a"
 DEADLINE: Final = "x"
 REQUEST: Final = "req"
 DURABLE: Final = "d"
+ENTRY: Final = "e"
 WHY: Final = "w"
 QUEUES: Final = "q"
 PROTOCOL_FIELD: Final = "p"
@@ -177,6 +180,7 @@ _LUA_NAMES: Final = {
     "F_DEADLINE": DEADLINE,
     "F_REQUEST": REQUEST,
     "F_DURABLE": DURABLE,
+    "F_ENTRY": ENTRY,
     "F_WHY": WHY,
     "F_QUEUES": QUEUES,
     "F_PROTOCOL": PROTOCOL_FIELD,
@@ -292,5 +296,5 @@ LUA_FIELDS: Final = (
 )
 """The same names as Lua locals (``F_STATUS`` for :data:`STATUS`, ... ``S_OPEN``), and the
 route's functions (``route_of(waiter, entry, protocol)``, ``route_waiter(value)``,
-``route_protocol(value)``), which every script of :mod:`._scripts` and
-:mod:`toolnexus.cli._ops` starts with."""
+``route_entry(value)``, ``route_protocol(value)``), which every script of :mod:`._scripts`
+and :mod:`toolnexus.cli._ops` starts with."""

@@ -105,9 +105,10 @@ class Publisher:
         """Open the request's state and add it to the request stream, with everything else
         sent this turn: in one script on one server, else one per slot. If Redis is away,
         :meth:`_republish` tries again. A durable request is added only if its route does
-        not exist yet (processes attaching at once publish it once between them), unless
-        published ``again`` (reopened). A request whose id another waiter owns is refused
-        (see :meth:`_took`)."""
+        not name the entry its state recorded (processes attaching at once publish it once
+        between them; a route someone else wrote, before it was asked say, is replaced),
+        unless published ``again`` (reopened). A request whose id another waiter owns is
+        refused (see :meth:`_took`)."""
         core = self.core
         payload = self.payload(wait)
         settings, keys, call = core.settings, core.keys, core.pipeliner
@@ -144,7 +145,8 @@ class Publisher:
             (keys.requests,),
             (min_id, replies.waiter, core.protocol),
             (keys.route(wait.request_id),),
-            (payload, ttl_ms, once),
+            # on a Cluster the state is on another slot: the entry its hop record named
+            (payload, ttl_ms, wait.entry_id if once and wait.entry_id else 0),
         )
         added.add_done_callback(functools.partial(self._on_published, wait, opened))
 

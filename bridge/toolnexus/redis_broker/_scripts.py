@@ -179,15 +179,17 @@ PUBLISH = BatchScript(
     """
 -- On a queue's slot. Shared: KEYS request stream; ARGV min_id, waiter, protocol ('1' or
 -- '2': the routes').
--- Item: KEYS route; ARGV request, ttl_ms, once ('1' or '0'). Adds each request to the
--- stream (trimmed by age, never by length) and records in its route which waiter it
--- belongs to and its entry id (route_of). A route is set only if absent or this waiter's
--- already (a publish retried, a durable request published again): a request whose id
--- another waiter owns is neither added nor routed (reply 0; a route that is not a string
--- counts as another's). A request published
--- ``once`` (a durable one attached to) whose route is this waiter's is published already:
--- it is not added again (reply false), so that processes attaching to it at the same
--- time publish it once between them.
+-- Item: KEYS route; ARGV request, ttl_ms, once ('0', '1' or an entry id). Adds each
+-- request to the stream (trimmed by age, never by length) and records in its route which
+-- waiter it belongs to and its entry id (route_of). A route is set only if absent or this
+-- waiter's already (a publish retried, a durable request published again): a request whose
+-- id another waiter owns is neither added nor routed (reply 0; a route that is not a
+-- string counts as another's). A request published ``once`` is published already, and
+-- not added again (reply false), so that processes attaching to it at the same time
+-- publish it once between them: with '1' (a hop) if its route is this waiter's, with an
+-- entry id (a durable request, as its state recorded it) if its route is this waiter's
+-- and names that entry. Any other route of this waiter's (set by someone else before the
+-- request was asked, say) is replaced.
 local ids = {}
 for i = 2, #KEYS do
   local a = 3 + (i - 2) * 3
@@ -200,7 +202,8 @@ for i = 2, #KEYS do
   end
   if owner and owner ~= ARGV[2] then
     ids[i - 1] = 0
-  elseif owner and ARGV[a + 3] == '1' then
+  elseif owner and (ARGV[a + 3] == '1' or (ARGV[a + 3] ~= '0'
+      and route_entry(redis.call('GET', KEYS[i])) == ARGV[a + 3])) then
     ids[i - 1] = false
   else
     ids[i - 1] = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', E_REQUEST, ARGV[a + 1])
@@ -219,12 +222,15 @@ OPEN_PUBLISH = BatchScript(
     + """
 -- One server only (it writes keys of a waiter's slot and of a queue's): OPEN and PUBLISH
 -- of the same requests in one script, as they would run one after the other (only a
--- durable state holds the request; a route names the waiter and the entry).
+-- durable state holds the request, and the entry it was added as: F_ENTRY; a route names
+-- the waiter and the entry).
 -- Shared: KEYS reply stream, liveness mark, request stream; ARGV liveness_ms (0 for the
 -- durable waiter), min_id, waiter, the mark's value, protocol ('1' or '2').
 -- Item: KEYS state, route; ARGV deadline_ms, request, ttl_ms, durable ('1' or '0'), once
 -- ('1' or '0'). Each reply: the request's entry id;
--- false for a request published ``once`` whose route is this waiter's; 0 for a request
+-- false for a request published ``once`` whose route is this waiter's and names the entry
+-- its state recorded (published already: anybody may set a route, before the request is
+-- asked too, but only this agent and the responders may write its state); 0 for a request
 -- whose id another waiter owns, whose state is then not opened either (see PUBLISH).
 if ARGV[1] ~= '0' then
   redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[1])
@@ -248,11 +254,15 @@ for j = 1, (#KEYS - 3) / 2 do
       open_state(state, ARGV[a + 1], request, ARGV[a + 4], ARGV[5])
       redis.call('PEXPIRE', state, ttl_ms)
     end
-    if owner and ARGV[a + 5] == '1' then
+    if owner and ARGV[a + 5] == '1'
+        and route_entry(redis.call('GET', route)) == redis.call('HGET', state, F_ENTRY) then
       ids[j] = false
     else
       ids[j] = redis.call('XADD', KEYS[3], 'MINID', '~', ARGV[2], '*', E_REQUEST, request)
       redis.call('SET', route, route_of(ARGV[3], ids[j], ARGV[5]), 'PX', ttl_ms)
+      if ARGV[a + 4] == '1' then
+        redis.call('HSET', state, F_ENTRY, ids[j])
+      end
     end
   end
 end
