@@ -40,6 +40,7 @@ from ..errors import (
     BrokerClosed,
     BrokerUnavailable,
     DecodeError,
+    NotConfirmed,
     SignatureError,
     ToolnexusError,
 )
@@ -442,6 +443,9 @@ class RedisResponder(Responder):
             raise
         except AlreadyVoted:
             raise  # still open: others may vote through this pending
+        except NotConfirmed:
+            self._forget(pending)  # taken on the master (its entry settled there, or not)
+            raise
         except ToolnexusError:
             self.release(pending)
             raise

@@ -1,0 +1,94 @@
+"""``durability="wait"`` is honest (issue 40): a responder is told its answer was taken
+only once ``WAIT`` counted the replicas asked for; otherwise it gets ``NotConfirmed``,
+and the waiter's own view decides. A publish ``WAIT`` does not confirm is published
+again until one does. A master and one replica on loopback; the replica is frozen
+(SIGSTOP) to make ``WAIT`` fall short, as a partition would."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+import toolnexus
+from conftest import FAST, RedisServer
+from redis_topologies import wait_until
+from toolnexus import Request
+from toolnexus.errors import NotConfirmed
+from toolnexus.models import new_id
+
+pytestmark = [pytest.mark.redis]
+
+OPTIONS = {**FAST, "durability": "wait", "wait_replicas": 1, "wait_timeout_ms": 100}
+
+
+@pytest.fixture
+def replicated(tmp_path: Path) -> Iterator[tuple[RedisServer, RedisServer]]:
+    """A master and its replica, in sync."""
+    (tmp_path / "master").mkdir()
+    (tmp_path / "replica").mkdir()
+    master = RedisServer(tmp_path / "master")
+    master.start()
+    replica = RedisServer(tmp_path / "replica", "--replicaof", "127.0.0.1", str(master.port))
+    try:
+        replica.start()
+
+        def in_sync() -> bool:
+            with redis.Redis(port=replica.port) as client:
+                return bool(client.info("replication").get("master_link_status") == "up")
+
+        wait_until("the replica is in sync", in_sync)
+        yield master, replica
+    finally:
+        for server in (replica, master):
+            if server.process is not None:
+                server.process.send_signal(signal.SIGCONT)
+            server.kill()
+
+
+async def accept(broker: toolnexus.Broker, request_id: str) -> None:
+    """Accept request ``request_id`` as a responder."""
+    async with broker.responder("bot") as responder:
+        async for pending in responder:
+            if pending.request.id == request_id:
+                await pending.accept({"n": 1})
+                return
+
+
+async def test_an_answer_wait_confirms_is_accepted(
+    replicated: tuple[RedisServer, RedisServer], namespace: str
+) -> None:
+    master, _replica = replicated
+    async with toolnexus.connect(master.url, namespace=namespace, **OPTIONS) as broker:
+        request = Request(id=new_id(), kind="input")
+        waiting = asyncio.create_task(broker.wait_for(request, timeout_s=30))
+        await accept(broker, request.id)
+        answer = await waiting
+    assert answer.ok and answer.data == {"n": 1}
+
+
+async def test_an_answer_wait_cannot_confirm_is_not_confirmed_and_the_waiter_decides(
+    replicated: tuple[RedisServer, RedisServer], namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    master, replica = replicated
+    async with toolnexus.connect(master.url, namespace=namespace, **OPTIONS) as broker:
+        assert replica.process is not None
+        replica.process.send_signal(signal.SIGSTOP)  # WAIT 1 now times out
+        request = Request(id=new_id(), kind="input")
+        with caplog.at_level(logging.WARNING, logger="toolnexus.redis"):
+            waiting = asyncio.create_task(broker.wait_for(request, timeout_s=30))
+            with pytest.raises(NotConfirmed) as caught:
+                await accept(broker, request.id)
+            assert (caught.value.request_id, caught.value.replicas) == (request.id, 0)
+            assert caught.value.required == 1
+            assert "may be lost in a failover" in str(caught.value)
+            # the master took it: here (no failover), the waiter gets it
+            answer = await waiting
+        assert answer.ok and answer.data == {"n": 1}
+        # the publish was not confirmed either: it was published again
+        assert any("publish not confirmed" in r.getMessage() for r in caplog.records)
