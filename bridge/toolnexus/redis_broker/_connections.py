@@ -319,14 +319,30 @@ class SentinelWatch:
 
     async def _watch(self) -> None:
         while True:
-            try:
-                async with asyncio.timeout(SENTINEL_WATCH_S * 4):
-                    host, port = await self._sentinel.discover_master(self._master_name)
-            except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
-                log.debug("asking the Sentinels for %s: %s", self._master_name, exc)
-            else:
-                await self.seen((str(host), int(port)))
+            master = await self.ask()
+            if master is not None:
+                await self.seen(master)
             await asyncio.sleep(SENTINEL_WATCH_S)
+
+    async def ask(self) -> tuple[str, int] | None:
+        """The master's address as the first Sentinel that answers within
+        ``2 * SENTINEL_WATCH_S`` names it (None: none did). That Sentinel goes first in the
+        list, for redis-py's own look-ups too (it moves one only after it answered, so a
+        Sentinel a partition hides would cost every look-up its socket timeout)."""
+        sentinels = self._sentinel.sentinels
+        for number, client in enumerate(list(sentinels)):
+            try:
+                async with asyncio.timeout(SENTINEL_WATCH_S * 2):
+                    masters = await client.sentinel_masters()
+            except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+                log.debug("asking Sentinel %s for %s: %s", number, self._master_name, exc)
+                continue
+            state = masters.get(self._master_name) if isinstance(masters, dict) else None
+            if state and self._sentinel.check_master_state(state, self._master_name):
+                if number:
+                    sentinels[0], sentinels[number] = sentinels[number], sentinels[0]
+                return str(state["ip"]), int(state["port"])
+        return None
 
     async def seen(self, master: tuple[str, int]) -> None:
         """The Sentinels name ``master``: if it is another than before, close the

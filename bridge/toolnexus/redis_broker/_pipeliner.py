@@ -325,6 +325,15 @@ class Pipeliner:
             self._forget_confirming(queue)
             _fail(queue, BrokerClosed("the broker was closed"))
             raise
+        if any(isinstance(reply, redis.exceptions.ReadOnlyError) for reply in replies):
+            # A master demoted to a replica (a Sentinel failover it was partitioned from):
+            # a fault of the connection, as redis-py's Sentinel connections say it, so that
+            # callers retry on the new master instead of taking READONLY as a refusal.
+            if self._direct is not None:
+                await self._direct.abandon()
+            self._forget_confirming(queue)
+            _fail(queue, redis.exceptions.ConnectionError("the master is now a replica"))
+            return
         self._settle(queue, replies)
 
     def _checked(self, target: _Target, reply: Any, acked: int | None) -> Any:

@@ -30,7 +30,6 @@ from ..models import UNAVAILABLE, Answer, Heartbeat, Request
 from ._core import CONNECTION_ERRORS, Backoff, Core, ms
 from ._escalation import record_reached
 from ._heartbeats import live_heartbeats, workers_elsewhere
-from ._pipeliner import Unconfirmed
 from ._scripts import OPEN, OPEN_PUBLISH, PUBLISH
 from ._wait import Wait
 
@@ -129,7 +128,6 @@ class Publisher:
                 (wait.deadline_ms, payload, ttl_ms, int(replies.durable), once),
                 lazy=False,
                 on_reply=functools.partial(self._on_reply, wait),
-                confirm=True,
             )
             return
         opened = call.batch(
@@ -138,7 +136,6 @@ class Publisher:
             (liveness_ms,),
             (state,),
             (wait.deadline_ms, payload, ttl_ms, int(replies.durable)),
-            confirm=True,
         )
         added = call.batch(
             PUBLISH,
@@ -146,7 +143,6 @@ class Publisher:
             (min_id, replies.waiter),
             (keys.route(wait.request_id),),
             (payload, ttl_ms, once),
-            confirm=True,
         )
         added.add_done_callback(functools.partial(self._on_published, wait, opened))
 
@@ -183,17 +179,11 @@ class Publisher:
         """On a Cluster: the replies of the request's ``OPEN`` and ``PUBLISH``."""
         done = [f.exception() for f in (opened, added) if f.done() and not f.cancelled()]
         errors = [e for e in done if e is not None]
-        if errors and all(isinstance(e, Unconfirmed) for e in errors):
-            entry = added.exception()
-            self._unconfirmed(wait, entry.reply if isinstance(entry, Unconfirmed) else None)
-            return
         self._took(wait, errors, None if errors else added.result())
 
     def _on_reply(self, wait: Wait, reply: Any) -> None:
         """On one server: the reply of the request's ``OPEN_PUBLISH`` (or its failure)."""
-        if isinstance(reply, Unconfirmed):
-            self._unconfirmed(wait, reply.reply)
-        elif isinstance(reply, BaseException):
+        if isinstance(reply, BaseException):
             self._took(wait, [reply], None)
         else:
             self._took(wait, [], reply)
@@ -230,24 +220,6 @@ class Publisher:
         elif not wait.answer.done():  # Redis refuses: this wait cannot be served
             log.error("publishing %s failed: %s", wait.request_id, errors[0])
             wait.answer.set_result(Answer(id=wait.request_id, ok=False, reason=UNAVAILABLE))
-
-    def _unconfirmed(self, wait: Wait, entry: Any) -> None:
-        """With ``durability="wait"``: the master took the publish of ``wait`` (``entry``,
-        its stream entry, when known) but ``WAIT`` did not confirm it on enough replicas.
-        It does not count as published: it is published again, with backoff, until a
-        ``WAIT`` confirms it (the state is opened once; each new entry replaces the one
-        before, see :meth:`_took`). Meanwhile the wait goes on: an answer may come."""
-        if entry not in (None, 0, False) and entry != wait.entry_id:
-            if wait.entry_id is not None:
-                self.core.settle(delete=wait.entry_id)
-            wait.entry_id = entry
-        if not wait.answer.done() and not self.core.closed:
-            log.warning(
-                "request %s: publish not confirmed by WAIT; publishing again", wait.request_id
-            )
-            self._unpublished.add(wait)
-            if self._republisher is None:
-                self._republisher = asyncio.get_running_loop().create_task(self._republish())
 
     async def _republish(self) -> None:
         """The one task that publishes again what Redis could not take, with backoff."""
