@@ -189,6 +189,7 @@ class Core:
             timeout_s=settings.command_timeout_s + settings.wait_timeout_ms / 1000,
             wait=wait if settings.durability == "wait" else None,
             public_api=self.public_api,
+            demotable=connector.sentinel_watch is not None,
         )
         self.closed = False
 

@@ -99,15 +99,19 @@ class Pipeliner:
         wait: tuple[int, int] | None = None,
         scripts: tuple[BatchScript, ...] = SCRIPTS,
         public_api: bool = False,
+        demotable: bool = False,
     ) -> None:
         """``wait=(replicas, timeout_ms)`` ends every pipeline with a ``WAIT`` on each
         node it wrote to (see ``durability`` in :mod:`._core`). ``public_api``: send
-        redis-py pipelines even on one server (see :mod:`._redispy`)."""
+        redis-py pipelines even on one server (see :mod:`._redispy`). ``demotable``: the
+        server is a master Sentinel may demote, so a ``READONLY`` reply is a fault of the
+        connection (the master is now a replica), retried, not a refusal."""
         self._redis = redis_
         # On one server, the connection it sends on (None: on a Cluster, or public_api)
         self._direct = direct(redis_, public_api)
         self._bound = Bound()  # each pipeline's replies within timeout_s, one timer for all
         self._wait = wait
+        self._demotable = demotable
         self.timeout_s = timeout_s
         self._scripts = {script.sha: script for script in scripts}
         self._load_scripts = True
@@ -325,7 +329,9 @@ class Pipeliner:
             self._forget_confirming(queue)
             _fail(queue, BrokerClosed("the broker was closed"))
             raise
-        if any(isinstance(reply, redis.exceptions.ReadOnlyError) for reply in replies):
+        if self._demotable and any(
+            isinstance(reply, redis.exceptions.ReadOnlyError) for reply in replies
+        ):
             # A master demoted to a replica (a Sentinel failover it was partitioned from):
             # a fault of the connection, as redis-py's Sentinel connections say it, so that
             # callers retry on the new master instead of taking READONLY as a refusal.
