@@ -2,7 +2,8 @@
 ``durability="wait"``, repeated; the figures as a table, written into
 docs/reliability.md between its partition markers with ``--write``.
 
-    sudo .venv/bin/python tests/partitions/report.py --repeats 20 --write docs/reliability.md
+    ./run partitions --repeats 20 --write docs/reliability.md
+    .venv/bin/python tests/partitions/report.py --repeats 20 --write docs/reliability.md
 
 Needs root (network namespaces). Each run prints one ``PARTITION {...}`` JSON line.
 """
