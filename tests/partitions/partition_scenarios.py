@@ -14,6 +14,7 @@ Scenarios (:data:`SCENARIOS`):
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -167,9 +168,16 @@ class SentinelRun:
         time.sleep(plan.warm_s)
         self.cut_at = time.time()
         switched = fault(self)
+        stuck = []
         for agent in agents:  # they publish until run_s, then wait for the rest
-            agent.wait(run_s + plan.wait_s + 30)
-        return self.figures(scenario, switched)
+            try:
+                agent.wait(run_s + plan.wait_s + 30)
+            except subprocess.TimeoutExpired:  # its open waits count as stranded
+                agent.kill()
+                stuck.append(f"agent pid {agent.pid} did not exit: killed")
+        figures = self.figures(scenario, switched)
+        figures.examples += stuck
+        return figures
 
     def figures(self, scenario: str, switched: float | None) -> Figures:
         events = [e for e in read_history(self.histories) if e["op"] != "ready"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -82,14 +83,16 @@ def main() -> None:
     if problem is not None:
         raise SystemExit(f"partition runs cannot run here: {problem}")
     runs: list[Figures] = []
-    with tempfile.TemporaryDirectory(prefix="toolnexus-partitions-") as tmp:
-        for repeat in range(args.repeats):
-            for scenario in args.scenarios:
-                for durability in args.durability:
-                    directory = Path(tmp) / f"{scenario}-{durability}-{repeat}"
-                    figures = run_scenario(directory, scenario, durability, Plan())
-                    print(f"PARTITION {as_json(figures)}", flush=True)
-                    runs.append(figures)
+    tmp = Path(tempfile.mkdtemp(prefix="toolnexus-partitions-"))
+    for repeat in range(args.repeats):
+        for scenario in args.scenarios:
+            for durability in args.durability:
+                directory = tmp / f"{scenario}-{durability}-{repeat}"
+                figures = run_scenario(directory, scenario, durability, Plan())
+                print(f"PARTITION {as_json(figures)}", flush=True)
+                runs.append(figures)
+                if not figures.examples:  # kept otherwise: its logs and histories
+                    shutil.rmtree(directory)
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()

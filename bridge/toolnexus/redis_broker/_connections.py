@@ -11,8 +11,8 @@
   credentials are the master's, the options ``sentinel_username``/``sentinel_password``
   the Sentinels' own.
 
-Through Sentinels, a watch (:class:`SentinelWatch`) asks them every
-:data:`SENTINEL_WATCH_S` which server is the master; when it changes, every connection
+Through Sentinels, a watch (:class:`~._redispy.SentinelWatch`) asks them every
+:data:`~._redispy.SENTINEL_WATCH_S` which server is the master; when it changes, every connection
 to the old one is closed, in use or not, so that a command or read waiting on it fails
 at once and is retried on the new master (instead of waiting out its command timeout
 against a master that a partition hides: issue 40 measured 24 s after a switch at 2.4 s).
@@ -28,11 +28,7 @@ stream, named to redis-py (which would otherwise ask a node for the keys of ever
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import inspect
-import logging
-import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -41,19 +37,20 @@ from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 import redis.asyncio as aioredis
 import redis.exceptions
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import Sentinel
 
 from .._broker import redacted
 from .._timers import Bound
 from ..errors import ConfigurationError
 from ..settings import SENTINEL_OPTIONS
-from ._redispy import BlockingSentinelPool, ClosingCluster, Direct, direct, packing
-
-log = logging.getLogger("toolnexus.redis")
-
-SENTINEL_WATCH_S = 0.5
-"""How often a Sentinel client asks the Sentinels which server is the master (one
-``SENTINEL MASTERS`` to the first Sentinel that answers)."""
+from ._redispy import (
+    BlockingSentinelPool,
+    ClosingCluster,
+    Direct,
+    SentinelWatch,
+    direct,
+    packing,
+)
 
 Client = aioredis.Redis | RedisCluster
 """A command or blocking client: a server's (or a Sentinel master's) or a Cluster's."""
@@ -281,93 +278,6 @@ class Connector:
         )
         self.sentinel_watch = SentinelWatch(sentinel, master_name)
         self.sentinel_watch.follow(master)
-
-
-class SentinelWatch:
-    """Asks the Sentinels every :data:`SENTINEL_WATCH_S` which server is ``master_name``;
-    when the answer changes, closes every connection of the clients it follows (in use
-    or idle), so that what waits on the old master fails now and is retried on the new
-    one (redis-py itself closes only idle connections, and only when it connects again).
-    Started by :meth:`start` (once a loop runs), stopped by :meth:`aclose`."""
-
-    def __init__(self, sentinel: Sentinel, master_name: str) -> None:
-        self._sentinel, self._master_name = sentinel, master_name
-        self._pools: weakref.WeakSet[SentinelConnectionPool] = weakref.WeakSet()
-        self._task: asyncio.Task[None] | None = None
-        self.master: tuple[str, int] | None = None
-        """The master's address as last seen (None: not asked yet)."""
-        self.switches = 0
-        """Changes of master seen."""
-
-    def follow(self, client: aioredis.Redis) -> None:
-        """Close ``client``'s connections when the master changes (and start watching, if
-        a loop runs)."""
-        pool = client.connection_pool
-        assert isinstance(pool, SentinelConnectionPool)
-        self._pools.add(pool)
-        self.start()
-
-    def start(self) -> None:
-        """Start watching, unless started or no event loop runs yet."""
-        if self._task is not None:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._task = loop.create_task(self._watch(), name="toolnexus-sentinel-watch")
-
-    async def _watch(self) -> None:
-        while True:
-            master = await self.ask()
-            if master is not None:
-                await self.seen(master)
-            await asyncio.sleep(SENTINEL_WATCH_S)
-
-    async def ask(self) -> tuple[str, int] | None:
-        """The master's address as the first Sentinel that answers within
-        ``2 * SENTINEL_WATCH_S`` names it (None: none did). That Sentinel goes first in the
-        list, for redis-py's own look-ups too (it moves one only after it answered, so a
-        Sentinel a partition hides would cost every look-up its socket timeout)."""
-        sentinels = self._sentinel.sentinels
-        for number, client in enumerate(list(sentinels)):
-            try:
-                async with asyncio.timeout(SENTINEL_WATCH_S * 2):
-                    masters = await client.sentinel_masters()
-            except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
-                log.debug("asking Sentinel %s for %s: %s", number, self._master_name, exc)
-                continue
-            state = masters.get(self._master_name) if isinstance(masters, dict) else None
-            if state and self._sentinel.check_master_state(state, self._master_name):
-                if number:
-                    sentinels[0], sentinels[number] = sentinels[number], sentinels[0]
-                return str(state["ip"]), int(state["port"])
-        return None
-
-    async def seen(self, master: tuple[str, int]) -> None:
-        """The Sentinels name ``master``: if it is another than before, close the
-        connections to the old one."""
-        old, self.master = self.master, master
-        if old is None or old == master:
-            return
-        self.switches += 1
-        log.warning(
-            "Sentinel master %s moved from %s:%s to %s:%s: reconnecting",
-            self._master_name,
-            *old,
-            *master,
-        )
-        for pool in list(self._pools):
-            pool.master_address = master
-            with contextlib.suppress(redis.exceptions.RedisError, OSError):
-                await pool.disconnect(inuse_connections=True)
-
-    async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
 
 class BlockingReader:
