@@ -72,9 +72,13 @@ class Figures:
     switch_s: float | None
     """From the fault to the majority's Sentinel naming a new master."""
     recover_s: float | None
-    """From the fault to the first answer the majority's agent got after it (the old
-    primary is out of its reach: it got it from the new one)."""
+    """From the fault to the first answer the majority's agent got after the Sentinels
+    switched (from the new primary, with most faults: the old one is out of its reach).
+    It includes the backlog its responder worked through first."""
     examples: list[str]
+    reconnect_s: float | None = None
+    """From the fault to the first thing a majority client (its agent or responder) got
+    done after the Sentinels switched: an outcome, or a responder told anything."""
 
 
 class SentinelRun:
@@ -190,7 +194,15 @@ class SentinelRun:
             and e.get("reason") is None
             and e["t"] > (switched or self.cut_at)
         ]
+        after_switch = [
+            e["t"]
+            for e in events
+            if e["by"] in (self.a2.name, self.p2.name)
+            and e["op"] in ("outcome", "respond")
+            and e["t"] > (switched or self.cut_at)
+        ]
         return Figures(
+            reconnect_s=round(min(after_switch) - self.cut_at, 2) if after_switch else None,
             scenario=scenario,
             durability=self.durability,
             requests=verdict.requests,

@@ -28,7 +28,7 @@ BEGIN, END = "<!-- partitions:begin -->", "<!-- partitions:end -->"
 DESCRIPTIONS = {
     "isolated-primary": "primary isolated with one Sentinel, one agent and one responder "
     "(the minority) until the majority failed over and 4 s more, then healed",
-    "flapping-link": "the primary's link down 1 s, up 1 s, for 20 s",
+    "flapping-link": "the primary's link down 1 s, up 1 s, for 12 s",
 }
 
 
@@ -41,18 +41,20 @@ def table(runs: list[Figures], commit: str) -> str:
         "",
         "| Scenario | `durability` | Runs | Requests | Acknowledged answers | Not confirmed "
         "| Lost acknowledged | Conflicting | Stranded | Expired | Sentinel switched | "
-        "Majority agent served again |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "Majority's clients served again | Majority's agent answered again |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for (scenario, durability), cases in sorted(by_case.items()):
         switches = sorted(c.switch_s for c in cases if c.switch_s is not None)
         recovers = sorted(c.recover_s for c in cases if c.recover_s is not None)
+        reconnects = sorted(c.reconnect_s for c in cases if c.reconnect_s is not None)
         lines.append(
             f"| {DESCRIPTIONS.get(scenario, scenario)} | `{durability}` | {len(cases)} "
             f"| {sum(c.requests for c in cases):,} | {sum(c.acknowledged for c in cases):,} "
             f"| {sum(c.not_confirmed for c in cases):,} | **{sum(c.lost for c in cases)}** "
             f"| **{sum(c.conflicting for c in cases)}** | {sum(c.stranded for c in cases)} "
-            f"| {sum(c.expired for c in cases)} | {_span(switches)} | {_span(recovers)} |"
+            f"| {sum(c.expired for c in cases)} | {_span(switches)} | {_span(reconnects)} "
+            f"| {_span(recovers)} |"
         )
     return "\n".join(lines)
 
