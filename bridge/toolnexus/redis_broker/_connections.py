@@ -187,6 +187,7 @@ class Connector:
         if self.sentinel_watch is not None:
             assert isinstance(client, aioredis.Redis)
             self.sentinel_watch.follow(client)
+            self.sentinel_watch.start()  # (a broker used without entering it first)
         return client
 
     async def aclose(self) -> None:

@@ -204,7 +204,8 @@ class SentinelWatch:
     when the answer changes, closes every connection of the clients it follows (in use
     or idle), so that what waits on the old master fails now and is retried on the new
     one (redis-py itself closes only idle connections, and only when it connects again).
-    Started by :meth:`start` (once a loop runs), stopped by :meth:`aclose`."""
+    Started by :meth:`start` (when the broker is entered, or makes its first blocking
+    reader), stopped by :meth:`aclose`."""
 
     def __init__(self, sentinel: Sentinel, master_name: str) -> None:
         self._sentinel, self._master_name = sentinel, master_name
@@ -216,12 +217,10 @@ class SentinelWatch:
         """Changes of master seen."""
 
     def follow(self, client: aioredis.Redis) -> None:
-        """Close ``client``'s connections when the master changes (and start watching, if
-        a loop runs)."""
+        """Close ``client``'s connections when the master changes."""
         pool = client.connection_pool
         assert isinstance(pool, SentinelConnectionPool)
         self._pools.add(pool)
-        self.start()
 
     def start(self) -> None:
         """Start watching, unless started or no event loop runs yet."""
