@@ -1,7 +1,8 @@
 """``durability="wait"`` is honest (issue 40): a responder is told its answer was taken
 only once ``WAIT`` counted the replicas asked for; otherwise it gets ``NotConfirmed``,
 and the waiter's own view decides. A master and one replica on loopback; the replica is frozen
-(SIGSTOP) to make ``WAIT`` fall short, as a partition would."""
+(SIGSTOP) to make ``WAIT`` fall short, as a partition would. Through Sentinels, a
+``READONLY`` reply (a master demoted under its clients) is a fault of the connection."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from pathlib import Path
 
 import pytest
 import redis
+import redis.asyncio as aioredis
+import redis.exceptions
+from redis.exceptions import ReadOnlyError
 
 import toolnexus
 from conftest import FAST, RedisServer
@@ -19,6 +23,7 @@ from redis_topologies import wait_until
 from toolnexus import Request
 from toolnexus.errors import NotConfirmed
 from toolnexus.models import new_id
+from toolnexus.redis_broker._pipeliner import Pipeliner, Unconfirmed
 
 pytestmark = [pytest.mark.redis]
 
@@ -87,3 +92,43 @@ async def test_an_answer_wait_cannot_confirm_is_not_confirmed_and_the_waiter_dec
         # the master took it: here (no failover), the waiter gets it
         answer = await waiting
         assert answer.ok and answer.data == {"n": 1}
+
+
+async def test_only_confirm_items_get_unconfirmed_and_the_reply_travels_with_it(
+    replicated: tuple[RedisServer, RedisServer], namespace: str
+) -> None:
+    master, replica = replicated
+    client = aioredis.Redis(port=master.port)
+    pipeliner = Pipeliner(client, timeout_s=5, wait=(1, 50))
+    try:
+        confirmed = await pipeliner.call("SET", f"{namespace}:a", "1", confirm=True)
+        assert confirmed in (True, b"OK")
+        assert replica.process is not None
+        replica.process.send_signal(signal.SIGSTOP)
+        checked = pipeliner.call("SET", f"{namespace}:b", "2", confirm=True)
+        plain = pipeliner.call("SET", f"{namespace}:c", "3")
+        with pytest.raises(Unconfirmed) as caught:
+            await checked
+        assert caught.value.reply in (True, b"OK") and caught.value.replicas == 0
+        assert await plain in (True, b"OK")  # not asked to confirm: its reply as ever
+    finally:
+        pipeliner.close()
+        await client.delete(f"{namespace}:a", f"{namespace}:b", f"{namespace}:c")
+        await client.aclose()
+
+
+@pytest.mark.parametrize("demotable", [False, True])
+async def test_readonly_is_a_connection_fault_only_for_a_master_sentinel_may_demote(
+    replicated: tuple[RedisServer, RedisServer], namespace: str, demotable: bool
+) -> None:
+    _master, replica = replicated
+    client = aioredis.Redis(port=replica.port)  # a replica: what a demoted master becomes
+    pipeliner = Pipeliner(client, timeout_s=5, demotable=demotable)
+    try:
+        expected = redis.exceptions.ConnectionError if demotable else ReadOnlyError
+        with pytest.raises(expected) as caught:
+            await pipeliner.call("SET", f"{namespace}:a", "1")
+        assert isinstance(caught.value, ReadOnlyError) is not demotable
+    finally:
+        pipeliner.close()
+        await client.aclose()
