@@ -11,6 +11,7 @@
     │   ├── Contested          the request's state held another answer: the waiter decides
     │   └── AlreadyVoted       a quorum request this person voted on already (or contested); open
     ├── SignatureError         a signature that is missing, wrong, untrusted or for another request
+    ├── NotConfirmed           an answer Redis took that WAIT did not confirm on enough replicas
     ├── BrokerUnavailable      the broker cannot be reached (Redis down, refused, timed out)
     ├── BrokerClosed           this broker was closed by its owner (not an outage)
     ├── ServerUnavailable      an MCP server cannot be started or reached
@@ -160,6 +161,26 @@ class SignatureError(ToolnexusError):
         self.reason = reason
 
 
+class NotConfirmed(ToolnexusError):
+    """With ``durability="wait"``: the master took this answer (it resolved the request
+    there), but ``WAIT`` counted ``replicas`` of the ``required`` replicas within
+    ``wait_timeout_ms``, so a failover may still lose it (a partition hides the master, a
+    replica without it is promoted). It is not acknowledged: the waiter's own view
+    decides. It may return this answer, or the request may reopen and be answered
+    again, by this responder or another. An answer that is not confirmed is not
+    retried: a failover that kept it makes any retry ``already answered``."""
+
+    def __init__(self, request_id: str, replicas: int, required: int) -> None:
+        super().__init__(
+            f"request {request_id!r}: the answer was taken by the master, but WAIT confirmed "
+            f"it on {replicas} of {required} replicas: it may be lost in a failover; the "
+            "waiter decides"
+        )
+        self.request_id = request_id
+        self.replicas = replicas
+        self.required = required
+
+
 class BrokerUnavailable(ToolnexusError):
     """The broker (Redis) cannot be reached, refused the command, or did not reply in time."""
 
@@ -192,6 +213,7 @@ __all__ = [
     "InvalidAnswer",
     "InvalidRequest",
     "NotAllowed",
+    "NotConfirmed",
     "NotResolved",
     "Refused",
     "ServerUnavailable",

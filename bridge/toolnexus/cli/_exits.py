@@ -6,7 +6,8 @@ through :func:`failed` (each command's ``--help`` says which statuses it uses).
     ├── BrokerUnavailable 3  EXIT_UNREACHABLE  the broker cannot be reached
     ├── NotResolved       1  EXIT_REFUSED      an answer refused (and every subclass but)
     │   └── Refused       5  EXIT_REQUEST_REFUSED  a responder refused the request itself
-    └── InvalidAnswer     1  EXIT_REFUSED      an answer invalid for the request's form
+    ├── InvalidAnswer     1  EXIT_REFUSED      an answer invalid for the request's form
+    └── NotConfirmed      4  EXIT_NOT_CONFIRMED  an answer no replica confirmed in time
     KeyboardInterrupt   130  EXIT_INTERRUPTED  Ctrl-C
 """
 
@@ -15,7 +16,14 @@ from __future__ import annotations
 import sys
 
 from .._broker import redacted
-from ..errors import BrokerUnavailable, InvalidAnswer, NotResolved, Refused, ToolnexusError
+from ..errors import (
+    BrokerUnavailable,
+    InvalidAnswer,
+    NotConfirmed,
+    NotResolved,
+    Refused,
+    ToolnexusError,
+)
 
 __all__ = [
     "EXIT_ACCEPTED",
@@ -47,7 +55,8 @@ expired, dismissed or withdrawn (and bad usage, as argparse exits)."""
 EXIT_ANSWERED, EXIT_REFUSED, EXIT_NOT_CONFIRMED = 0, 1, 4
 """``answer``: the waiter took the answer (or a quorum counted the vote); it was refused
 (by the broker: already resolved, unknown, not allowed, invalid for the form; or by the
-waiter, which opened the request again); it was sent but no waiter took it in time."""
+waiter, which opened the request again); it was sent but no waiter took it in time (or,
+with ``durability="wait"``, no replica confirmed it: :class:`~toolnexus.errors.NotConfirmed`)."""
 
 EXIT_NOT_DONE = 1
 """``dead-letters``: no dead letter has that id, or one asked for could not be requeued."""
@@ -71,6 +80,7 @@ EXIT_CODES: dict[type[BaseException], int] = {
     NotResolved: EXIT_REFUSED,
     Refused: EXIT_REQUEST_REFUSED,
     InvalidAnswer: EXIT_REFUSED,
+    NotConfirmed: EXIT_NOT_CONFIRMED,
     KeyboardInterrupt: EXIT_INTERRUPTED,
 }
 """The exit status of a command or worker that an error stopped, by its class; a subclass

@@ -68,6 +68,9 @@ async def resolve_answer(
         AlreadyResolved: answered, expired or withdrawn first (a dead waiter's request
             is withdrawn here and then refused as such).
         UnknownRequest: the broker no longer knows the request.
+        NotConfirmed: with ``durability="wait"``, the answer won on the master but
+            ``WAIT`` did not confirm it on enough replicas: not acknowledged, the waiter
+            decides.
         BrokerUnavailable: Redis stayed unreachable; the answer did not get through.
     """
     waiter = waiter_of(request)
@@ -89,6 +92,7 @@ async def resolve_answer(
                     settle,
                     deadline=request.expires_at,
                     alone=alone,
+                    confirm=True,
                 )
             else:
                 outcome, progress, _stored = await cast_vote(core, request, answer, payload)

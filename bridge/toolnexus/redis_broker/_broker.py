@@ -113,6 +113,8 @@ class RedisBroker(Broker):
                 f"{self.settings.connect_timeout_s} s: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
+        if self.core.connector.sentinel_watch is not None:
+            self.core.connector.sentinel_watch.start()
         return self
 
     def wait_for(

@@ -20,7 +20,13 @@ import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
 
 from ..codec import Codec
-from ..errors import BrokerClosed, BrokerUnavailable, ConfigurationError, ToolnexusError
+from ..errors import (
+    BrokerClosed,
+    BrokerUnavailable,
+    ConfigurationError,
+    NotConfirmed,
+    ToolnexusError,
+)
 from ..keys import DEFAULT_AGENT, Keys, agent_problem
 from ..lifecycle import RESOLVED, Outcome, Status
 from ..models import Event
@@ -29,7 +35,7 @@ from ..security._signatures import Signatures
 from ..settings import RedisSettings
 from ._connections import BlockingReader, Client, Connector, username_of
 from ._layout import liveness_value, protocol_fields
-from ._pipeliner import Pipeliner
+from ._pipeliner import Pipeliner, Unconfirmed
 from ._redispy import public_api_only
 from ._scripts import (
     DEAD_LETTER,
@@ -192,6 +198,7 @@ class Core:
             timeout_s=settings.command_timeout_s + settings.wait_timeout_ms / 1000,
             wait=wait if settings.durability == "wait" else None,
             public_api=self.public_api,
+            demotable=connector.sentinel_watch is not None,
         )
         self.closed = False
 
@@ -229,6 +236,7 @@ class Core:
         *,
         deadline: float | None = None,
         alone: bool = False,
+        confirm: bool = False,
     ) -> tuple[Outcome, bytes | None, bool]:
         """Run the resolve script: the outcome (see :class:`~toolnexus.lifecycle.Outcome`),
         the stored answer and whether the request's entry was settled. An answer
@@ -241,7 +249,9 @@ class Core:
         ``alone``: the caller expects no other commands this turn, so it sends them itself
         (see :meth:`Pipeliner.sending`). An empty ``payload`` is the waiter's own plain end
         (see :data:`~toolnexus.redis_broker._scripts.RESOLVE`): the state records the status
-        alone."""
+        alone. ``confirm`` (with ``durability="wait"``): a resolution that won but that
+        ``WAIT`` did not confirm on ``wait_replicas`` replicas raises
+        :class:`~toolnexus.errors.NotConfirmed`."""
         keys = self.keys
         shared_keys: tuple[str, ...] = (keys.answers(waiter), keys.alive(waiter))
         group, entry = settle if settle is not None and self.one_server else ("", "")
@@ -254,8 +264,13 @@ class Core:
                 (self.settings.retention_ms, 1 if entry else 0),
                 (keys.state(waiter, request_id),),
                 (status, payload, request_id, group, entry, ms(deadline) if deadline else 0),
+                confirm=confirm,
             )
-        raw = await resolved
+        unconfirmed: Unconfirmed | None = None
+        try:
+            raw = await resolved
+        except Unconfirmed as exc:
+            raw, unconfirmed = exc.reply, exc
         said = text(raw[1])
         if said not in OUTCOMES:
             raise redis.exceptions.ResponseError(f"resolve script said {said!r}")
@@ -263,9 +278,11 @@ class Core:
         stored: bytes | None = raw[2] if len(raw) > 2 else None
         settled = raw[0] == 1
         if outcome in RESOLVED and stored == payload:
-            return Outcome.OK, None, settled  # our own write, retried after its reply was lost
-        if not payload and stored is None and outcome.value == status:
-            return Outcome.OK, None, settled  # the same for a plain end (see RESOLVE)
+            outcome, stored = Outcome.OK, None  # our own write, retried after its reply was lost
+        elif not payload and stored is None and outcome.value == status:
+            outcome, stored = Outcome.OK, None  # the same for a plain end (see RESOLVE)
+        if outcome == Outcome.OK and unconfirmed is not None:
+            raise NotConfirmed(request_id, unconfirmed.replicas, unconfirmed.required)
         return outcome, stored, settled
 
     def settle(

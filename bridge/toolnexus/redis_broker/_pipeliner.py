@@ -35,6 +35,17 @@ the exception of a failure), or nowhere (a posted item: a failure is logged)."""
 
 _Item = tuple[tuple[Any, ...], _Target]
 
+
+class Unconfirmed(Exception):
+    """What an item issued with ``confirm=True`` gets instead of its reply when the
+    pipeline's ``WAIT`` counted fewer replicas than asked (the write is on the master, and
+    may be lost in a failover): ``reply`` is the reply, ``replicas`` the count."""
+
+    def __init__(self, reply: Any, replicas: int, required: int) -> None:
+        super().__init__(f"WAIT confirmed {replicas} of {required} replicas")
+        self.reply, self.replicas, self.required = reply, replicas, required
+
+
 MAX_BATCH_ITEMS = 128
 """Items in one batch ``EVAL``."""
 
@@ -64,10 +75,16 @@ class _Batch:
         keys = [*self.shared_keys, *self.item_keys]
         return ("EVALSHA", self.script.sha, len(keys), *keys, *self.shared_args, *self.item_args)
 
-    def settle(self, reply: Any) -> None:
+    def settle(
+        self,
+        reply: Any,
+        check: Callable[[_Target, Any, int | None], Any] | None = None,
+        acked: int | None = None,
+    ) -> None:
         failed = isinstance(reply, Exception)
         for i, target in enumerate(self.targets):  # one reply per item, or one for all
-            _deliver(target, reply if failed or not isinstance(reply, list) else reply[i])
+            one = reply if failed or not isinstance(reply, list) else reply[i]
+            _deliver(target, one if check is None else check(target, one, acked))
 
 
 class Pipeliner:
@@ -82,15 +99,19 @@ class Pipeliner:
         wait: tuple[int, int] | None = None,
         scripts: tuple[BatchScript, ...] = SCRIPTS,
         public_api: bool = False,
+        demotable: bool = False,
     ) -> None:
         """``wait=(replicas, timeout_ms)`` ends every pipeline with a ``WAIT`` on each
         node it wrote to (see ``durability`` in :mod:`._core`). ``public_api``: send
-        redis-py pipelines even on one server (see :mod:`._redispy`)."""
+        redis-py pipelines even on one server (see :mod:`._redispy`). ``demotable``: the
+        server is a master Sentinel may demote, so a ``READONLY`` reply is a fault of the
+        connection (the master is now a replica), retried, not a refusal."""
         self._redis = redis_
         # On one server, the connection it sends on (None: on a Cluster, or public_api)
         self._direct = direct(redis_, public_api)
         self._bound = Bound()  # each pipeline's replies within timeout_s, one timer for all
         self._wait = wait
+        self._demotable = demotable
         self.timeout_s = timeout_s
         self._scripts = {script.sha: script for script in scripts}
         self._load_scripts = True
@@ -102,6 +123,7 @@ class Pipeliner:
         self._lazy_timer: asyncio.TimerHandle | None = None
         self._lazy_due = False  # lazy items go out now, urgent ones or not
         self._later: list[Callable[[], object]] = []  # see after_send
+        self._confirming: set[Any] = set()  # targets that get Unconfirmed if WAIT falls short
         self._holding = False  # items issued now are sent by their caller (see sending)
         self._inline: asyncio.Future[None] | None = None  # a caller's pipeline on its way
         self.round_trips = 0
@@ -144,12 +166,19 @@ class Pipeliner:
             except Exception:
                 log.exception("work put off until after a pipeline failed")
 
-    def call(self, *args: Any, lazy: bool = False) -> asyncio.Future[Any]:
+    def call(self, *args: Any, lazy: bool = False, confirm: bool = False) -> asyncio.Future[Any]:
         """Send command ``args`` with the others of this turn; its future gets the reply.
-        A ``lazy`` one goes with the lazy items (see the module's docstring)."""
+        A ``lazy`` one goes with the lazy items (see the module's docstring). With
+        ``confirm`` (and a ``wait``), the future gets :class:`Unconfirmed` instead if the
+        pipeline's ``WAIT`` counted fewer replicas than asked."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._add((args, future), lazy)
+        self._confirm(future, confirm)
         return future
+
+    def _confirm(self, target: _Target, confirm: bool) -> None:
+        if confirm and self._wait is not None and target is not None:
+            self._confirming.add(target)
 
     def post(self, *args: Any, lazy: bool = True) -> None:
         """Send command ``args``, lazy unless told otherwise, and let its reply go; a
@@ -173,16 +202,19 @@ class Pipeliner:
         item_args: tuple[Any, ...],
         *,
         lazy: bool = False,
+        confirm: bool = False,
     ) -> asyncio.Future[Any]:
         """Add one item to this turn's ``EVALSHA`` of ``script`` for ``shared_keys`` (which
         fix the slot) and ``shared_args``; its future gets the item's reply. A ``lazy``
-        item waits up to ``LAZY_DELAY_S`` for other commands to travel with.
+        item waits up to ``LAZY_DELAY_S`` for other commands to travel with. ``confirm``:
+        as for :meth:`call`.
 
         A script Redis forgot (after a restart) is loaded again and its batch sent again;
         every script is loaded before the first command after a lost connection, so that
         a script failing where the next command depends on it stays a rare event.
         """
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._confirm(future, confirm)
         self._add_to_batch(script, shared_keys, shared_args, item_keys, item_args, future, lazy)
         return future
 
@@ -196,10 +228,13 @@ class Pipeliner:
         *,
         lazy: bool = True,
         on_reply: Callable[[Any], object] | None = None,
+        confirm: bool = False,
     ) -> None:
         """As :meth:`batch`, lazy unless told otherwise, with no future: ``on_reply`` (if
         any) is called with the item's reply, or with the exception if it failed, as soon
-        as it is read; without it, a failure is logged."""
+        as it is read; without it, a failure is logged. ``confirm``: as for :meth:`call`
+        (``on_reply`` gets the :class:`Unconfirmed`)."""
+        self._confirm(on_reply, confirm)
         self._add_to_batch(script, shared_keys, shared_args, item_keys, item_args, on_reply, lazy)
 
     def _add_to_batch(
@@ -287,22 +322,58 @@ class Pipeliner:
         except Exception as exc:  # every caller gets the failure, e.g. a lost connection
             if isinstance(exc, redis.exceptions.ConnectionError | OSError):
                 self._load_scripts = True  # Redis may come back without them
+            self._forget_confirming(queue)
             _fail(queue, exc)
             return
         except asyncio.CancelledError:
+            self._forget_confirming(queue)
             _fail(queue, BrokerClosed("the broker was closed"))
             raise
+        if self._demotable and any(
+            isinstance(reply, redis.exceptions.ReadOnlyError) for reply in replies
+        ):
+            # A master demoted to a replica (a Sentinel failover it was partitioned from):
+            # a fault of the connection, as redis-py's Sentinel connections say it, so that
+            # callers retry on the new master instead of taking READONLY as a refusal.
+            if self._direct is not None:
+                await self._direct.abandon()
+            self._forget_confirming(queue)
+            _fail(queue, redis.exceptions.ConnectionError("the master is now a replica"))
+            return
         self._settle(queue, replies)
 
+    def _checked(self, target: _Target, reply: Any, acked: int | None) -> Any:
+        """``reply``, or :class:`Unconfirmed` for a ``confirm`` item whose ``WAIT`` counted
+        fewer replicas than asked (``acked``)."""
+        if target not in self._confirming:
+            return reply
+        self._confirming.discard(target)
+        assert self._wait is not None
+        required = self._wait[0]
+        if acked is None or acked >= required or isinstance(reply, Exception):
+            return reply
+        return Unconfirmed(reply, acked, required)
+
+    def _forget_confirming(self, queue: list[_Item | _Batch]) -> None:
+        if self._confirming:
+            for entry in queue:
+                for target in entry.targets if isinstance(entry, _Batch) else (entry[1],):
+                    self._confirming.discard(target)
+
     def _settle(self, queue: list[_Item | _Batch], replies: list[Any]) -> None:
+        """Hand out ``replies``: those of the commands of ``queue``, then (with a ``wait``)
+        those of the ``WAIT`` commands after them, which items issued with ``confirm``
+        check (see :meth:`call`)."""
+        acked = _fewest(replies[len(queue) :]) if self._wait is not None else None
+        check = self._checked if self._confirming else None
         forgotten = []
-        for entry, reply in zip(queue, replies, strict=True):
+        for entry, reply in zip(queue, replies[: len(queue)], strict=True):
             if isinstance(reply, redis.exceptions.NoScriptError):
                 forgotten.append(entry)
             elif isinstance(entry, _Batch):
-                entry.settle(reply)
+                entry.settle(reply, check, acked)
             else:
-                _deliver(entry[1], reply)
+                _deliver(entry[1], reply if check is None else check(entry[1], reply, acked))
         if forgotten:  # Redis lost its scripts (restart, SCRIPT FLUSH): load, send again
             log.warning("Redis forgot the toolnexus scripts; loading them again")
             self._load_scripts = True
@@ -329,7 +400,7 @@ class Pipeliner:
             if self._wait is not None:
                 self._add_waits(pipe, commands)
             replies: list[Any] = await pipe.execute(raise_on_error=False)
-            return replies[: len(commands)]  # without the replies of WAIT
+            return replies  # those of WAIT last
 
     async def _execute_directly(
         self, connection: Direct, commands: list[tuple[Any, ...]]
@@ -349,7 +420,7 @@ class Pipeliner:
         except BaseException:
             await connection.abandon()
             raise
-        return replies[: len(commands)]  # without the reply of WAIT
+        return replies  # that of WAIT last
 
     def _add_waits(self, pipe: Any, commands: list[tuple[Any, ...]]) -> None:
         """A ``WAIT`` after the writes, on each Cluster node they went to (WAIT counts
@@ -393,6 +464,7 @@ class Pipeliner:
             _fail(queue, BrokerClosed("the broker was closed"))
             queue.clear()
         self._later.clear()
+        self._confirming.clear()
         self._batches.clear()
         self._lazy_batches.clear()
 
@@ -415,6 +487,11 @@ class _Sending:
 
 def _commands(queue: list[_Item | _Batch]) -> list[tuple[Any, ...]]:
     return [entry.command() if isinstance(entry, _Batch) else entry[0] for entry in queue]
+
+
+def _fewest(waits: list[Any]) -> int:
+    """The fewest replicas the replies of ``WAIT`` commands counted (a failed one: 0)."""
+    return min((w if isinstance(w, int) else 0 for w in waits), default=0)
 
 
 def _take(queue: list[_Item | _Batch], most: int) -> list[_Item | _Batch]:

@@ -21,24 +21,35 @@ What it holds:
   their replies read back as Redis sent them, skipping redis-py's pipeline objects, its
   pool checkout (which checks the socket every time) and its response callbacks. The
   pipeliner's pipelines and the blocking reads use it on one server.
-- Two fixes that are not optimizations and stay in both modes: :class:`ClosingCluster`
+- Three fixes that are not optimizations and stay in both modes: :class:`ClosingCluster`
   (closes every node's connections, which redis-py's ``aclose`` skips after a failed
-  command) and :class:`BlockingSentinelPool` (a Sentinel pool that waits for a free
-  connection instead of refusing, as the one-server pool does).
+  command), :class:`BlockingSentinelPool` (a Sentinel pool that waits for a free
+  connection instead of refusing, as the one-server pool does) and :class:`SentinelWatch`
+  (closes the connections to a master the Sentinels replaced, in use or not).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 C = TypeVar("C")
+
+log = logging.getLogger("toolnexus.redis")
+
+SENTINEL_WATCH_S = 0.5
+"""How often a Sentinel client asks the Sentinels which server is the master (one
+``SENTINEL MASTERS`` to the first Sentinel that answers)."""
 
 PUBLIC_API_VARIABLE = "TOOLNEXUS_REDIS_PUBLIC_API"
 """``1`` turns the public-API-only mode on where the broker's option does not say."""
@@ -186,3 +197,89 @@ class ClosingCluster(RedisCluster):
 
 class BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
     """A Sentinel-managed pool that waits for a free connection instead of refusing."""
+
+
+class SentinelWatch:
+    """Asks the Sentinels every :data:`SENTINEL_WATCH_S` which server is ``master_name``;
+    when the answer changes, closes every connection of the clients it follows (in use
+    or idle), so that what waits on the old master fails now and is retried on the new
+    one (redis-py itself closes only idle connections, and only when it connects again).
+    Started by :meth:`start` (when the broker is entered, or makes its first blocking
+    reader), stopped by :meth:`aclose`."""
+
+    def __init__(self, sentinel: Sentinel, master_name: str) -> None:
+        self._sentinel, self._master_name = sentinel, master_name
+        self._pools: weakref.WeakSet[SentinelConnectionPool] = weakref.WeakSet()
+        self._task: asyncio.Task[None] | None = None
+        self.master: tuple[str, int] | None = None
+        """The master's address as last seen (None: not asked yet)."""
+        self.switches = 0
+        """Changes of master seen."""
+
+    def follow(self, client: aioredis.Redis) -> None:
+        """Close ``client``'s connections when the master changes."""
+        pool = client.connection_pool
+        assert isinstance(pool, SentinelConnectionPool)
+        self._pools.add(pool)
+
+    def start(self) -> None:
+        """Start watching, unless started or no event loop runs yet."""
+        if self._task is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._task = loop.create_task(self._watch(), name="toolnexus-sentinel-watch")
+
+    async def _watch(self) -> None:
+        while True:
+            master = await self.ask()
+            if master is not None:
+                await self.seen(master)
+            await asyncio.sleep(SENTINEL_WATCH_S)
+
+    async def ask(self) -> tuple[str, int] | None:
+        """The master's address as the first Sentinel that answers within
+        ``2 * SENTINEL_WATCH_S`` names it (None: none did). That Sentinel goes first in the
+        list, for redis-py's own look-ups too (it moves one only after it answered, so a
+        Sentinel a partition hides would cost every look-up its socket timeout)."""
+        sentinels = self._sentinel.sentinels
+        for number, client in enumerate(list(sentinels)):
+            try:
+                async with asyncio.timeout(SENTINEL_WATCH_S * 2):
+                    masters = await client.sentinel_masters()
+            except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+                log.debug("asking Sentinel %s for %s: %s", number, self._master_name, exc)
+                continue
+            state = masters.get(self._master_name) if isinstance(masters, dict) else None
+            if state and self._sentinel.check_master_state(state, self._master_name):
+                if number:
+                    sentinels[0], sentinels[number] = sentinels[number], sentinels[0]
+                return str(state["ip"]), int(state["port"])
+        return None
+
+    async def seen(self, master: tuple[str, int]) -> None:
+        """The Sentinels name ``master``: if it is another than before, close the
+        connections to the old one."""
+        old, self.master = self.master, master
+        if old is None or old == master:
+            return
+        self.switches += 1
+        log.warning(
+            "Sentinel master %s moved from %s:%s to %s:%s: reconnecting",
+            self._master_name,
+            *old,
+            *master,
+        )
+        for pool in list(self._pools):
+            pool.master_address = master
+            with contextlib.suppress(redis.exceptions.RedisError, OSError):
+                await pool.disconnect(inuse_connections=True)
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

@@ -42,6 +42,7 @@ from ..errors import (
     BrokerClosed,
     BrokerUnavailable,
     DecodeError,
+    NotConfirmed,
     SignatureError,
     ToolnexusError,
 )
@@ -456,6 +457,9 @@ class RedisResponder(Responder):
             raise
         except AlreadyVoted:
             raise  # still open: others may vote through this pending
+        except NotConfirmed:
+            self._forget(pending)  # taken on the master (its entry settled there, or not)
+            raise
         except ToolnexusError:
             self.release(pending)
             raise

@@ -1,0 +1,112 @@
+"""The partition report (issue 40): every scenario, with and without
+``durability="wait"``, repeated; the figures as a table, written into
+docs/reliability.md between its partition markers with ``--write``.
+
+    ./run partitions --repeats 20 --write docs/reliability.md
+    .venv/bin/python tests/partitions/report.py --repeats 20 --write docs/reliability.md
+
+Needs root (network namespaces). Each run prints one ``PARTITION {...}`` JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from partition_net import available
+from partition_scenarios import SCENARIOS, Figures, Plan, as_json, run_scenario
+
+BEGIN, END = "<!-- partitions:begin -->", "<!-- partitions:end -->"
+
+DESCRIPTIONS = {
+    "isolated-primary": "primary isolated with one Sentinel, one agent and one responder "
+    "(the minority) until the majority failed over and 4 s more, then healed",
+    "flapping-link": "the primary's link down 1 s, up 1 s, for 12 s",
+}
+
+
+def table(runs: list[Figures], commit: str) -> str:
+    by_case: dict[tuple[str, str], list[Figures]] = defaultdict(list)
+    for figures in runs:
+        by_case[(figures.scenario, figures.durability)].append(figures)
+    lines = [
+        f"Measured by `tests/partitions/report.py` on {commit} (2 shared cores, Redis 7.0.15):",
+        "",
+        "| Scenario | `durability` | Runs | Requests | Acknowledged answers | Not confirmed "
+        "| Lost acknowledged | Conflicting | Stranded | Expired | Sentinel switched | "
+        "Majority's clients served again | Majority's agent answered again |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
+    ]
+    for (scenario, durability), cases in sorted(by_case.items()):
+        switches = sorted(c.switch_s for c in cases if c.switch_s is not None)
+        recovers = sorted(c.recover_s for c in cases if c.recover_s is not None)
+        reconnects = sorted(c.reconnect_s for c in cases if c.reconnect_s is not None)
+        lines.append(
+            f"| {DESCRIPTIONS.get(scenario, scenario)} | `{durability}` | {len(cases)} "
+            f"| {sum(c.requests for c in cases):,} | {sum(c.acknowledged for c in cases):,} "
+            f"| {sum(c.not_confirmed for c in cases):,} | **{sum(c.lost for c in cases)}** "
+            f"| **{sum(c.conflicting for c in cases)}** | {sum(c.stranded for c in cases)} "
+            f"| {sum(c.expired for c in cases)} | {_span(switches)} | {_span(reconnects)} "
+            f"| {_span(recovers)} |"
+        )
+    return "\n".join(lines)
+
+
+def _span(values: list[float]) -> str:
+    if not values:
+        return "—"
+    median = values[len(values) // 2]
+    return f"median {median:.1f} s after the fault (max {values[-1]:.1f} s)"
+
+
+def write(path: Path, text: str) -> None:
+    page = path.read_text()
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
+    if not pattern.search(page):
+        raise SystemExit(f"{path}: no {BEGIN} ... {END} markers")
+    path.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}\n{END}", page))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--scenarios", nargs="*", default=list(SCENARIOS))
+    parser.add_argument("--durability", nargs="*", default=["none", "wait"])
+    parser.add_argument("--write", type=Path, help="the page whose partition table to replace")
+    args = parser.parse_args()
+    problem = available()
+    if problem is not None:
+        raise SystemExit(f"partition runs cannot run here: {problem}")
+    runs: list[Figures] = []
+    tmp = Path(tempfile.mkdtemp(prefix="toolnexus-partitions-"))
+    for repeat in range(args.repeats):
+        for scenario in args.scenarios:
+            for durability in args.durability:
+                directory = tmp / f"{scenario}-{durability}-{repeat}"
+                figures = run_scenario(directory, scenario, durability, Plan())
+                print(f"PARTITION {as_json(figures)}", flush=True)
+                runs.append(figures)
+                if not figures.examples:  # kept otherwise: its logs and histories
+                    shutil.rmtree(directory)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    text = table(runs, commit or "this tree")
+    print(text)
+    if args.write is not None:
+        write(args.write, text)
+    bad = [r for r in runs if r.durability == "wait" and (r.lost or r.conflicting)]
+    if bad:
+        print(json.dumps([r.examples for r in bad]), file=sys.stderr)
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
