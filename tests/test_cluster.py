@@ -85,6 +85,7 @@ def test_the_keys_of_each_atomic_step_share_a_slot() -> None:
             keys.events,
             keys.dead,
             keys.audit,
+            keys.responder_audit,
             keys.heartbeats(),
             *(keys.route(f"r{i}") for i in range(50)),
         )

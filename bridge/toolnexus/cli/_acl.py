@@ -44,28 +44,35 @@ from ..keys import (
 AGENT_RULES = (
     "+ping +hello +auth +select +client|setname +script|load +time +multi +exec +discard "
     "+evalsha "
-    "~<q>:requests ~<q>:route:* ~<q>:events ~<q>:audit ~<w>:answers ~<w>:r:* ~<w>:alive "
-    "(%W~<q>:requests %W~<q>:events %W~<q>:dead %W~<q>:audit %W~<w>:answers +xadd) "
+    "~<q>:requests ~<q>:route:* ~<q>:events ~<q>:audit ~<q>:audit:responders ~<w>:answers "
+    "~<w>:r:* ~<w>:alive ~<w>:audit "
+    "(%W~<q>:requests %W~<q>:events %W~<q>:dead %W~<q>:audit %W~<w>:answers %W~<w>:audit "
+    "+xadd) "
     "(%W~<q>:requests +xdel) "
     "(~<q>:route:* +set +get) "
     "(~<w>:r:* %W~<w>:answers +exists +hexists +hget +hmget +hgetall +hlen +hset +hdel +pexpire) "
     "(%R~<w>:answers +xread +xrevrange) "
-    "(%W~<w>:answers %W~<q>:audit +xtrim) "
+    "(%W~<w>:answers %W~<q>:audit %W~<w>:audit +xtrim) "
     "(~<w>:alive +set +pexpire +del) "
     "(~<q>:events +pexpire) "
     "(%R~<q>:workers +hgetall) "
     f"(~<w>:store:{MCP_TASKS_STORE} +hget +hset +hdel +expire) "
     f"(~<w>:store:{TOOL_CALLS_STORE} +hget +hset +hsetnx +hdel +expire +evalsha)"
 )
-"""An agent's rules: ``<w>`` is the hash tag of its own waiter keys alone."""
+"""An agent's rules: ``<w>`` is the hash tag of its own waiter keys alone. Its waits'
+audit records go to its own ``<w>:audit`` (which it caps). It may write the responders'
+audit stream nowhere but inside the settle script, which its waiters run with that key
+and never write to it. ``<q>:audit`` (``XADD``, ``XTRIM``) is the previous release's
+audit stream, which that release's agents write during a rolling upgrade."""
 
 RESPONDER_RULES = (
     "+ping +hello +auth +select +client|setname +script|load +time +multi +exec +discard "
     "+evalsha ~<q>:requests ~<q>:events ~<w>:answers ~<w>:r:* ~<w>:alive ~<q>:dead ~<q>:audit "
+    "~<q>:audit:responders "
     "(~<q>:requests +xgroup|create +xgroup|delconsumer +xinfo|consumers +xreadgroup +xack "
     "+xclaim +xautoclaim +xpending +xdel) "
-    "(%W~<q>:events %W~<q>:dead %W~<q>:audit %W~<w>:answers +xadd) "
-    "(%W~<q>:audit +xtrim) "
+    "(%W~<q>:events %W~<q>:dead %W~<q>:audit %W~<q>:audit:responders %W~<w>:answers +xadd) "
+    "(%W~<q>:audit %W~<q>:audit:responders +xtrim) "
     "(%R~<q>:events +xread) "
     "(%R~<q>:route:* +get) "
     "(~<w>:r:* %W~<w>:answers +hget +hmget +hkeys +hlen +hset +pexpire) "
@@ -78,7 +85,10 @@ RESPONDER_RULES = (
 )
 """A responder's rules: ``<w>`` is the hash tag of every waiter's keys. ``XRANGE`` of the
 request stream is answering by id's: it reads the one entry a route names (a plain
-request's state does not hold it); nothing a consumer group would not deliver anyway."""
+request's state does not hold it); nothing a consumer group would not deliver anyway.
+A responder writes and caps the responders' audit stream ``<q>:audit:responders`` (and
+``<q>:audit``, the previous release's, during a rolling upgrade), and no key under
+``<w>:audit``: no responder can trim or delete an agent's record of what it answered."""
 
 OPS_RULES = (
     "+ping +hello +auth +select +client|setname +info +scan +type +ttl +pttl +exists +get "
