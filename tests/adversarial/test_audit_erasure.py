@@ -121,11 +121,11 @@ async def test_a_responder_user_can_neither_trim_nor_delete_the_record_of_what_i
         for stream in streams:
             entry = (await admin.xrange(stream))[-1][0]
             attacks: dict[str, Callable[[], Awaitable[Any]]] = {
-                "XTRIM": lambda: web.xtrim(stream, maxlen=0, approximate=False),
-                "XDEL": lambda: web.xdel(stream, entry),
-                "DEL": lambda: web.delete(stream),
-                "EVALSHA": lambda: web.evalsha(sha, 1, stream),
-                "EVAL": lambda: web.eval(TRIM, 1, stream),
+                "XTRIM": lambda s=stream: web.xtrim(s, maxlen=0, approximate=False),
+                "XDEL": lambda s=stream, e=entry: web.xdel(s, e),
+                "DEL": lambda s=stream: web.delete(s),
+                "EVALSHA": lambda s=stream: web.evalsha(sha, 1, s),
+                "EVAL": lambda s=stream: web.eval(TRIM, 1, s),
             }
             for name, attack in attacks.items():
                 with pytest.raises(redis.exceptions.NoPermissionError):

@@ -6,8 +6,8 @@ Each user gets only the commands its role needs, each with the key patterns it n
 
 - an **agent** publishes requests, reads its own reply streams, keeps its own states,
   liveness marks and durable requests, records its expiries and withdrawals, writes
-  audit records and dead letters, reads heartbeats (to warn when nobody reads a
-  queue), and keeps its durable MCP tasks' records and its tool-call ledger (its own
+  its own audit records (``<w>:audit``) and dead letters, reads heartbeats (to warn when
+  nobody reads a queue), and keeps its durable MCP tasks' records and its tool-call ledger (its own
   stores ``mcp-tasks`` and ``tool-calls``, :meth:`toolnexus.keys.Keys.agent_store`: a
   ledger claims a call's single run with ``HSETNX`` and replaces a forged claim with a
   script, so no responder, which writes queue stores, can delete or write a claim). Its

@@ -33,8 +33,8 @@ from ._redispy import public_api_only
 from ._scripts import (
     DEAD_LETTER,
     OUTCOMES,
-    RESOLVE,
     RECORD,
+    RESOLVE,
     SETTLE,
     BatchScript,
 )
