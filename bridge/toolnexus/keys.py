@@ -14,8 +14,9 @@ step touches share a slot, while queues and waiters spread over slots:
                                under that agent's own waiter keys (:meth:`Keys.agent_audit`),
                                so only that agent's user writes or caps it: no responder can
                                trim or delete the record of what it answered
-- ``{ns:q:<queue>}:audit``      the audit stream of releases before the two above (read by
-                               ``toolnexus audit`` during a rolling upgrade; written no more)
+- ``{ns:q:<queue>}:audit``      the audit stream of releases before the two above: written
+                               only by their processes during a rolling upgrade, and
+                               still read by ``toolnexus audit``
 - ``{ns:w:<waiter>}:answers``   reply stream of one waiting process (its reader blocks on it)
 - ``{ns:w:<waiter>}:r:<id>``    state of one request: status, deadline, answer (and a durable
                                request itself: a plain one lives in its stream entry)
