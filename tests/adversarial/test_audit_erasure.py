@@ -24,6 +24,7 @@ import redis.exceptions
 import toolnexus
 from conftest import FAST, RedisServer
 from toolnexus import Request
+from toolnexus.keys import Keys
 from toolnexus.models import new_id
 from toolnexus.redis_broker import RedisBroker
 
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.redis
 
 DEPLOY = Path(__file__).parents[2] / "deploy" / "redis"
 TOOLNEXUS = str(Path(sys.executable).parent / "toolnexus")
-PASSWORDS = {"agent-a": "a-secret", "web-1": "w-secret", "ops": "o-secret"}
+PASSWORDS = {"agent-a": "a-secret", "agent-b": "b-secret", "web-1": "w-secret", "ops": "o-secret"}
 ADMIN = "admin-secret"  # a user of this test alone, to find where the records are
 QUEUE = "audit"
 TRIM = "return redis.call('XTRIM', KEYS[1], 'MAXLEN', 0)"
@@ -39,10 +40,11 @@ TRIM = "return redis.call('XTRIM', KEYS[1], 'MAXLEN', 0)"
 
 @pytest.fixture
 def fleet_server(tmp_path: Path) -> Iterator[RedisServer]:
-    """redis-server with the ACL ``toolnexus acl`` writes for agent agent-a, responder
-    web-1 and ops user ops, passwords added by set-passwords.sh."""
+    """redis-server with the ACL ``toolnexus acl`` writes for agents agent-a and agent-b,
+    responder web-1 and ops user ops, passwords added by set-passwords.sh."""
+    roles = ["--agent", "agent-a", "--agent", "agent-b", "--responder", "web-1", "--ops", "ops"]
     acl = subprocess.run(
-        [TOOLNEXUS, "acl", "--agent", "agent-a", "--responder", "web-1", "--ops", "ops"],
+        [TOOLNEXUS, "acl", *roles],
         capture_output=True,
         text=True,
     )
@@ -99,23 +101,29 @@ async def holding(admin: aioredis.Redis, request_id: str) -> list[str]:
     return found
 
 
-async def test_a_responder_user_can_neither_trim_nor_delete_the_record_of_what_it_answered(
-    fleet_server: RedisServer,
-) -> None:
+async def approved(server: RedisServer) -> tuple[str, dict[str, Any]]:
+    """agent-a asks, web-1 approves: the request's id and its audit record, as shown."""
     request = Request(id=new_id(), kind="approval", prompt="Deploy v2 to production?")
-    async with broker(fleet_server, "agent-a") as agent, broker(fleet_server, "web-1") as bot:
+    async with broker(server, "agent-a") as agent, broker(server, "web-1") as bot:
         waiting = asyncio.create_task(agent.wait_for(request, timeout_s=20))
         async with bot.responder("ops") as shown:
             pending = await anext(shown)
             await pending.accept(person="web:mallory")
         assert (await asyncio.wait_for(waiting, 20)).ok
-    [record] = [r for r in audit(fleet_server) if r["id"] == request.id]
+    [record] = [r for r in audit(server) if r["id"] == request.id]
     assert record["ok"] is True and record["person"] == "web:mallory", record
+    return request.id, record
+
+
+async def test_a_responder_user_can_neither_trim_nor_delete_the_record_of_what_it_answered(
+    fleet_server: RedisServer,
+) -> None:
+    request_id, record = await approved(fleet_server)
 
     admin = aioredis.Redis.from_url(fleet_server.url.replace("redis://", f"redis://admin:{ADMIN}@"))
     web = aioredis.Redis.from_url(url(fleet_server, "web-1"))
     try:
-        streams = await holding(admin, request.id)
+        streams = await holding(admin, request_id)
         assert streams, "the record is in no stream"
         sha = await web.script_load(TRIM)  # any user may load a script; running it is judged
         for stream in streams:
@@ -135,5 +143,29 @@ async def test_a_responder_user_can_neither_trim_nor_delete_the_record_of_what_i
     finally:
         await web.aclose()
         await admin.aclose()
-    [kept] = [r for r in audit(fleet_server) if r["id"] == request.id]
+    [kept] = [r for r in audit(fleet_server) if r["id"] == request_id]
     assert kept == record
+
+
+async def test_no_role_may_trim_another_roles_audit_stream(fleet_server: RedisServer) -> None:
+    """Each writer caps its own stream only: another agent cannot trim agent-a's, and an
+    agent cannot write or trim the responders' (S8)."""
+    request_id, record = await approved(fleet_server)
+    keys = Keys("toolnexus", QUEUE)
+    own = keys.agent_audit("agent-a")
+    b = aioredis.Redis.from_url(url(fleet_server, "agent-b"))
+    a = aioredis.Redis.from_url(url(fleet_server, "agent-a"))
+    try:
+        for attack in (
+            lambda: b.xtrim(own, maxlen=0, approximate=False),
+            lambda: b.xadd(own, {"r": b"x"}, maxlen=0, approximate=False),
+            lambda: b.delete(own),
+            lambda: a.xtrim(keys.responder_audit, maxlen=0, approximate=False),
+            lambda: a.xadd(keys.responder_audit, {"r": b"x"}, maxlen=0, approximate=False),
+        ):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                await attack()
+    finally:
+        await a.aclose()
+        await b.aclose()
+    assert [r for r in audit(fleet_server) if r["id"] == request_id] == [record]
