@@ -7,8 +7,8 @@ Each user gets only the commands its role needs, each with the key patterns it n
 - an **agent** publishes requests, reads its own reply streams, keeps its own states,
   liveness marks and durable requests, records its expiries and withdrawals, writes
   its own audit records (``<w>:audit``) and dead letters, reads heartbeats (to warn when
-  nobody reads a queue), and keeps its durable MCP tasks' records and its tool-call ledger (its own
-  stores ``mcp-tasks`` and ``tool-calls``, :meth:`toolnexus.keys.Keys.agent_store`: a
+  nobody reads a queue), and keeps its durable MCP tasks' records and its tool-call
+  ledger (its own stores ``mcp-tasks`` and ``tool-calls``, :meth:`toolnexus.keys.Keys.agent_store`: a
   ledger claims a call's single run with ``HSETNX`` and replaces a forged claim with a
   script, so no responder, which writes queue stores, can delete or write a claim). Its
   waiter keys are ``{ns:w:<agent>.*}:...`` (:func:`toolnexus.keys.waiter_tag_pattern`):
@@ -60,10 +60,11 @@ AGENT_RULES = (
     f"(~<w>:store:{TOOL_CALLS_STORE} +hget +hset +hsetnx +hdel +expire +evalsha)"
 )
 """An agent's rules: ``<w>`` is the hash tag of its own waiter keys alone. Its waits'
-audit records go to its own ``<w>:audit`` (which it caps). It may write the responders'
-audit stream nowhere but inside the settle script, which its waiters run with that key
-and never write to it. ``<q>:audit`` (``XADD``, ``XTRIM``) is the previous release's
-audit stream, which that release's agents write during a rolling upgrade."""
+audit records go to its own ``<w>:audit`` (which it caps). The responders' audit stream
+``<q>:audit:responders`` is in the first selector only because the settle script its
+waiters run names it (and never writes it for them): no selector lets an agent add to it
+or trim it. ``<q>:audit`` (``XADD``, ``XTRIM``) is the previous release's audit stream,
+which that release's agents write during a rolling upgrade."""
 
 RESPONDER_RULES = (
     "+ping +hello +auth +select +client|setname +script|load +time +multi +exec +discard "
