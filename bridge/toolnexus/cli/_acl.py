@@ -8,9 +8,10 @@ Each user gets only the commands its role needs, each with the key patterns it n
   liveness marks and durable requests, records its expiries and withdrawals, writes
   its own audit records (``<w>:audit``) and dead letters, reads heartbeats (to warn when
   nobody reads a queue), and keeps its durable MCP tasks' records and its tool-call
-  ledger (its own stores ``mcp-tasks`` and ``tool-calls``, :meth:`toolnexus.keys.Keys.agent_store`: a
-  ledger claims a call's single run with ``HSETNX`` and replaces a forged claim with a
-  script, so no responder, which writes queue stores, can delete or write a claim). Its
+  ledger (its own stores ``mcp-tasks`` and ``tool-calls``,
+  :meth:`toolnexus.keys.Keys.agent_store`: a ledger claims a call's single run with
+  ``HSETNX`` and replaces a forged claim with a script, so no responder, which writes
+  queue stores, can delete or write a claim). Its
   waiter keys are ``{ns:w:<agent>.*}:...`` (:func:`toolnexus.keys.waiter_tag_pattern`):
   a broker waits as the agent named by its option ``agent`` (by default its Redis user),
   so no agent user can read, write or attach to another agent's answers, states, durable
