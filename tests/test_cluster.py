@@ -85,6 +85,7 @@ def test_the_keys_of_each_atomic_step_share_a_slot() -> None:
             keys.events,
             keys.dead,
             keys.audit,
+            keys.responder_audit,
             keys.heartbeats(),
             *(keys.route(f"r{i}") for i in range(50)),
         )
@@ -137,6 +138,28 @@ async def test_waiters_spread_over_slots_on_every_master(
     finally:
         for broker in brokers:
             await broker.aclose()
+
+
+async def test_the_audit_reads_every_agents_stream_on_every_master(
+    redis_cluster: LocalCluster, namespace: str
+) -> None:
+    """Each agent records its waits in its own stream, on its own slot (S8): the audit
+    finds them on every master and merges them into one timeline."""
+    agents = [f"agent-{i}" for i in range(12)]
+    keys = Keys(namespace, "default")
+    ports = {redis_cluster.port_of_slot(slot(keys.agent_audit(a))) for a in agents}
+    assert len(ports) == 3  # the agents' streams are spread over the three masters
+    requests = [ask(f"from {a}") for a in agents]
+    async with toolnexus.connect(redis_cluster.url, namespace=namespace, **FAST) as bot:
+        async with answering(bot):
+            for agent, request in zip(agents, requests, strict=True):
+                options = {**FAST, "agent": agent}
+                async with toolnexus.connect(
+                    redis_cluster.url, namespace=namespace, **options
+                ) as broker:
+                    assert (await broker.wait_for(request, timeout_s=30)).ok
+        records = await bot.audit()
+    assert [r.id for r in records] == [r.id for r in requests]  # one timeline, in order
 
 
 async def test_a_thousand_waits_share_a_handful_of_connections_per_node(

@@ -611,8 +611,10 @@ async def test_a_request_answered_on_redis_lands_as_the_vectors_show(
         assert set(state) == layout_of("state-answered") and state["s"] == b"answered"
         assert state["a"] == reply["a"]
 
+        own_audit = keys.agent_audit(waiter.partition(".")[0])  # the waiter's records
+
         async def settled() -> bool:
-            return bool(await client.xlen(keys.events)) and bool(await client.xlen(keys.audit))
+            return bool(await client.xlen(keys.events)) and bool(await client.xlen(own_audit))
 
         await eventually(settled, "the answered event and the audit record")
         events = await stream(client, keys.events)
@@ -620,7 +622,7 @@ async def test_a_request_answered_on_redis_lands_as_the_vectors_show(
             assert set(fields) == layout_of("events-stream-entry")
             event = MSGPACK.decode_event(fields["e"])
             assert MSGPACK.encode(event) == fields["e"]
-        [(_, record)] = await stream(client, keys.audit)
+        [(_, record)] = await stream(client, own_audit)
         assert set(record) == layout_of("audit-stream-entry")
         assert audit.check_record(audit.decode_record(record["r"]), KEYRING) == KEY.name
         assert await client.xlen(keys.requests) == 0  # settled: the entry deleted

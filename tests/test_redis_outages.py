@@ -349,10 +349,11 @@ async def test_nothing_of_a_killed_waiter_stays_after_deadline_and_retention(
             keys = sorted([k.decode() async for k in bot.redis.scan_iter(match="*live*")])
             pending = await bot.redis.xpending(bot.keys.requests, "web")
             length = await bot.redis.xlen(bot.keys.requests)
-    # The queue's request stream, empty but for its consumer group, the audit trail (kept
-    # for audit_retention_s) and the heartbeat of the responder still open are all that
-    # remain: nothing of the waiter.
-    assert keys == sorted([bot.keys.requests, bot.keys.audit, bot.keys.heartbeats()])
+    # The queue's request stream, empty but for its consumer group, the responders' audit
+    # trail (the responder recorded the dead waiter's ends; kept for audit_retention_s) and
+    # the heartbeat of the responder still open are all that remain: nothing of the waiter.
+    left = [bot.keys.requests, bot.keys.responder_audit, bot.keys.heartbeats()]
+    assert keys == sorted(left)
     assert (pending["pending"], length) == (0, 0)
 
 

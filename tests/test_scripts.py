@@ -98,7 +98,7 @@ async def test_settle_acknowledges_each_entry_for_its_own_group(
         ("", "g1", ids[2], "", ""),  # acknowledged for g1, kept
     ]
     args = [arg for item in items for arg in item]
-    shared = (keys.events, keys.requests, keys.audit)
+    shared = (keys.events, keys.requests, keys.responder_audit)
     assert await client.eval(SETTLE.source, 3, *shared, 0, 60_000, 0, 100, *args) == 3
 
     left = [entry_id.decode() for entry_id, _ in await client.xrange(keys.requests)]
@@ -109,7 +109,7 @@ async def test_settle_acknowledges_each_entry_for_its_own_group(
     # nor g2 these (a deleted entry stays in the lists of groups that did not ack it)
     assert [p["message_id"].decode() for p in g2] == [ids[0], ids[2]]
     assert [f for _, f in await client.xrange(keys.events)] == [{b"e": b"event"}]
-    assert [f for _, f in await client.xrange(keys.audit)] == [{b"r": b"record"}]
+    assert [f for _, f in await client.xrange(keys.responder_audit)] == [{b"r": b"record"}]
 
 
 async def test_dead_letter_settles_for_the_refusing_group_only_once_each(

@@ -6,7 +6,17 @@ step touches share a slot, while queues and waiters spread over slots:
 - ``{ns:q:<queue>}:requests``   request stream of a queue (consumer groups read it)
 - ``{ns:q:<queue>}:events``     answered / expired / withdrawn / completed events
 - ``{ns:q:<queue>}:dead``       dead letters: entries that could not be read, with the error
-- ``{ns:q:<queue>}:audit``      audit records: how each request was resolved, and by whom
+- ``{ns:q:<queue>}:audit:responders`` audit records responders write: the ends they
+                               resolved themselves (an expiry or withdrawal of a request
+                               whose waiter could not); written and capped by responders only
+- ``{ns:w:<durable>}:audit``    audit records of one agent's waits on a queue: how each ended
+                               (the answer it returned, who answered, how it was verified),
+                               under that agent's own waiter keys (:meth:`Keys.agent_audit`),
+                               so only that agent's user writes or caps it: no responder can
+                               trim or delete the record of what it answered
+- ``{ns:q:<queue>}:audit``      the audit stream of releases before the two above: written
+                               only by their processes during a rolling upgrade, and
+                               still read by ``toolnexus audit``
 - ``{ns:w:<waiter>}:answers``   reply stream of one waiting process (its reader blocks on it)
 - ``{ns:w:<waiter>}:r:<id>``    state of one request: status, deadline, answer (and a durable
                                request itself: a plain one lives in its stream entry)
@@ -155,6 +165,7 @@ class Keys:
         self.events = f"{tag}:events"
         self.dead = f"{tag}:dead"
         self.audit = f"{tag}:audit"
+        self.responder_audit = f"{tag}:audit:responders"
         self._durable = hashlib.sha256(f"{namespace}\0{queue}".encode()).hexdigest()[:16]
 
     def durable_waiter(self, agent: str) -> str:
@@ -163,6 +174,28 @@ class Keys:
         namespace and queue, so that any process of that agent finds a durable request by
         its id alone (SPEC §14), and no other agent's does."""
         return f"{agent}.{self._durable}"
+
+    def agent_audit(self, agent: str) -> str:
+        """The audit stream of agent ``agent``'s waits on this queue: under its durable
+        waiter id (:meth:`durable_waiter`), so the ACL key pattern of its waiter keys covers
+        it, and no responder's or other agent's does."""
+        return f"{{{self.namespace}:w:{self.durable_waiter(agent)}}}:audit"
+
+    def agent_audits_pattern(self) -> str:
+        """A ``SCAN MATCH`` pattern for the audit stream of every agent on this queue (it
+        may match other keys too: see :meth:`is_agent_audit`)."""
+        return f"{{{_glob_escape(self.namespace)}:w:*.{self._durable}}}:audit"
+
+    def is_agent_audit(self, key: str) -> bool:
+        """Whether ``key`` is the audit stream of an agent on this queue (any agent)."""
+        head, tail = f"{{{self.namespace}:w:", "}:audit"
+        found = WAITER_ID.fullmatch(key[len(head) : -len(tail)])
+        return (
+            key.startswith(head)
+            and key.endswith(tail)
+            and found is not None
+            and key == self.agent_audit(found["agent"])
+        )
 
     def answers(self, waiter: str) -> str:
         """The reply stream of waiter ``waiter``."""

@@ -161,9 +161,9 @@ class RedisSettings:
     dead_letter_max_bytes: int = 8192
     """How much of each bad entry's original bytes a dead letter keeps."""
     audit_retention_s: float = 30 * 24 * 3600.0
-    """Age bound of the audit stream."""
+    """Age bound of each audit stream (each writer caps its own)."""
     audit_max_entries: int = 100_000
-    """Length bound of the audit stream (approximate: Redis trims whole nodes)."""
+    """Length bound of each audit stream (approximate: Redis trims whole nodes)."""
     durability: str = "none"
     """``"none"`` or ``"wait"``: see :data:`DURABILITY`."""
     wait_replicas: int = 1

@@ -173,7 +173,7 @@ async def test_the_audit_stream_is_capped_by_size(server: RedisServer) -> None:
         got = await asyncio.gather(*(me.wait_for(r, timeout_s=0.2) for r in requests))
         assert {a.reason for a in got} == {"expired"}
         await me.audit()  # drains this process's records
-        length = await me.redis.xlen(me.keys.audit)
+        length = await me.redis.xlen(me.keys.agent_audit(me.waiter_id.partition(".")[0]))
     assert 10 <= length <= 10 + 100, length
 
 

@@ -6,11 +6,12 @@ Each user gets only the commands its role needs, each with the key patterns it n
 
 - an **agent** publishes requests, reads its own reply streams, keeps its own states,
   liveness marks and durable requests, records its expiries and withdrawals, writes
-  audit records and dead letters, reads heartbeats (to warn when nobody reads a
-  queue), and keeps its durable MCP tasks' records and its tool-call ledger (its own
-  stores ``mcp-tasks`` and ``tool-calls``, :meth:`toolnexus.keys.Keys.agent_store`: a
-  ledger claims a call's single run with ``HSETNX`` and replaces a forged claim with a
-  script, so no responder, which writes queue stores, can delete or write a claim). Its
+  its own audit records (``<w>:audit``) and dead letters, reads heartbeats (to warn when
+  nobody reads a queue), and keeps its durable MCP tasks' records and its tool-call
+  ledger (its own stores ``mcp-tasks`` and ``tool-calls``,
+  :meth:`toolnexus.keys.Keys.agent_store`: a ledger claims a call's single run with
+  ``HSETNX`` and replaces a forged claim with a script, so no responder, which writes
+  queue stores, can delete or write a claim). Its
   waiter keys are ``{ns:w:<agent>.*}:...`` (:func:`toolnexus.keys.waiter_tag_pattern`):
   a broker waits as the agent named by its option ``agent`` (by default its Redis user),
   so no agent user can read, write or attach to another agent's answers, states, durable
@@ -44,28 +45,36 @@ from ..keys import (
 AGENT_RULES = (
     "+ping +hello +auth +select +client|setname +script|load +time +multi +exec +discard "
     "+evalsha "
-    "~<q>:requests ~<q>:route:* ~<q>:events ~<q>:audit ~<w>:answers ~<w>:r:* ~<w>:alive "
-    "(%W~<q>:requests %W~<q>:events %W~<q>:dead %W~<q>:audit %W~<w>:answers +xadd) "
+    "~<q>:requests ~<q>:route:* ~<q>:events ~<q>:audit ~<q>:audit:responders ~<w>:answers "
+    "~<w>:r:* ~<w>:alive ~<w>:audit "
+    "(%W~<q>:requests %W~<q>:events %W~<q>:dead %W~<q>:audit %W~<w>:answers %W~<w>:audit "
+    "+xadd) "
     "(%W~<q>:requests +xdel) "
     "(~<q>:route:* +set +get) "
     "(~<w>:r:* %W~<w>:answers +exists +hexists +hget +hmget +hgetall +hlen +hset +hdel +pexpire) "
     "(%R~<w>:answers +xread +xrevrange) "
-    "(%W~<w>:answers %W~<q>:audit +xtrim) "
+    "(%W~<w>:answers %W~<q>:audit %W~<w>:audit +xtrim) "
     "(~<w>:alive +set +pexpire +del) "
     "(~<q>:events +pexpire) "
     "(%R~<q>:workers +hgetall) "
     f"(~<w>:store:{MCP_TASKS_STORE} +hget +hset +hdel +expire) "
     f"(~<w>:store:{TOOL_CALLS_STORE} +hget +hset +hsetnx +hdel +expire +evalsha)"
 )
-"""An agent's rules: ``<w>`` is the hash tag of its own waiter keys alone."""
+"""An agent's rules: ``<w>`` is the hash tag of its own waiter keys alone. Its waits'
+audit records go to its own ``<w>:audit`` (which it caps). The responders' audit stream
+``<q>:audit:responders`` is in the first selector only because the settle script its
+waiters run names it (and never writes it for them): no selector lets an agent add to it
+or trim it. ``<q>:audit`` (``XADD``, ``XTRIM``) is the previous release's audit stream,
+which that release's agents write during a rolling upgrade."""
 
 RESPONDER_RULES = (
     "+ping +hello +auth +select +client|setname +script|load +time +multi +exec +discard "
     "+evalsha ~<q>:requests ~<q>:events ~<w>:answers ~<w>:r:* ~<w>:alive ~<q>:dead ~<q>:audit "
+    "~<q>:audit:responders "
     "(~<q>:requests +xgroup|create +xgroup|delconsumer +xinfo|consumers +xreadgroup +xack "
     "+xclaim +xautoclaim +xpending +xdel) "
-    "(%W~<q>:events %W~<q>:dead %W~<q>:audit %W~<w>:answers +xadd) "
-    "(%W~<q>:audit +xtrim) "
+    "(%W~<q>:events %W~<q>:dead %W~<q>:audit %W~<q>:audit:responders %W~<w>:answers +xadd) "
+    "(%W~<q>:audit %W~<q>:audit:responders +xtrim) "
     "(%R~<q>:events +xread) "
     "(%R~<q>:route:* +get) "
     "(~<w>:r:* %W~<w>:answers +hget +hmget +hkeys +hlen +hset +pexpire) "
@@ -78,7 +87,10 @@ RESPONDER_RULES = (
 )
 """A responder's rules: ``<w>`` is the hash tag of every waiter's keys. ``XRANGE`` of the
 request stream is answering by id's: it reads the one entry a route names (a plain
-request's state does not hold it); nothing a consumer group would not deliver anyway."""
+request's state does not hold it); nothing a consumer group would not deliver anyway.
+A responder writes and caps the responders' audit stream ``<q>:audit:responders`` (and
+``<q>:audit``, the previous release's, during a rolling upgrade), and no key under
+``<w>:audit``: no responder can trim or delete an agent's record of what it answered."""
 
 OPS_RULES = (
     "+ping +hello +auth +select +client|setname +info +scan +type +ttl +pttl +exists +get "

@@ -357,7 +357,11 @@ def _audit_parser(commands: Any) -> None:
         "audit",
         parents=[connection_parser(keys=False)],
         help="the audit trail: how each request was resolved, and by whom",
-        description="Print the audit records of resolved requests, oldest first.",
+        description=(
+            "Print the audit records of resolved requests, oldest first: one timeline merged "
+            "from the queue's audit streams (each agent's own, the responders', and the "
+            "previous release's). Run it as the ops user, which reads them all."
+        ),
     )
     audit.add_argument(
         "--since",

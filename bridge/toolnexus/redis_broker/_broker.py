@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
 import os
 import weakref
@@ -28,7 +30,7 @@ from ._connections import Client
 from ._core import Core, boundary, ms, run_to_completion
 from ._events import RedisEvents
 from ._heartbeats import heartbeat, heartbeats
-from ._inspect import DeadLetter, QueueStatus, dead_letters, inspect_queue
+from ._inspect import DeadLetter, QueueStatus, dead_letters, entry_order, inspect_queue, scan
 from ._responder import RedisPending, RedisResponder
 from ._store import RedisStore
 from ._waiter import Waiter
@@ -222,16 +224,30 @@ class RedisBroker(Broker):
         self, *, since: float | None = None, request_id: str | None = None, limit: int = 10_000
     ) -> list[AuditRecord]:
         """Audit records from ``since`` (a Unix time; all kept when None), oldest first,
-        of one request if ``request_id`` is given; unreadable records are skipped."""
+        of one request if ``request_id`` is given; unreadable records are skipped.
+
+        One timeline merged from the queue's audit streams (threat-model line S8): every
+        agent's own (:meth:`~toolnexus.keys.Keys.agent_audit`, found by ``SCAN``: the
+        ops user may), the responders' and the one releases before wrote (still read
+        during a rolling upgrade)."""
         check_audit_query(since, limit)
         start = "-" if since is None else f"{ms(since)}-0"
+        keys = self.keys
         with boundary("reading the audit trail"):
             await self.core.bounded(self.core.pipeliner.drain())  # this process's records too
-            entries: Any = await self.core.bounded(
-                self.core.redis.xrange(self.keys.audit, start, "+", count=limit)
+            found = await self.core.bounded(scan(self.core, keys.agent_audits_pattern()))
+            streams = sorted(
+                {keys.agent_audit(self.core.agent), *filter(keys.is_agent_audit, found)}
             )
+            streams += [keys.responder_audit, keys.audit]
+            read: Any = await self.core.bounded(
+                asyncio.gather(
+                    *(self.core.redis.xrange(s, start, "+", count=limit) for s in streams)
+                )
+            )
+        merged = heapq.merge(*read, key=lambda entry: entry_order(entry[0]))
         records = []
-        for _entry_id, fields in entries:
+        for _entry_id, fields in itertools.islice(merged, limit):
             try:
                 record = decode_record(fields.get(b"r", b""))
             except DecodeError as exc:

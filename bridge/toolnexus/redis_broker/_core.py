@@ -40,6 +40,7 @@ from ._redispy import public_api_only
 from ._scripts import (
     DEAD_LETTER,
     OUTCOMES,
+    RECORD,
     RESOLVE,
     SETTLE,
     BatchScript,
@@ -297,9 +298,11 @@ class Core:
     ) -> None:
         """In the background, with the lazy items, publish ``event``, acknowledge
         ``ack=(group, entry_id)``, delete entry ``delete`` of the request stream and add
-        ``audit`` to the audit stream (trimmed by length and by age): this broker's
-        queue's, or that of ``keys`` (another queue an escalating request reached). The
-        event is written in ``protocol``, its request's (by default this process's).
+        ``audit`` (an end a responder resolved) to the responders' audit stream (trimmed by
+        length and by age): this broker's queue's, or that of ``keys`` (another queue an
+        escalating request reached). A waiter's records go to its agent's own stream
+        (:meth:`record`). The event is written in ``protocol``, its request's (by default
+        this process's).
 
         Events are advisory, and an entry left behind is dropped by whoever reads it
         next, since its request is resolved: so nobody needs to wait for this.
@@ -307,6 +310,26 @@ class Core:
         self.pipeliner.post_batch(
             *self._settling(event, ack, delete, keys or self.keys, audit, protocol)
         )
+
+    def record(self, audit: AuditRecord) -> None:
+        """In the background, with the lazy items (the same pipeline as the wait's
+        :meth:`settle`: no round trip of its own), add ``audit``, the record of a wait that
+        ended, to this broker's agent's audit stream (:meth:`Keys.agent_audit`, trimmed by
+        length and by age), which no responder may write."""
+        self.pipeliner.post_batch(
+            RECORD,
+            (self.keys.agent_audit(self.agent),),
+            self._audit_bounds(),
+            (),
+            (encode_record(audit),),
+        )
+
+    def _audit_bounds(self) -> tuple[int, int]:
+        """The oldest audit entry id kept (ms, rounded down to the second: one batch per
+        second) and the most entries kept."""
+        now_ms, settings = ms(time.time()), self.settings
+        min_audit_ms = max(0, now_ms - ms(settings.audit_retention_s)) // 1000 * 1000
+        return min_audit_ms, settings.audit_max_entries
 
     def settle_now(self, ack: tuple[str, str], delete: str) -> asyncio.Future[Any]:
         """As :meth:`settle` with only ``ack`` and ``delete``, sent with this turn's
@@ -324,11 +347,10 @@ class Core:
     ) -> tuple[BatchScript, tuple[str, ...], tuple[Any, ...], tuple[()], tuple[Any, ...]]:
         now_ms, settings = ms(time.time()), self.settings
         min_event_ms = max(0, now_ms - settings.retention_ms) // 1000 * 1000
-        min_audit_ms = max(0, now_ms - ms(settings.audit_retention_s)) // 1000 * 1000
         return (
             SETTLE,
-            (keys.events, keys.requests, keys.audit),
-            (min_event_ms, settings.retention_ms, min_audit_ms, settings.audit_max_entries),
+            (keys.events, keys.requests, keys.responder_audit),
+            (min_event_ms, settings.retention_ms, *self._audit_bounds()),
             (),
             (
                 self.codec.encode(event, protocol) if event else "",

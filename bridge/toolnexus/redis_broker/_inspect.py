@@ -239,6 +239,14 @@ def _wrong_type(exc: BaseException) -> bool:
     return isinstance(exc, redis.exceptions.ResponseError) and "WRONGTYPE" in str(exc)
 
 
+def entry_order(entry_id: bytes | str) -> tuple[int, int]:
+    """Where stream entry ``entry_id`` (``<ms>-<seq>``, as Redis names entries) falls in
+    time: to merge entries of several streams into one timeline."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    at, _, seq = text.partition("-")
+    return int(at), int(seq or 0)
+
+
 async def scan(core: Core, pattern: str, kind: str | None = None) -> list[str]:
     """The keys matching ``pattern`` (of type ``kind``, if given), except those whose names
     are not UTF-8: toolnexus names every key it makes with text, so those are somebody

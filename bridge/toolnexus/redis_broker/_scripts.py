@@ -471,6 +471,23 @@ return n
     args_per_item=5,
 )
 
+RECORD = BatchScript(
+    "record",
+    """
+-- On an agent's waiter slot (Keys.agent_audit): the agent's own audit stream, which only
+-- its user may write. Shared: KEYS audit stream; ARGV min audit id, audit max entries.
+-- Item: ARGV audit record. Adds the records of the waits that ended, the stream trimmed
+-- by length and by age (each writer caps its own stream: threat-model line S8).
+for a = 3, #ARGV do
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', E_REQUEST, ARGV[a])
+end
+redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[1])
+return #ARGV - 2
+""",
+    keys_per_item=0,
+    args_per_item=1,
+)
+
 DEAD_LETTER = BatchScript(
     "dead_letter",
     """
@@ -715,6 +732,7 @@ SCRIPTS = (
     STATUS,
     RESOLVE,
     SETTLE,
+    RECORD,
     DEAD_LETTER,
     REOPEN,
     TAKE,

@@ -57,7 +57,7 @@ from ..models import (
     Signature,
     ended_event,
 )
-from ..security._audit import AuditRecord, Refusal
+from ..security._audit import Refusal
 from ..security._signing import verify_refusal
 from . import _durable as durable
 from . import _quorum as quorum
@@ -296,10 +296,10 @@ class Waiter:
         if not wait.recorded:
             wait.recorded = True
             audit = audit_of(core, wait, self.publisher.published(wait), status, answer)
+        if audit is not None:  # the agent's own stream (S8), in the same pipeline
+            core.record(audit)
         if event is not None:
-            self._settle(wait, event, audit)
-        elif audit is not None:
-            core.settle(audit=audit)
+            self._settle(wait, event)
 
     # -- publishing ---------------------------------------------------------------
 
@@ -462,10 +462,10 @@ class Waiter:
                 return taken
         return answer  # what the state holds is unreadable or refused: the deadline's
 
-    def _settle(self, wait: Wait, event: Event, audit: AuditRecord | None = None) -> None:
+    def _settle(self, wait: Wait, event: Event) -> None:
         """Publish the outcome ``event`` and delete the request's entry, on its queue and
-        on every queue it escalated to; add ``audit``, the wait's record, if it ends now."""
-        self.core.settle(event, delete=wait.entry_id, audit=audit, protocol=wait.protocol)
+        on every queue it escalated to."""
+        self.core.settle(event, delete=wait.entry_id, protocol=wait.protocol)
         if wait.escalation is not None:
             self._escalator.settle(wait.escalation, event)
 
