@@ -88,13 +88,21 @@ class _Names:
         return value
 
 
-async def dump(url: str, namespace: str) -> dict[str, Any]:
-    """Every key of ``namespace``: its type and content, what varies replaced."""
+def is_audit(key: str) -> bool:
+    """Whether ``key`` is an audit stream: the queue's (the previous release's one home of
+    the records), the responders' or an agent's own (where this release keeps them)."""
+    return key.endswith("}:audit") or key.endswith("}:audit:responders")
+
+
+async def dump(url: str, namespace: str, *, audits: bool = True) -> dict[str, Any]:
+    """Every key of ``namespace``: its type and content, what varies replaced; without
+    the audit streams (:func:`is_audit`) unless ``audits``."""
     client = aioredis.Redis.from_url(url)
     names = _Names(namespace)
     found: dict[str, Any] = {}
     try:
         keys = sorted([k async for k in client.scan_iter(match=f"*{namespace}*", count=10_000)])
+        keys = [k for k in keys if audits or not is_audit(k.decode())]
         for key in keys:
             kind = (await client.type(key)).decode()
             content: Any
@@ -129,10 +137,12 @@ def _request(request_id: str, **fields: Any) -> Request:
     )
 
 
-async def round_trip(url: str, namespace: str, **options: Any) -> dict[str, Any]:
+async def round_trip(
+    url: str, namespace: str, *, audits: bool = True, **options: Any
+) -> dict[str, Any]:
     """The scenario (``options`` go to every broker: ``write_protocol=1``...); returns its
-    :func:`dump`, taken before the brokers close (their liveness marks and heartbeat are
-    still there)."""
+    :func:`dump` (``audits`` passed on), taken before the brokers close (their liveness
+    marks and heartbeat are still there)."""
     fast = {"namespace": namespace, "block_ms": 100, "lease_ms": 600, "agent": "agent-1"}
     key = SigningKey.generate("resp-1")
     agent = toolnexus.connect(url, **fast, **options)
@@ -178,4 +188,4 @@ async def round_trip(url: str, namespace: str, **options: Any) -> dict[str, Any]
         waiting.cancel()
         await asyncio.gather(reading, waiting, return_exceptions=True)
         await asyncio.sleep(0.2)  # the settling scripts' last writes
-        return await dump(url, namespace)
+        return await dump(url, namespace, audits=audits)
