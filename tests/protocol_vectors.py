@@ -55,7 +55,9 @@ from toolnexus.security._signing import sign_answer, sign_request
 PROTOCOLS: Final = READS
 """The protocols with vectors, one file each (the envelope's first element)."""
 
-DIRECTORY: Final = Path(__file__).resolve().parent.parent / "docs" / "reference" / "protocol-vectors"
+DIRECTORY: Final = (
+    Path(__file__).resolve().parent.parent / "docs" / "reference" / "protocol-vectors"
+)
 
 
 def path(protocol: int) -> Path:
@@ -615,7 +617,10 @@ def store_vectors(protocol: int) -> list[dict[str, Any]]:
             "key": f"{{{NAMESPACE}:q:{QUEUE}}}:store:claude-agent-sdk",
             "field": "run-42",
             "json": _compact(
-                {"session_id": "session-1", "request": _b64(JSON.encode(minimal_request(), protocol))}
+                {
+                    "session_id": "session-1",
+                    "request": _b64(JSON.encode(minimal_request(), protocol)),
+                }
             ),
         },
         {

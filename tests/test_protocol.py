@@ -369,12 +369,9 @@ def test_the_redis_vectors_values_read_back(protocol: int) -> None:
     assert decoded(fields["request-stream-entry"]["r"]) == message("request-published")
     assert decoded(fields["reply-stream-answer"]["a"]) == message("answer-signed")
     assert decoded(fields["events-stream-entry"]["e"]) == message("event-completed")
-    for name in (
-        "reply-stream-answer",
-        "reply-stream-contested-answer",
-        "reply-stream-refusal",
-        "dead-letter",
-    ) + tuple(n for n in fields if n.startswith("state-")):
+    numbered = ["reply-stream-answer", "reply-stream-contested-answer", "reply-stream-refusal"]
+    numbered += ["dead-letter", *(n for n in fields if n.startswith("state-"))]
+    for name in numbered:
         as_bytes = {k.encode(): v for k, v in fields[name].items()}
         assert entry_protocol(as_bytes, name) == protocol, name
     names = REFUSAL_FIELDS[protocol]
@@ -590,7 +587,9 @@ def test_every_redis_field_name_is_on_the_page_with_its_constant_and_protocols()
             ):
                 found |= row_protocols(row[2])
         if found != protocols:
-            missing.append(f"{name} = {value!r} (protocols {sorted(protocols)}, found {sorted(found)})")
+            missing.append(
+                f"{name} = {value!r} (protocols {sorted(protocols)}, found {sorted(found)})"
+            )
     assert not missing, "protocol.md has no right table row for: " + ", ".join(missing)
 
 
