@@ -87,6 +87,9 @@ ENTRY: Final = "1800000000500-0"
 REQUEST_ID: Final = "req-0123456789abcdef0123456789abcdef"
 CREATED, EXPIRES, ANSWERED = 1800000000.5, 1800000600.5, 1800000060.25
 
+AGENT_DURABLE: Final = "agent-7.<16 hex digits of namespace and queue>"
+"""The agent's durable waiter id, whose keys hold its own audit stream and stores."""
+
 CANONICAL = msgspec.msgpack.Encoder(order="sorted")
 
 
@@ -371,7 +374,7 @@ def _keys(queue: str = QUEUE) -> dict[str, str]:
         "requests": f"{q}:requests",
         "events": f"{q}:events",
         "dead": f"{q}:dead",
-        "audit": f"{q}:audit",
+        "audit": f"{{{NAMESPACE}:w:{AGENT_DURABLE}}}:audit",
         "workers": f"{q}:workers",
         "route": f"{q}:route:{REQUEST_ID}",
         "answers": f"{w}:answers",
@@ -471,6 +474,7 @@ def redis_vectors(protocol: int) -> list[dict[str, Any]]:
                 "req": _hex(full),
                 "d": _text("1"),
                 **p,
+                "e": _text(ENTRY),
                 "q": _text(f"{QUEUE} {ENTRY} oncall -"),
             },
         },
@@ -588,7 +592,7 @@ def store_vectors(protocol: int) -> list[dict[str, Any]]:
         task_record["protocol"] = protocol
         entry["protocol"] = str(protocol)
         claim_record["protocol"] = protocol
-    agent_store = f"{{{NAMESPACE}:w:agent-7.<16 hex digits of namespace and queue>}}:store:"
+    agent_store = f"{{{NAMESPACE}:w:{AGENT_DURABLE}}}:store:"
     return [
         {
             "name": "mcp-task-record",
