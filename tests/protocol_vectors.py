@@ -2,12 +2,15 @@
 signed byte layout, every Redis structure and store record, made with a fixed TEST-ONLY
 key, so that another implementation can check itself against them.
 
-Regenerate them (after a deliberate protocol change, never to make a test pass) with::
+One file per protocol this toolnexus reads (:data:`toolnexus.protocol.READS`):
+``protocol-1.json`` is what a process with ``write_protocol=1`` writes, ``protocol-2.json``
+what it writes by default. Regenerate them (after a deliberate protocol change, never to
+make a test pass) with::
 
     .venv/bin/python tests/protocol_vectors.py            # writes protocol-<N>.json
-    .venv/bin/python tests/protocol_vectors.py --check    # exit 1 if it would change
+    .venv/bin/python tests/protocol_vectors.py --check    # exit 1 if one would change
 
-``tests/test_protocol.py`` checks the committed file against the code in both directions;
+``tests/test_protocol.py`` checks the committed files against the code in both directions;
 it never regenerates it. The signed byte layouts are built here from the page's tables,
 not by the code's private functions: the test proves them equal to what the code signs.
 """
@@ -25,7 +28,7 @@ from typing import Any, Final
 import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from toolnexus.codec import JSON, MSGPACK, WIRE_VERSION
+from toolnexus.codec import JSON, MSGPACK, Codec
 from toolnexus.models import (
     Answer,
     AnsweredEvent,
@@ -43,20 +46,28 @@ from toolnexus.models import (
     Source,
     WithdrawnEvent,
 )
+from toolnexus.protocol import PREVIOUS_PROTOCOL, PROTOCOL, READS
+from toolnexus.redis_broker._layout import REFUSAL_FIELDS
 from toolnexus.security import SigningKey
 from toolnexus.security._audit import AUDIT_VERSION, Refusal, audit_record, encode_record
 from toolnexus.security._signing import sign_answer, sign_request
 
-PROTOCOL: Final = WIRE_VERSION
-"""The protocol these vectors describe (the envelope's first element)."""
+PROTOCOLS: Final = READS
+"""The protocols with vectors, one file each (the envelope's first element)."""
 
-VECTORS: Final = (
-    Path(__file__).resolve().parent.parent
-    / "docs"
-    / "reference"
-    / "protocol-vectors"
-    / f"protocol-{PROTOCOL}.json"
+DIRECTORY: Final = (
+    Path(__file__).resolve().parent.parent / "docs" / "reference" / "protocol-vectors"
 )
+
+
+def path(protocol: int) -> Path:
+    """The vectors of ``protocol``."""
+    return DIRECTORY / f"protocol-{protocol}.json"
+
+
+VERSION: Final = "0.2.0"
+"""The toolnexus version the vectors' heartbeats and liveness marks show (an example: a
+process shows its own, :func:`toolnexus.protocol.version`)."""
 
 TEST_SEED: Final = hashlib.sha256(b"toolnexus protocol test vectors: TEST ONLY").digest()
 """The Ed25519 seed of the vectors' key: published, so TEST ONLY (never trust its key)."""
@@ -75,6 +86,9 @@ WAITER: Final = "agent-7.0123456789abcdef"
 ENTRY: Final = "1800000000500-0"
 REQUEST_ID: Final = "req-0123456789abcdef0123456789abcdef"
 CREATED, EXPIRES, ANSWERED = 1800000000.5, 1800000600.5, 1800000060.25
+
+AGENT_DURABLE: Final = "agent-7.<16 hex digits of namespace and queue>"
+"""The agent's durable waiter id, whose keys hold its own audit stream and stores."""
 
 CANONICAL = msgspec.msgpack.Encoder(order="sorted")
 
@@ -129,7 +143,27 @@ def signed_answer() -> Answer:
     return sign_answer(answer, full_request(), test_key())
 
 
-def messages() -> list[tuple[str, Message]]:
+def msgpack(protocol: int) -> Codec:
+    """The msgpack codec writing ``protocol``."""
+    return MSGPACK.writing(protocol)
+
+
+def heartbeat(protocol: int) -> Heartbeat:
+    """A worker's heartbeat, as a process writing ``protocol`` sends it: with its version
+    and protocols in both (56a6318's had neither)."""
+    return Heartbeat(
+        group="ops",
+        consumer="web-1",
+        at=CREATED,
+        expires_at=CREATED + 30,
+        info={"pid": 4242, "shown": 3},
+        version=VERSION,
+        reads=list(READS),
+        writes=protocol,
+    )
+
+
+def messages(protocol: int) -> list[tuple[str, Message]]:
     """Every message type, each once (the request and the answer twice: bare and full)."""
     answer = signed_answer()
     return [
@@ -159,16 +193,7 @@ def messages() -> list[tuple[str, Message]]:
             ApprovedEvent(id=REQUEST_ID, at=ANSWERED, count=1, need=2, approvers=["ops-bot"]),
         ),
         ("event-escalated", EscalatedEvent(id=REQUEST_ID, at=ANSWERED, queue="oncall")),
-        (
-            "heartbeat",
-            Heartbeat(
-                group="ops",
-                consumer="web-1",
-                at=CREATED,
-                expires_at=CREATED + 30,
-                info={"pid": 4242, "shown": 3},
-            ),
-        ),
+        ("heartbeat", heartbeat(protocol)),
     ]
 
 
@@ -177,16 +202,16 @@ def builtins(value: Any) -> Any:
     return msgspec.to_builtins(value)
 
 
-def message_vectors() -> list[dict[str, Any]]:
+def message_vectors(protocol: int) -> list[dict[str, Any]]:
     return [
         {
             "name": name,
             "type": type(message).__name__,
             "meaning": builtins(message),
-            "msgpack": MSGPACK.encode(message).hex(),
-            "json": JSON.encode(message).decode(),
+            "msgpack": MSGPACK.encode(message, protocol).hex(),
+            "json": JSON.encode(message, protocol).decode(),
         }
-        for name, message in messages()
+        for name, message in messages(protocol)
     ]
 
 
@@ -250,7 +275,7 @@ def _signed(name: str, covers: str, prefix: bytes, fields: dict[str, Any]) -> di
     }
 
 
-def signature_vectors() -> list[dict[str, Any]]:
+def signature_vectors(protocol: int) -> list[dict[str, Any]]:
     key = test_key()
     out: list[dict[str, Any]] = []
     for name, request in (
@@ -284,7 +309,7 @@ def signature_vectors() -> list[dict[str, Any]]:
     )
     vector["message"] = "answer-signed"
     out.append(vector)
-    payload = MSGPACK.encode(full_request())
+    payload = MSGPACK.encode(full_request(), protocol)
     payload_digest = hashlib.sha256(REQUEST_BYTES + payload).digest()
     reason = "unknown key 'agent-7'"
     vector = _signed(
@@ -349,7 +374,7 @@ def _keys(queue: str = QUEUE) -> dict[str, str]:
         "requests": f"{q}:requests",
         "events": f"{q}:events",
         "dead": f"{q}:dead",
-        "audit": f"{q}:audit",
+        "audit": f"{{{NAMESPACE}:w:{AGENT_DURABLE}}}:audit",
         "workers": f"{q}:workers",
         "route": f"{q}:route:{REQUEST_ID}",
         "answers": f"{w}:answers",
@@ -358,15 +383,22 @@ def _keys(queue: str = QUEUE) -> dict[str, str]:
     }
 
 
-def redis_vectors() -> list[dict[str, Any]]:
-    """The Redis structures, each with example values (keys in namespace ``vectors``)."""
+def redis_vectors(protocol: int) -> list[dict[str, Any]]:
+    """The Redis structures as a process writing ``protocol`` leaves them, each with
+    example values (keys in namespace ``vectors``)."""
     keys = _keys()
     key = test_key()
-    published = MSGPACK.encode(published_request())
-    full = MSGPACK.encode(full_request())
-    answer = MSGPACK.encode(signed_answer())
-    refusal = signature_vectors()[3]
+    codec = msgpack(protocol)
+    published = codec.encode(published_request())
+    full = codec.encode(full_request())
+    answer = codec.encode(signed_answer())
+    refusal = signature_vectors(protocol)[3]
     deadline = str(int(EXPIRES * 1000))
+    names = REFUSAL_FIELDS[protocol]
+    # the protocol's field (a state, a reply entry, a dead letter): none in protocol 1
+    p = {} if protocol == PREVIOUS_PROTOCOL else {"p": _text(str(protocol))}
+    route = f"{WAITER} {ENTRY}" + ("" if protocol == PREVIOUS_PROTOCOL else f" {protocol}")
+    alive = "1" if protocol == PREVIOUS_PROTOCOL else f"{protocol} {VERSION}"
     return [
         {
             "name": "request-stream-entry",
@@ -378,19 +410,19 @@ def redis_vectors() -> list[dict[str, Any]]:
             "name": "events-stream-entry",
             "key": keys["events"],
             "type": "stream entry",
-            "fields": {"e": _hex(MSGPACK.encode(CompletedEvent(id=REQUEST_ID, at=ANSWERED)))},
+            "fields": {"e": _hex(codec.encode(CompletedEvent(id=REQUEST_ID, at=ANSWERED)))},
         },
         {
             "name": "reply-stream-answer",
             "key": keys["answers"],
             "type": "stream entry",
-            "fields": {"id": _text(REQUEST_ID), "a": _hex(answer)},
+            "fields": {"id": _text(REQUEST_ID), "a": _hex(answer), **p},
         },
         {
             "name": "reply-stream-contested-answer",
             "key": keys["answers"],
             "type": "stream entry",
-            "fields": {"id": _text(REQUEST_ID), "a": _hex(answer), "c": _text("1")},
+            "fields": {"id": _text(REQUEST_ID), "a": _hex(answer), "c": _text("1"), **p},
         },
         {
             "name": "reply-stream-refusal",
@@ -398,11 +430,12 @@ def redis_vectors() -> list[dict[str, Any]]:
             "type": "stream entry",
             "fields": {
                 "id": _text(REQUEST_ID),
-                "x": _text(refusal["reason"]),
-                "b": _text("strict-1"),
-                "k": _text(key.name),
-                "s": {"hex": refusal["signature"]},
-                "d": {"hex": refusal["payload_digest"]},
+                names.reason: _text(refusal["reason"]),
+                names.by: _text("strict-1"),
+                names.key: _text(key.name),
+                names.sig: {"hex": refusal["signature"]},
+                names.digest: {"hex": refusal["payload_digest"]},
+                **p,
             },
             "payload": refusal["payload"],
         },
@@ -416,19 +449,20 @@ def redis_vectors() -> list[dict[str, Any]]:
                 "entry": _text(ENTRY),
                 "group": _text("strict"),
                 "raw": _hex(b"r=" + full),
+                **p,
             },
         },
         {
             "name": "audit-stream-entry",
             "key": keys["audit"],
             "type": "stream entry",
-            "fields": {"r": _hex(encode_record(audit()))},
+            "fields": {"r": _hex(encode_record(audit(protocol)))},
         },
         {
             "name": "state-open-plain",
             "key": keys["state"],
             "type": "hash",
-            "fields": {"s": _text("open"), "x": _text(deadline)},
+            "fields": {"s": _text("open"), "x": _text(deadline), **p},
         },
         {
             "name": "state-open-durable-escalated",
@@ -439,6 +473,8 @@ def redis_vectors() -> list[dict[str, Any]]:
                 "x": _text(deadline),
                 "req": _hex(full),
                 "d": _text("1"),
+                **p,
+                "e": _text(ENTRY),
                 "q": _text(f"{QUEUE} {ENTRY} oncall -"),
             },
         },
@@ -449,6 +485,7 @@ def redis_vectors() -> list[dict[str, Any]]:
             "fields": {
                 "s": _text("open"),
                 "x": _text(deadline),
+                **p,
                 "w": _text("bad signature"),
             },
         },
@@ -456,7 +493,7 @@ def redis_vectors() -> list[dict[str, Any]]:
             "name": "state-answered",
             "key": keys["state"],
             "type": "hash",
-            "fields": {"s": _text("answered"), "x": _text(deadline), "a": _hex(answer)},
+            "fields": {"s": _text("answered"), "x": _text(deadline), **p, "a": _hex(answer)},
         },
         {
             "name": "state-contested",
@@ -465,6 +502,7 @@ def redis_vectors() -> list[dict[str, Any]]:
             "fields": {
                 "s": _text("answered"),
                 "x": _text(deadline),
+                **p,
                 "a": _hex(answer),
                 "c:" + hashlib.sha1(answer).hexdigest(): _hex(answer),
             },
@@ -476,6 +514,7 @@ def redis_vectors() -> list[dict[str, Any]]:
             "fields": {
                 "s": _text("open"),
                 "x": _text(deadline),
+                **p,
                 "y:ops-bot": _hex(answer),
                 "n:intern": _hex(answer),
             },
@@ -484,19 +523,20 @@ def redis_vectors() -> list[dict[str, Any]]:
             "name": "route",
             "key": keys["route"],
             "type": "string",
-            "value": _text(f"{WAITER} {ENTRY}"),
+            "value": _text(route),
         },
-        {"name": "liveness-mark", "key": keys["alive"], "type": "string", "value": _text("1")},
+        {"name": "liveness-mark", "key": keys["alive"], "type": "string", "value": _text(alive)},
         {
             "name": "heartbeat",
             "key": keys["workers"],
             "type": "hash",
-            "fields": {"ops/web-1": _hex(MSGPACK.encode(dict(messages())["heartbeat"]))},
+            "fields": {"ops/web-1": _hex(codec.encode(heartbeat(protocol)))},
         },
     ]
 
 
-def audit() -> Any:
+def audit(protocol: int) -> Any:
+    """The audit record of the full request answered, both written in ``protocol``."""
     record = audit_record(
         full_request(),
         "answered",
@@ -505,12 +545,13 @@ def audit() -> Any:
         requester=TEST_KEY_NAME,
         refused=[Refusal(reason="bad signature", responder="mallory", at=ANSWERED)],
         escalated=[Hop(after_s=300.0, queue="oncall")],
+        codec=msgpack(protocol),
     )
     return msgspec.structs.replace(record, resolved_at=ANSWERED)
 
 
-def audit_vector() -> dict[str, Any]:
-    record = audit()
+def audit_vector(protocol: int) -> dict[str, Any]:
+    record = audit(protocol)
     return {
         "name": "audit-record",
         "version": AUDIT_VERSION,
@@ -519,8 +560,9 @@ def audit_vector() -> dict[str, Any]:
     }
 
 
-def store_vectors() -> list[dict[str, Any]]:
-    """Store records (JSON text), as the code writes them (signatures with the test key)."""
+def store_vectors(protocol: int) -> list[dict[str, Any]]:
+    """Store records (JSON text), as the code writes them in ``protocol`` (signatures with
+    the test key): from protocol 2 on, an agent's records carry the number."""
     key = test_key()
     records = dict(own_records())
     task = records["mcp-tasks"]
@@ -540,12 +582,17 @@ def store_vectors() -> list[dict[str, Any]]:
         "expires_at": task["expires_at"],
         "signature": {"key": key.name, "sig": _b64(task_sig)},
     }
+    entry = {"proposed": TOOL_DIGEST, "approved": TOOL_DIGEST}
     claim_record = {
         "digest": claim["digest"],
         "by": claim["by"],
         "signature": {"key": key.name, "sig": _b64(claim_sig)},
     }
-    agent_store = f"{{{NAMESPACE}:w:agent-7.<16 hex digits of namespace and queue>}}:store:"
+    if protocol != PREVIOUS_PROTOCOL:
+        task_record["protocol"] = protocol
+        entry["protocol"] = str(protocol)
+        claim_record["protocol"] = protocol
+    agent_store = f"{{{NAMESPACE}:w:{AGENT_DURABLE}}}:store:"
     return [
         {
             "name": "mcp-task-record",
@@ -559,7 +606,7 @@ def store_vectors() -> list[dict[str, Any]]:
             "store": "tool-calls",
             "key": agent_store + "tool-calls",
             "field": REQUEST_ID,
-            "json": _compact({"proposed": TOOL_DIGEST, "approved": TOOL_DIGEST}),
+            "json": _compact(entry),
         },
         {
             "name": "tool-call-claim",
@@ -574,7 +621,10 @@ def store_vectors() -> list[dict[str, Any]]:
             "key": f"{{{NAMESPACE}:q:{QUEUE}}}:store:claude-agent-sdk",
             "field": "run-42",
             "json": _compact(
-                {"session_id": "session-1", "request": _b64(JSON.encode(minimal_request()))}
+                {
+                    "session_id": "session-1",
+                    "request": _b64(JSON.encode(minimal_request(), protocol)),
+                }
             ),
         },
         {
@@ -605,7 +655,10 @@ def _b64url(raw: bytes) -> str:
 
 def link_vectors() -> list[dict[str, Any]]:
     """Answer-link tokens for the published request (the page's table "Answer links"),
-    signed with the test key (Ed25519) and with the test secret (HMAC-SHA256)."""
+    signed with the test key (Ed25519) and with the test secret (HMAC-SHA256). A link is
+    not numbered: its digest is of the request in JSON as this release encodes it by
+    default (``[2, {...}]``, where 56a6318 made ``[1, {...}]``), whatever the process's
+    ``write_protocol``; so the links are in the vectors of :data:`PROTOCOL` only."""
     digest = hashlib.sha256(JSON.encode(published_request())).hexdigest()
     payload = {
         "q": QUEUE,
@@ -642,10 +695,12 @@ def _compact(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
-def vectors() -> dict[str, Any]:
+def vectors(protocol: int) -> dict[str, Any]:
+    """The vectors of ``protocol``: what a process with ``write_protocol=protocol``
+    writes."""
     key = test_key()
-    return {
-        "protocol": PROTOCOL,
+    out: dict[str, Any] = {
+        "protocol": protocol,
         "about": "toolnexus protocol test vectors: see docs/reference/protocol.md. "
         "Regenerate with: .venv/bin/python tests/protocol_vectors.py",
         "test_key": {
@@ -654,34 +709,39 @@ def vectors() -> dict[str, Any]:
             "seed": TEST_SEED.hex(),
             "public": key.public_line().split()[1],
         },
-        "envelope": {"version": PROTOCOL},
-        "messages": message_vectors(),
-        "signatures": signature_vectors(),
-        "audit": audit_vector(),
-        "redis": redis_vectors(),
-        "stores": store_vectors(),
-        "links": link_vectors(),
-        "link_secret": {
+        "envelope": {"version": protocol},
+        "messages": message_vectors(protocol),
+        "signatures": signature_vectors(protocol),
+        "audit": audit_vector(protocol),
+        "redis": redis_vectors(protocol),
+        "stores": store_vectors(protocol),
+    }
+    if protocol == PROTOCOL:
+        out["links"] = link_vectors()
+        out["link_secret"] = {
             "warning": "TEST ONLY: this secret is public",
             "secret": LINK_SECRET,
-        },
-    }
+        }
+    return out
 
 
-def rendered() -> str:
-    return json.dumps(vectors(), indent=2, ensure_ascii=False) + "\n"
+def rendered(protocol: int) -> str:
+    return json.dumps(vectors(protocol), indent=2, ensure_ascii=False) + "\n"
 
 
 def main(argv: list[str]) -> int:
-    text = rendered()
-    if "--check" in argv:
-        same = VECTORS.exists() and VECTORS.read_text() == text
-        print(f"{VECTORS}: {'up to date' if same else 'would change'}")
-        return 0 if same else 1
-    VECTORS.parent.mkdir(parents=True, exist_ok=True)
-    VECTORS.write_text(text)
-    print(f"wrote {VECTORS}")
-    return 0
+    changed = 0
+    for protocol in PROTOCOLS:
+        text, target = rendered(protocol), path(protocol)
+        if "--check" in argv:
+            same = target.exists() and target.read_text() == text
+            print(f"{target}: {'up to date' if same else 'would change'}")
+            changed += not same
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        print(f"wrote {target}")
+    return 1 if changed else 0
 
 
 if __name__ == "__main__":

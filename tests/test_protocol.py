@@ -1,12 +1,14 @@
-"""The protocol page (docs/reference/protocol.md), its test vectors
-(docs/reference/protocol-vectors/protocol-1.json) and the code agree:
+"""The protocol page (docs/reference/protocol.md), its test vectors (one file per protocol
+this toolnexus reads: docs/reference/protocol-vectors/protocol-1.json and protocol-2.json)
+and the code agree:
 
 - every vector is checked both ways: its bytes decode to its meaning, and its meaning
   encodes to exactly its bytes; each signature is exactly what the code's signing makes
   with the test key, verifies with the test key's public half, and fails with one byte
   flipped;
-- the real code, on real Redis, writes what the vectors show (the same fields, values of
-  the same shapes, decodable as the vectors' are);
+- the real code, on real Redis, with ``write_protocol`` 1 and 2, writes what that
+  protocol's vectors show (the same fields, values of the same shapes, decodable as the
+  vectors' are, numbered with that protocol);
 - every field name the code writes (collected from the code: the layout module's
   constants, every msgspec struct that travels or is stored, the signed layouts) is in a
   table of the page, under its structure's heading.
@@ -40,14 +42,22 @@ import protocol_vectors as pv
 import toolnexus
 from helpers import ask, eventually, opened
 from toolnexus import models
-from toolnexus.codec import JSON, MSGPACK, WIRE_VERSION
+from toolnexus.codec import JSON, MSGPACK
 from toolnexus.errors import SignatureError
 from toolnexus.frameworks import _tool_call, claude_agent_sdk
 from toolnexus.mcp import _tasks
 from toolnexus.models import Answer, Heartbeat, Request, Signature
+from toolnexus.protocol import PREVIOUS_PROTOCOL, PREVIOUS_RELEASE, PROTOCOL, READS, version
 from toolnexus.redis_broker import RedisBroker, _layout
 from toolnexus.redis_broker._escalation import parse_queues_field
-from toolnexus.redis_broker._layout import parse_route, route_value
+from toolnexus.redis_broker._layout import (
+    REFUSAL_FIELDS,
+    entry_protocol,
+    liveness_value,
+    parse_liveness,
+    parse_route,
+    route_value,
+)
 from toolnexus.security import Keyring
 from toolnexus.security import _audit as audit
 from toolnexus.security._signing import (
@@ -64,7 +74,9 @@ from toolnexus_workers import links
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "reference" / "protocol.md"
-VECTORS: dict[str, Any] = json.loads(pv.VECTORS.read_text())
+ALL: dict[int, dict[str, Any]] = {p: json.loads(pv.path(p).read_text()) for p in pv.PROTOCOLS}
+"""The committed vectors, by protocol."""
+VECTORS = ALL[PROTOCOL]
 KEY = pv.test_key()
 KEYRING = Keyring.of(KEY)
 CLASSES: dict[str, type[Any]] = {
@@ -74,8 +86,8 @@ CLASSES: dict[str, type[Any]] = {
 }
 
 
-def named(section: str) -> dict[str, dict[str, Any]]:
-    return {vector["name"]: vector for vector in VECTORS[section]}
+def named(section: str, protocol: int = PROTOCOL) -> dict[str, dict[str, Any]]:
+    return {vector["name"]: vector for vector in ALL[protocol][section]}
 
 
 def flipped(data: bytes, at: int = -1) -> bytes:
@@ -96,26 +108,36 @@ def public_verifies(sig: bytes, message: bytes) -> bool:
     return True
 
 
-def message(name: str) -> Any:
-    vector = named("messages")[name]
+def message(name: str, protocol: int = PROTOCOL) -> Any:
+    vector = named("messages", protocol)[name]
     return msgspec.convert(vector["meaning"], CLASSES[vector["type"]])
 
 
 # -- the test key ------------------------------------------------------------------------
 
 
-def test_the_test_key_is_the_committed_seed_and_is_marked_test_only() -> None:
-    key = VECTORS["test_key"]
+PROTOCOLS = pytest.mark.parametrize("protocol", pv.PROTOCOLS)
+
+
+@PROTOCOLS
+def test_the_test_key_is_the_committed_seed_and_is_marked_test_only(protocol: int) -> None:
+    key = ALL[protocol]["test_key"]
     assert bytes.fromhex(key["seed"]) == pv.TEST_SEED
     assert KEY.public_line() == f"{key['name']} {key['public']}"
     assert "TEST ONLY" in key["warning"]
-    assert VECTORS["protocol"] == VECTORS["envelope"]["version"] == WIRE_VERSION == 1
+    assert ALL[protocol]["protocol"] == ALL[protocol]["envelope"]["version"] == protocol
 
 
-def test_the_committed_vectors_are_what_the_generator_makes() -> None:
+def test_there_are_vectors_for_every_protocol_read_and_links_for_the_current_one() -> None:
+    assert pv.PROTOCOLS == READS == (1, 2) and sorted(ALL) == [1, 2]
+    assert "links" in ALL[PROTOCOL] and "links" not in ALL[PREVIOUS_PROTOCOL]
+
+
+@PROTOCOLS
+def test_the_committed_vectors_are_what_the_generator_makes(protocol: int) -> None:
     """The script regenerates exactly the file (so it stays the way to extend it)."""
-    assert pv.rendered() == pv.VECTORS.read_text(), (
-        "the protocol vectors changed: if on purpose, run .venv/bin/python "
+    assert pv.rendered(protocol) == pv.path(protocol).read_text(), (
+        f"the protocol-{protocol} vectors changed: if on purpose, run .venv/bin/python "
         "tests/protocol_vectors.py and document the change in docs/reference/protocol.md"
     )
 
@@ -123,31 +145,51 @@ def test_the_committed_vectors_are_what_the_generator_makes() -> None:
 # -- messages ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [v["name"] for v in VECTORS["messages"]])
-def test_a_message_decodes_to_its_meaning_and_encodes_to_its_bytes(name: str) -> None:
-    vector = named("messages")[name]
+@pytest.mark.parametrize(
+    ("protocol", "name"), [(p, v["name"]) for p in pv.PROTOCOLS for v in ALL[p]["messages"]]
+)
+def test_a_message_decodes_to_its_meaning_and_encodes_to_its_bytes(
+    protocol: int, name: str
+) -> None:
+    vector = named("messages", protocol)[name]
     meaning = msgspec.convert(vector["meaning"], CLASSES[vector["type"]])
     packed, text = bytes.fromhex(vector["msgpack"]), vector["json"]
-    assert MSGPACK.decode(packed) == meaning
-    assert JSON.decode(text) == meaning
-    assert MSGPACK.encode(meaning) == packed
-    assert JSON.encode(meaning).decode() == text
+    assert MSGPACK.decode_with_protocol(packed) == (protocol, meaning)
+    assert JSON.decode_with_protocol(text) == (protocol, meaning)
+    assert MSGPACK.encode(meaning, protocol) == packed
+    assert JSON.encode(meaning, protocol).decode() == text
+    assert MSGPACK.writing(protocol).encode(meaning) == packed
     # the envelope: [protocol, message], the message's tag under "type"
     raw_packed, raw_json = msgspec.msgpack.decode(packed), json.loads(text)
     for raw in (raw_packed, raw_json):
-        assert isinstance(raw, list) and len(raw) == 2 and raw[0] == VECTORS["protocol"]
+        assert isinstance(raw, list) and len(raw) == 2 and raw[0] == protocol
         assert raw[1]["type"] == vector["meaning"]["type"]
     assert msgspec.to_builtins(raw_packed[1]) == vector["meaning"]
     assert raw_json[1] == vector["meaning"]
 
 
-def test_every_message_type_has_a_vector() -> None:
+@PROTOCOLS
+def test_every_message_type_has_a_vector(protocol: int) -> None:
     tagged = {
         cls.__name__
         for cls in CLASSES.values()
         if cls.__struct_config__.tag is not None and not cls.__name__.startswith("_")
     }
-    assert tagged == {v["type"] for v in VECTORS["messages"]}
+    assert tagged == {v["type"] for v in ALL[protocol]["messages"]}
+
+
+def test_the_protocols_messages_differ_only_in_the_envelope_and_the_heartbeats_writes() -> None:
+    """Every message body is the same in both protocols; a heartbeat says the protocol
+    its process writes."""
+    for one, two in zip(ALL[1]["messages"], ALL[2]["messages"], strict=True):
+        packed_1, packed_2 = bytes.fromhex(one["msgpack"]), bytes.fromhex(two["msgpack"])
+        assert packed_1[:2] == bytes([0x92, 1]) and packed_2[:2] == bytes([0x92, 2])
+        assert one["json"].startswith("[1,") and two["json"].startswith("[2,")
+        if one["name"] == "heartbeat":
+            assert (one["meaning"]["writes"], two["meaning"]["writes"]) == (1, 2)
+            assert one["meaning"] | {"writes": 2} == two["meaning"]
+        else:
+            assert packed_1[2:] == packed_2[2:] and one["json"][3:] == two["json"][3:]
 
 
 # -- signatures --------------------------------------------------------------------------
@@ -162,10 +204,14 @@ def _canonical_matches(vector: dict[str, Any]) -> bytes:
     return canonical
 
 
+@PROTOCOLS
 @pytest.mark.parametrize("name", ["request-published", "request-full"])
-def test_the_request_digest_and_signature_are_the_documented_bytes(name: str) -> None:
-    vector = named("signatures")[f"request-digest-and-signature:{name}"]
-    request: Request = message(name)
+def test_the_request_digest_and_signature_are_the_documented_bytes(
+    protocol: int, name: str
+) -> None:
+    vector = named("signatures", protocol)[f"request-digest-and-signature:{name}"]
+    assert vector == named("signatures", PROTOCOL)[vector["name"]]  # not numbered
+    request: Request = message(name, protocol)
     canonical = _canonical_matches(vector)
     hashed = bytes.fromhex(vector["hashed"])
     assert hashed == pv.REQUEST_DIGEST + canonical
@@ -185,10 +231,12 @@ def test_the_request_digest_and_signature_are_the_documented_bytes(name: str) ->
         verify_request(msgspec.structs.replace(request, signature=forged), KEYRING)
 
 
-def test_the_answer_signature_is_the_documented_bytes() -> None:
-    vector = named("signatures")["answer-signature:answer-signed"]
-    answer: Answer = message("answer-signed")
-    request: Request = message("request-full")
+@PROTOCOLS
+def test_the_answer_signature_is_the_documented_bytes(protocol: int) -> None:
+    vector = named("signatures", protocol)["answer-signature:answer-signed"]
+    assert vector == named("signatures", PROTOCOL)[vector["name"]]  # not numbered
+    answer: Answer = message("answer-signed", protocol)
+    request: Request = message("request-full", protocol)
     canonical = _canonical_matches(vector)
     signed, sig = bytes.fromhex(vector["signed"]), bytes.fromhex(vector["signature"])
     assert signed == pv.ANSWER_SIGNATURE + canonical
@@ -203,11 +251,16 @@ def test_the_answer_signature_is_the_documented_bytes() -> None:
         verify_answer(msgspec.structs.replace(answer, ok=False), request, KEYRING)
 
 
-def test_the_refusal_signature_is_the_documented_bytes() -> None:
-    vector = named("signatures")["refusal-signature"]
+@PROTOCOLS
+def test_the_refusal_signature_is_the_documented_bytes(protocol: int) -> None:
+    """Bound to the request's bytes, envelope number included: a refusal of the same
+    request in the other protocol has another payload digest and signature."""
+    vector = named("signatures", protocol)["refusal-signature"]
+    other = named("signatures", 3 - protocol)["refusal-signature"]
+    assert vector["payload_digest"] != other["payload_digest"]
     canonical = _canonical_matches(vector)
     payload = bytes.fromhex(vector["payload"])
-    assert MSGPACK.decode(payload) == message("request-full")
+    assert MSGPACK.decode_with_protocol(payload) == (protocol, message("request-full"))
     hashed = bytes.fromhex(vector["payload_hashed"])
     assert hashed == pv.REQUEST_BYTES + payload
     digest = bytes.fromhex(vector["payload_digest"])
@@ -226,9 +279,10 @@ def test_the_refusal_signature_is_the_documented_bytes() -> None:
         verify_refusal(pv.REQUEST_ID, payload, reason + ".", made, KEYRING)
 
 
+@PROTOCOLS
 @pytest.mark.parametrize("kind", ["mcp-tasks", "tool-call-claim"])
-def test_an_own_record_signature_is_the_documented_bytes(kind: str) -> None:
-    vector = named("signatures")[f"own-record-signature:{kind}"]
+def test_an_own_record_signature_is_the_documented_bytes(protocol: int, kind: str) -> None:
+    vector = named("signatures", protocol)[f"own-record-signature:{kind}"]
     canonical = _canonical_matches(vector)
     signed, sig = bytes.fromhex(vector["signed"]), bytes.fromhex(vector["signature"])
     assert signed == pv.OWN_SIGNATURE + canonical
@@ -242,10 +296,11 @@ def test_an_own_record_signature_is_the_documented_bytes(kind: str) -> None:
         verify_own(kind, {**fields, "digest": "x"}, made, KEY, "the vector")
 
 
-def test_the_store_records_signatures_are_over_what_the_code_signs() -> None:
+@PROTOCOLS
+def test_the_store_records_signatures_are_over_what_the_code_signs(protocol: int) -> None:
     """The signed fields of the two signed store records are what their own ``signed``
-    methods give, and the JSON records carry those signatures."""
-    stores = named("stores")
+    methods give (not their protocol), and the JSON records carry those signatures."""
+    stores = named("stores", protocol)
     task = msgspec.json.decode(stores["mcp-task-record"]["json"], type=_tasks._Record)
     claim = msgspec.json.decode(stores["tool-call-claim"]["json"], type=_tool_call._Claim)
     own = dict(pv.own_records())
@@ -255,24 +310,35 @@ def test_the_store_records_signatures_are_over_what_the_code_signs() -> None:
     verify_own(_tool_call.CLAIM_KIND, claim.signed(pv.REQUEST_ID), claim.signature, KEY, "claim")
     assert msgspec.json.encode(task).decode() == stores["mcp-task-record"]["json"]
     assert msgspec.json.encode(claim).decode() == stores["tool-call-claim"]["json"]
+    numbered = msgspec.UNSET if protocol == PREVIOUS_PROTOCOL else protocol
+    assert (task.protocol, claim.protocol) == (numbered, numbered)
+    entry = json.loads(stores["tool-call-ledger-entry"]["json"])
+    assert entry.get(_tool_call.PROTOCOL_KEY) == (None if numbered is msgspec.UNSET else "2")
     session = stores["claude-agent-sdk-session"]["json"]
     state = msgspec.json.decode(session, type=claude_agent_sdk._State)
-    assert JSON.decode(state.request) == message("request-minimal")
+    assert JSON.decode_with_protocol(state.request) == (protocol, message("request-minimal"))
     assert msgspec.json.encode(state).decode() == session
 
 
 # -- the audit record --------------------------------------------------------------------
 
 
-def test_the_audit_record_decodes_to_its_meaning_and_encodes_to_its_bytes() -> None:
-    vector = VECTORS["audit"]
+@PROTOCOLS
+def test_the_audit_record_decodes_to_its_meaning_and_encodes_to_its_bytes(protocol: int) -> None:
+    """The record's own version is not the protocol; the request and answer in it are in
+    the request's protocol."""
+    vector = ALL[protocol]["audit"]
     record = msgspec.convert(vector["meaning"], audit.AuditRecord)
     packed = bytes.fromhex(vector["msgpack"])
     assert audit.decode_record(packed) == record
     assert audit.encode_record(record) == packed
     assert msgspec.msgpack.decode(packed)[0] == vector["version"] == audit.AUDIT_VERSION
     assert audit.check_record(record, KEYRING) == KEY.name
-    assert MSGPACK.decode(record.answer or b"") == message("answer-signed")
+    assert MSGPACK.decode_with_protocol(record.answer or b"") == (
+        protocol,
+        message("answer-signed"),
+    )
+    assert MSGPACK.decode_with_protocol(record.request)[0] == protocol
     broken = msgspec.structs.replace(record, answer=flipped(record.answer or b"", -3))
     assert not audit.verify_record(broken, KEYRING)
 
@@ -284,37 +350,59 @@ def value_of(spec: dict[str, str]) -> bytes:
     return spec["text"].encode() if "text" in spec else bytes.fromhex(spec["hex"])
 
 
-def test_the_redis_vectors_values_read_back() -> None:
-    """Each Redis vector's values are what its readers decode: the messages' own vectors."""
-    redis_vectors = named("redis")
+@PROTOCOLS
+def test_the_redis_vectors_values_read_back(protocol: int) -> None:
+    """Each Redis vector's values are what its readers decode: the messages' own vectors,
+    in the vectors' protocol, which each structure without an envelope says (field ``p``,
+    a route's third part, a liveness mark's first) from protocol 2 on."""
+    redis_vectors = named("redis", protocol)
     fields = {
         n: {k: value_of(v) for k, v in r.get("fields", {}).items()}
         for n, r in redis_vectors.items()
     }
-    assert MSGPACK.decode(fields["request-stream-entry"]["r"]) == message("request-published")
-    assert MSGPACK.decode(fields["reply-stream-answer"]["a"]) == message("answer-signed")
-    event = MSGPACK.decode_event(fields["events-stream-entry"]["e"])
-    assert event == message("event-completed")
+
+    def decoded(data: bytes) -> Any:
+        number, found = MSGPACK.decode_with_protocol(data)
+        assert number == protocol
+        return found
+
+    assert decoded(fields["request-stream-entry"]["r"]) == message("request-published")
+    assert decoded(fields["reply-stream-answer"]["a"]) == message("answer-signed")
+    assert decoded(fields["events-stream-entry"]["e"]) == message("event-completed")
+    numbered = ["reply-stream-answer", "reply-stream-contested-answer", "reply-stream-refusal"]
+    numbered += ["dead-letter", *(n for n in fields if n.startswith("state-"))]
+    for name in numbered:
+        as_bytes = {k.encode(): v for k, v in fields[name].items()}
+        assert entry_protocol(as_bytes, name) == protocol, name
+    names = REFUSAL_FIELDS[protocol]
     refusal = fields["reply-stream-refusal"]
+    assert names.reason in refusal and _layout.REPLY_ANSWER not in refusal
     payload = bytes.fromhex(redis_vectors["reply-stream-refusal"]["payload"])
-    signature = Signature(refusal["k"].decode(), refusal["s"], refusal["d"])
-    reason = refusal["x"].decode()
+    assert payload.hex() == named("signatures", protocol)["refusal-signature"]["payload"]
+    signature = Signature(refusal[names.key].decode(), refusal[names.sig], refusal[names.digest])
+    reason = refusal[names.reason].decode()
     assert verify_refusal(pv.REQUEST_ID, payload, reason, signature, KEYRING) == KEY.name
     raw = fields["dead-letter"]["raw"]
-    assert raw.startswith(b"r=") and MSGPACK.decode(raw[2:]) == message("request-full")
+    assert raw.startswith(b"r=") and decoded(raw[2:]) == message("request-full")
     record = audit.decode_record(fields["audit-stream-entry"]["r"])
     assert audit.check_record(record, KEYRING) == KEY.name
+    assert decoded(record.answer or b"") == message("answer-signed")
     durable = fields["state-open-durable-escalated"]
-    assert MSGPACK.decode(durable["req"]) == message("request-full")
+    assert decoded(durable["req"]) == message("request-full")
     assert parse_queues_field(durable["q"]) == [(pv.QUEUE, pv.ENTRY), ("oncall", None)]
     contested = fields["state-contested"]
     answer = contested["a"]
     assert contested["c:" + hashlib.sha1(answer).hexdigest()] == answer
     route = redis_vectors["route"]["value"]["text"]
-    assert route == route_value(pv.WAITER, pv.ENTRY)
+    assert route == route_value(pv.WAITER, pv.ENTRY, protocol)
     assert parse_route(route) == (pv.WAITER, pv.ENTRY)
-    beat = MSGPACK.decode_as(fields["heartbeat"]["ops/web-1"], Heartbeat)
-    assert beat == message("heartbeat")
+    mark = redis_vectors["liveness-mark"]["value"]["text"]
+    expected = (1, PREVIOUS_RELEASE) if protocol == PREVIOUS_PROTOCOL else (2, pv.VERSION)
+    assert parse_liveness(mark) == expected
+    assert mark == liveness_value(protocol).replace(version(), pv.VERSION)
+    beat = MSGPACK.decode_as_with_protocol(fields["heartbeat"]["ops/web-1"], Heartbeat)
+    assert beat == (protocol, message("heartbeat", protocol))
+    assert beat[1].protocols() == (pv.VERSION, [1, 2], protocol)
 
 
 # -- the page names every field the code writes --------------------------------------------
@@ -455,31 +543,54 @@ def test_every_field_the_code_writes_is_on_the_page() -> None:
     assert not missing, "protocol.md does not document:\n" + "\n".join(missing)
 
 
-def layout_constants() -> dict[str, str]:
+def layout_constants() -> dict[str, tuple[str, set[int]]]:
     """Every field name :mod:`toolnexus.redis_broker._layout` defines (its text constants,
-    but the status value ``OPEN``, the route's separator and the Lua prelude)."""
-    return {
-        name: value
+    but the status value ``OPEN``, the route's separator, the Lua prelude and what it
+    imports; and each protocol's refusal fields, as ``REFUSAL_FIELDS[1].reason``), with
+    the protocols that write it (a refusal's: its own; ``p``: 2; the rest: both)."""
+    imported = {name for name in vars(_layout) if getattr(toolnexus.protocol, name, None)}
+    out = {
+        name: (value, {PROTOCOL} if name == "PROTOCOL_FIELD" else set(READS))
         for name, value in vars(_layout).items()
         if name.isupper()
         and not name.startswith("_")
         and isinstance(value, str)
         and name not in ("OPEN", "ROUTE_SEPARATOR", "LUA_FIELDS")
+        and name not in imported
     }
+    for protocol, names in REFUSAL_FIELDS.items():
+        for part in ("reason", "by", "key", "sig", "digest"):
+            out[f"REFUSAL_FIELDS[{protocol}].{part}"] = (getattr(names, part), {protocol})
+    return out
 
 
-def test_every_redis_field_name_is_on_the_page_with_its_constant() -> None:
+def row_protocols(cell: str) -> set[int]:
+    """The protocols a table row's Protocol cell names: ``1``, ``2``, ``1, 2``."""
+    return {int(n) for n in re.findall(r"\d+", cell)}
+
+
+def test_every_redis_field_name_is_on_the_page_with_its_constant_and_protocols() -> None:
+    """Each field name of the layout has a row naming its constant, and the protocols
+    that write it under that name (a row may name one constant in several protocols)."""
     constants = layout_constants()
-    assert {"STATUS", "REPLY_ANSWER", "REFUSAL_SIG", "DEAD_RAW", "ENTRY_EVENT"} <= set(constants)
+    assert {"STATUS", "REPLY_ANSWER", "PROTOCOL_FIELD", "DEAD_RAW", "DEAD_GROUP"} <= set(constants)
+    assert "REFUSAL_FIELDS[2].sig" in constants and "ENTRY_EVENT" in constants
     rows = [row for text in sections().values() for row in table_rows(text)]
     missing = []
-    for name, value in constants.items():
-        if not any(
-            f"`{name}`" in row and re.fullmatch(rf"`{re.escape(value)}[^`]*`", row[0])
-            for row in rows
-        ):
-            missing.append(f"{name} = {value!r}")
-    assert not missing, "protocol.md has no table row for: " + ", ".join(missing)
+    for name, (value, protocols) in constants.items():
+        found: set[int] = set()
+        for row in rows:
+            if (
+                len(row) > 2
+                and f"`{name}`" in row[1]
+                and re.fullmatch(rf"`{re.escape(value)}[^`]*`", row[0])
+            ):
+                found |= row_protocols(row[2])
+        if found != protocols:
+            missing.append(
+                f"{name} = {value!r} (protocols {sorted(protocols)}, found {sorted(found)})"
+            )
+    assert not missing, "protocol.md has no right table row for: " + ", ".join(missing)
 
 
 SIGNED_SECTIONS = {
@@ -522,9 +633,9 @@ def test_every_signed_field_and_prefix_is_on_the_page() -> None:
 # -- the real code on real Redis writes what the vectors show -------------------------------
 
 
-def layout_of(name: str) -> set[str]:
-    """The field names of Redis vector ``name``."""
-    return set(named("redis")[name]["fields"])
+def layout_of(name: str, protocol: int) -> set[str]:
+    """The field names of Redis vector ``name`` of ``protocol``."""
+    return set(named("redis", protocol)[name]["fields"])
 
 
 def documented_names() -> set[str]:
@@ -551,16 +662,33 @@ def connect(url: str, namespace: str, **options: Any) -> RedisBroker:
 
 
 @pytest.mark.redis
+@PROTOCOLS
 async def test_a_request_answered_on_redis_lands_as_the_vectors_show(
-    redis_url: str, namespace: str
+    redis_url: str, namespace: str, protocol: int
 ) -> None:
     """Publish, heartbeat, answer and settle with the real code (signing with the test
-    key); every stream entry, hash and string has the fields of its vector, each value
-    decodes as the vector's does and encodes back to the same bytes, and every field name
-    found is on the page."""
+    key), agent and responder with ``write_protocol=protocol``; every stream entry, hash
+    and string has the fields of that protocol's vector, each value decodes as the
+    vector's does, in that protocol, and encodes back to the same bytes, and every field
+    name found is on the page."""
     client = aioredis.Redis.from_url(redis_url)
-    agent = connect(redis_url, namespace, signing_key=KEY, trusted_keys=KEYRING)
-    bot = connect(redis_url, namespace, signing_key=KEY, trusted_keys=KEYRING)
+    options: dict[str, Any] = {
+        "signing_key": KEY,
+        "trusted_keys": KEYRING,
+        "write_protocol": protocol,
+    }
+    agent = connect(redis_url, namespace, **options)
+    bot = connect(redis_url, namespace, **options)
+
+    def layout(name: str) -> set[str]:
+        return layout_of(name, protocol)
+
+    def decoded(data: bytes, cls: type[Any]) -> Any:
+        number, found = MSGPACK.decode_as_with_protocol(data, cls)
+        assert number == protocol
+        assert MSGPACK.encode(found, protocol) == data
+        return found
+
     seen: set[str] = set()
     async with agent, bot:
         keys, request = agent.keys, ask("Deploy?")
@@ -569,32 +697,38 @@ async def test_a_request_answered_on_redis_lands_as_the_vectors_show(
         waiter = agent.waiter_id
 
         [(entry, fields)] = await stream(client, keys.requests)
-        assert set(fields) == layout_of("request-stream-entry")
+        assert set(fields) == layout("request-stream-entry")
         payload = fields["r"]
-        published = MSGPACK.decode_as(payload, Request)
-        assert MSGPACK.encode(published) == payload
+        published = decoded(payload, Request)
         assert (published.id, published.reply_to) == (request.id, waiter)
         assert verify_request(published, KEYRING) == KEY.name
 
         route = await client.get(keys.route(request.id))
-        assert route == route_value(waiter, entry).encode()
+        assert route == route_value(waiter, entry, protocol).encode()
+        assert route.count(b" ") == protocol  # protocol 2: a third part, "2"
         assert parse_route(route) == (waiter, entry)
 
         state = await hash_of(client, state_key)
-        assert set(state) == layout_of("state-open-plain")
+        assert set(state) == layout("state-open-plain")
+        assert entry_protocol({k.encode(): v for k, v in state.items()}, "state") == protocol
         assert state["s"] == b"open" and state["x"].isdigit()
         assert abs(int(state["x"]) - (published.expires_at or 0) * 1000) < 1000
 
         alive = keys.alive(waiter)
-        assert await client.get(alive) == value_of(named("redis")["liveness-mark"]["value"])
+        mark = await client.get(alive)
+        assert mark == liveness_value(protocol).encode()
+        vector = value_of(named("redis", protocol)["liveness-mark"]["value"])
+        assert mark == vector.replace(pv.VERSION.encode(), version().encode())
         assert await client.pttl(alive) > 0
 
         await bot.heartbeat("ops", "web-1", ttl_s=30, info={"pid": 4242})
         beats = await hash_of(client, keys.heartbeats())
-        assert set(beats) == layout_of("heartbeat")
-        beat = MSGPACK.decode_as(beats["ops/web-1"], Heartbeat)
+        assert set(beats) == layout("heartbeat")
+        beat = decoded(beats["ops/web-1"], Heartbeat)
         assert (beat.group, beat.consumer, beat.info) == ("ops", "web-1", {"pid": 4242})
-        assert MSGPACK.encode(beat) == beats["ops/web-1"]
+        assert (beat.version, beat.reads, beat.writes) == (version(), [1, 2], protocol)
+        shown = msgspec.to_builtins(beat)
+        assert set(shown) == set(named("messages", protocol)["heartbeat"]["meaning"])
 
         async with bot.responder("ops") as pending, asyncio.timeout(10):
             shown = await anext(pending)
@@ -603,12 +737,11 @@ async def test_a_request_answered_on_redis_lands_as_the_vectors_show(
         assert answer.responder == KEY.name
 
         [(_, reply)] = await stream(client, keys.answers(waiter))
-        assert set(reply) == layout_of("reply-stream-answer")
-        stored = MSGPACK.decode_as(reply["a"], Answer)
-        assert MSGPACK.encode(stored) == reply["a"]
+        assert set(reply) == layout("reply-stream-answer")
+        stored = decoded(reply["a"], Answer)
         assert verify_answer(stored, published, KEYRING) == KEY.name
         state = await hash_of(client, state_key)
-        assert set(state) == layout_of("state-answered") and state["s"] == b"answered"
+        assert set(state) == layout("state-answered") and state["s"] == b"answered"
         assert state["a"] == reply["a"]
 
         own_audit = keys.agent_audit(waiter.partition(".")[0])  # the waiter's records
@@ -619,12 +752,14 @@ async def test_a_request_answered_on_redis_lands_as_the_vectors_show(
         await eventually(settled, "the answered event and the audit record")
         events = await stream(client, keys.events)
         for _, fields in events:
-            assert set(fields) == layout_of("events-stream-entry")
-            event = MSGPACK.decode_event(fields["e"])
-            assert MSGPACK.encode(event) == fields["e"]
+            assert set(fields) == layout("events-stream-entry")
+            number, event = MSGPACK.decode_with_protocol(fields["e"])
+            assert number == protocol and MSGPACK.encode(event, protocol) == fields["e"]
         [(_, record)] = await stream(client, own_audit)
-        assert set(record) == layout_of("audit-stream-entry")
-        assert audit.check_record(audit.decode_record(record["r"]), KEYRING) == KEY.name
+        assert set(record) == layout("audit-stream-entry")
+        kept = audit.decode_record(record["r"])
+        assert audit.check_record(kept, KEYRING) == KEY.name
+        assert MSGPACK.decode_with_protocol(kept.answer or b"")[0] == protocol
         assert await client.xlen(keys.requests) == 0  # settled: the entry deleted
         for found in (fields, reply, state, record, beats):
             seen.update(found)
@@ -634,16 +769,24 @@ async def test_a_request_answered_on_redis_lands_as_the_vectors_show(
 
 
 @pytest.mark.redis
+@PROTOCOLS
 async def test_a_refusal_and_its_dead_letter_land_as_the_vectors_show(
-    redis_url: str, namespace: str
+    redis_url: str, namespace: str, protocol: int
 ) -> None:
-    """A responder that requires signatures refuses an unsigned request: its signed
-    refusal on the reply stream and the dead letter have the vectors' fields, and the
-    refusal verifies over the exact bytes published."""
+    """A responder that requires signatures refuses an unsigned request of an agent with
+    ``write_protocol=protocol``: its signed refusal on the reply stream (in the
+    request's protocol, whatever the responder's own ``write_protocol``) and the dead
+    letter (in the responder's) have that protocol's vectors' fields, and the refusal
+    verifies over the exact bytes published."""
     client = aioredis.Redis.from_url(redis_url)
-    agent = connect(redis_url, namespace)
+    agent = connect(redis_url, namespace, write_protocol=protocol)
     strict = connect(
-        redis_url, namespace, signing_key=KEY, trusted_keys=KEYRING, require_signatures=True
+        redis_url,
+        namespace,
+        signing_key=KEY,
+        trusted_keys=KEYRING,
+        require_signatures=True,
+        write_protocol=protocol,
     )
     async with agent, strict:
         keys, request = agent.keys, ask("Deploy?")
@@ -670,14 +813,19 @@ async def test_a_refusal_and_its_dead_letter_land_as_the_vectors_show(
             wait.cancel()
             await asyncio.gather(wait, return_exceptions=True)
         [(_, refusal)] = await stream(client, answers)
-        assert set(refusal) == layout_of("reply-stream-refusal")
+        assert set(refusal) == layout_of("reply-stream-refusal", protocol)
         assert refusal["id"] == request.id.encode()
-        signature = Signature(refusal["k"].decode(), refusal["s"], refusal["d"])
-        reason = refusal["x"].decode()
+        assert MSGPACK.decode_with_protocol(payload)[0] == protocol
+        names = REFUSAL_FIELDS[protocol]
+        signature = Signature(
+            refusal[names.key].decode(), refusal[names.sig], refusal[names.digest]
+        )
+        reason = refusal[names.reason].decode()
         assert reason == "missing signature"
         assert verify_refusal(request.id, payload, reason, signature, KEYRING) == KEY.name
         [(_, dead)] = await stream(client, keys.dead)
-        assert set(dead) == layout_of("dead-letter")
+        assert set(dead) == layout_of("dead-letter", protocol)
+        assert dead["group"] == b"strict"
         assert dead["raw"] == b"r=" + payload
         assert (dead["stream"], dead["entry"]) == (keys.requests.encode(), entry.encode())
     await client.aclose()
@@ -685,14 +833,18 @@ async def test_a_refusal_and_its_dead_letter_land_as_the_vectors_show(
 
 
 @pytest.mark.redis
+@PROTOCOLS
 async def test_the_tool_call_ledger_lands_as_the_vectors_show(
-    redis_url: str, namespace: str
+    redis_url: str, namespace: str, protocol: int
 ) -> None:
-    """A tool call decided and claimed by the real ledger, in the agent's own store on
-    Redis: the entry and the signed claim have the vectors' fields, the claim verifies
-    with the test key, and every field name found is on the page."""
+    """A tool call decided and claimed by the real ledger with ``write_protocol=protocol``,
+    in the agent's own store on Redis: the entry and the signed claim have that
+    protocol's vectors' fields, the claim verifies with the test key, and every field
+    name found is on the page."""
     client = aioredis.Redis.from_url(redis_url)
-    agent = connect(redis_url, namespace, signing_key=KEY, trusted_keys=KEYRING)
+    agent = connect(
+        redis_url, namespace, signing_key=KEY, trusted_keys=KEYRING, write_protocol=protocol
+    )
     async with agent:
         arguments = {"to": "ACME", "amount": 10}
         request = _tool_call.tool_call_request("transfer", arguments, framework="vectors")
@@ -703,7 +855,7 @@ async def test_the_tool_call_ledger_lands_as_the_vectors_show(
         await ledger.executing(request.id, "transfer", arguments, approved=decision.digest)
         store = await hash_of(client, agent.keys.agent_store("agent-7", _tool_call.LEDGER_STORE))
     await client.aclose()
-    stores = named("stores")
+    stores = named("stores", protocol)
     assert set(store) == {
         stores["tool-call-ledger-entry"]["field"].replace(pv.REQUEST_ID, request.id),
         stores["tool-call-claim"]["field"].replace(pv.REQUEST_ID, request.id),
