@@ -1,0 +1,212 @@
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { test } from "node:test";
+import {
+  AnswerLink,
+  AnsweringClient,
+  ConflictError,
+  ForbiddenError,
+  Gateway,
+  GoneError,
+  InvalidDataError,
+  NotFoundError,
+  UnauthorizedError,
+  refusalOf,
+  type Answer,
+  type Event,
+} from "../src/index.js";
+import { GATEWAY_TOKEN, GATEWAY_URL, HTTP_URL, alice, bob, gateway, link, newId, shown } from "./env.js";
+
+const FORM = {
+  type: "object",
+  properties: { name: { type: "string", minLength: 2 } },
+  required: ["name"],
+};
+
+test("accept: a form's answer comes back with the §10 keys, answered as the token's person", async () => {
+  const id = newId();
+  const waiting = gateway.waitFor({ id, kind: "input", prompt: "Name?", data: { schema: FORM } });
+  const request = await shown(id);
+  assert.equal(request.queue, "ops");
+  assert.equal(request.source.agent, "agent-7");
+  assert.deepEqual(request.data, { schema: FORM });
+  const { requests } = await alice.list({ kind: "input" });
+  assert.ok(requests.some((r) => r.id === id));
+  await assert.rejects(alice.accept(id, { name: "A" }), (error: unknown) => {
+    assert.ok(error instanceof InvalidDataError);
+    assert.equal(error.status, 422);
+    assert.equal(error.field, "name");
+    assert.equal(error.rule, "minLength");
+    return true;
+  });
+  assert.deepEqual(await alice.accept(id, { name: "Ada" }), { outcome: "answered" });
+  const answer = await waiting;
+  assert.deepEqual(answer, { id, ok: true, data: { name: "Ada" }, bridge: { responder: answer.bridge?.responder, person: "http:alice" } });
+  await assert.rejects(alice.decline(id), (error: unknown) => {
+    assert.ok(error instanceof ConflictError || error instanceof NotFoundError, String(error));
+    assert.ok(error.reason.length > 0);
+    return true;
+  });
+});
+
+test("decline with a message: the agent gets reason declined", async () => {
+  const id = newId();
+  const waiting = gateway.waitFor({ id, kind: "approval", prompt: "Deploy?" });
+  await shown(id);
+  assert.deepEqual(await alice.decline(id, "not on a Friday"), { outcome: "answered" });
+  const answer = await waiting;
+  assert.equal(answer.ok, false);
+  assert.equal(answer.reason, "declined");
+  assert.equal(refusalOf(answer), null);
+});
+
+test("expiry: nobody answers, the long poll holds on keep-alive spaces and ends expired", async () => {
+  const id = newId();
+  const expiresAt = new Date(Date.now() + 1500).toISOString();
+  const answer = await gateway.waitFor({ id, kind: "approval", prompt: "Deploy?", expiresAt });
+  assert.deepEqual(answer, { id, ok: false, reason: "expired" });
+});
+
+test("a short client timeout creates the wait then polls it (202 and ?wait=)", async () => {
+  const polling = new Gateway({ url: GATEWAY_URL, token: GATEWAY_TOKEN, requestTimeoutS: 2.5 });
+  const seen: string[] = [];
+  const recording = new Gateway({
+    url: GATEWAY_URL,
+    token: GATEWAY_TOKEN,
+    requestTimeoutS: 2.5,
+    fetch: async (input, init) => {
+      const response = await fetch(input, init);
+      seen.push(`${init?.method ?? "GET"} ${new URL(String(input)).search} ${response.status}`);
+      return response;
+    },
+  });
+  assert.ok(polling);
+  const id = newId();
+  const waiting = recording.waitFor({ id, kind: "approval", prompt: "Deploy?" });
+  await shown(id);
+  await new Promise((resolve) => setTimeout(resolve, 1200)); // past the first call's wait
+  await alice.accept(id);
+  const answer = await waiting;
+  assert.equal(answer.ok, true);
+  assert.equal(seen[0], "POST ?wait=0.5 202");
+  assert.ok(seen.slice(1).every((call) => call.startsWith("GET ?wait=0.5")), seen.join("; "));
+  assert.equal(seen.at(-1), "GET ?wait=0.5 200");
+});
+
+test("abort: the AbortSignal withdraws the request, and a responder following events sees it gone", async () => {
+  const { cursor } = await alice.list();
+  const id = newId();
+  const controller = new AbortController();
+  const waiting = gateway.waitFor({ id, kind: "approval", prompt: "Deploy?" }, { signal: controller.signal });
+  const following = new AbortController();
+  const gone = (async (): Promise<Event> => {
+    for await (const page of alice.follow({ after: cursor, waitS: 5, signal: following.signal })) {
+      for (const event of page.events) {
+        if (event.id !== id) continue;
+        if (event.event === "shown") controller.abort(new Error("the user went away"));
+        if (event.event === "gone") return event;
+      }
+    }
+    throw new Error("the follow ended");
+  })();
+  await assert.rejects(waiting, { message: "the user went away" });
+  const event = await gone;
+  following.abort();
+  assert.match(event.note, /withdrawn/i);
+  await assert.rejects(alice.get(id), NotFoundError);
+  const after = await gateway.poll(id);
+  assert.equal(after?.reason, "cancelled");
+  assert.equal(after?.bridge?.reason, "withdrawn");
+});
+
+test("a token scoped to another queue is refused, with the server's reason", async () => {
+  const id = newId();
+  const controller = new AbortController();
+  const waiting = gateway.waitFor({ id, kind: "approval", prompt: "Deploy?" }, { signal: controller.signal });
+  await shown(id);
+  await assert.rejects(bob.get(id), (error: unknown) => error instanceof NotFoundError && error.status === 404);
+  await assert.rejects(bob.accept(id), NotFoundError);
+  await assert.rejects(bob.list({ queue: "ops" }), (error: unknown) => {
+    assert.ok(error instanceof ForbiddenError);
+    assert.match(error.reason, /ops/);
+    return true;
+  });
+  const stranger = new AnsweringClient({ url: HTTP_URL, token: "not-a-token" });
+  await assert.rejects(stranger.list(), UnauthorizedError);
+  await assert.rejects(
+    new Gateway({ url: GATEWAY_URL, token: "not-a-token" }).waitFor({ id: newId(), kind: "approval", prompt: "?" }),
+    UnauthorizedError,
+  );
+  controller.abort();
+  await assert.rejects(waiting);
+});
+
+test("an answer link answers once; used twice it is gone", async () => {
+  const id = newId();
+  const waiting = gateway.waitFor({ id, kind: "input", prompt: "Name?", data: { schema: FORM } });
+  await shown(id);
+  const answerLink = new AnswerLink(await link(id, "ada@example.com"));
+  const described = await answerLink.describe();
+  assert.equal(described.request.id, id);
+  assert.equal(described.recipient, "ada@example.com");
+  assert.equal(described.action, null);
+  assert.deepEqual(await answerLink.accept({ name: "Ada" }), { outcome: "answered" });
+  await assert.rejects(answerLink.decline("changed my mind"), (error: unknown) => {
+    assert.ok(error instanceof GoneError);
+    assert.match(error.reason, /used already/);
+    return true;
+  });
+  const answer = await waiting;
+  assert.deepEqual(answer.data, { name: "Ada" });
+  assert.equal(answer.bridge?.person, "link:ada@example.com");
+  const forged = new AnswerLink(answerLink.url.slice(0, -4) + "AAAA");
+  await assert.rejects(forged.describe(), ForbiddenError);
+});
+
+function digest(name: string, args: Record<string, unknown>): string {
+  // RFC 8785 canonical JSON of {name, arguments}: sorted keys (strings and integers only here)
+  const sorted = Object.fromEntries(Object.entries(args).sort(([a], [b]) => (a < b ? -1 : 1)));
+  const canonical = JSON.stringify({ arguments: sorted, name });
+  return `sha256:${createHash("sha256").update(canonical).digest("hex")}`;
+}
+
+test("a tool-call approval with an edit: the agent runs the edited arguments", async () => {
+  const id = newId("tool");
+  const proposed = { to: "ACME", amount: 10 };
+  const request = {
+    id,
+    kind: "tool_call",
+    prompt: "Run the tool transfer?",
+    data: {
+      schema: {
+        type: "object",
+        properties: { to: { type: "string", default: "ACME" }, amount: { type: "integer", default: 10, maximum: 100 } },
+      },
+      tool_call: { name: "transfer", arguments: proposed, framework: "typescript", digest: digest("transfer", proposed) },
+    },
+  };
+  const waiting = gateway.waitFor(request);
+  const shownRequest = await shown(id);
+  assert.equal(shownRequest.kind, "tool_call");
+  await assert.rejects(alice.accept(id, { to: "ACME", amount: 1000 }), (error: unknown) => {
+    assert.ok(error instanceof InvalidDataError);
+    assert.equal(error.field, "amount");
+    assert.equal(error.rule, "maximum");
+    return true;
+  });
+  assert.deepEqual(await alice.accept(id, { to: "ACME", amount: 3 }), { outcome: "answered" });
+  const answer: Answer = await waiting;
+  assert.equal(answer.ok, true);
+  assert.deepEqual(answer.data, { to: "ACME", amount: 3 });
+});
+
+test("a refusal surfaces as the gateway documents it", () => {
+  const documented: Answer = {
+    id: "pnd-1",
+    ok: false,
+    reason: "cancelled",
+    bridge: { reason: "withdrawn", refused: "bad signature", responder: "ops-bot" },
+  };
+  assert.deepEqual(refusalOf(documented), { refused: "bad signature", responder: "ops-bot" });
+  assert.equal(refusalOf({ id: "pnd-2", ok: false, reason: "cancelled", bridge: { reason: "withdrawn" } }), null);
+});
