@@ -25,20 +25,20 @@ export interface GatewayOptions {
   /** The gateway's base URL, e.g. `http://127.0.0.1:8710`. */
   url: string;
   /** The bearer token that names the agent (none: the gateway's `--agent`). */
-  token?: string;
+  token?: string | undefined;
   /**
    * The longest one HTTP call may last here, in seconds: a platform's or a proxy's limit.
    * Given, a wait is created then polled (`?wait=`) in calls a little shorter than it;
    * not given, a wait is one long poll (the gateway's keep-alive spaces hold it open).
    */
-  requestTimeoutS?: number;
+  requestTimeoutS?: number | undefined;
   /** The `fetch` to use (the global one by default). */
-  fetch?: typeof fetch;
+  fetch?: typeof fetch | undefined;
 }
 
 export interface WaitOptions {
   /** Aborting it withdraws the request (`DELETE`) and rejects with the signal's reason. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
 }
 
 /** `answer`'s refusal, if a responder refused the request itself (then `reason` is `cancelled`). */
