@@ -132,7 +132,7 @@ async def servers(redis_url: str, namespace: str, tmp_path: Path) -> AsyncIterat
 
 
 async def run(
-    command: list[str], cwd: Path, env: dict[str, str], timeout: float = 90
+    command: list[str], cwd: Path, env: dict[str, str], limit_s: float = 90
 ) -> tuple[int, str]:
     """Run ``command`` while this event loop goes on serving the servers."""
     process = await asyncio.create_subprocess_exec(
@@ -143,7 +143,8 @@ async def run(
         stderr=asyncio.subprocess.STDOUT,
     )
     try:
-        out, _ = await asyncio.wait_for(process.communicate(), timeout)
+        async with asyncio.timeout(limit_s):
+            out, _ = await process.communicate()
     except TimeoutError:
         process.kill()
         await process.wait()
@@ -167,6 +168,7 @@ async def test_the_node_tests_pass_against_a_real_gateway_http_api_and_redis(
 
 
 def readme_example() -> str:
+    block: str
     [block] = re.findall(r"^```js\n(.*?)^```\n", README.read_text(), re.S | re.M)
     return block
 
@@ -187,9 +189,16 @@ async def test_the_packed_tarball_installs_into_an_empty_project_and_runs_the_re
     project = tmp_path / "project"
     project.mkdir()
     (project / "package.json").write_text('{"name": "empty", "private": true, "type": "module"}')
-    npm("install", "--no-audit", "--no-fund", "--offline", str(tmp_path / packed["filename"]), cwd=project)
+    npm(
+        "install",
+        "--no-audit",
+        "--no-fund",
+        "--offline",
+        str(tmp_path / packed["filename"]),
+        cwd=project,
+    )
     assert not (project / "node_modules" / "toolnexus-client" / "node_modules").exists()
     (project / "example.mjs").write_text(readme_example())
-    code, out = await run(["node", "example.mjs"], project, servers.env, timeout=30)
+    code, out = await run(["node", "example.mjs"], project, servers.env, limit_s=30)
     assert code == 0, out
     assert json.loads(out.strip().splitlines()[-1])["ok"] is True, out
