@@ -21,6 +21,7 @@ import pytest
 import toolnexus
 from conftest import FAST
 from toolnexus import Broker
+from toolnexus.security import SigningKey
 from toolnexus_workers.gateway.app import Agents, Gateway
 from toolnexus_workers.gateway.server import GatewayServer
 from toolnexus_workers.gateway.tokens import Tokens as GatewayTokens
@@ -35,6 +36,7 @@ CLIENT = ROOT / "clients" / "typescript"
 README = CLIENT / "README.md"
 PAGE = ROOT / "docs" / "how-to" / "typescript.md"
 AGENT_TOKEN = "agent-7-token-0123456789"
+REFUSED_TOKEN = "agent-9-token-0123456789"  # its requests go to a responder that refuses them
 LINK_SECRET = "a-link-secret-of-32-characters-or-more"
 
 
@@ -95,7 +97,8 @@ async def mint_links(server: HttpServer, key: LinkKey) -> asyncio.Server:
 @pytest.fixture
 async def servers(redis_url: str, namespace: str, tmp_path: Path) -> AsyncIterator[Servers]:
     """A wait gateway whose agents ask on queue ``ops``, and an HTTP answering API serving
-    ``ops`` and ``billing``: alice may use ``ops``, bob only ``billing``."""
+    ``ops`` and ``billing``: alice may use ``ops``, bob only ``billing``. Agent-9 asks on
+    queue ``signed``, whose responder requires signatures and refuses its unsigned requests."""
 
     def connect(queue: str, agent: str | None = None) -> Broker:
         return toolnexus.connect(redis_url, namespace=namespace, queue=queue, agent=agent, **FAST)
@@ -104,31 +107,52 @@ async def servers(redis_url: str, namespace: str, tmp_path: Path) -> AsyncIterat
     alice = add_token(tokens_file, "alice", ["ops"])
     bob = add_token(tokens_file, "bob", ["billing"])
     gateway = Gateway(
-        Agents(lambda agent: connect("ops", agent)),
-        GatewayTokens([("agent-7", AGENT_TOKEN)]),
+        Agents(lambda agent: connect("signed" if agent == "agent-9" else "ops", agent)),
+        GatewayTokens([("agent-7", AGENT_TOKEN), ("agent-9", REFUSED_TOKEN)]),
         keepalive_s=0.2,
     )
     links = LinkKey(secret=LINK_SECRET)
     ops, billing = connect("ops"), connect("billing")
-    async with ops, billing:
+    keys, trusted = tmp_path / "keys", tmp_path / "trusted"  # agent-9 signs nothing anyway
+    for directory in (keys, trusted):
+        directory.mkdir()
+    SigningKey.generate("refuser").save(keys)
+    SigningKey.generate("someone").save(trusted)
+    (trusted / "someone.key").unlink()
+    refuser = toolnexus.connect(
+        redis_url,
+        namespace=namespace,
+        queue="signed",
+        signing_key=keys / "refuser.key",
+        trusted_keys=trusted,
+        require_signatures=True,
+        **FAST,
+    )
+    async with ops, billing, refuser, refuser.responder("web") as refused:
+        refusing = asyncio.create_task(anext(refused))  # it refuses what it reads
         brokers = {"ops": ops, "billing": billing}
-        async with (
-            GatewayServer(gateway, port=0) as gateway_server,
-            HttpServer(brokers, Tokens(tokens_file), port=0, links=links) as http_server,
-        ):
-            minting = await mint_links(http_server, links)
-            port = minting.sockets[0].getsockname()[1]
-            async with minting:
-                yield Servers(
-                    {
-                        "TOOLNEXUS_GATEWAY_URL": gateway_server.url,
-                        "TOOLNEXUS_GATEWAY_TOKEN": AGENT_TOKEN,
-                        "TOOLNEXUS_HTTP_URL": http_server.url,
-                        "TOOLNEXUS_HTTP_TOKEN": alice,
-                        "TOOLNEXUS_HTTP_OTHER_TOKEN": bob,
-                        "TOOLNEXUS_MINT_URL": f"http://127.0.0.1:{port}",
-                    }
-                )
+        try:
+            async with (
+                GatewayServer(gateway, port=0) as gateway_server,
+                HttpServer(brokers, Tokens(tokens_file), port=0, links=links) as http_server,
+            ):
+                minting = await mint_links(http_server, links)
+                port = minting.sockets[0].getsockname()[1]
+                async with minting:
+                    yield Servers(
+                        {
+                            "TOOLNEXUS_GATEWAY_URL": gateway_server.url,
+                            "TOOLNEXUS_GATEWAY_TOKEN": AGENT_TOKEN,
+                            "TOOLNEXUS_GATEWAY_REFUSED_TOKEN": REFUSED_TOKEN,
+                            "TOOLNEXUS_HTTP_URL": http_server.url,
+                            "TOOLNEXUS_HTTP_TOKEN": alice,
+                            "TOOLNEXUS_HTTP_OTHER_TOKEN": bob,
+                            "TOOLNEXUS_MINT_URL": f"http://127.0.0.1:{port}",
+                        }
+                    )
+        finally:
+            refusing.cancel()
+            await asyncio.gather(refusing, return_exceptions=True)
 
 
 async def run(

@@ -10,12 +10,14 @@ import {
   GoneError,
   InvalidDataError,
   NotFoundError,
+  PayloadTooLargeError,
   UnauthorizedError,
   refusalOf,
+  section10,
   type Answer,
   type Event,
 } from "../src/index.js";
-import { GATEWAY_TOKEN, GATEWAY_URL, HTTP_URL, alice, bob, gateway, link, newId, shown } from "./env.js";
+import { GATEWAY_TOKEN, GATEWAY_URL, HTTP_URL, alice, bob, env, gateway, link, newId, shown } from "./env.js";
 
 const FORM = {
   type: "object",
@@ -57,18 +59,31 @@ test("decline with a message: the agent gets reason declined", async () => {
   const answer = await waiting;
   assert.equal(answer.ok, false);
   assert.equal(answer.reason, "declined");
+  assert.equal(answer.data, "not on a Friday"); // the message, as §10 carries a denial's words
   assert.equal(refusalOf(answer), null);
 });
 
 test("expiry: nobody answers, the long poll holds on keep-alive spaces and ends expired", async () => {
+  const bodies: string[] = [];
+  const recording = new Gateway({
+    url: GATEWAY_URL,
+    token: GATEWAY_TOKEN,
+    fetch: async (input, init) => {
+      const response = await fetch(input, init);
+      const text = await response.text();
+      bodies.push(text);
+      return new Response(text, { status: response.status, headers: response.headers });
+    },
+  });
   const id = newId();
   const expiresAt = new Date(Date.now() + 1500).toISOString();
-  const answer = await gateway.waitFor({ id, kind: "approval", prompt: "Deploy?", expiresAt });
+  const answer = await recording.waitFor({ id, kind: "approval", prompt: "Deploy?", expiresAt });
   assert.deepEqual(answer, { id, ok: false, reason: "expired" });
+  assert.equal(bodies.length, 1); // one long poll
+  assert.match(bodies[0] ?? "", /^ {3,}\{/); // keep-alive spaces (every 0.2 s here), then the Answer
 });
 
 test("a short client timeout creates the wait then polls it (202 and ?wait=)", async () => {
-  const polling = new Gateway({ url: GATEWAY_URL, token: GATEWAY_TOKEN, requestTimeoutS: 2.5 });
   const seen: string[] = [];
   const recording = new Gateway({
     url: GATEWAY_URL,
@@ -80,7 +95,6 @@ test("a short client timeout creates the wait then polls it (202 and ?wait=)", a
       return response;
     },
   });
-  assert.ok(polling);
   const id = newId();
   const waiting = recording.waitFor({ id, kind: "approval", prompt: "Deploy?" });
   await shown(id);
@@ -200,13 +214,35 @@ test("a tool-call approval with an edit: the agent runs the edited arguments", a
   assert.deepEqual(answer.data, { to: "ACME", amount: 3 });
 });
 
-test("a refusal surfaces as the gateway documents it", () => {
-  const documented: Answer = {
-    id: "pnd-1",
-    ok: false,
-    reason: "cancelled",
-    bridge: { reason: "withdrawn", refused: "bad signature", responder: "ops-bot" },
-  };
-  assert.deepEqual(refusalOf(documented), { refused: "bad signature", responder: "ops-bot" });
-  assert.equal(refusalOf({ id: "pnd-2", ok: false, reason: "cancelled", bridge: { reason: "withdrawn" } }), null);
+test("a refusal surfaces as the gateway documents it", async () => {
+  // agent-9's requests go to a responder that requires signatures: it refuses them unsigned
+  const refused = new Gateway({ url: GATEWAY_URL, token: env("TOOLNEXUS_GATEWAY_REFUSED_TOKEN") });
+  const id = newId("pnd");
+  const expiresAt = new Date(Date.now() + 60_000).toISOString();
+  const answer = await refused.waitFor({ id, kind: "approval", prompt: "Deploy?", expiresAt });
+  // {"id","ok":false,"reason":"cancelled","bridge":{"reason":"withdrawn","refused":...,"responder":...}}
+  assert.deepEqual(Object.keys(answer), ["id", "ok", "reason", "bridge"]);
+  assert.deepEqual([answer.id, answer.ok, answer.reason, answer.bridge?.reason], [id, false, "cancelled", "withdrawn"]);
+  const refusal = refusalOf(answer);
+  assert.ok(refusal !== null);
+  assert.match(refusal.refused, /signature|signed/);
+  assert.equal(typeof refusal.responder, "string");
+  assert.deepEqual(section10(answer), { id, ok: false, reason: "cancelled" });
+  assert.equal(refusalOf({ id, ok: false, reason: "cancelled", bridge: { reason: "withdrawn" } }), null);
+});
+
+test("the gateway's own failures: another question under a used id (409), a body over 1 MiB (413)", async () => {
+  const id = newId();
+  const controller = new AbortController();
+  const waiting = gateway.waitFor({ id, kind: "approval", prompt: "Deploy?" }, { signal: controller.signal });
+  await shown(id);
+  await assert.rejects(gateway.waitFor({ id, kind: "approval", prompt: "Delete?" }), (error: unknown) => {
+    assert.ok(error instanceof ConflictError);
+    assert.match(error.reason, /already being waited for/);
+    return true;
+  });
+  const huge = { id: newId(), kind: "approval", prompt: "x".repeat(1_100_000) };
+  await assert.rejects(gateway.waitFor(huge), PayloadTooLargeError);
+  controller.abort();
+  await assert.rejects(waiting);
 });

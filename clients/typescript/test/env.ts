@@ -2,7 +2,7 @@
 import { randomUUID } from "node:crypto";
 import { AnsweringClient, Gateway, NotFoundError, type OpenRequest } from "../src/index.js";
 
-function env(name: string): string {
+export function env(name: string): string {
   const value = process.env[name];
   if (value === undefined) throw new Error(`$${name} is not set: run tests/test_typescript_client.py`);
   return value;
