@@ -1,6 +1,6 @@
 // waitFor for agents, through the wait gateway (`toolnexus worker gateway`).
 import type { components } from "./generated/gateway.js";
-import { ToolnexusError, errorOf, isObject } from "./errors.js";
+import { NotFoundError, ToolnexusError, errorOf, isObject } from "./errors.js";
 
 type Schemas = components["schemas"];
 
@@ -75,7 +75,8 @@ export class Gateway {
 
   /**
    * Ask `request` and wait for its Answer: a decline, an expiry and a responder's refusal
-   * (`refusalOf`) are Answers too. Aborting `signal` withdraws the request.
+   * (`refusalOf`) are Answers too. Aborting `signal` withdraws the request and rejects
+   * with the signal's reason (or with the withdrawal's own failure, if it failed).
    */
   async waitFor(request: Request, options: WaitOptions = {}): Promise<Answer> {
     const { signal } = options;
@@ -96,7 +97,12 @@ export class Gateway {
       return first ?? (await this.#poll(request.id, waitS, signal));
     } catch (error) {
       if (signal?.aborted) {
-        await this.withdraw(request.id).catch(() => undefined);
+        try {
+          await this.withdraw(request.id);
+        } catch (failure) {
+          // 404: the gateway has no such wait (it never started, or ended): nothing to withdraw
+          if (!(failure instanceof NotFoundError)) throw failure;
+        }
         throw signal.reason;
       }
       throw error;

@@ -16,6 +16,7 @@ import {
   section10,
   type Answer,
   type Event,
+  type Request,
 } from "../src/index.js";
 import { GATEWAY_TOKEN, GATEWAY_URL, HTTP_URL, alice, bob, env, gateway, link, newId, shown } from "./env.js";
 
@@ -49,6 +50,13 @@ test("accept: a form's answer comes back with the §10 keys, answered as the tok
     assert.ok(error.reason.length > 0);
     return true;
   });
+});
+
+test("the §10 Request's keys are exact: expiresAt, not expires_at (checked by tsc)", () => {
+  // @ts-expect-error: expires_at is the answering API's key (Unix time), not the §10 Request's
+  const wrong: Request = { id: "x", kind: "approval", prompt: "?", expires_at: 1 };
+  const right: Request = { id: "x", kind: "approval", prompt: "?", expiresAt: "2030-01-01T00:00:00.000Z" };
+  assert.notDeepEqual(wrong, right);
 });
 
 test("decline with a message: the agent gets reason declined", async () => {
