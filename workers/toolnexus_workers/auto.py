@@ -470,7 +470,7 @@ class AutoWorker(Worker):
             request.id,
             decision.verdict,
             decision.label,
-            people or event.event,
+            people or (answer.reason if answer is not None else None) or event.event,
             counted,
             counts,
         )
