@@ -79,6 +79,9 @@ def test_an_evaluation_error_declines_even_when_a_permit_applies() -> None:
     assert decision.verdict == "decline"
     assert decision.why.startswith("error: ") and "policy3" in decision.why
     assert policy.decide(call("lookup", limit=5), "ci-agent", "default").verdict == "accept"
+    # configured so, an error leaves the request for people instead: never accepts
+    to_people = Policy.parse(POLICY, on_error="skip")
+    assert to_people.decide(call("lookup", limit="lots"), "ci-agent", "default").verdict == "skip"
     # an argument Cedar cannot hold (a fraction finer than 4 places) is left out: the
     # policy that reads it fails, and so the request is declined
     finer = policy.decide(call("transfer", amount=0.123456, to="acme"), "ci-agent", "default")

@@ -1,5 +1,8 @@
 """``toolnexus worker auto --rules rules.toml``: answer requests by rules, unattended.
 
+(Or ``--policy FILE.cedar``: a Cedar policy decides, :mod:`toolnexus_workers.policy`;
+``--shadow`` decides and answers nothing, counting agreement with people.)
+
 For CI and unattended fleets. Rules are tried in order and the first that matches
 decides; a request no rule matches is skipped (left for a person)::
 
@@ -581,6 +584,13 @@ def parser() -> argparse.ArgumentParser:
         "--policy", type=Path, help="a Cedar policy file (needs the extra 'policy': cedarpy)"
     )
     p.add_argument(
+        "--on-error",
+        choices=("decline", "people"),
+        default="decline",
+        help="with --policy: what a policy that fails to evaluate decides: decline (the "
+        "default), or leave the request for people; never accept",
+    )
+    p.add_argument(
         "--shadow",
         action="store_true",
         help="with --policy: decide and log, answer nothing, and count how often the "
@@ -622,15 +632,16 @@ def _load(args: argparse.Namespace) -> Rules | Policy:
 
     Raises:
         ConfigurationError: the file cannot be used, cedarpy is missing, or ``--shadow``
-            without ``--policy``.
+            or ``--on-error`` without ``--policy``.
     """
     if args.rules is not None:
-        if args.shadow:
-            raise ConfigurationError("--shadow is for a policy (--policy), not rules")
+        if args.shadow or args.on_error != "decline":
+            option = "--shadow" if args.shadow else "--on-error"
+            raise ConfigurationError(f"{option} is for a policy (--policy), not rules")
         return Rules.load(args.rules)
     from .policy import Policy  # the optional extra, only when asked for
 
-    return Policy.load(args.policy)
+    return Policy.load(args.policy, "skip" if args.on_error == "people" else "decline")
 
 
 __all__ = ["AutoWorker", "Condition", "Rule", "Rules", "RulesError", "main", "parser"]

@@ -21,7 +21,8 @@ policy that reads it fails to evaluate, and the request is declined.
 The decision: permit accepts (a tool call as proposed); forbid declines, the deciding
 policies' ids (their ``@id("...")``, else Cedar's ``policyN``) the reason; no policy
 applies: no decision, the request is left for people. **Errors fail closed**: any policy
-that fails to evaluate, or a decision not understood, declines, even when a permit applies.
+that fails to evaluate, or a decision not understood, declines (or, ``on_error="skip"``,
+leaves the request for people), even when a permit applies.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ except ImportError:  # pragma: no cover: the extra is installed where tests run
     ) from None
 
 Verdict = Literal["accept", "decline", "skip"]
+OnError = Literal["decline", "skip"]
 UNVERIFIED: dict[str, str] = {"type": "Unverified", "id": "agent"}
 TOOL_CALLS: dict[str, str] = {"type": "Action", "id": TOOL_CALL}
 _RESERVED = frozenset({"__entity", "__extn", "__expr"})
@@ -71,15 +73,21 @@ class Decision:
 
 
 class Policy:
-    """A Cedar policy set that decides requests (see the module's documentation)."""
+    """A Cedar policy set that decides requests (see the module's documentation).
 
-    def __init__(self, policies: cedarpy.PolicySet, count: int, source: str) -> None:
+    ``on_error``: what an error decides: ``"decline"`` (the default), or ``"skip"`` (leave
+    the request for people). Never accept."""
+
+    def __init__(
+        self, policies: cedarpy.PolicySet, count: int, source: str, on_error: OnError = "decline"
+    ) -> None:
         self.policies = policies
         self.count = count
         self.source = source
+        self.on_error: OnError = on_error
 
     @classmethod
-    def load(cls, path: Path) -> Policy:
+    def load(cls, path: Path, on_error: OnError = "decline") -> Policy:
         """The policies in the Cedar file ``path``.
 
         Raises:
@@ -89,10 +97,10 @@ class Policy:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise PolicyError(f"cannot read policy file {str(path)!r}: {exc}") from exc
-        return cls.parse(text, str(path))
+        return cls.parse(text, str(path), on_error)
 
     @classmethod
-    def parse(cls, text: str, source: str = "<policy>") -> Policy:
+    def parse(cls, text: str, source: str = "<policy>", on_error: OnError = "decline") -> Policy:
         """The policies in Cedar ``text`` (``source`` names it in errors).
 
         Raises:
@@ -108,15 +116,16 @@ class Policy:
         count = len(policies)
         if count == 0:
             raise PolicyError(f"{source}: no policies: add at least one permit or forbid")
-        return cls(policies, count, source)
+        return cls(policies, count, source, on_error)
 
     def decide(self, request: Request, signer: str | None, queue: str) -> Decision:
         """The decision for ``request``, whose verified signer is ``signer`` (None: not
-        signed by a trusted key), asked on ``queue``. Never raises: an error declines."""
+        signed by a trusted key), asked on ``queue``. Never raises: an error decides
+        ``on_error``."""
         try:
             query, entities = _query(request, signer, queue)
         except InvalidRequest as exc:
-            return Decision("decline", (), f"error: {exc}")
+            return Decision(self.on_error, (), f"error: {exc}")
         try:
             result = cedarpy.is_authorized(query, self.policies, entities)
             decision = result.decision
@@ -125,16 +134,16 @@ class Policy:
             ids = tuple(named.get(p) or p for p in diagnostics.reasons)
             errors = list(diagnostics.errors)
         except Exception as exc:  # cedarpy's own failure: anything, so fail closed
-            return Decision("decline", (), f"error: the policy could not be evaluated: {exc}")
+            return Decision(self.on_error, (), f"error: the policy could not be evaluated: {exc}")
         if errors:
-            return Decision("decline", ids, f"error: {'; '.join(errors)}")
+            return Decision(self.on_error, ids, f"error: {'; '.join(errors)}")
         if decision == cedarpy.Decision.Allow and ids:
             return Decision("accept", ids, "permit")
         if decision == cedarpy.Decision.Deny:
             return (
                 Decision("decline", ids, "forbid") if ids else Decision("skip", (), "no decision")
             )
-        return Decision("decline", ids, f"error: a decision not understood: {decision!r}")
+        return Decision(self.on_error, ids, f"error: a decision not understood: {decision!r}")
 
     def __len__(self) -> int:
         return self.count
@@ -228,4 +237,4 @@ def _decimal(value: float) -> Any:
     return {"__extn": {"fn": "decimal", "arg": f"{exact:.4f}"}}
 
 
-__all__ = ["Decision", "Policy", "PolicyError", "Verdict"]
+__all__ = ["Decision", "OnError", "Policy", "PolicyError", "Verdict"]
