@@ -70,6 +70,11 @@ def test_each_decision_of_the_policy() -> None:
     assert decided(call("transfer", amount=50, to="acme"), signer="other") == ("skip", ())
     # another kind of request is another action: nothing here decides it
     assert decided(Request(id=new_id(), kind="approval", prompt="Deploy?")) == ("skip", ())
+    # a request of another kind cannot pose as a tool's action, which a permit allows
+    lookups = Policy.parse('permit (principal, action == Action::"tool:lookup", resource);')
+    posing = Request(id=new_id(), kind="tool:lookup", prompt="Look up?")
+    assert lookups.decide(posing, "ci-agent", "default").verdict == "decline"
+    assert lookups.decide(call("lookup"), "ci-agent", "default").verdict == "accept"
 
 
 def test_an_evaluation_error_declines_even_when_a_permit_applies() -> None:

@@ -8,7 +8,8 @@ Each request is one Cedar authorization request:
   met by a claimed name. Both have ``verified`` (a boolean) and ``claimed`` (the agent
   name the request claims, ``""`` if none).
 - **action**: ``Action::"<kind>"`` (``Action::"approval"``, ...); a tool approval is
-  ``Action::"tool:<tool name>"``, which is ``in Action::"tool_call"``.
+  ``Action::"tool:<tool name>"``, which is ``in Action::"tool_call"`` (another kind with a
+  ``:`` could pose as one, so it fails closed).
 - **resource**: ``Request::"<id>"`` with ``kind``, ``prompt``, ``server``, ``tool``,
   ``agent`` (claimed), ``queue``, and ``arguments`` (a tool approval's proposed
   arguments) or ``data`` (any other request's data).
@@ -158,7 +159,7 @@ def _query(
     """The Cedar request and entities that stand for ``request``.
 
     Raises:
-        InvalidRequest: a tool approval whose call is malformed.
+        InvalidRequest: a tool approval whose call is malformed, or a kind with ``:``.
     """
     source = request.source
     claimed = source.agent or ""
@@ -178,6 +179,8 @@ def _query(
         parents.append(TOOL_CALLS)
         attributes["tool"] = call.name
         attributes["arguments"] = call.arguments
+    elif ":" in request.kind:  # it would pose as a tool's action ("tool:transfer")
+        raise InvalidRequest(f"request {request.id!r}: a kind with ':' ({request.kind!r})")
     else:
         action = {"type": "Action", "id": request.kind}
         attributes["data"] = request.data
