@@ -1,5 +1,8 @@
 """``toolnexus worker auto --rules rules.toml``: answer requests by rules, unattended.
 
+(Or ``--policy FILE.cedar``: a Cedar policy decides, :mod:`toolnexus_workers.policy`;
+``--shadow`` decides and answers nothing, counting agreement with people.)
+
 For CI and unattended fleets. Rules are tried in order and the first that matches
 decides; a request no rule matches is skipped (left for a person)::
 
@@ -42,10 +45,10 @@ import fnmatch
 import logging
 import re
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from toolnexus import (
     Broker,
@@ -59,10 +62,13 @@ from toolnexus import (
 from toolnexus.cli import EXIT_OK, failed
 from toolnexus.errors import InvalidRequest
 from toolnexus.frameworks import TOOL_CALL, ToolCall, tool_call_of
-from toolnexus.models import EndedEvent
+from toolnexus.models import DECLINED, AnsweredEvent, EndedEvent
 from toolnexus.rendering import shorten, value_text
 
 from .options import configure_logging, run_main, serve_worker, worker_parser
+
+if TYPE_CHECKING:  # the extra "policy" (cedarpy) is imported only for --policy
+    from .policy import Decision, Policy
 
 log = logging.getLogger("toolnexus.auto")
 
@@ -368,15 +374,28 @@ def _call(request: Request) -> ToolCall | None:
 
 
 class AutoWorker(Worker):
-    """Answers each request as the first matching rule says; the rest are skipped."""
+    """Answers each request as the first matching rule says, or as a Cedar policy decides;
+    the rest are skipped. ``shadow`` (a policy only): decide, log and count, answer none;
+    when people have answered, count whether the policy agreed (:meth:`agreement`)."""
 
     group = "auto"
 
-    def __init__(self, rules: Rules) -> None:
+    def __init__(
+        self, rules: Rules | Policy, *, queue: str = "default", shadow: bool = False
+    ) -> None:
+        if shadow and isinstance(rules, Rules):
+            raise ConfigurationError("shadow mode is for a policy (--policy), not rules")
         self.rules = rules
+        self.queue = queue
+        self.shadow = shadow
         self._later: dict[str, asyncio.Task[None]] = {}
+        self._shadowed: dict[str, Decision] = {}
+        self._agreement = {"agreed": 0, "disagreed": 0, "undecided": 0, "unresolved": 0}
 
     async def show(self, pending: Pending) -> None:
+        if not isinstance(self.rules, Rules):
+            await self._decide(pending, self.rules)
+            return
         rule = self.rules.match(pending.request)
         if rule is None or rule.action == "skip":
             await pending.skip()
@@ -393,7 +412,22 @@ class AutoWorker(Worker):
         waiting = self._later.pop(pending.request.id, None)
         if waiting is not None:
             waiting.cancel()
+        decision = self._shadowed.pop(pending.request.id, None)
+        if decision is not None:
+            self._compare(pending.request, decision, event)
         log.info("gone request=%s why=%s", pending.request.id, event.event)
+
+    def agreement(self) -> dict[str, int]:
+        """Shadow mode's counts of the requests people resolved: ``agreed`` (people
+        accepted what the policy would accept, or declined what it would decline),
+        ``disagreed``, ``undecided`` (the policy had no decision) and ``unresolved``
+        (dismissed, expired or withdrawn: no accept or decline to compare with);
+        ``pending``: decided by the policy, not yet resolved."""
+        return {**self._agreement, "pending": len(self._shadowed)}
+
+    def counters(self) -> dict[str, int]:
+        """In shadow mode, :meth:`agreement` for the heartbeat (``shadow_agreed``, ...)."""
+        return {f"shadow_{k}": v for k, v in self.agreement().items()} if self.shadow else {}
 
     async def aclose(self) -> None:
         """Cancel the answers still waiting for their ``after_s``."""
@@ -403,6 +437,47 @@ class AutoWorker(Worker):
         await asyncio.gather(*waiting, return_exceptions=True)
         self._later.clear()
 
+    async def _decide(self, pending: Pending, policy: Policy) -> None:
+        request = pending.request
+        decision = policy.decide(request, pending.signer, self.queue)
+
+        def say(outcome: str, level: int = logging.INFO) -> None:
+            _log_policy(request, pending.signer, decision, outcome, level=level)
+
+        if self.shadow:
+            self._shadowed[request.id] = decision
+            say("shadow: not answered")
+        elif decision.verdict == "skip":
+            await pending.skip()
+            say("skipped: left for people")
+        else:
+            message = None if decision.verdict == "accept" else _denial(decision)
+            person = f"auto:policy {decision.label}"
+            await self._answer(pending, decision.verdict, None, message, person, say)
+
+    def _compare(self, request: Request, decision: Decision, event: EndedEvent) -> None:
+        answer = event.answer if isinstance(event, AnsweredEvent) else None
+        people: str | None = None
+        if answer is not None:
+            people = "accept" if answer.ok else "decline" if answer.reason == DECLINED else None
+        if people is None:
+            counted = "unresolved"
+        elif decision.verdict == "skip":
+            counted = "undecided"
+        else:
+            counted = "agreed" if people == decision.verdict else "disagreed"
+        self._agreement[counted] += 1
+        counts = " ".join(f"{k}={v}" for k, v in self.agreement().items())
+        log.info(
+            "shadow request=%s policy=%s policies=%s people=%s %s (%s)",
+            request.id,
+            decision.verdict,
+            decision.label,
+            people or (answer.reason if answer is not None else None) or event.event,
+            counted,
+            counts,
+        )
+
     async def _act_later(self, pending: Pending, rule: Rule) -> None:
         try:
             await asyncio.sleep(rule.after_s)
@@ -411,21 +486,61 @@ class AutoWorker(Worker):
             self._later.pop(pending.request.id, None)
 
     async def _act(self, pending: Pending, rule: Rule) -> None:
+        def say(outcome: str, level: int = logging.INFO) -> None:
+            _log(pending.request, rule, outcome, level=level)
+
+        action: Literal["accept", "decline"] = "accept" if rule.action == "accept" else "decline"
+        await self._answer(pending, action, rule.data, None, f"auto:{rule.label}", say)
+
+    async def _answer(
+        self,
+        pending: Pending,
+        action: Literal["accept", "decline"],
+        data: dict[str, Any] | None,
+        message: str | None,
+        person: str,
+        say: Callable[..., None],
+    ) -> None:
+        """Answer ``pending`` as decided (accept with ``data``, or the schema's defaults;
+        or decline with ``message``), and ``say`` how it went."""
         request = pending.request
-        person = f"auto:{rule.label}"
         try:
-            if rule.action == "accept":
+            if action == "accept":
                 default: dict[str, Any] | None = {} if request.schema is not None else None
-                await pending.accept(rule.data if rule.data is not None else default, person=person)
+                await pending.accept(data if data is not None else default, person=person)
             else:
-                await pending.decline(person=person)
+                await pending.decline(message, person=person)
         except InvalidAnswer as exc:
             await pending.skip()
-            _log(request, rule, f"refused: left for a person: {exc}", level=logging.WARNING)
+            say(f"refused: left for a person: {exc}", logging.WARNING)
         except NotResolved as exc:
-            _log(request, rule, f"refused: {exc.reason}")
+            say(f"refused: {exc.reason}")
         else:
-            _log(request, rule, "answered")
+            say("answered")
+
+
+def _denial(decision: Decision) -> str:
+    """Why the policy declined, as the answer's message (a tool approval's model reads it)."""
+    if decision.why == "forbid":
+        return f"forbidden by policy {decision.label}"
+    return f"declined: the policy failed closed ({shorten(decision.why, 200)})"
+
+
+def _log_policy(
+    request: Request, signer: str | None, decision: Decision, outcome: str, *, level: int
+) -> None:
+    """The one line that records a policy's decision, like :func:`_log`'s for a rule."""
+    log.log(
+        level,
+        "decision=%s request=%s policy=%s (%s) principal=%s %s outcome=%s",
+        decision.verdict,
+        request.id,
+        decision.label,
+        shorten(decision.why, 300),
+        f"Agent::{signer!r}" if signer is not None else "unverified",
+        _describe(request),
+        outcome,
+    )
 
 
 def _log(request: Request, rule: Rule | None, outcome: str, *, level: int = logging.INFO) -> None:
@@ -457,35 +572,76 @@ def parser() -> argparse.ArgumentParser:
     """The command line of ``toolnexus worker auto``."""
     p = worker_parser(
         "auto",
-        "Answer requests unattended by rules (TOML): first match wins; accept with data "
-        "or the schema's defaults, decline, or skip to leave the request for a person.",
+        "Answer requests unattended by rules (TOML) or a Cedar policy. Rules: first match "
+        "wins; accept with data or the schema's defaults, decline, or skip to leave the "
+        "request for a person. A policy: permit accepts, forbid declines, no decision leaves "
+        "it for people, an error declines.",
         group="auto",
     )
-    p.add_argument("--rules", required=True, type=Path, help="the rules file (TOML)")
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("--rules", type=Path, help="the rules file (TOML)")
+    given.add_argument(
+        "--policy", type=Path, help="a Cedar policy file (needs the extra 'policy': cedarpy)"
+    )
     p.add_argument(
-        "--check", action="store_true", help="check the rules file, print a summary and exit"
+        "--on-error",
+        choices=("decline", "people"),
+        default="decline",
+        help="with --policy: what a policy that fails to evaluate decides: decline (the "
+        "default), or leave the request for people; never accept",
+    )
+    p.add_argument(
+        "--shadow",
+        action="store_true",
+        help="with --policy: decide and log, answer nothing, and count how often the "
+        "policy agrees with what people answer",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="check the rules or policy file, print a summary, exit",
     )
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``toolnexus worker auto``: answer requests by the rules in a TOML file."""
+    """``toolnexus worker auto``: answer requests by the rules in a TOML file, or by a
+    Cedar policy."""
     args = parser().parse_args(argv)
     configure_logging(args)
     try:
-        rules = Rules.load(args.rules)
-    except RulesError as exc:
+        rules = _load(args)
+    except ConfigurationError as exc:
         return failed(args.prog, exc)
     if args.check:
-        print(f"{rules.source}: {len(rules)} rules, all valid")
+        kind = "rules" if isinstance(rules, Rules) else "policies"
+        print(f"{rules.source}: {len(rules)} {kind}, all valid")
         return EXIT_OK
 
     async def work(broker: Broker) -> int:
-        worker = AutoWorker(rules)
-        log.info("answering queue %r by %d rules from %s", args.queue, len(rules), rules.source)
+        worker = AutoWorker(rules, queue=args.queue, shadow=args.shadow)
+        how = "in shadow mode (answering nothing) " if args.shadow else ""
+        log.info("answering queue %r %sby %r", args.queue, how, rules)
         return await serve_worker(broker, args, worker, worker.aclose)
 
     return run_main(args, work)
+
+
+def _load(args: argparse.Namespace) -> Rules | Policy:
+    """The rules or the policy the command line names.
+
+    Raises:
+        ConfigurationError: the file cannot be used, cedarpy is missing, or ``--shadow``
+            or ``--on-error`` without ``--policy``.
+    """
+    if args.rules is not None:
+        if args.shadow or args.on_error != "decline":
+            option = "--shadow" if args.shadow else "--on-error"
+            raise ConfigurationError(f"{option} is for a policy (--policy), not rules")
+        return Rules.load(args.rules)
+    from .policy import Policy  # the optional extra, only when asked for
+
+    return Policy.load(args.policy, "skip" if args.on_error == "people" else "decline")
 
 
 __all__ = ["AutoWorker", "Condition", "Rule", "Rules", "RulesError", "main", "parser"]

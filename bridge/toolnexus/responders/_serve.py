@@ -127,6 +127,11 @@ class Worker(abc.ABC):
         """``pending``, still shown here and still open, escalated to queue ``event.queue``
         (SPEC §14): a UI marks it so. Called once per hop; the default does nothing."""
 
+    def counters(self) -> dict[str, int]:
+        """The worker's own counters, told in its heartbeat beside the service's
+        :meth:`Service.statistics` (which win a clash of names). The default has none."""
+        return {}
+
 
 class _FunctionWorker(Worker):
     def __init__(self, handler: Handler) -> None:
@@ -520,6 +525,7 @@ class Service:
 
     def _info(self) -> dict[str, str | int | float]:
         return {
+            **self.worker.counters(),
             **self.statistics(),
             "concurrency": self.concurrency,
             "host": socket.gethostname(),
