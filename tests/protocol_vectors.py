@@ -474,7 +474,7 @@ def redis_vectors(protocol: int) -> list[dict[str, Any]]:
                 "req": _hex(full),
                 "d": _text("1"),
                 **p,
-                "e": _text(ENTRY),
+                "entry": _text(ENTRY),
                 "q": _text(f"{QUEUE} {ENTRY} oncall -"),
             },
         },

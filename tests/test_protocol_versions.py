@@ -104,7 +104,7 @@ def _previous(dump: dict[str, Any]) -> dict[str, Any]:
     """``dump`` without what this release adds to protocol 1 on purpose: a heartbeat's
     version and protocols (fields the previous release's decoder ignores); the group a
     dead letter names (one per group that refused the entry, which the previous release's
-    listing reads by name and so ignores); the entry a durable state records (``e``, which
+    listing reads by name and so ignores); the entry a durable state records (``entry``, which
     the previous release's scripts, reading fields by name, ignore); a quorum's audit votes
     in one order (the order the waiter took them in varies)."""
     text = json.dumps(dump, sort_keys=True)
@@ -115,7 +115,7 @@ def _previous(dump: dict[str, Any]) -> dict[str, Any]:
     shown: dict[str, Any] = json.loads(text)
     for key, (_, entries) in shown.items():
         if ":r:" in key and isinstance(entries, dict):
-            entries.pop("e", None)
+            entries.pop("entry", None)
         if key.endswith(":dead"):
             for entry in entries:
                 entry[:] = [field for field in entry if field[0] != "group"]

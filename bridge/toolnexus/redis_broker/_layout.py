@@ -13,8 +13,9 @@ not, so that its absence means 1. A request's state (:meth:`Keys.state
     req  REQUEST      a durable request as published (a plain request's one home while
                       it is open is its request-stream entry, which its route names)
     d    DURABLE      '1' for a durable request
-    e    ENTRY        a durable request's entry in its queue's request stream, recorded
-                      by the script that added it (see _scripts.OPEN_PUBLISH)
+    entry ENTRY       a durable request's entry id in its queue's request stream,
+                      recorded by the script that added it (see _scripts.OPEN_PUBLISH;
+                      the name means what it means in a dead letter)
     w    WHY          why the waiter last refused an answer and opened it again
     q    QUEUES       the queues an escalating request reached (see escalation.py)
     p    PROTOCOL     '2' in protocol 2 (set when the state is opened); absent: 1
@@ -68,7 +69,7 @@ ANSWER: Final = "a"
 DEADLINE: Final = "x"
 REQUEST: Final = "req"
 DURABLE: Final = "d"
-ENTRY: Final = "e"
+ENTRY: Final = "entry"
 WHY: Final = "w"
 QUEUES: Final = "q"
 PROTOCOL_FIELD: Final = "p"
