@@ -46,7 +46,7 @@ from toolnexus.models import (
     Source,
     WithdrawnEvent,
 )
-from toolnexus.protocol import PREVIOUS_PROTOCOL, PROTOCOL, READS
+from toolnexus.protocol import PREVIOUS_PROTOCOL, READS
 from toolnexus.redis_broker._layout import REFUSAL_FIELDS
 from toolnexus.security import SigningKey
 from toolnexus.security._audit import AUDIT_VERSION, Refusal, audit_record, encode_record
@@ -656,10 +656,10 @@ def _b64url(raw: bytes) -> str:
 def link_vectors() -> list[dict[str, Any]]:
     """Answer-link tokens for the published request (the page's table "Answer links"),
     signed with the test key (Ed25519) and with the test secret (HMAC-SHA256). A link is
-    not numbered: its digest is of the request in JSON as this release encodes it by
-    default (``[2, {...}]``, where 56a6318 made ``[1, {...}]``), whatever the process's
-    ``write_protocol``; so the links are in the vectors of :data:`PROTOCOL` only."""
-    digest = hashlib.sha256(JSON.encode(published_request())).hexdigest()
+    not numbered: its digest is of the request in JSON in protocol 1's envelope
+    (``[1, {...}]``, as 56a6318 made it), whatever the process's ``write_protocol``; so the
+    links are the same in the vectors of both protocols."""
+    digest = hashlib.sha256(JSON.encode(published_request(), PREVIOUS_PROTOCOL)).hexdigest()
     payload = {
         "q": QUEUE,
         "id": REQUEST_ID,
@@ -716,12 +716,8 @@ def vectors(protocol: int) -> dict[str, Any]:
         "redis": redis_vectors(protocol),
         "stores": store_vectors(protocol),
     }
-    if protocol == PROTOCOL:
-        out["links"] = link_vectors()
-        out["link_secret"] = {
-            "warning": "TEST ONLY: this secret is public",
-            "secret": LINK_SECRET,
-        }
+    out["links"] = link_vectors()
+    out["link_secret"] = {"warning": "TEST ONLY: this secret is public", "secret": LINK_SECRET}
     return out
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from toolnexus import ConfigurationError, Request
 from toolnexus.codec import JSON
+from toolnexus.protocol import PREVIOUS_PROTOCOL
 from toolnexus.security import SigningKey
 
 __all__ = [
@@ -91,8 +92,11 @@ class Claims:
 
 
 def request_digest(request: Request) -> str:
-    """The SHA-256 (hex) of ``request`` as published: a link answers only this request."""
-    return hashlib.sha256(JSON.encode_request(request)).hexdigest()
+    """The SHA-256 (hex) of ``request``: a link answers only this request. Over its JSON
+    in the envelope of protocol 1, ``[1, {...}]``, whatever protocol it travelled in: a
+    layout of its own that no ``write_protocol`` changes, so that a link one release made
+    is read by another (docs/reference/protocol.md, "Answer links")."""
+    return hashlib.sha256(JSON.encode(request, PREVIOUS_PROTOCOL)).hexdigest()
 
 
 def _b64(raw: bytes) -> str:
