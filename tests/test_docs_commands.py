@@ -349,3 +349,83 @@ async def test_the_operating_page_commands_run_against_a_fleet(
     assert "Seats?" in (await asyncio.to_thread(run, audit)).stdout
     checked = await asyncio.to_thread(run, check)  # no web worker here: 1, and why
     assert checked.returncode == 1 and "web" in checked.stdout + checked.stderr
+
+
+async def test_the_signatures_tutorial_runs_step_by_step(
+    shell: dict[str, str], redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """docs/tutorials/signatures.md, its steps in order in one directory, each step's
+    visible result as the page says: the keys made; the bot requiring signatures serving;
+    the signed ask accepted, signed by ops-bot; a forged answer refused and the genuine one
+    taken after it; an unsigned ask refused, exit 5 with the reason. (Terminal 3's ``ID=``
+    line is given the id terminal 2 printed.)"""
+    page = "docs/tutorials/signatures.md"
+
+    def run(script: str, flags: str = "-euc") -> subprocess.CompletedProcess[str]:
+        """``script`` in bash (``flags="-c"``: as typed at a prompt, on past a failure)."""
+        return subprocess.run(
+            ["bash", flags, script],
+            env=shell,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    keys = run(page_block(page, "mkdir -p agent/trusted", "sh"))  # 1. two keys
+    assert keys.returncode == 0 and keys.stderr == "", keys.stderr
+    assert re.search(r"^agent-7 \S+=$", keys.stdout, re.M), keys.stdout
+    assert sorted(p.name for p in (tmp_path / "ops" / "trusted").iterdir()) == ["agent-7.pub"]
+    assert sorted(p.name for p in (tmp_path / "agent" / "trusted").iterdir()) == ["ops-bot.pub"]
+
+    *setup, start = lines(page_block(page, "cat > rules.toml", "sh"))  # 2. the responder
+    heredoc = page_block(page, "cat > rules.toml", "sh").split("export ", 1)[0]
+    assert setup[-1].startswith("export ") and start == "toolnexus worker auto --rules rules.toml"
+    bot = f"{heredoc}{setup[-1]}\nexec {start}"
+    async with running([bot], shell, tmp_path) as [worker]:
+        await serving(redis_url, namespace, {"auto"})
+        agent_env, ask = lines(page_block(page, "export TOOLNEXUS_SIGNING_KEY=agent/", "sh"))
+        signed = await asyncio.to_thread(run, f"{agent_env}\n{ask}")  # 3. ask, signed
+        assert signed.returncode == 0, signed.stderr
+        quiet(signed.stderr)
+        answer = json.loads(signed.stdout)
+        assert (answer["ok"], answer["responder"], answer["person"]) == (
+            True,
+            "ops-bot",
+            "auto:deploys",
+        )
+        assert answer["signature"]["key"] == "ops-bot"
+
+        [restart] = lines(page_block(page, 'toolnexus ask "Restart', "sh"))  # 4. forge
+        terminal2 = subprocess.Popen(
+            ["bash", "-euc", f"{agent_env}\n{restart}"],
+            env=shell,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert terminal2.stderr is not None
+        first = await asyncio.wait_for(asyncio.to_thread(terminal2.stderr.readline), 30)
+        printed = re.match(r"toolnexus ask: waiting for an answer to (req-\S+) \(", first)
+        assert printed is not None, first
+        request_id = printed[1]
+        assign, forge = lines(page_block(page, "ID=req-", "sh"))
+        assert assign.startswith("ID=req-")
+        forged = await asyncio.to_thread(run, f"ID={request_id}\n{forge}")
+        assert forged.returncode == 1, forged.stderr
+        assert "refused" in forged.stderr and "missing signature" in forged.stderr
+        [genuine] = lines(page_block(page, 'toolnexus answer "$ID" --decline', "sh"))
+        taken = await asyncio.to_thread(run, f"ID={request_id}\n{genuine}")
+        assert taken.returncode == 0, taken.stderr
+        assert "declined by ops-bot / ops:alice, taken by the waiter" in taken.stdout
+        _, said = await asyncio.to_thread(terminal2.communicate, timeout=60)
+        assert terminal2.returncode == 1, said
+        assert f"refused an answer to {request_id}: missing signature" in said, said
+        assert f"{request_id} declined by ops-bot / ops:alice" in said, said
+
+        [unsigned] = lines(page_block(page, 'toolnexus ask "Deploy build 413', "sh"))  # 5.
+        refused = await asyncio.to_thread(run, unsigned, "-c")
+        assert refused.stdout.strip().splitlines()[-1] == "exit status 5", refused.stderr
+        assert "missing signature (unverified): withdrawn" in refused.stderr, refused.stderr
+        assert worker.poll() is None

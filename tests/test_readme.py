@@ -1,6 +1,6 @@
 """The README's and the tutorials' examples are real: the README's agent is answered on the web
 page its shell block starts; the fleet tutorial's waiter is answered by its responder, over
-Redis; the signature tutorial's keys work between two hosts. (tests/test_docs_examples.py
+Redis; the security page's signature setup works between two hosts. (tests/test_docs_examples.py
 checks that every example is run or checked.)"""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from toolnexus.security import Signatures
 ROOT = Path(__file__).parents[1]
 README = ROOT / "README.md"
 FLEET = ROOT / "docs" / "tutorials" / "fleet.md"
-SIGNATURES = ROOT / "docs" / "tutorials" / "signatures.md"
+SECURITY = ROOT / "docs" / "security.md"
 URL = "redis://127.0.0.1:6379/0"
 
 
@@ -133,7 +133,7 @@ async def test_the_readme_agent_is_answered_on_the_readme_web_page(
 
 @pytest.mark.slow
 def test_the_signature_setup_works_between_two_hosts(tmp_path: Path) -> None:
-    setup = blocks(SIGNATURES, "sh")[0]
+    [setup] = [b for b in blocks(SECURITY, "sh") if b.startswith("toolnexus keygen agent-7")]
     keygen_agent, keygen_bot, _copy, export_agent, export_bot = setup.splitlines()
     hosts = {"agent": tmp_path / "agent-host", "responder": tmp_path / "responder-host"}
     toolnexus = Path(sys.executable).with_name("toolnexus")
