@@ -317,7 +317,8 @@ def test_what_compose_runs_completes_the_demo_round_trip(tmp_path: Path) -> None
             assert "Tool result: Booked: a table for 2 at Chez Toolnexus on 2026-09-01" in (
                 demo.stdout
             )
-            assert "Demo Guest (guest@example.com); deposit authorized." in demo.stdout
+            assert "in the name of Demo Guest (guest@example.com);" in demo.stdout
+            assert "; deposit authorized." in demo.stdout
             for name in workers:
                 done = check(envs[name], "--here")
                 assert done.returncode == 0, done.stderr

@@ -181,7 +181,7 @@ async def test_the_page_says_what_a_person_needs_at_phone_and_desktop_sizes(
         await expect(auth).to_be_visible()
 
         # signed and verified, or not
-        await expect(form.locator(".badge.signed")).to_have_text("✓ signed: agent-7")
+        await expect(form.locator(".badge.signed")).to_have_text("✓ signed with key agent-7")
         await expect(auth.locator(".badge.unsigned")).to_have_text("not signed")
         # Decline and Dismiss explained
         await expect(form.locator(".actions-help")).to_contain_text("Decline answers no")

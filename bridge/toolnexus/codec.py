@@ -38,7 +38,7 @@ from .errors import (
     ToolnexusError,
 )
 from .models import EVENTS, Answer, Event, Heartbeat, Message, Request
-from .protocol import PROTOCOL, READS, check_read, check_write_protocol, newer
+from .protocol import PREVIOUS_PROTOCOL, PROTOCOL, READS, check_read, check_write_protocol, newer
 
 MAX_MESSAGE_BYTES: Final = 1024 * 1024  # default size limit of one encoded message
 
@@ -279,6 +279,7 @@ __all__ = [
     "JSON",
     "MAX_MESSAGE_BYTES",
     "MSGPACK",
+    "PREVIOUS_PROTOCOL",
     "PROTOCOL",
     "READS",
     "Codec",

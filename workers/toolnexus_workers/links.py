@@ -35,8 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolnexus import ConfigurationError, Request
-from toolnexus.codec import JSON
-from toolnexus.protocol import PREVIOUS_PROTOCOL
+from toolnexus.codec import JSON, PREVIOUS_PROTOCOL
 from toolnexus.security import SigningKey
 
 __all__ = [
