@@ -2,7 +2,9 @@
 
 Routes: ``GET /`` the page; ``GET /events`` its live changes (SSE: ``reset`` with
 every card, then ``shown`` and ``gone``); ``POST /answer`` one answer (``request``,
-``action`` accept/decline/dismiss, ``csrf``, and ``field.<name>`` inputs); ``GET|POST
+``action`` accept/decline/dismiss, ``csrf``, ``field.<name>`` inputs, and for a tool
+approval accepted as proposed ``grant_minutes`` with ``grant_arguments``: also grant the
+tool to this agent, :mod:`toolnexus.grants`); ``GET|POST
 /login`` and ``POST /logout``; ``/static/`` the page's own script and style sheet.
 
 Security: every answer needs a session's CSRF token (or a bearer token header, which
@@ -43,6 +45,7 @@ from toolnexus.errors import (
     InvalidRequest,
     NotResolved,
 )
+from toolnexus.grants import Grants, make_grant
 from toolnexus.rendering import (
     KNOWN_DOMAINS,
     SHORT_CHARS,
@@ -65,6 +68,7 @@ from toolnexus.rendering import (
     tool_call_view,
 )
 from toolnexus.responders import is_loopback, validate_form
+from toolnexus.security import SigningKey
 
 from .. import bodies
 from .access import TOKEN_PERSON, Access, SignIn
@@ -92,6 +96,8 @@ SECURITY_HEADERS = [
 MESSAGE_INPUT = "message"
 """A tool approval's form input for the message a denial gives the agent."""
 _ACTIONS = ("accept", "decline", "dismiss")
+GRANT_MINUTES = (10, 30, 60)
+"""How long a person may grant a tool for, in minutes: the page's choices."""
 FAVICON = (HERE / "static" / "favicon.svg").read_bytes()
 """The page's icon (also at ``/static/favicon.svg``), served at ``/favicon.ico``."""
 
@@ -144,6 +150,17 @@ class Card:
     signer: str | None = None  # the trusted key whose signature on the request verified
     name: str = ""  # what notes call it: kind, source and prompt
     tool: ToolCallView | None = None  # a tool approval's call: its tool and arguments
+    grant_minutes: tuple[int, ...] = ()  # a tool approval's grant choices (none: no grants)
+
+
+@dataclass(frozen=True)
+class Granting:
+    """How the page makes grants: kept in ``grants``, signed by ``key`` (this web worker's),
+    for one of ``minutes`` (keep them within the auto workers' ``--max-grant-minutes``)."""
+
+    grants: Grants
+    key: SigningKey
+    minutes: tuple[int, ...] = GRANT_MINUTES
 
 
 class SecurityHeaders:
@@ -180,9 +197,11 @@ class WebPage:
         *,
         known_domains: tuple[str, ...] = KNOWN_DOMAINS,
         ping_s: float = 15.0,
+        granting: Granting | None = None,
     ) -> None:
         self.board = board
         self.access = access
+        self.granting = granting
         self.known_domains = known_domains
         self.ping_s = ping_s
         self.open_csrf = secrets.token_urlsafe(32)  # an open page's forms carry it too
@@ -411,6 +430,9 @@ class WebPage:
             if errors:
                 return self.outcome(fetch, who, "invalid", "", self.card(req, form, errors))
         message = _last(form, MESSAGE_INPUT).strip() if tool is not None else ""
+        minutes = self.grant_choice(form, pending.signer, tool)
+        if isinstance(minutes, str):
+            return self.outcome(fetch, who, "invalid", "", self.card(req, form, error=minutes))
         try:
             if action == "accept":
                 progress = await pending.accept(data, person=who.person)
@@ -441,7 +463,65 @@ class WebPage:
             return self.outcome(fetch, who, "voted", note, self.card(req))
         by = f" by {who.person}" if who.person else ""
         self.board.remove(request_id, f"{done} on this page{by}, in another tab or browser.")
-        return self.outcome(fetch, who, "sent", note_text(req, f"{done}: the agent is told."))
+        told = f"{done}: the agent is told."
+        if action == "accept" and minutes is not None:
+            told += " " + await self.grant(req, pending.signer, tool, data, form, minutes, who)
+        return self.outcome(fetch, who, "sent", note_text(req, told))
+
+    def grant_choice(
+        self, form: Submitted, signer: str | None, tool: ToolCallView | None
+    ) -> int | str | None:
+        """The minutes of the grant the form asks for (None: none), or why it cannot be."""
+        chosen = _last(form, "grant_minutes")
+        if not chosen:
+            return None
+        if self.granting is None or tool is None:
+            return "This page makes no grants (it has no signing key), or this is no tool call."
+        if signer is None:
+            return "No grant: this request's agent is not verified (its request is unsigned)."
+        if not chosen.isdigit() or int(chosen) not in self.granting.minutes:
+            allowed = ", ".join(str(m) for m in self.granting.minutes)
+            return f"A grant lasts one of {allowed} minutes, not {chosen[:20]!r}."
+        return int(chosen)
+
+    async def grant(
+        self,
+        request: Request,
+        signer: str | None,
+        tool: ToolCallView | None,
+        data: Any,
+        form: Submitted,
+        minutes: int,
+        who: Identity,
+    ) -> str:
+        """Make and keep the grant the form asked for, after its answer was sent; what
+        happened, in words. Only a call approved as proposed is granted: a person who
+        changed its arguments approved another call than the one the agent makes again."""
+        assert self.granting is not None and tool is not None and signer is not None
+        schema = request.schema
+        if (
+            data is not None
+            and schema is not None
+            and argument_changes(request, validate_form(schema, data))
+        ):
+            return "No grant: you changed the arguments, so the agent's call was not approved."
+        arguments = tool.call.arguments if _last(form, "grant_arguments") else None
+        grant = make_grant(
+            self.granting.key,
+            agent=signer,
+            tool=tool.call.name,
+            minutes=minutes,
+            arguments=arguments,
+            person=who.person,
+        )
+        try:
+            await self.granting.grants.keep(grant)
+        except BrokerUnavailable:
+            return "The grant was not kept: the broker cannot be reached."
+        which = "with these arguments" if arguments is not None else "with any arguments"
+        return (
+            f"Granted {grant.id}: {signer} may call {tool.call.name} {which} for {minutes} minutes."
+        )
 
     def outcome(
         self,
@@ -568,6 +648,14 @@ class WebPage:
             signer=shown.signer if shown is not None else None,
             name=request_name(request),
             tool=tool,
+            grant_minutes=(
+                self.granting.minutes
+                if self.granting is not None
+                and tool is not None
+                and shown is not None
+                and shown.signer is not None
+                else ()
+            ),
         )
 
 

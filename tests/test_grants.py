@@ -1,0 +1,261 @@
+"""Time-limited grants (issue 45): a person's signed grant lets the auto worker accept the
+same agent's calls of the same tool (and arguments) until it expires or is revoked; anything
+else (another agent, tool or arguments, an expired, over-long, forged or unsigned grant)
+falls through to the rules, and so to people."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+import toolnexus
+from toolnexus import Request
+from toolnexus.errors import SignatureError
+from toolnexus.frameworks import decide, tool_call_of, tool_call_request
+from toolnexus.grants import GRANTS_STORE, Grants, covers, make_grant, why_not_valid
+from toolnexus.models import Grant
+from toolnexus.security import Keyring, SigningKey, sign_grant, verify_grant
+
+TOOLNEXUS = str(Path(sys.executable).with_name("toolnexus"))
+HOUR = 3600.0
+
+
+def test_a_grant_is_signed_over_every_field() -> None:
+    web, mallory = SigningKey.generate("web-1"), SigningKey.generate("mallory")
+    trusted = Keyring.of(web)
+    grant = make_grant(
+        web, agent="ci-agent", tool="transfer", minutes=10, arguments={"to": "acme"}, person="ann"
+    )
+    assert verify_grant(grant, trusted) == "web-1"
+    assert grant.expires_at - grant.granted_at == 600
+    for change in (
+        {"agent": "other"},
+        {"tool": "lookup"},
+        {"arguments": None},
+        {"arguments": {"to": "acme", "amount": 1}},
+        {"expires_at": grant.expires_at + 1},
+        {"granted_at": grant.granted_at + 1},
+        {"person": "bob"},
+        {"id": "grant-2"},
+    ):
+        widened = msgspec.structs.replace(grant, **change)
+        with pytest.raises(SignatureError, match="bad signature"):
+            verify_grant(widened, trusted)
+    with pytest.raises(SignatureError, match="missing signature"):
+        verify_grant(msgspec.structs.replace(grant, signature=None), trusted)
+    forged = sign_grant(msgspec.structs.replace(grant, signature=None), mallory)
+    with pytest.raises(SignatureError, match="unknown key 'mallory'"):
+        verify_grant(forged, trusted)
+    # a signature by a trusted key under another name is not that key's
+    posing = msgspec.structs.replace(
+        forged, signature=msgspec.structs.replace(forged.signature, key="web-1")
+    )
+    with pytest.raises(SignatureError, match="bad signature"):
+        verify_grant(posing, trusted)
+
+
+def test_a_grant_covers_exactly_its_agent_tool_and_arguments() -> None:
+    web = SigningKey.generate("web-1")
+    any_arguments = make_grant(web, agent="ci-agent", tool="transfer", minutes=5)
+    assert covers(any_arguments, "ci-agent", "transfer", {"amount": 9})
+    assert not covers(any_arguments, None, "transfer", {})  # unverified: never
+    assert not covers(any_arguments, "ci-agent-2", "transfer", {})
+    assert not covers(any_arguments, "ci-agent", "transfer_all", {})
+    named = make_grant(
+        web, agent="ci-agent", tool="transfer", minutes=5, arguments={"amount": 1, "to": "acme"}
+    )
+    assert covers(named, "ci-agent", "transfer", {"amount": 1, "to": "acme"})
+    assert covers(named, "ci-agent", "transfer", {"amount": 1, "to": "acme", "memo": "x"})
+    assert not covers(named, "ci-agent", "transfer", {"amount": 1})  # one missing
+    assert not covers(named, "ci-agent", "transfer", {"amount": 2, "to": "acme"})
+    assert not covers(named, "ci-agent", "transfer", {"amount": True, "to": "acme"})
+    assert not covers(named, "ci-agent", "transfer", {"amount": 1.0, "to": "acme"})
+    assert not covers(named, "ci-agent", "transfer", {"amount": 1, "to": ["acme"]})
+
+
+def test_only_a_trusted_current_grant_within_the_maximum_counts() -> None:
+    web = SigningKey.generate("web-1")
+    trusted = Keyring.of(web)
+    now = time.time()
+    grant = make_grant(web, agent="a", tool="t", minutes=30, now=now)
+    assert why_not_valid(grant, trusted, HOUR, now) is None
+    assert why_not_valid(grant, trusted, HOUR, now + 1800) == "expired"
+    assert why_not_valid(grant, trusted, 600, now) == "longer than the maximum of 10 minutes"
+    # dated ahead, it still cannot outlast the maximum from now
+    ahead = make_grant(web, agent="a", tool="t", minutes=10, now=now + 3 * HOUR)
+    assert why_not_valid(ahead, trusted, HOUR, now) == "longer than the maximum of 60 minutes"
+    assert why_not_valid(grant, Keyring(), HOUR, now) == (
+        f"grant {grant.id!r} refused: unknown key 'web-1'"
+    )
+    with pytest.raises(toolnexus.ConfigurationError, match="positive number of minutes"):
+        make_grant(web, agent="a", tool="t", minutes=0)
+
+
+def call(name: str, agent: str = "ci-agent", **arguments: Any) -> Request:
+    return tool_call_request(name, arguments, framework="test", agent=agent)
+
+
+def _logged(log: Path, needle: str) -> bool:
+    return needle in log.read_text(encoding="utf-8", errors="replace")
+
+
+async def _until(condition: Any, what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def _raw(grant: Grant) -> bytes:
+    return msgspec.msgpack.encode(grant)
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_the_auto_worker_honours_a_grant_and_nothing_wider(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    ci, other, web = (SigningKey.generate(n) for n in ("ci-agent", "other-agent", "web-1"))
+    mallory = SigningKey.generate("mallory")
+    for key in (ci, other, web):
+        key.save(tmp_path / "keys")
+    agents = tmp_path / "agents.pub"
+    agents.write_text(ci.public_line() + "\n" + other.public_line() + "\n")
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\nkind = "*"\naction = "skip"\n')
+    log = tmp_path / "auto.log"
+    env = {**os.environ, "TOOLNEXUS_TRUSTED_KEYS": str(agents)}
+    with log.open("w") as stderr:
+        worker = subprocess.Popen(
+            [TOOLNEXUS, "worker", "auto", "--url", redis_url, "--namespace", namespace,
+             "--rules", str(rules), "--grant-keys", str(tmp_path / "keys" / "web-1.pub"),
+             "--max-grant-minutes", "30"],
+            env=env,
+            stderr=stderr,
+        )  # fmt: skip
+    try:
+        async with (
+            toolnexus.connect(redis_url, namespace=namespace, signing_key=ci) as as_ci,
+            toolnexus.connect(redis_url, namespace=namespace, signing_key=other) as as_other,
+            toolnexus.connect(redis_url, namespace=namespace) as unsigned,
+        ):
+            grants = Grants(unsigned)
+            store = unsigned.store(GRANTS_STORE)
+            granted = make_grant(
+                web, agent="ci-agent", tool="transfer", minutes=10,
+                arguments={"to": "acme", "amount": 50}, person="web:ann",
+            )  # fmt: skip
+            await grants.keep(granted)
+            brief = make_grant(web, agent="ci-agent", tool="brief", minutes=0.05)
+            await grants.keep(brief)
+            # every grant below fails closed: its tool is left for people
+            unsigned_grant = msgspec.structs.replace(
+                make_grant(web, agent="ci-agent", tool="unsigned_tool", minutes=10),
+                signature=None,
+            )
+            forged = make_grant(mallory, agent="ci-agent", tool="forged_tool", minutes=10)
+            too_long = make_grant(web, agent="ci-agent", tool="long_tool", minutes=31)
+            expired = make_grant(
+                web, agent="ci-agent", tool="expired_tool", minutes=5, now=time.time() - 600
+            )
+            for grant in (unsigned_grant, forged, too_long, expired):
+                await store.set(grant.id, _raw(grant), ttl_s=600)
+            await store.set("garbage", b"\x92not a grant", ttl_s=600)
+
+            proposed = call("transfer", to="acme", amount=50)
+            for request in (proposed, _again(proposed)):  # honoured until it ends
+                answer = await as_ci.wait_for(request, timeout_s=60)
+                assert (answer.ok, answer.person) == (True, f"auto:grant {granted.id} from web:ann")
+                assert decide(request, answer).approved
+            more = call("transfer", to="acme", amount=50, memo="x")
+            extra = await as_ci.wait_for(more, timeout_s=60)
+            assert extra.ok  # the arguments named hold; others are free
+            assert (await as_ci.wait_for(call("brief"), timeout_s=60)).ok
+
+            left: list[tuple[Any, Request]] = [
+                (as_other, call("transfer", agent="other-agent", to="acme", amount=50)),
+                (unsigned, call("transfer", to="acme", amount=50)),  # claims ci-agent
+                (as_ci, call("lookup", to="acme", amount=50)),
+                (as_ci, call("transfer", to="acme", amount=51)),
+                (as_ci, call("transfer", to="acme")),
+                (as_ci, call("unsigned_tool")),
+                (as_ci, call("forged_tool")),
+                (as_ci, call("long_tool")),
+                (as_ci, call("expired_tool")),
+            ]
+            await asyncio.sleep(brief.expires_at - time.time() + 0.2)
+            left.append((as_ci, call("brief")))  # its grant has just expired
+            waits = [asyncio.create_task(b.wait_for(r, timeout_s=60)) for b, r in left]
+            for _, request in left:
+                await _until(
+                    lambda r=request: _logged(log, f"decision=skip request={r.id}"),  # type: ignore[misc]
+                    f"the worker to leave {request.id} for people",
+                )
+
+            listed = subprocess.run(
+                [TOOLNEXUS, "grants", "list", "--url", redis_url, "--namespace", namespace],
+                capture_output=True, text=True, timeout=30, check=True,
+            )  # fmt: skip
+            assert (
+                f"{granted.id} agent=ci-agent tool=transfer "
+                '{"to": "acme", "amount": 50} until ' in listed.stdout
+            )
+            assert f"{unsigned_grant.id} agent=ci-agent tool=unsigned_tool" in listed.stdout
+            assert "(key UNSIGNED)" in listed.stdout and "(key mallory)" in listed.stdout
+            revoked = subprocess.run(
+                [TOOLNEXUS, "grants", "revoke", granted.id, "--url", redis_url,
+                 "--namespace", namespace],
+                capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+            assert (revoked.returncode, revoked.stdout) == (0, f"revoked {granted.id}\n")
+            again = subprocess.run(
+                [TOOLNEXUS, "grants", "revoke", granted.id, "--url", redis_url,
+                 "--namespace", namespace],
+                capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+            assert again.returncode == 1
+            assert again.stderr == f"toolnexus grants: no grant {granted.id} on queue 'default'\n"
+            after = _again(proposed)
+            left.append((as_ci, after))
+            waits.append(asyncio.create_task(as_ci.wait_for(after, timeout_s=60)))
+            await _until(
+                lambda: _logged(log, f"decision=skip request={after.id}"), "the revocation"
+            )
+
+            ids = {request.id for _, request in left}
+            async with unsigned.responder("people") as people:
+                async with asyncio.timeout(30):
+                    async for pending in people:
+                        if pending.request.id in ids:
+                            await pending.decline(person="ops:grace")
+                            ids.discard(pending.request.id)
+                            if not ids:
+                                break
+            for answer in await asyncio.gather(*waits):
+                assert (answer.ok, answer.person) == (False, "ops:grace")
+    finally:
+        worker.terminate()
+        worker.wait(20)
+    text = log.read_text()
+    assert f"decision=accept request={proposed.id} grant={granted.id} (from web:ann" in text
+    assert "principal=Agent::'ci-agent'" in text
+    assert f"{forged.id} for ci-agent/forged_tool does not count: grant " in text
+    assert "unknown key 'mallory'" in text
+    assert f"{too_long.id} for ci-agent/long_tool does not count: longer than" in text
+    assert f"{expired.id} for ci-agent/expired_tool does not count: expired" in text
+    assert "entry 'garbage' is not a grant" in text
+
+
+def _again(request: Request) -> Request:
+    """The same call as ``request``, asked anew (a fresh request id)."""
+    proposed = tool_call_of(request)
+    return call(proposed.name, request.source.agent or "", **proposed.arguments)
