@@ -10,19 +10,28 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
 import msgspec
 import pytest
+from playwright.async_api import Browser, async_playwright, expect
 
 import toolnexus
-from toolnexus import Request
+from conformance import CHROMIUM, CHROMIUM_ARGS
+from conftest import FAST
+from toolnexus import Request, Service
 from toolnexus.errors import SignatureError
 from toolnexus.frameworks import decide, tool_call_of, tool_call_request
 from toolnexus.grants import GRANTS_STORE, Grants, covers, make_grant, why_not_valid
 from toolnexus.models import Grant
+from toolnexus.rendering import request_anchor
 from toolnexus.security import Keyring, SigningKey, sign_grant, verify_grant
+from toolnexus_workers.auto import AutoWorker, GrantCheck, Rules
+from toolnexus_workers.web.access import Access
+from toolnexus_workers.web.server import WebServer
 
 TOOLNEXUS = str(Path(sys.executable).with_name("toolnexus"))
 HOUR = 3600.0
@@ -259,3 +268,108 @@ def _again(request: Request) -> Request:
     """The same call as ``request``, asked anew (a fresh request id)."""
     proposed = tool_call_of(request)
     return call(proposed.name, request.source.agent or "", **proposed.arguments)
+
+
+# -- granting on the web page, in Chromium ---------------------------------------------
+
+TOKEN = "grants-test-token"
+WAIT_MS = 20_000
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        await launched.close()
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_a_person_grants_a_tool_on_the_web_page_and_the_auto_worker_honours_it(
+    redis_url: str, namespace: str, browser: Browser
+) -> None:
+    ci, web = SigningKey.generate("ci-agent"), SigningKey.generate("web-1")
+    agents = Keyring.of(ci)
+    async with (
+        toolnexus.connect(redis_url, namespace=namespace, signing_key=ci) as asking,
+        toolnexus.connect(
+            redis_url, namespace=namespace, signing_key=web, trusted_keys=agents, **FAST
+        ) as page_broker,
+        toolnexus.connect(redis_url, namespace=namespace, trusted_keys=agents) as auto,
+        WebServer(page_broker, port=0, access=Access(token=TOKEN)) as server,
+    ):
+        skip_all = Rules.parse('[[rule]]\nkind = "*"\naction = "skip"\n')
+        check = GrantCheck(Grants(auto), Keyring.of(web), max_s=HOUR)
+        service = Service(auto, AutoWorker(skip_all, grants=check))
+        run = asyncio.create_task(service.run())
+        try:
+            page = await browser.new_page()
+            await page.goto(f"{server.url}?token={TOKEN}")
+            await expect(page.locator("#live[data-state=live]")).to_be_visible(timeout=WAIT_MS)
+
+            first = call("transfer", to="acme", amount=50)
+            answered = asyncio.create_task(asking.wait_for(first, timeout_s=60))
+            card = page.locator(f"article#{request_anchor(first.id)}")
+            await expect(card).to_be_visible(timeout=WAIT_MS)
+            grant_choice = card.get_by_label("If you approve, also let this agent call transfer")
+            await grant_choice.select_option(label="for 10 minutes")
+            await expect(card.get_by_label("only with these arguments")).to_be_checked()
+            await card.get_by_role("button", name="Approve").click()
+            answer = await asyncio.wait_for(answered, 30)
+            assert (answer.ok, answer.person) == (True, "web:token")
+            await expect(page.locator("#notes .note")).to_contain_text(
+                "may call transfer with these arguments for 10 minutes", timeout=WAIT_MS
+            )
+            (grant,) = await Grants(auto).all()
+            assert (grant.agent, grant.tool, grant.arguments, grant.person) == (
+                "ci-agent",
+                "transfer",
+                {"to": "acme", "amount": 50},
+                "web:token",
+            )
+            assert grant.expires_at - grant.granted_at == 600
+            assert verify_grant(grant, Keyring.of(web)) == "web-1"
+
+            again = await asyncio.wait_for(asking.wait_for(_again(first), timeout_s=60), 30)
+            assert (again.ok, again.person) == (True, f"auto:grant {grant.id} from web:token")
+            other = call("transfer", to="acme", amount=5000)
+            waiting = asyncio.create_task(asking.wait_for(other, timeout_s=60))
+            other_card = page.locator(f"article#{request_anchor(other.id)}")
+            await expect(other_card).to_be_visible(timeout=WAIT_MS)  # left for people
+            await other_card.get_by_role("button", name="Deny").click()
+            assert not (await asyncio.wait_for(waiting, 30)).ok
+        finally:
+            service.stop()
+            await run
+
+
+async def test_the_page_offers_no_grant_for_an_unverified_agent(
+    redis_url: str, namespace: str, browser: Browser
+) -> None:
+    web = SigningKey.generate("web-1")
+    async with (
+        toolnexus.connect(redis_url, namespace=namespace) as asking,
+        toolnexus.connect(redis_url, namespace=namespace, signing_key=web, **FAST) as on_page,
+        WebServer(on_page, port=0, access=Access(token=TOKEN)) as server,
+    ):
+        page = await browser.new_page()
+        await page.goto(f"{server.url}?token={TOKEN}")
+        request = call("transfer", to="acme", amount=50)  # claims ci-agent, unsigned
+        waiting = asyncio.create_task(asking.wait_for(request, timeout_s=60))
+        card = page.locator(f"article#{request_anchor(request.id)}")
+        await expect(card).to_be_visible(timeout=WAIT_MS)
+        await expect(card.locator(".field.grant")).to_have_count(0)
+        # a forged form asking for a grant anyway is refused, and nothing is answered
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            refused = await client.post(
+                "/answer",
+                data={"request": request.id, "action": "accept", "grant_minutes": "10"},
+                headers={"Authorization": f"Bearer {TOKEN}"},
+            )
+        assert refused.status_code == 422
+        assert "agent is not verified (its request is unsigned)" in refused.text
+        assert not waiting.done()
+        await card.get_by_role("button", name="Deny").click()
+        assert not (await asyncio.wait_for(waiting, 30)).ok
+        assert await Grants(on_page).all() == []
