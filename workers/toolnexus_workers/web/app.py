@@ -96,6 +96,8 @@ SECURITY_HEADERS = [
 MESSAGE_INPUT = "message"
 """A tool approval's form input for the message a denial gives the agent."""
 _ACTIONS = ("accept", "decline", "dismiss")
+MAX_BULK = 200
+"""The most requests one bulk answer (``POST /answer-many``) answers."""
 GRANT_MINUTES = (10, 30, 60)
 """How long a person may grant a tool for, in minutes: the page's choices."""
 FAVICON = (HERE / "static" / "favicon.svg").read_bytes()
@@ -220,6 +222,7 @@ class WebPage:
             Route("/", self.page, methods=["GET"]),
             Route("/events", self.events, methods=["GET"]),
             Route("/answer", self.answer, methods=["POST"]),
+            Route("/answer-many", self.answer_many, methods=["POST"]),
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout, methods=["POST"]),
             Route("/favicon.ico", self.favicon, methods=["GET"]),
@@ -522,6 +525,78 @@ class WebPage:
         return (
             f"Granted {grant.id}: {signer} may call {tool.call.name} {which} for {minutes} minutes."
         )
+
+    async def answer_many(self, request: HttpRequest) -> Response:
+        """One action for several requests, each answered on its own as :meth:`answer`
+        would without edits (accept: a tool call as proposed, a form with its defaults),
+        its outcome reported per request; one that fails leaves the others answered."""
+        who = self.identity(request)
+        if who is None:
+            return Response("sign in first", status_code=401)
+        if self.cross_site(request):
+            return Response("cross-site answer refused", status_code=403)
+        form = await read_form(request)
+        if form is None:
+            return Response("an answer must be a form of at most 256 KiB", status_code=400)
+        if not self.csrf_ok(who, form):
+            return Response("this form is stale or forged: reload the page", status_code=403)
+        action = _last(form, "action")
+        if action not in _ACTIONS:
+            return Response(f"action must be one of {', '.join(_ACTIONS)}", status_code=400)
+        ids = list(dict.fromkeys(form.get("request", ())))
+        if not ids:
+            return Response("choose at least one request", status_code=400)
+        if len(ids) > MAX_BULK:
+            return Response(f"at most {MAX_BULK} requests at once", status_code=400)
+        results = [await self.answer_one(who, request_id, action) for request_id in ids]
+        if FETCH_HEADER in request.headers:
+            return JSONResponse({"results": results})
+        html = self.templates.get_template("answered.html").render(results=results)
+        return HTMLResponse(html)
+
+    async def answer_one(self, who: Identity, request_id: str, action: str) -> dict[str, Any]:
+        """Answer one request of a bulk answer; its outcome (``sent``, ``voted``, ``gone``
+        or ``refused``) and a note, keyed by the card's anchor."""
+        pending = self.board.get(request_id)
+        key = request_anchor(request_id)
+        if pending is None:
+            return {"request": request_id, "key": key, "outcome": "gone", "note": "no longer open"}
+        req = pending.request
+        tool = self.tool_view(req)
+
+        def refused(why: str) -> dict[str, Any]:
+            note = note_text(req, f"Not answered: {why}")
+            return {"request": request_id, "key": key, "outcome": "refused", "note": note}
+
+        data: Any = {} if action == "accept" and tool is None and req.schema is not None else None
+        try:
+            if action == "accept":
+                progress = await pending.accept(data, person=who.person)
+            elif action == "decline":
+                progress = await pending.decline(person=who.person)
+            else:
+                progress = await pending.dismiss(person=who.person)
+        except AlreadyVoted as exc:
+            return refused(f"not counted: {exc.reason}.")
+        except InvalidAnswer as exc:
+            return refused(f"{exc} (answer it on its own card).")
+        except NotResolved as exc:
+            note = f"Not sent: this request was {exc.reason} before your answer."
+            self.board.remove(request_id, note)
+            return {"request": request_id, "key": key, "outcome": "gone", "note": note}
+        except BrokerUnavailable:
+            return refused("the broker cannot be reached: try again.")
+        done = {"accept": "Accepted", "decline": "Declined", "dismiss": "Dismissed"}[action]
+        if tool is not None:
+            done = self.tool_outcome(req, action, None, "")
+        if progress is not None:
+            self.board.progress(progress)
+            note = f"{done}: your vote is counted ({self.board.approvals(request_id)})."
+            return {"request": request_id, "key": key, "outcome": "voted", "note": note}
+        by = f" by {who.person}" if who.person else ""
+        self.board.remove(request_id, f"{done} on this page{by}, in another tab or browser.")
+        note = note_text(req, f"{done}: the agent is told.")
+        return {"request": request_id, "key": key, "outcome": "sent", "note": note}
 
     def outcome(
         self,
