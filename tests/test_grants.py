@@ -373,3 +373,26 @@ async def test_the_page_offers_no_grant_for_an_unverified_agent(
         await card.get_by_role("button", name="Deny").click()
         assert not (await asyncio.wait_for(waiting, 30)).ok
         assert await Grants(on_page).all() == []
+
+
+def test_the_auto_worker_refuses_grant_options_it_cannot_use(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\nkind = "*"\naction = "skip"\n')
+    missing = tmp_path / "nobody.pub"
+
+    def auto(*options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [TOOLNEXUS, "worker", "auto", "--rules", str(rules), "--url", "redis://127.0.0.1:1/0",
+             *options],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+
+    unreadable = auto("--grant-keys", str(missing))
+    assert unreadable.returncode == 2
+    assert unreadable.stderr == (
+        f"toolnexus worker auto: cannot read trusted keys {missing}: No such file or directory\n"
+    )
+    for minutes in ("0", "-5", "nan"):
+        bad = auto("--grant-keys", str(missing), "--max-grant-minutes", minutes)
+        assert bad.returncode == 2
+        assert "--max-grant-minutes must be a positive number of minutes" in bad.stderr
