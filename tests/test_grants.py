@@ -333,6 +333,24 @@ async def test_a_person_grants_a_tool_on_the_web_page_and_the_auto_worker_honour
 
             again = await asyncio.wait_for(asking.wait_for(_again(first), timeout_s=60), 30)
             assert (again.ok, again.person) == (True, f"auto:grant {grant.id} from web:token")
+            # the page lists the grant in force; revoking it there ends it
+            await page.reload()
+            listed = page.locator("section.grants li.grant")
+            await expect(listed).to_contain_text(
+                'ci-agent may call transfer with {"to": "acme", "amount": 50}'
+            )
+            await expect(listed).to_contain_text("(granted by web:token)")
+            revoke = page.get_by_role("button", name="Revoke the grant of transfer to ci-agent")
+            await revoke.click()
+            await expect(page.locator("section.grants")).to_have_count(0)
+            assert await Grants(auto).all() == []
+            revoked = _again(first)
+            left = asyncio.create_task(asking.wait_for(revoked, timeout_s=60))
+            revoked_card = page.locator(f"article#{request_anchor(revoked.id)}")
+            await expect(revoked_card).to_be_visible(timeout=WAIT_MS)  # for people again
+            await revoked_card.get_by_role("button", name="Deny").click()
+            assert not (await asyncio.wait_for(left, 30)).ok
+
             other = call("transfer", to="acme", amount=5000)
             waiting = asyncio.create_task(asking.wait_for(other, timeout_s=60))
             other_card = page.locator(f"article#{request_anchor(other.id)}")

@@ -41,11 +41,12 @@ from toolnexus import Request
 from toolnexus.errors import (
     AlreadyVoted,
     BrokerUnavailable,
+    ConfigurationError,
     InvalidAnswer,
     InvalidRequest,
     NotResolved,
 )
-from toolnexus.grants import Grants, make_grant
+from toolnexus.grants import Grants, make_grant, why_not_valid
 from toolnexus.rendering import (
     KNOWN_DOMAINS,
     SHORT_CHARS,
@@ -66,9 +67,10 @@ from toolnexus.rendering import (
     standing_notes,
     tool_call_fields,
     tool_call_view,
+    value_text,
 )
 from toolnexus.responders import is_loopback, validate_form
-from toolnexus.security import SigningKey
+from toolnexus.security import Keyring, SigningKey
 
 from .. import bodies
 from .access import TOKEN_PERSON, Access, SignIn
@@ -156,6 +158,18 @@ class Card:
 
 
 @dataclass(frozen=True)
+class GrantView:
+    """One grant in force, as the page lists it."""
+
+    id: str
+    agent: str
+    tool: str
+    arguments: str
+    left: str
+    person: str
+
+
+@dataclass(frozen=True)
 class Granting:
     """How the page makes grants: kept in ``grants``, signed by ``key`` (this web worker's),
     for one of ``minutes`` (keep them within the auto workers' ``--max-grant-minutes``)."""
@@ -223,6 +237,7 @@ class WebPage:
             Route("/events", self.events, methods=["GET"]),
             Route("/answer", self.answer, methods=["POST"]),
             Route("/answer-many", self.answer_many, methods=["POST"]),
+            Route("/revoke-grant", self.revoke_grant, methods=["POST"]),
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout, methods=["POST"]),
             Route("/favicon.ico", self.favicon, methods=["GET"]),
@@ -279,15 +294,62 @@ class WebPage:
         if who is None:
             loopback_only = "Without sign-in, this page answers at 127.0.0.1 or localhost only."
             return self.login_page(loopback_only if self.access.open else None, status_code=401)
-        return HTMLResponse(self.render_page(who))
+        return HTMLResponse(self.render_page(who, grants=await self.current_grants()))
 
-    def render_page(self, who: Identity, replaced: Card | None = None) -> str:
+    async def current_grants(self) -> list[GrantView]:
+        """The grants in force that this page's key signed, for the page's list (none if
+        the page makes none, or the broker cannot be reached: the page shows its requests
+        all the same). What else the store holds is not this page's to vouch for."""
+        if self.granting is None:
+            return []
+        try:
+            grants = await self.granting.grants.all()
+        except BrokerUnavailable:
+            return []
+        now, own = time.time(), Keyring.of(self.granting.key)
+        longest_s = max(self.granting.minutes) * 60.0
+        grants = [g for g in grants if why_not_valid(g, own, longest_s, now) is None]
+        return [
+            GrantView(
+                g.id,
+                g.agent,
+                g.tool,
+                value_text(g.arguments) if g.arguments is not None else "any arguments",
+                time_left(g.expires_at),
+                g.person or "",
+            )
+            for g in grants
+        ]
+
+    async def revoke_grant(self, request: HttpRequest) -> Response:
+        """Delete the grant the form names; back to the page."""
+        who = self.identity(request)
+        if who is None:
+            return Response("sign in first", status_code=401)
+        if self.cross_site(request):
+            return Response("cross-site revocation refused", status_code=403)
+        form = await read_form(request)
+        if form is None or not self.csrf_ok(who, form):
+            return Response("this form is stale or forged: reload the page", status_code=403)
+        if self.granting is None:
+            return Response("this page makes no grants", status_code=404)
+        grant_id = _last(form, "grant")
+        try:
+            await self.granting.grants.revoke(grant_id)
+        except ConfigurationError:
+            return Response(f"no grant {grant_id[:80]!r}", status_code=400)
+        return RedirectResponse("/", status_code=303)
+
+    def render_page(
+        self, who: Identity, replaced: Card | None = None, grants: Sequence[GrantView] = ()
+    ) -> str:
         cards = [self.card(p.request) for p in self.board.newest_first()]
         if replaced is not None:
             cards = [replaced if c.key == replaced.key else c for c in cards]
         return self.templates.get_template("page.html").render(
             cards=cards,
             who=who,
+            grants=grants,
             now=time.time(),
             open=self.access.open,
             by_token=who.person == TOKEN_PERSON,
