@@ -239,6 +239,84 @@
     refresh();
   });
 
+  // -- several requests at once: a filter, checkboxes, one bulk answer --------------
+  const bulk = document.getElementById("bulk");
+  const filter = document.getElementById("filter");
+  const pickShown = document.getElementById("pick-shown");
+  const picked = document.getElementById("picked");
+
+  function picks(onlyShown) {
+    return cards(list)
+      .filter((card) => !onlyShown || !card.hidden)
+      .map((card) => card.querySelector('input[form="bulk"]'))
+      .filter((box) => box);
+  }
+
+  function filterCards() {
+    const wanted = filter.value.trim().toLowerCase();
+    for (const card of cards(list)) {
+      card.hidden = wanted !== "" && !(card.dataset.who || "").toLowerCase().includes(wanted);
+      const box = card.querySelector('input[form="bulk"]');
+      if (card.hidden && box) box.checked = false; // never answer what is not shown
+    }
+    countPicked();
+  }
+
+  function countPicked() {
+    const chosen = picks(false).filter((box) => box.checked).length;
+    picked.textContent = `${chosen} selected`;
+    const shown = picks(true);
+    pickShown.checked = shown.length > 0 && shown.every((box) => box.checked);
+  }
+
+  filter.addEventListener("input", filterCards);
+  pickShown.addEventListener("change", () => {
+    for (const box of picks(true)) box.checked = pickShown.checked;
+    countPicked();
+  });
+  list.addEventListener("change", (event) => {
+    if (event.target.matches('input[form="bulk"]')) countPicked();
+  });
+  new MutationObserver(filterCards).observe(list, { childList: true });
+
+  bulk.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const body = new URLSearchParams(new FormData(bulk, event.submitter));
+    if (!body.has("request")) {
+      note("bulk", "Select at least one request first.");
+      return;
+    }
+    for (const button of bulk.querySelectorAll("button")) button.disabled = true;
+    try {
+      const response = await fetch("/answer-many", {
+        method: "POST",
+        body,
+        headers: { "X-Toolnexus-Fetch": "1" },
+        credentials: "same-origin",
+      });
+      if (!(response.headers.get("content-type") || "").includes("json")) {
+        note("bulk", `Not sent: ${await response.text()}`);
+        return;
+      }
+      const reply = await response.json();
+      for (const result of reply.results) {
+        const card = document.getElementById(result.key);
+        if (card && (result.outcome === "sent" || result.outcome === "gone")) card.remove();
+        else if (card) {
+          const box = card.querySelector('input[form="bulk"]');
+          if (box) box.checked = false;
+        }
+        note(result.key, result.note);
+      }
+      refresh();
+    } catch (error) {
+      note("bulk", `Not sent: the page cannot reach its server (${error.message}).`);
+    } finally {
+      for (const button of bulk.querySelectorAll("button")) button.disabled = false;
+      countPicked();
+    }
+  });
+
   function connect() {
     const source = new EventSource("/events");
     source.addEventListener("open", () => {
