@@ -970,6 +970,13 @@ def summary(
                 "peers.default_vs_toolnexus_min": _ratio(min(defaults), tnx["p50_ms"], 0),
                 "peers.default_vs_toolnexus_max": _ratio(max(defaults), tnx["p50_ms"], 0),
             }
+    for channel, clat, ratio, budget in _channel_rows(t):
+        figures |= {
+            f"channels.{channel}.p50_ms": _ms(clat["p50_ms"]),
+            f"channels.{channel}.p99_ms": _ms(clat["p99_ms"]),
+            f"channels.{channel}.vs_broker": f"{ratio:.2f}×",
+            f"channels.{channel}.budget": f"{budget:g}×",
+        }
     top = max((c for c, _w, _n in _levels(t)), default=0)
     pooled = t.per_s(FLOOR_THROUGHPUT, top)
     coalesced = t.per_s(("floor", "coalesced"), top)
