@@ -8,6 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from bench.channels import BUDGETS, CHANNELS
 from bench.common import Latency, Throughput, merge_latency
 from bench.machine import Machine
 
@@ -113,6 +114,61 @@ def _bytes(n: float) -> str:
     return f"{n / 1024:,.2f} KiB" if abs(n) < 1024 * 1024 else f"{n / 1024 / 1024:,.1f} MiB"
 
 
+def _channel_rows(t: Tables) -> list[tuple[str, Latency, float, float]]:
+    """Each measured channel: its name, latency, p50 as a ratio to the broker's own p50 in
+    the same run, and its budget (that ratio's bound, bench/channels.py)."""
+    broker = t.latency.get(TOOLNEXUS)
+    rows = []
+    for channel in CHANNELS:
+        got = t.latency.get(("channel", channel))
+        if got and broker:
+            rows.append((channel, got[0], got[0]["p50_ms"] / broker[0]["p50_ms"], BUDGETS[channel]))
+    return rows
+
+
+def _channel_targets(t: Tables) -> list[str]:
+    broker = t.latency.get(TOOLNEXUS)
+    return [
+        f"- {'✅' if ratio <= budget else '❌'} channel {channel}: p50 {_ms(lat['p50_ms'])} ms = "
+        f"**{ratio:.2f}×** the broker's own {_ms(broker[0]['p50_ms'])} ms in this run "
+        f"(budget ≤ {budget:g}×)"
+        for channel, lat, ratio, budget in _channel_rows(t)
+        if broker
+    ]
+
+
+def _channels_section(t: Tables) -> list[str]:
+    broker = t.latency.get(TOOLNEXUS)
+    rows = _channel_rows(t)
+    if not rows or not broker:
+        return []
+    out = [
+        "",
+        "## Channels: each way a person answers or an agent waits",
+        "",
+        "One request at a time through each channel's public interface: the worker runs as "
+        "`toolnexus worker NAME` in its own process on the same Redis; the agent, the webhook "
+        "receiver and the SMTP server (aiosmtpd) in the case process. Samples pooled over "
+        f"{t.latency_rounds} round(s), each channel in a fresh process, alternating with the "
+        "broker's own round trip (`toolnexus | default` above), which each ratio and budget "
+        "is to: ratios within one run, as this 2-core machine is shared and its absolute "
+        "times drift between runs.",
+        "",
+        "| channel | what is timed | samples | p50 ms | p90 ms | p99 ms | p50 vs broker "
+        "| p50 added ms | p99 vs broker | budget (p50) |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    base = broker[0]
+    for channel, lat, ratio, budget in rows:
+        out.append(
+            f"| {channel} | {CHANNELS[channel]} | {lat['n']:,} | {_ms(lat['p50_ms'])} "
+            f"| {_ms(lat['p90_ms'])} | {_ms(lat['p99_ms'])} | {ratio:.2f}× "
+            f"| {lat['p50_ms'] - base['p50_ms']:+.3f} | {_ratio(lat['p99_ms'], base['p99_ms'])} "
+            f"| ≤ {budget:g}× |"
+        )
+    return out
+
+
 def _targets(t: Tables) -> list[str]:
     lines: list[str] = []
     floor = t.latency.get(FLOOR_LATENCY)
@@ -136,6 +192,7 @@ def _targets(t: Tables) -> list[str]:
                 f"{_ms(signed[0]['p50_ms'])} ms = **{s50:.2f}×** the floor's (target ≤ 2×; "
                 f"{signed[0]['p50_ms'] / tnx[0]['p50_ms']:.2f}× unsigned)"
             )
+    lines += _channel_targets(t)
     top = max((c for c, _w, _n in _levels(t)), default=0)
     for key in sorted(k for k in t.throughput if k[0] == "toolnexus"):
         tp = t.per_s(key, top)
@@ -666,7 +723,7 @@ def render(t: Tables, machine: Machine, elapsed_s: float, note: str) -> str:
         "|---|---|---|--:|--:|--:|--:|--:|--:|--:|",
     ]
     order = sorted(
-        t.latency.items(),
+        ((k, v) for k, v in t.latency.items() if k[0] != "channel"),
         key=lambda kv: (kv[0][0] not in ("floor", "toolnexus"), kv[1][0]["p50_ms"]),
     )
     for (case, variant), (lat, settings) in order:
@@ -678,6 +735,7 @@ def render(t: Tables, machine: Machine, elapsed_s: float, note: str) -> str:
             f"| {_ratio(lat['p50_ms'], floor[0]['p50_ms'] if floor else None)} "
             f"| {_ratio(lat['p99_ms'], floor[0]['p99_ms'] if floor else None)} |"
         )
+    out += _channels_section(t)
     out += [
         "",
         "## Throughput with concurrent waits",
@@ -912,6 +970,13 @@ def summary(
                 "peers.default_vs_toolnexus_min": _ratio(min(defaults), tnx["p50_ms"], 0),
                 "peers.default_vs_toolnexus_max": _ratio(max(defaults), tnx["p50_ms"], 0),
             }
+    for channel, clat, ratio, budget in _channel_rows(t):
+        figures |= {
+            f"channels.{channel}.p50_ms": _ms(clat["p50_ms"]),
+            f"channels.{channel}.p99_ms": _ms(clat["p99_ms"]),
+            f"channels.{channel}.vs_broker": f"{ratio:.2f}×",
+            f"channels.{channel}.budget": f"{budget:g}×",
+        }
     top = max((c for c, _w, _n in _levels(t)), default=0)
     pooled = t.per_s(FLOOR_THROUGHPUT, top)
     coalesced = t.per_s(("floor", "coalesced"), top)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.channels import CHANNELS
 from bench.harness import uvloop_available
 from bench.machine import ROOT, describe
 
@@ -41,6 +42,7 @@ class Plan:
     peer_default: tuple[int, int]  # (warm-up, measured) with default poll intervals
     peer_min: tuple[int, int]  # (warm-up, measured) with the minimum poll interval
     min_poll_s: float
+    channels: tuple[int, int]  # (warm-up, measured) round trips per channel and latency round
     codec_n: int
     codec_repeats: int
     fleet_requests: int  # open requests of the memory case
@@ -63,6 +65,7 @@ FULL = Plan(
     peer_default=(3, 30),
     peer_min=(20, 300),
     min_poll_s=0.001,
+    channels=(10, 60),
     codec_n=20_000,
     codec_repeats=5,
     fleet_requests=10_000,
@@ -85,6 +88,7 @@ QUICK = Plan(
     peer_default=(1, 3),
     peer_min=(2, 10),
     min_poll_s=0.001,
+    channels=(2, 5),
     codec_n=1000,
     codec_repeats=2,
     fleet_requests=200,
@@ -123,6 +127,12 @@ def build_specs(plan: Plan, logdir: Path, only: set[str] | None, loops: list[str
                      {**lat, "round": r, "variant": "default"}),
                 Spec("toolnexus", "bench.tnx:latency_case",
                      {**lat, "round": r, "variant": "signed"}),
+            ]  # fmt: skip
+            specs += [
+                Spec("channel", "bench.channels:channel_case",
+                     {"warmup": plan.channels[0], "n": plan.channels[1], "round": r,
+                      "variant": channel, "logdir": str(logdir)})
+                for channel in CHANNELS
             ]  # fmt: skip
             for loop in loops:
                 if loop != "asyncio":

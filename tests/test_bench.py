@@ -40,6 +40,7 @@ def test_quick_benchmark_runs_every_case(tmp_path: Path) -> None:
         "## Scale: pending waits in one process",
         "## Codec: one typical message",
         "## Fleet: what agents cost the Redis they share",
+        "## Channels: each way a person answers or an agent waits",
     ):
         assert heading in report
     for row in (
@@ -75,6 +76,10 @@ def test_quick_benchmark_runs_every_case(tmp_path: Path) -> None:
         "one agent's durable states on one queue share one slot",
     ):
         assert target in report, target
+    # Every channel is measured through its worker's process, with its budget's target line.
+    for channel in ("http", "link", "webhook", "email", "gateway", "auto"):
+        assert f"\n| {channel} | " in report, channel
+        assert f" channel {channel}: p50 " in report, channel
     # A peer is either measured or listed as skipped (its import failed), never silently gone.
     for peer in ("arq", "celery", "rq", "taskiq"):
         assert f"| {peer} | " in report or f"- {peer} " in report, peer
