@@ -9,6 +9,13 @@ Scenarios (:data:`SCENARIOS`):
   off from the rest (the majority fails over) until the majority's agent has been served
   by the new primary for a while, then healed.
 - ``flapping-link``: the primary's link goes down and up again, second by second.
+- ``quorum-failover``: as ``isolated-primary``, with requests that each need two votes
+  (one from each responder, one on each side): the failover comes while votes are
+  counted (``MODE`` ``quorum`` of partition_roles.py).
+- ``escalation-failover``: as ``isolated-primary``, with requests that escalate after
+  1.5 s from the agents' queue (nobody answers it) to the responders' ``oncall``: with a
+  request published every 0.25 s (by the two agents together), hops are due throughout
+  the failover (``MODE`` ``escalation``).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 
 from partition_history import check, read_history
 from partition_net import Net, Node, wait_until
+from partition_roles import ONCALL
 
 ROLES = Path(__file__).with_name("partition_roles.py")
 MASTER = "tnxmaster"
@@ -84,8 +92,8 @@ class Figures:
 class SentinelRun:
     """One run: the topology up, the traffic, the fault, the figures."""
 
-    def __init__(self, net: Net, durability: str, plan: Plan) -> None:
-        self.net, self.plan, self.durability = net, plan, durability
+    def __init__(self, net: Net, durability: str, plan: Plan, mode: str = "plain") -> None:
+        self.net, self.plan, self.durability, self.mode = net, plan, durability, mode
         self.dir = net.directory
         self.r1, self.r2 = net.add("r1"), net.add("r2")
         self.sentinels = [net.add(f"s{i}") for i in (1, 2, 3)]
@@ -140,8 +148,8 @@ class SentinelRun:
         return out[0] if out else None
 
     def start_traffic(self, run_s: float) -> None:
-        options = json.dumps(self.options)
         plan = self.plan
+        oncall = {"queue": ONCALL} if self.mode == "escalation" else {}
         for node, role, numbers in (
             (self.p1, "responder", (run_s + plan.wait_s, plan.think_s)),
             (self.p2, "responder", (run_s + plan.wait_s, plan.think_s)),
@@ -150,9 +158,10 @@ class SentinelRun:
         ):
             history = self.dir / f"{node.name}.jsonl"
             self.histories.append(history)
+            options = json.dumps({**self.options, **(oncall if role == "responder" else {})})
             argv = [
                 sys.executable, str(ROLES), role, self.url, "partitions", node.name,
-                str(history), options, *(str(n) for n in numbers),
+                str(history), options, self.mode, *(str(n) for n in numbers),
             ]  # fmt: skip
             self.net.start(node, argv, f"{node.name}.log")
 
@@ -260,17 +269,27 @@ def flapping_link(run: SentinelRun) -> float | None:
     return switched
 
 
-SCENARIOS: dict[str, Callable[[SentinelRun], float | None]] = {
-    "isolated-primary": isolated_primary,
-    "flapping-link": flapping_link,
+@dataclass(frozen=True)
+class Scenario:
+    fault: Callable[[SentinelRun], float | None]
+    mode: str = "plain"
+    """The requests' shape (partition_roles.py's ``MODE``)."""
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "isolated-primary": Scenario(isolated_primary),
+    "flapping-link": Scenario(flapping_link),
+    "quorum-failover": Scenario(isolated_primary, "quorum"),
+    "escalation-failover": Scenario(isolated_primary, "escalation"),
 }
 
 
 def run_scenario(directory: Path, scenario: str, durability: str, plan: Plan) -> Figures:
     """One run of ``scenario`` in namespaces of its own, all of them removed after."""
     directory.mkdir(parents=True, exist_ok=True)
+    chosen = SCENARIOS[scenario]
     with Net(directory) as net:
-        return SentinelRun(net, durability, plan).run(scenario, SCENARIOS[scenario])
+        return SentinelRun(net, durability, plan, chosen.mode).run(scenario, chosen.fault)
 
 
 def as_json(figures: Figures) -> str:

@@ -23,12 +23,22 @@ from pathlib import Path
 from partition_net import available
 from partition_scenarios import SCENARIOS, Figures, Plan, as_json, run_scenario
 
-BEGIN, END = "<!-- partitions:begin -->", "<!-- partitions:end -->"
+
+def markers(section: str) -> tuple[str, str]:
+    """The markers between which ``--write`` puts the table of ``section`` (``""``: the
+    page's main partition table)."""
+    name = f"partitions-{section}" if section else "partitions"
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
 
 DESCRIPTIONS = {
     "isolated-primary": "primary isolated with one Sentinel, one agent and one responder "
     "(the minority) until the majority failed over and 4 s more, then healed",
     "flapping-link": "the primary's link down 1 s, up 1 s, for 12 s",
+    "quorum-failover": "as the primary isolated, with requests that need 2 votes (one "
+    "responder on each side): a failover during the votes",
+    "escalation-failover": "as the primary isolated, with requests that escalate after "
+    "1.5 s to the responders' queue: a failover during the hops",
 }
 
 
@@ -66,12 +76,13 @@ def _span(values: list[float]) -> str:
     return f"median {median:.1f} s after the fault (max {values[-1]:.1f} s)"
 
 
-def write(path: Path, text: str) -> None:
+def write(path: Path, text: str, section: str = "") -> None:
+    begin, end = markers(section)
     page = path.read_text()
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.DOTALL)
     if not pattern.search(page):
-        raise SystemExit(f"{path}: no {BEGIN} ... {END} markers")
-    path.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}\n{END}", page))
+        raise SystemExit(f"{path}: no {begin} ... {end} markers")
+    path.write_text(pattern.sub(lambda _: f"{begin}\n{text}\n{end}", page))
 
 
 def main() -> None:
@@ -80,6 +91,11 @@ def main() -> None:
     parser.add_argument("--scenarios", nargs="*", default=list(SCENARIOS))
     parser.add_argument("--durability", nargs="*", default=["none", "wait"])
     parser.add_argument("--write", type=Path, help="the page whose partition table to replace")
+    parser.add_argument(
+        "--section",
+        default="",
+        help="write between <!-- partitions-SECTION:begin/end --> (default: the main table)",
+    )
     args = parser.parse_args()
     problem = available()
     if problem is not None:
@@ -101,7 +117,7 @@ def main() -> None:
     text = table(runs, commit or "this tree")
     print(text)
     if args.write is not None:
-        write(args.write, text)
+        write(args.write, text, args.section)
     bad = [r for r in runs if r.durability == "wait" and (r.lost or r.conflicting)]
     if bad:
         print(json.dumps([r.examples for r in bad]), file=sys.stderr)
