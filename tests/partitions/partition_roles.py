@@ -39,6 +39,7 @@ import toolnexus
 from toolnexus import Quorum, Request
 from toolnexus.errors import AlreadyVoted, BrokerUnavailable, NotConfirmed, NotResolved
 from toolnexus.models import Hop
+from toolnexus.redis_broker import RedisBroker
 
 MODES = ("plain", "quorum", "escalation")
 HOP_S = 1.5
@@ -105,7 +106,8 @@ async def agent(
             history.add("outcome", request.id, answer=None, reason=str(answer.reason))
 
     async with await connected(url, namespace, options) as broker:
-        history.add("ready", "-")
+        assert isinstance(broker, RedisBroker)
+        history.add("ready", "-", waiter=broker.waiter_id)  # (where its state lives)
         waits = []
         started = time.monotonic()
         for number in range(int(burst)):  # held by the responders when the fault comes

@@ -39,6 +39,9 @@ DESCRIPTIONS = {
     "responder on each side): a failover during the votes",
     "escalation-failover": "as the primary isolated, with requests that escalate after "
     "1.5 s to the responders' queue: a failover during the hops",
+    "cluster-isolated-master": "a Cluster master (the one holding the majority agent's "
+    "waiter) isolated with one agent and one responder until its replica took over and "
+    "4 s more, then healed",
 }
 
 
