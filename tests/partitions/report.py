@@ -88,6 +88,16 @@ def write(path: Path, text: str, section: str = "") -> None:
     path.write_text(pattern.sub(lambda _: f"{begin}\n{text}\n{end}", page))
 
 
+def logged(log: Path) -> list[Figures]:
+    """The figures of the ``PARTITION {...}`` lines of an earlier output."""
+    prefix = "PARTITION "
+    return [
+        Figures(**json.loads(line.removeprefix(prefix)))
+        for line in log.read_text().splitlines()
+        if line.startswith(prefix)
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20)
@@ -95,17 +105,24 @@ def main() -> None:
     parser.add_argument("--durability", nargs="*", default=["none", "wait"])
     parser.add_argument("--write", type=Path, help="the page whose partition table to replace")
     parser.add_argument(
+        "--from-log",
+        type=Path,
+        nargs="*",
+        help="run nothing: the table of the PARTITION lines these earlier outputs printed",
+    )
+    parser.add_argument(
         "--section",
         default="",
         help="write between <!-- partitions-SECTION:begin/end --> (default: the main table)",
     )
     args = parser.parse_args()
-    problem = available()
-    if problem is not None:
-        raise SystemExit(f"partition runs cannot run here: {problem}")
     runs: list[Figures] = []
+    if args.from_log:
+        runs = [r for log in args.from_log for r in logged(log)]
+    elif (problem := available()) is not None:
+        raise SystemExit(f"partition runs cannot run here: {problem}")
     tmp = Path(tempfile.mkdtemp(prefix="toolnexus-partitions-"))
-    for repeat in range(args.repeats):
+    for repeat in range(0 if args.from_log else args.repeats):
         for scenario in args.scenarios:
             for durability in args.durability:
                 directory = tmp / f"{scenario}-{durability}-{repeat}"
