@@ -20,7 +20,7 @@ from redis.exceptions import ReadOnlyError
 import toolnexus
 from conftest import FAST, RedisServer
 from redis_topologies import wait_until
-from toolnexus import Request
+from toolnexus import Quorum, Request
 from toolnexus.errors import NotConfirmed
 from toolnexus.models import new_id
 from toolnexus.redis_broker._pipeliner import Pipeliner, Unconfirmed
@@ -92,6 +92,30 @@ async def test_an_answer_wait_cannot_confirm_is_not_confirmed_and_the_waiter_dec
         # the master took it: here (no failover), the waiter gets it
         answer = await waiting
         assert answer.ok and answer.data == {"n": 1}
+
+
+async def test_a_vote_wait_cannot_confirm_is_not_confirmed_counted_or_deciding(
+    replicated: tuple[RedisServer, RedisServer], namespace: str
+) -> None:
+    master, replica = replicated
+    async with toolnexus.connect(master.url, namespace=namespace, **OPTIONS) as broker:
+        request = Request(id=new_id(), kind="approval", quorum=Quorum(3))
+        waiting = asyncio.create_task(broker.wait_for(request, timeout_s=30))
+        async with broker.responder("bot") as responder:
+            pending = await anext(aiter(responder))
+            assert (await pending.accept(person="web:carol")) is not None  # confirmed: counted
+            assert replica.process is not None
+            replica.process.send_signal(signal.SIGSTOP)  # WAIT 1 now times out
+            with pytest.raises(NotConfirmed) as counted:
+                await pending.accept(person="web:alice")
+            assert (counted.value.request_id, counted.value.replicas) == (request.id, 0)
+            assert not waiting.done()
+            with pytest.raises(NotConfirmed):  # the deciding vote
+                await pending.accept({"n": 2}, person="web:bob")
+        # the master counted both: here (no failover), the waiter gets them
+        answer = await waiting
+    assert answer.ok and answer.data == {"n": 2}
+    assert [a.person for a in answer.approvals or ()] == ["web:carol", "web:alice", "web:bob"]
 
 
 async def test_only_confirm_items_get_unconfirmed_and_the_reply_travels_with_it(

@@ -168,7 +168,8 @@ class NotConfirmed(ToolnexusError):
     replica without it is promoted). It is not acknowledged: the waiter's own view
     decides. It may return this answer, or the request may reopen and be answered
     again, by this responder or another. An answer that is not confirmed is not
-    retried: a failover that kept it makes any retry ``already answered``."""
+    retried: a failover that kept it makes any retry ``already answered``. A quorum's
+    vote (SPEC §14), counted or deciding, gets the same when ``WAIT`` falls short."""
 
     def __init__(self, request_id: str, replicas: int, required: int) -> None:
         super().__init__(

@@ -6,16 +6,19 @@ them. An event is one of:
 - ``{"op": "publish", "req": ID, "by": WHO}``: an agent published a request and waits;
 - ``{"op": "respond", "req": ID, "answer": VALUE, "told": TOLD, "by": WHO}``: what a
   responder was told of its answer ``VALUE``: :data:`ACCEPTED`, :data:`ALREADY_RESOLVED`,
-  :data:`NOT_CONFIRMED` or :data:`FAILED` (Redis unreachable, any other error);
+  :data:`NOT_CONFIRMED` or :data:`FAILED` (Redis unreachable, any other error), or, for a
+  quorum's vote that did not decide, :data:`COUNTED` (with ``"voter": PERSON``);
 - ``{"op": "outcome", "req": ID, "answer": VALUE | None, "reason": REASON, "by": WHO}``:
   what the waiter's wait returned: a person's answer (``reason`` None, ``answer`` the data
-  a responder gave) or a rule's outcome (``reason`` :data:`RULE_REASONS`: expired,
+  a responder gave; for a quorum the deciding vote's, with ``"voters"``: the persons its
+  approvals name) or a rule's outcome (``reason`` :data:`RULE_REASONS`: expired,
   unavailable, withdrawn; ``answer`` None).
 
 :func:`check` finds, per request:
 
 - **lost**: an answer acknowledged (``accepted``) to a responder that is not the waiter's
-  outcome (the waiter returned something else, or nothing);
+  outcome (the waiter returned something else, or nothing); or a vote acknowledged as
+  ``counted`` whose voter is missing from the approvals of the answer the waiter returned;
 - **conflicting**: two different answers acknowledged for one request;
 - **phantom**: an outcome that no responder gave (its answer was never sent) and no rule;
 - **stranded**: a published request whose waiter neither returned an outcome nor was told
@@ -35,7 +38,8 @@ ACCEPTED = "accepted"
 ALREADY_RESOLVED = "already resolved"
 NOT_CONFIRMED = "not confirmed"
 FAILED = "failed"
-TOLD = frozenset({ACCEPTED, ALREADY_RESOLVED, NOT_CONFIRMED, FAILED})
+COUNTED = "counted"
+TOLD = frozenset({ACCEPTED, ALREADY_RESOLVED, NOT_CONFIRMED, FAILED, COUNTED})
 
 RULE_REASONS = frozenset({"expired", "unavailable", "withdrawn"})
 """The outcomes a rule gives (no responder's answer)."""
@@ -123,6 +127,17 @@ def check(events: Iterable[dict[str, Any]]) -> Verdict:
                 verdict.violations.append(
                     Violation("lost", req, f"acknowledged {answer!r}, the waiter got {got}")
                 )
+        for vote in told:
+            if vote["told"] != COUNTED:
+                continue
+            for end in ends:
+                voters = end.get("voters")
+                if end.get("reason") is None and voters is not None and vote["voter"] not in voters:
+                    verdict.violations.append(
+                        Violation(
+                            "lost", req, f"vote of {vote['voter']!r} counted, approvals {voters}"
+                        )
+                    )
         sent = [r["answer"] for r in told]
         for end in ends:
             reason = end.get("reason")

@@ -2,14 +2,26 @@
 answers. Each appends its history events (see partition_history.py) to its own file, one
 JSON line each, with the time (``t``, the host clock every namespace shares).
 
-    python partition_roles.py agent URL NAMESPACE NAME HISTORY OPTIONS RUN_S EVERY_S WAIT_S BURST
-    python partition_roles.py responder URL NAMESPACE NAME HISTORY OPTIONS RUN_S DELAY_S
+    python partition_roles.py agent URL NAMESPACE NAME HISTORY OPTIONS MODE RUN_S EVERY_S WAIT_S
+        BURST
+    python partition_roles.py responder URL NAMESPACE NAME HISTORY OPTIONS MODE RUN_S DELAY_S
 
 ``OPTIONS`` is the broker's options as JSON. An agent publishes ``BURST`` requests at
 once, then one every ``EVERY_S`` for ``RUN_S`` seconds, each waiting up to ``WAIT_S``, then
 waits for what is still open. A responder answers each request it is
 handed (after ``DELAY_S``) with data of its own (its name and a counter, so that two
 answers always differ), for ``RUN_S`` seconds.
+
+``MODE`` shapes the requests (:data:`MODES`):
+
+- ``plain``: one answer decides; the responders share one consumer group.
+- ``quorum``: each request needs two votes (``Quorum(2)``); each responder reads in a
+  group of its own (so every request reaches both) and votes as a person of its own.
+  The deciding vote is an answer (``accepted`` when acknowledged); a vote acknowledged
+  as counted without deciding is recorded as ``counted``.
+- ``escalation``: each request escalates after :data:`HOP_S` from the agents' queue
+  (which nobody answers) to ``oncall``, where the responders answer (their ``OPTIONS``
+  carry ``queue="oncall"``).
 """
 
 from __future__ import annotations
@@ -21,11 +33,26 @@ import sys
 import time
 from typing import Any
 
-from partition_history import ACCEPTED, ALREADY_RESOLVED, FAILED, NOT_CONFIRMED
+from partition_history import ACCEPTED, ALREADY_RESOLVED, COUNTED, FAILED, NOT_CONFIRMED
 
 import toolnexus
-from toolnexus import Request
-from toolnexus.errors import BrokerUnavailable, NotConfirmed, NotResolved
+from toolnexus import Quorum, Request
+from toolnexus.errors import AlreadyVoted, BrokerUnavailable, NotConfirmed, NotResolved
+from toolnexus.models import Hop
+from toolnexus.redis_broker import RedisBroker
+
+MODES = ("plain", "quorum", "escalation")
+HOP_S = 1.5
+"""How long an escalating request waits on the agents' queue before ``oncall``."""
+ONCALL = "oncall"
+
+
+def request_of(mode: str, request_id: str, prompt: str) -> Request:
+    if mode == "quorum":
+        return Request(id=request_id, kind="approval", prompt=prompt, quorum=Quorum(2))
+    if mode == "escalation":
+        return Request(id=request_id, kind="input", prompt=prompt, escalate=[Hop(HOP_S, ONCALL)])
+    return Request(id=request_id, kind="input", prompt=prompt)
 
 
 class History:
@@ -55,13 +82,13 @@ async def connected(url: str, namespace: str, options: dict[str, Any]) -> toolne
 
 
 async def agent(
-    url: str, namespace: str, name: str, path: str, options: dict[str, Any], run_s: float,
-    every_s: float, wait_s: float, burst: float,
+    url: str, namespace: str, name: str, path: str, options: dict[str, Any], mode: str,
+    run_s: float, every_s: float, wait_s: float, burst: float,
 ) -> None:  # fmt: skip
     history = History(path, name)
 
     async def one(broker: toolnexus.Broker, number: int) -> None:
-        request = Request(id=f"{name}-{number}", kind="input", prompt=f"#{number}")
+        request = request_of(mode, f"{name}-{number}", f"#{number}")
         history.add("publish", request.id)
         try:
             answer = await broker.wait_for(request, timeout_s=wait_s)
@@ -72,12 +99,15 @@ async def agent(
             history.add("outcome", request.id, answer=None, reason=f"error {type(exc).__name__}")
             return
         if answer.reason is None:
-            history.add("outcome", request.id, answer=answer.data, reason=None)
+            voters = [a.person for a in answer.approvals or ()]
+            quorum = {"voters": voters} if request.quorum is not None else {}
+            history.add("outcome", request.id, answer=answer.data, reason=None, **quorum)
         else:
             history.add("outcome", request.id, answer=None, reason=str(answer.reason))
 
     async with await connected(url, namespace, options) as broker:
-        history.add("ready", "-")
+        assert isinstance(broker, RedisBroker)
+        history.add("ready", "-", waiter=broker.waiter_id)  # (where its state lives)
         waits = []
         started = time.monotonic()
         for number in range(int(burst)):  # held by the responders when the fault comes
@@ -91,29 +121,35 @@ async def agent(
 
 
 async def responder(
-    url: str, namespace: str, name: str, path: str, options: dict[str, Any], run_s: float,
-    delay_s: float,
+    url: str, namespace: str, name: str, path: str, options: dict[str, Any], mode: str,
+    run_s: float, delay_s: float,
 ) -> None:  # fmt: skip
     history = History(path, name)
     counter = 0
 
     async def answer_all(broker: toolnexus.Broker) -> None:
         nonlocal counter
-        async with broker.responder("bot", name) as requests:
+        group = name if mode == "quorum" else "bot"  # a quorum: every request to each
+        person = f"person-{name}" if mode == "quorum" else None
+        async with broker.responder(group, name) as requests:
             async for pending in requests:
                 await asyncio.sleep(delay_s)
                 counter += 1
                 data = {"by": name, "n": counter}
                 told = ACCEPTED
                 try:
-                    await pending.accept(data)
+                    if await pending.accept(data, person=person) is not None:
+                        told = COUNTED  # a vote counted, not deciding
+                except AlreadyVoted:
+                    told = ALREADY_RESOLVED  # (delivered again: this person's vote stands)
                 except NotConfirmed:
                     told = NOT_CONFIRMED
                 except NotResolved:
                     told = ALREADY_RESOLVED
                 except toolnexus.ToolnexusError:
                     told = FAILED
-                history.add("respond", pending.request.id, answer=data, told=told)
+                voter = {"voter": person} if told == COUNTED else {}
+                history.add("respond", pending.request.id, answer=data, told=told, **voter)
 
     async def keep_answering() -> None:
         async with await connected(url, namespace, options) as broker:
@@ -133,13 +169,15 @@ async def responder(
 
 
 def main(argv: list[str]) -> None:
-    role, url, namespace, name, path, options_json, *rest = argv
+    role, url, namespace, name, path, options_json, mode, *rest = argv
     options = json.loads(options_json)
     numbers = [float(x) for x in rest]
+    if mode not in MODES:
+        raise SystemExit(f"unknown mode {mode!r}")
     if role == "agent":
-        asyncio.run(agent(url, namespace, name, path, options, *numbers))
+        asyncio.run(agent(url, namespace, name, path, options, mode, *numbers))
     elif role == "responder":
-        asyncio.run(responder(url, namespace, name, path, options, *numbers))
+        asyncio.run(responder(url, namespace, name, path, options, mode, *numbers))
     else:
         raise SystemExit(f"unknown role {role!r}")
 

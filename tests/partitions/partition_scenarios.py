@@ -1,6 +1,7 @@
 """Partition scenarios on a Sentinel topology (issue 40): a primary, a replica and three
 Sentinels, two agents and two responders, each in a namespace of its own
-(partition_net.py), all through ``redis+sentinel://``. Each run checks its history
+(partition_net.py), all through ``redis+sentinel://``; and one on a Cluster (three
+masters and a replica each, through ``redis+cluster://``). Each run checks its history
 (partition_history.py) and gives its figures (:class:`Figures`).
 
 Scenarios (:data:`SCENARIOS`):
@@ -9,6 +10,16 @@ Scenarios (:data:`SCENARIOS`):
   off from the rest (the majority fails over) until the majority's agent has been served
   by the new primary for a while, then healed.
 - ``flapping-link``: the primary's link goes down and up again, second by second.
+- ``quorum-failover``: as ``isolated-primary``, with requests that each need two votes
+  (one from each responder, one on each side): the failover comes while votes are
+  counted (``MODE`` ``quorum`` of partition_roles.py).
+- ``escalation-failover``: as ``isolated-primary``, with requests that escalate after
+  1.5 s from the agents' queue (nobody answers it) to the responders' ``oncall``: with a
+  request published every 0.25 s (by the two agents together), hops are due throughout
+  the failover (``MODE`` ``escalation``).
+- ``cluster-isolated-master``: on a Cluster (:class:`ClusterRun`), the master holding
+  the majority agent's waiter, with the other agent and one responder, cut off until its
+  replica took over and ``hold_s`` passed, then healed.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from typing import Any
 
 from partition_history import check, read_history
 from partition_net import Net, Node, wait_until
+from partition_roles import ONCALL
 
 ROLES = Path(__file__).with_name("partition_roles.py")
 MASTER = "tnxmaster"
@@ -84,8 +96,8 @@ class Figures:
 class SentinelRun:
     """One run: the topology up, the traffic, the fault, the figures."""
 
-    def __init__(self, net: Net, durability: str, plan: Plan) -> None:
-        self.net, self.plan, self.durability = net, plan, durability
+    def __init__(self, net: Net, durability: str, plan: Plan, mode: str = "plain") -> None:
+        self.net, self.plan, self.durability, self.mode = net, plan, durability, mode
         self.dir = net.directory
         self.r1, self.r2 = net.add("r1"), net.add("r2")
         self.sentinels = [net.add(f"s{i}") for i in (1, 2, 3)]
@@ -140,8 +152,8 @@ class SentinelRun:
         return out[0] if out else None
 
     def start_traffic(self, run_s: float) -> None:
-        options = json.dumps(self.options)
         plan = self.plan
+        oncall = {"queue": ONCALL} if self.mode == "escalation" else {}
         for node, role, numbers in (
             (self.p1, "responder", (run_s + plan.wait_s, plan.think_s)),
             (self.p2, "responder", (run_s + plan.wait_s, plan.think_s)),
@@ -150,9 +162,10 @@ class SentinelRun:
         ):
             history = self.dir / f"{node.name}.jsonl"
             self.histories.append(history)
+            options = json.dumps({**self.options, **(oncall if role == "responder" else {})})
             argv = [
                 sys.executable, str(ROLES), role, self.url, "partitions", node.name,
-                str(history), options, *(str(n) for n in numbers),
+                str(history), options, self.mode, *(str(n) for n in numbers),
             ]  # fmt: skip
             self.net.start(node, argv, f"{node.name}.log")
 
@@ -260,17 +273,133 @@ def flapping_link(run: SentinelRun) -> float | None:
     return switched
 
 
-SCENARIOS: dict[str, Callable[[SentinelRun], float | None]] = {
-    "isolated-primary": isolated_primary,
-    "flapping-link": flapping_link,
+class ClusterRun(SentinelRun):
+    """As :class:`SentinelRun`, on a Redis Cluster of three masters (r1..r3) and a
+    replica each (r4..r6), through ``redis+cluster://``; no Sentinels (the masters vote
+    a replica in)."""
+
+    def __init__(self, net: Net, durability: str, plan: Plan, mode: str = "plain") -> None:
+        self.net, self.plan, self.durability, self.mode = net, plan, durability, mode
+        self.dir = net.directory
+        self.servers = [net.add(f"r{i}") for i in range(1, 7)]
+        self.r1 = self.servers[0]
+        self.sentinels = []
+        self.a1, self.p1 = net.add("a1"), net.add("p1")
+        self.a2, self.p2 = net.add("a2"), net.add("p2")
+        self.url = "redis+cluster://" + ",".join(f"{n.ip}:6379" for n in self.servers)
+        self.options = {"block_ms": 100, "lease_ms": 1000}
+        if durability == "wait":
+            self.options.update(DURABLE)
+        self.histories = []
+
+    def start_servers(self) -> None:
+        for node in self.servers:
+            directory = self.dir / node.name
+            directory.mkdir()
+            argv = ["redis-server", "--port", "6379", "--bind", node.ip, "--protected-mode"]
+            argv += ["no", "--save", "", "--appendonly", "no", "--dir", str(directory)]
+            argv += ["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"]
+            argv += ["--repl-diskless-sync-delay", "0"]
+            self.net.start(node, argv, f"{node.name}.log")
+        for node in self.servers:
+            wait_until(f"{node.name} is up", lambda n=node: self.cli(n, 6379, "PING") == ["PONG"])
+        # masters first: r1..r3 get the slots, r4..r6 replicate them
+        created = self.net.exec(
+            self.r1, "redis-cli", "--cluster", "create",
+            *(f"{n.ip}:6379" for n in self.servers), "--cluster-replicas", "1", "--cluster-yes",
+            timeout=60,
+        )  # fmt: skip
+        if "All 16384 slots covered" not in created:
+            raise RuntimeError(f"the cluster was not created: {created[-500:]}")
+
+        def healthy() -> bool:
+            for node in self.servers:
+                if "cluster_state:ok" not in self.net.exec(
+                    node, "redis-cli", "-h", node.ip, "CLUSTER", "INFO"
+                ):
+                    return False
+                info = self.info(node)
+                if "role:slave" in info and "master_link_status:up" not in info:
+                    return False
+            return True
+
+        wait_until("the cluster is formed, every replica in sync", healthy, 60)
+
+    def master_of_waiter(self, agent: Node) -> Node:
+        """The master holding the slot of ``agent``'s waiter (named in its ``ready``)."""
+        history = self.dir / f"{agent.name}.jsonl"
+        ready = next(e for e in read_history([history]) if e["op"] == "ready")
+        key = f"{{partitions:w:{ready['waiter']}}}:answers"
+        slot = int(self.cli(self.r1, 6379, "CLUSTER", "KEYSLOT", key)[0])
+        nodes = self.net.exec(self.r1, "redis-cli", "-h", self.r1.ip, "CLUSTER", "NODES")
+        for fields in (line.split() for line in nodes.splitlines()):
+            if "master" not in fields[2]:
+                continue
+            for span in fields[8:]:
+                first, _, last = span.partition("-")
+                if first.isdigit() and int(first) <= slot <= int(last or first):
+                    ip = fields[1].split(":")[0]
+                    return next(n for n in self.servers if n.ip == ip)
+        raise RuntimeError(f"no master holds slot {slot}")
+
+    def wait_for_switch(self, sentinel: Node, timeout_s: float) -> float | None:
+        """When ``sentinel`` (a majority node here) sees r1 (the isolated master) failed
+        and a replica serving its slots (None: not within ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            nodes = self.net.exec(sentinel, "redis-cli", "-h", sentinel.ip, "CLUSTER", "NODES")
+            lines = [line.split() for line in nodes.splitlines()]
+            if any(
+                f[1].startswith(f"{self.r1.ip}:") and "fail" in f[2].split(",") for f in lines
+            ) and any("master" in f[2] and len(f) > 8 for f in lines if self.r1.ip not in f[1]):
+                masters = [f for f in lines if "master" in f[2] and "fail" not in f[2]]
+                if sum(1 for f in masters if len(f) > 8) == 3:
+                    return time.time()
+            time.sleep(0.1)
+        return None
+
+
+def cluster_isolated_master(run: SentinelRun) -> float | None:
+    """The Cluster master holding the majority agent's waiter (its reply stream and
+    request states: where answers to it are written), with the other agent and one
+    responder, cut off from the rest until its replica was voted in and ``hold_s``
+    passed; then healed."""
+    assert isinstance(run, ClusterRun)
+    run.r1 = run.master_of_waiter(run.a2)
+    minority = [run.r1, run.a1, run.p1]
+    majority = [n for n in run.net.nodes.values() if n not in minority]
+    run.net.partition(minority, majority)
+    watcher = next(n for n in run.servers if n not in minority)
+    switched = run.wait_for_switch(watcher, run.plan.max_cut_s)
+    time.sleep(run.plan.hold_s)
+    run.net.heal()
+    return switched
+
+
+@dataclass(frozen=True)
+class Scenario:
+    fault: Callable[[SentinelRun], float | None]
+    mode: str = "plain"
+    """The requests' shape (partition_roles.py's ``MODE``)."""
+    topology: type[SentinelRun] = SentinelRun
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "isolated-primary": Scenario(isolated_primary),
+    "flapping-link": Scenario(flapping_link),
+    "quorum-failover": Scenario(isolated_primary, "quorum"),
+    "escalation-failover": Scenario(isolated_primary, "escalation"),
+    "cluster-isolated-master": Scenario(cluster_isolated_master, topology=ClusterRun),
 }
 
 
 def run_scenario(directory: Path, scenario: str, durability: str, plan: Plan) -> Figures:
     """One run of ``scenario`` in namespaces of its own, all of them removed after."""
     directory.mkdir(parents=True, exist_ok=True)
+    chosen = SCENARIOS[scenario]
     with Net(directory) as net:
-        return SentinelRun(net, durability, plan).run(scenario, SCENARIOS[scenario])
+        run = chosen.topology(net, durability, plan, chosen.mode)
+        return run.run(scenario, chosen.fault)
 
 
 def as_json(figures: Figures) -> str:

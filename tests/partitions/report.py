@@ -23,12 +23,25 @@ from pathlib import Path
 from partition_net import available
 from partition_scenarios import SCENARIOS, Figures, Plan, as_json, run_scenario
 
-BEGIN, END = "<!-- partitions:begin -->", "<!-- partitions:end -->"
+
+def markers(section: str) -> tuple[str, str]:
+    """The markers between which ``--write`` puts the table of ``section`` (``""``: the
+    page's main partition table)."""
+    name = f"partitions-{section}" if section else "partitions"
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
 
 DESCRIPTIONS = {
     "isolated-primary": "primary isolated with one Sentinel, one agent and one responder "
     "(the minority) until the majority failed over and 4 s more, then healed",
     "flapping-link": "the primary's link down 1 s, up 1 s, for 12 s",
+    "quorum-failover": "as the primary isolated, with requests that need 2 votes (one "
+    "responder on each side): a failover during the votes",
+    "escalation-failover": "as the primary isolated, with requests that escalate after "
+    "1.5 s to the responders' queue: a failover during the hops",
+    "cluster-isolated-master": "a Cluster master (the one holding the majority agent's "
+    "waiter) isolated with one agent and one responder until its replica took over and "
+    "4 s more, then healed",
 }
 
 
@@ -66,12 +79,23 @@ def _span(values: list[float]) -> str:
     return f"median {median:.1f} s after the fault (max {values[-1]:.1f} s)"
 
 
-def write(path: Path, text: str) -> None:
+def write(path: Path, text: str, section: str = "") -> None:
+    begin, end = markers(section)
     page = path.read_text()
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.DOTALL)
     if not pattern.search(page):
-        raise SystemExit(f"{path}: no {BEGIN} ... {END} markers")
-    path.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}\n{END}", page))
+        raise SystemExit(f"{path}: no {begin} ... {end} markers")
+    path.write_text(pattern.sub(lambda _: f"{begin}\n{text}\n{end}", page))
+
+
+def logged(log: Path) -> list[Figures]:
+    """The figures of the ``PARTITION {...}`` lines of an earlier output."""
+    prefix = "PARTITION "
+    return [
+        Figures(**json.loads(line.removeprefix(prefix)))
+        for line in log.read_text().splitlines()
+        if line.startswith(prefix)
+    ]
 
 
 def main() -> None:
@@ -80,13 +104,25 @@ def main() -> None:
     parser.add_argument("--scenarios", nargs="*", default=list(SCENARIOS))
     parser.add_argument("--durability", nargs="*", default=["none", "wait"])
     parser.add_argument("--write", type=Path, help="the page whose partition table to replace")
+    parser.add_argument(
+        "--from-log",
+        type=Path,
+        nargs="*",
+        help="run nothing: the table of the PARTITION lines these earlier outputs printed",
+    )
+    parser.add_argument(
+        "--section",
+        default="",
+        help="write between <!-- partitions-SECTION:begin/end --> (default: the main table)",
+    )
     args = parser.parse_args()
-    problem = available()
-    if problem is not None:
-        raise SystemExit(f"partition runs cannot run here: {problem}")
     runs: list[Figures] = []
+    if args.from_log:
+        runs = [r for log in args.from_log for r in logged(log)]
+    elif (problem := available()) is not None:
+        raise SystemExit(f"partition runs cannot run here: {problem}")
     tmp = Path(tempfile.mkdtemp(prefix="toolnexus-partitions-"))
-    for repeat in range(args.repeats):
+    for repeat in range(0 if args.from_log else args.repeats):
         for scenario in args.scenarios:
             for durability in args.durability:
                 directory = tmp / f"{scenario}-{durability}-{repeat}"
@@ -101,7 +137,7 @@ def main() -> None:
     text = table(runs, commit or "this tree")
     print(text)
     if args.write is not None:
-        write(args.write, text)
+        write(args.write, text, args.section)
     bad = [r for r in runs if r.durability == "wait" and (r.lost or r.conflicting)]
     if bad:
         print(json.dumps([r.examples for r in bad]), file=sys.stderr)

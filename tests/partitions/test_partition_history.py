@@ -10,6 +10,7 @@ from typing import Any
 from partition_history import (
     ACCEPTED,
     ALREADY_RESOLVED,
+    COUNTED,
     FAILED,
     NOT_CONFIRMED,
     check,
@@ -60,6 +61,35 @@ def test_an_acknowledged_answer_the_waiter_never_got_is_lost() -> None:
         [publish("a"), respond("a", 1, ACCEPTED), respond("a", 2, FAILED), outcome("a", 2)]
     )
     assert [v.kind for v in verdict.violations] == ["lost"]
+
+
+def test_a_counted_vote_missing_from_the_approvals_is_lost() -> None:
+    def vote(req: str, answer: Any, voter: str) -> dict[str, Any]:
+        return {**respond(req, answer, COUNTED), "voter": voter}
+
+    def decided(req: str, answer: Any, voters: list[str]) -> dict[str, Any]:
+        return {**outcome(req, answer), "voters": voters}
+
+    kept = [
+        publish("a"),
+        vote("a", 1, "p1"),
+        respond("a", 2, ACCEPTED),
+        decided("a", 2, ["p1", "p2"]),
+    ]
+    verdict = check(kept)
+    assert verdict.ok, verdict.violations
+    assert verdict.acknowledged == 1  # a counted vote is no answer
+    dropped = [
+        publish("a"),
+        vote("a", 1, "p1"),
+        respond("a", 2, ACCEPTED),
+        decided("a", 2, ["p2", "p3"]),
+    ]
+    verdict = check(dropped)
+    assert [(v.kind, v.request) for v in verdict.violations] == [("lost", "a")]
+    assert "p1" in verdict.violations[0].detail
+    # the quorum not reached: a counted vote has no approvals to be missing from
+    assert check([publish("a"), vote("a", 1, "p1"), outcome("a", reason="expired")]).ok
 
 
 def test_two_different_acknowledged_answers_conflict() -> None:

@@ -68,9 +68,9 @@ async def resolve_answer(
         AlreadyResolved: answered, expired or withdrawn first (a dead waiter's request
             is withdrawn here and then refused as such).
         UnknownRequest: the broker no longer knows the request.
-        NotConfirmed: with ``durability="wait"``, the answer won on the master but
-            ``WAIT`` did not confirm it on enough replicas: not acknowledged, the waiter
-            decides.
+        NotConfirmed: with ``durability="wait"``, the answer won on the master (or the
+            vote was counted there) but ``WAIT`` did not confirm it on enough replicas:
+            not acknowledged, the waiter decides.
         BrokerUnavailable: Redis stayed unreachable; the answer did not get through.
     """
     waiter = waiter_of(request)

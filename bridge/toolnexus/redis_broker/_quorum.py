@@ -38,7 +38,7 @@ from typing import Any, Final
 import msgspec
 import redis.exceptions
 
-from ..errors import AlreadyVoted, DecodeError, SignatureError
+from ..errors import AlreadyVoted, DecodeError, NotConfirmed, SignatureError
 from ..lifecycle import RESOLUTIONS, RESOLVED, Outcome, Status
 from ..models import EXPIRED, WITHDRAWN, Answer, ApprovedEvent, Quorum, Request
 from ..security._audit import Refusal
@@ -46,6 +46,7 @@ from ..security._signing import Keyring, request_digest, verify_answer
 from ..security._voting import approvals_of, decides, voter_of
 from ._core import CONNECTION_ERRORS, Core, ms, text
 from ._layout import ACCEPT_VOTE_B, ANSWER, ANSWER_B, DECLINE_VOTE_B, OPEN_B, STATUS, STATUS_B
+from ._pipeliner import Unconfirmed
 from ._scripts import OUTCOMES, UNVOTE, VOTE
 from ._wait import Wait
 
@@ -89,10 +90,17 @@ def _progress(request: Request, reply: list[Any]) -> ApprovedEvent:
 
 
 def _vote(
-    core: Core, request: Request, answer: Answer, payload: bytes, replaces: bytes = b""
+    core: Core,
+    request: Request,
+    answer: Answer,
+    payload: bytes,
+    replaces: bytes = b"",
+    *,
+    confirm: bool = False,
 ) -> asyncio.Future[Any]:
     """The vote script's reply for ``answer`` (encoded as ``payload``) cast on ``request``;
-    ``replaces``: a stored vote of its voter to remove first, if it is still there."""
+    ``replaces``: a stored vote of its voter to remove first, if it is still there.
+    ``confirm``: as for :meth:`Core.resolve` (the reply comes as :class:`Unconfirmed`)."""
     assert request.quorum is not None and request.reply_to is not None
     keys, waiter, quorum = core.keys, request.reply_to, request.quorum
     vote = (payload, request.id, voter_of(answer), int(answer.ok), quorum.need, quorum.decline)
@@ -103,6 +111,7 @@ def _vote(
         (core.settings.retention_ms,),
         (keys.state(waiter, request.id),),
         (*vote, replaces, deadline),
+        confirm=confirm,
     )
 
 
@@ -118,24 +127,39 @@ async def cast_vote(
     ``answer_patience_s``) to see what the waiter made of it: cast (then counted, or
     deciding), or the request resolved meanwhile.
 
+    With ``durability="wait"``, a vote counted or deciding that ``WAIT`` did not confirm
+    on ``wait_replicas`` replicas is not acknowledged: a failover may drop it (a deciding
+    vote is then an answer lost after it was acknowledged), so the voter is told
+    :class:`~toolnexus.errors.NotConfirmed` and the waiter's own view decides.
+
     Raises:
         AlreadyVoted: the stored vote looks genuine (a second vote), or (``contested``)
             the waiter did not cast this one in time (it may yet).
+        NotConfirmed: the vote was counted (or decided) on the master, ``WAIT`` fell short.
     """
-    reply = await _vote(core, request, answer, payload)
+    unconfirmed: Unconfirmed | None = None
+    try:
+        reply = await _vote(core, request, answer, payload, confirm=True)
+    except Unconfirmed as exc:
+        reply, unconfirmed = exc.reply, exc
     if _said(reply) == Outcome.CONTESTED:
         if _looks_genuine(core, request, answer, reply[1]):
             raise AlreadyVoted(request.id, voter_of(answer))
+        unconfirmed = None  # (this vote was not written: the waiter's cast decides)
         reply = await _verdict(core, request, answer, payload)
     said = _said(reply)
     if said not in VOTE_OUTCOMES:
         raise redis.exceptions.ResponseError(f"vote script said {said!r}")
     outcome = Outcome(said)
-    if outcome == Outcome.COUNTED:
-        return outcome, _progress(request, reply), None
     stored: bytes | None = reply[1] if len(reply) > 1 else None
     if outcome in RESOLVED and stored == payload:
-        return Outcome.OK, None, None  # the deciding vote was ours (retried, or cast by the waiter)
+        outcome = Outcome.OK  # the deciding vote was ours (retried, or cast by the waiter)
+    if unconfirmed is not None and outcome in (Outcome.COUNTED, Outcome.OK):
+        raise NotConfirmed(request.id, unconfirmed.replicas, unconfirmed.required)
+    if outcome == Outcome.COUNTED:
+        return outcome, _progress(request, reply), None
+    if outcome == Outcome.OK:
+        return Outcome.OK, None, None
     return outcome, None, stored
 
 
