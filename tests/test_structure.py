@@ -43,7 +43,6 @@ PUBLIC_MODULES = (
     "toolnexus.observability",
     "toolnexus.frameworks",
     "toolnexus.frameworks.a2a",
-    "toolnexus.grants",
 )
 """The namespaces with an ``__all__``: a worker imports only what they list."""
 
