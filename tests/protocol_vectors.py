@@ -80,7 +80,6 @@ ANSWER_SIGNATURE: Final = b"toolnexus answer signature v1\n"
 REQUEST_BYTES: Final = b"toolnexus request bytes v1\n"
 REFUSAL_SIGNATURE: Final = b"toolnexus refusal signature v1\n"
 OWN_SIGNATURE: Final = b"toolnexus own record signature v1\n"
-GRANT_SIGNATURE: Final = b"toolnexus grant signature v1\n"
 
 NAMESPACE, QUEUE = "vectors", "ops"
 WAITER: Final = "agent-7.0123456789abcdef"
@@ -326,13 +325,6 @@ def signature_vectors(protocol: int) -> list[dict[str, Any]]:
         reason=reason,
     )
     out.append(vector)
-    vector = _signed(
-        "grant-signature",
-        "a person's time-limited grant to an agent, kept in the worker store grants",
-        GRANT_SIGNATURE,
-        {**grant_fields(), "key": key.name},
-    )
-    out.append(vector)
     for kind, fields in own_records():
         vector = _signed(
             f"own-record-signature:{kind}",
@@ -343,22 +335,6 @@ def signature_vectors(protocol: int) -> list[dict[str, Any]]:
         vector["kind"] = kind
         out.append(vector)
     return out
-
-
-GRANT_ID: Final = "grant-0123456789abcdef0123456789abcdef"
-
-
-def grant_fields() -> dict[str, Any]:
-    """The signed fields of the vectors' grant (all but the key's name)."""
-    return {
-        "id": GRANT_ID,
-        "agent": "agent-7",
-        "tool": "transfer",
-        "arguments": {"to": "acme", "amount": 50},
-        "granted_at": CREATED,
-        "expires_at": CREATED + 600.0,
-        "person": "web:ann",
-    }
 
 
 MCP_TASK_KEY: Final = "5f0c3e8f2b7a4c1d9e6f0a1b2c3d4e5f"

@@ -728,20 +728,3 @@ async def test_the_ledger_is_the_agents_alone_and_a_tool_runs_once(
         for client in (own, attacker, admin):
             await client.aclose()
         server.kill()
-
-
-async def test_a_responder_keeps_grants_and_ops_lists_and_revokes_them_only(
-    acl_server: RedisServer, admin: aioredis.Redis
-) -> None:
-    from toolnexus.grants import Grants, make_grant
-    from toolnexus.security import SigningKey
-
-    grant = make_grant(SigningKey.generate("web-1"), agent="agent", tool="transfer", minutes=5)
-    async with connect(acl_server, "responder") as bot:
-        await Grants(bot).keep(grant)  # the web page's part
-    async with redis_brokers(url(acl_server, "ops"), "toolnexus", [QUEUE]) as (ops,):
-        assert [g.id for g in await Grants(ops).all()] == [grant.id]
-        assert await Grants(ops).revoke(grant.id)
-        assert await Grants(ops).all() == []
-        assert await denials(admin) == []
-        await noperm(ops.redis.hset(KEYS.store("grants"), grant.id, b"x"))  # revoke, not grant

@@ -47,8 +47,6 @@ COMMANDS = {
     ("dead-letters", "show"): connection_parser(keys=False),
     ("dead-letters", "requeue"): connection_parser(keys=False),
     ("dead-letters", "purge"): connection_parser(keys=False),
-    ("grants", "list"): connection_parser(keys=False),
-    ("grants", "revoke"): connection_parser(keys=False),
     ("demo",): connection_parser(keys=False, embedded=True, queue_default="demo"),
 }
 
@@ -67,8 +65,7 @@ def test_the_command_list_is_complete() -> None:
     source = (ROOT / "bridge" / "toolnexus" / "cli" / "_main.py").read_text()
     assert '"--url",' not in source and '"--namespace",' not in source  # only shared ones
     assert set(re.findall(r'"(\w[\w-]*)",\n\s+parents=\[connection_parser', source)) == {
-        "ask", "answer", "status", "check", "audit", "list", "show", "requeue", "purge", "demo",
-        "revoke",
+        "ask", "answer", "status", "check", "audit", "list", "show", "requeue", "purge", "demo"
     }  # fmt: skip
 
 

@@ -46,7 +46,7 @@ from toolnexus.codec import JSON, MSGPACK
 from toolnexus.errors import SignatureError
 from toolnexus.frameworks import _tool_call, claude_agent_sdk
 from toolnexus.mcp import _tasks
-from toolnexus.models import Answer, Grant, Heartbeat, Request, Signature
+from toolnexus.models import Answer, Heartbeat, Request, Signature
 from toolnexus.protocol import PREVIOUS_PROTOCOL, PREVIOUS_RELEASE, PROTOCOL, READS, version
 from toolnexus.redis_broker import RedisBroker, _layout
 from toolnexus.redis_broker._escalation import parse_queues_field
@@ -58,7 +58,7 @@ from toolnexus.redis_broker._layout import (
     parse_route,
     route_value,
 )
-from toolnexus.security import Keyring, sign_grant, verify_grant
+from toolnexus.security import Keyring
 from toolnexus.security import _audit as audit
 from toolnexus.security._signing import (
     request_digest,
@@ -279,21 +279,6 @@ def test_the_refusal_signature_is_the_documented_bytes(protocol: int) -> None:
         verify_refusal(pv.REQUEST_ID, flipped(payload), reason, made, KEYRING)
     with pytest.raises(SignatureError, match="bad signature"):
         verify_refusal(pv.REQUEST_ID, payload, reason + ".", made, KEYRING)
-
-
-@PROTOCOLS
-def test_the_grant_signature_is_the_documented_bytes(protocol: int) -> None:
-    vector = named("signatures", protocol)["grant-signature"]
-    canonical = _canonical_matches(vector)
-    signed, sig = bytes.fromhex(vector["signed"]), bytes.fromhex(vector["signature"])
-    assert signed == pv.GRANT_SIGNATURE + canonical
-    grant = sign_grant(Grant(**pv.grant_fields()), KEY)
-    assert grant.signature == Signature(key=KEY.name, sig=sig)
-    assert KEY.sign(signed) == sig
-    assert public_verifies(sig, signed) and not public_verifies(sig, flipped(signed))
-    assert verify_grant(grant, KEYRING) == KEY.name
-    with pytest.raises(SignatureError, match="bad signature"):
-        verify_grant(msgspec.structs.replace(grant, arguments=None), KEYRING)
 
 
 @PROTOCOLS
@@ -615,7 +600,6 @@ SIGNED_SECTIONS = {
     "answer-signature": "The answer signature",
     "refusal-signature": "The refusal signature",
     "own-record-signature": "Own records",
-    "grant-signature": "The grant signature",
 }
 
 
@@ -642,7 +626,6 @@ def test_every_signed_field_and_prefix_is_on_the_page() -> None:
         pv.REQUEST_BYTES,
         pv.REFUSAL_SIGNATURE,
         pv.OWN_SIGNATURE,
-        pv.GRANT_SIGNATURE,
     ):
         if prefix.decode().replace("\n", "\\n") not in prefixes:
             missing.append(f"prefix {prefix!r}")

@@ -25,11 +25,11 @@ import toolnexus
 from conformance import CHROMIUM, CHROMIUM_ARGS
 from conftest import FAST
 from toolnexus import Answer, Broker, ConfigurationError, Quorum, Request
-from toolnexus.models import Hop, Source
-from toolnexus.rendering import check_link, form_data, form_fields, request_anchor
+from toolnexus.models import Hop
+from toolnexus.rendering import check_link, form_data, form_fields
 from toolnexus.security import Keyring, SigningKey
 from toolnexus_workers.web.access import Access, hash_password, load_users, verify_password
-from toolnexus_workers.web.app import CONTENT_SECURITY_POLICY, request_name
+from toolnexus_workers.web.app import CONTENT_SECURITY_POLICY
 from toolnexus_workers.web.board import FOLLOWER_BACKLOG, Board
 from toolnexus_workers.web.server import WebServer
 from waiting_agents import AgentFactory
@@ -675,103 +675,3 @@ async def test_a_page_that_falls_too_far_behind_is_ended() -> None:
                 assert [change async for change in follower] == []
             await pending.dismiss()
         assert (await waiting).reason == "dismissed"
-
-
-# -- several requests at once ------------------------------------------------------------
-
-
-async def test_a_filtered_selection_is_answered_at_once_each_on_its_own(
-    broker: Broker, browser: Browser, redis_url: str, namespace: str
-) -> None:
-    """Filter by agent, select every request shown, accept: each gets its own answer,
-    checked against it and audited; one that cannot be accepted so is reported and stays."""
-    from toolnexus.frameworks import decide, tool_call_request
-
-    def transfer(agent: str, amount: int) -> Request:
-        return tool_call_request(
-            "transfer", {"to": "acme", "amount": amount}, framework="test", agent=agent
-        )
-
-    name_form = {"type": "object", "properties": {"name": {"type": "string"}}}
-    needs_a_name = ask("Your name?", kind="input", source=Source(agent="ci-agent"),
-                       data={"schema": {**name_form, "required": ["name"]}})  # fmt: skip
-    defaults = ask(
-        "Nickname?", kind="input", data={"schema": name_form}, source=Source(agent="ci-agent")
-    )
-    ci = [transfer("ci-agent", 10), transfer("ci-agent", 20), needs_a_name, defaults]
-    other = transfer("ops-agent", 30)
-    key = SigningKey.generate("web-1")
-    async with (
-        toolnexus.connect(redis_url, namespace=namespace, signing_key=key, **FAST) as on,
-        serving(on) as web,
-    ):
-        page = await signed_in_page(browser, web)
-        waits = {r.id: asyncio.create_task(broker.wait_for(r, timeout_s=60)) for r in [*ci, other]}
-        for request in [*ci, other]:
-            await expect(page.locator(f"article#{request_anchor(request.id)}")).to_be_visible()
-        await page.get_by_label("Show only requests of agent, tool or server").fill("ci-agent")
-        await expect(page.locator(f"article#{request_anchor(other.id)}")).to_be_hidden()
-        await page.get_by_label("Select every request shown").check()
-        await expect(page.locator("#picked")).to_have_text("4 selected")
-        await page.get_by_role("button", name="Accept selected").click()
-
-        signed: set[bytes | None] = set()
-        for request in (ci[0], ci[1], defaults):
-            answer = await asyncio.wait_for(waits[request.id], 20)
-            assert (answer.ok, answer.person) == (True, "web:token")
-            assert answer.signature is not None and answer.signature.key == "web-1"
-            signed.add(answer.signature.digest)  # each bound to its own request's digest
-            assert len(await broker.audit(request_id=request.id)) == 1
-        assert len(signed) == 3 and None not in signed
-        assert decide(ci[0], (await waits[ci[0].id])).arguments == {"to": "acme", "amount": 10}
-        assert (await waits[defaults.id]).data == {}
-        refused = page.locator(f'#notes .note[data-key="{request_anchor(needs_a_name.id)}"]')
-        await expect(refused).to_contain_text("Not answered: ")
-        await expect(refused).to_contain_text("name")
-        await expect(page.locator(f"article#{request_anchor(needs_a_name.id)}")).to_be_visible()
-        assert not waits[needs_a_name.id].done() and not waits[other.id].done()
-
-        await page.get_by_label("Show only requests of agent, tool or server").fill("")
-        await expect(page.locator(f"article#{request_anchor(other.id)}")).to_be_visible()
-        await page.get_by_label(f"Select {request_name(other)}").check()
-        await expect(page.locator("#picked")).to_have_text("1 selected")
-        await page.get_by_role("button", name="Decline selected").click()
-        declined = await asyncio.wait_for(waits[other.id], 20)
-        assert (declined.ok, declined.reason) == (False, "declined")
-        assert not waits[needs_a_name.id].done()
-        waits[needs_a_name.id].cancel()
-
-
-async def test_a_bulk_answer_needs_the_csrf_token_and_reports_each_request(
-    broker: Broker, tmp_path: Path
-) -> None:
-    users = tmp_path / "users.toml"
-    users.write_text(f'[users]\nann = "{hash_password("pw")}"\n')
-    async with serving(broker, access=Access(users=load_users(users))) as web:
-        request = ask("Deploy?")
-        waiting = asyncio.create_task(broker.wait_for(request, timeout_s=60))
-        await helpers.eventually(lambda: web.board.get(request.id) is not None, "the card")
-        async with httpx.AsyncClient(base_url=web.url) as client:
-            login = await client.post("/login", data={"name": "ann", "password": "pw"})
-            assert login.status_code in (200, 303)
-            forged = await client.post(
-                "/answer-many", data={"request": request.id, "action": "accept"}
-            )
-            assert forged.status_code == 403
-            page = (await client.get("/")).text
-            csrf = re.search(r'name="csrf" value="([^"]+)"', page)
-            assert csrf is not None
-            done = await client.post(
-                "/answer-many",
-                data={"request": [request.id, "req-unknown"], "action": "accept",
-                      "csrf": csrf.group(1)},
-                headers={"X-Toolnexus-Fetch": "1"},
-            )  # fmt: skip
-        assert done.status_code == 200
-        results = done.json()["results"]
-        assert [(r["request"], r["outcome"]) for r in results] == [
-            (request.id, "sent"),
-            ("req-unknown", "gone"),
-        ]
-        answer = await asyncio.wait_for(waiting, 20)
-        assert (answer.ok, answer.person) == (True, "web:ann")

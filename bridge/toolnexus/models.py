@@ -185,23 +185,6 @@ class Approval(msgspec.Struct, omit_defaults=True, frozen=True):
     at: float
 
 
-class Grant(msgspec.Struct, omit_defaults=True, frozen=True, kw_only=True):
-    """A person's time-limited grant: the auto worker may accept tool approvals of ``tool``
-    from the agent whose verified key is ``agent`` until ``expires_at`` (Unix seconds),
-    only for arguments that hold every entry of ``arguments`` when it is set. Signed by the
-    granting responder's key (:func:`toolnexus.security.sign_grant`) and kept in the worker
-    store ``grants`` (:mod:`toolnexus.grants`); ``id`` names it for ``toolnexus grants revoke``."""
-
-    id: str
-    agent: str
-    tool: str
-    arguments: dict[str, Any] | None = None
-    granted_at: float
-    expires_at: float
-    person: str | None = None
-    signature: Signature | None = None
-
-
 class _Event(msgspec.Struct, tag_field="type", omit_defaults=True, kw_only=True):
     """What happened to request ``id`` at ``at``, for responders that show it (UIs remove
     answered ones). One struct per :class:`~toolnexus.lifecycle.EventType`, tagged with it
@@ -383,7 +366,6 @@ __all__ = [
     "EscalatedEvent",
     "Event",
     "ExpiredEvent",
-    "Grant",
     "Heartbeat",
     "Hop",
     "Message",

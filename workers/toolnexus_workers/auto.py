@@ -1,9 +1,7 @@
 """``toolnexus worker auto --rules rules.toml``: answer requests by rules, unattended.
 
 (Or ``--policy FILE.cedar``: a Cedar policy decides, :mod:`toolnexus_workers.policy`;
-``--shadow`` decides and answers nothing, counting agreement with people. With
-``--grant-keys KEYS``, people's time-limited grants (:mod:`toolnexus.grants`) signed by
-those keys accept tool approvals before the rules or policy are asked.)
+``--shadow`` decides and answers nothing, counting agreement with people.)
 
 For CI and unattended fleets. Rules are tried in order and the first that matches
 decides; a request no rule matches is skipped (left for a person)::
@@ -46,7 +44,6 @@ import asyncio
 import fnmatch
 import logging
 import re
-import time
 import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -65,10 +62,8 @@ from toolnexus import (
 from toolnexus.cli import EXIT_OK, failed
 from toolnexus.errors import InvalidRequest
 from toolnexus.frameworks import TOOL_CALL, ToolCall, tool_call_of
-from toolnexus.grants import Grants
-from toolnexus.models import DECLINED, AnsweredEvent, EndedEvent, Grant
+from toolnexus.models import DECLINED, AnsweredEvent, EndedEvent
 from toolnexus.rendering import shorten, value_text
-from toolnexus.security import Keyring
 
 from .options import configure_logging, run_main, serve_worker, worker_parser
 
@@ -378,47 +373,26 @@ def _call(request: Request) -> ToolCall | None:
         return None
 
 
-@dataclass(frozen=True)
-class GrantCheck:
-    """Where grants are read (``grants``), whose signatures on them count (``keyring``), and
-    the longest grant honoured (``max_s``, the operator's ``--max-grant-minutes``)."""
-
-    grants: Grants
-    keyring: Keyring
-    max_s: float
-
-
 class AutoWorker(Worker):
     """Answers each request as the first matching rule says, or as a Cedar policy decides;
     the rest are skipped. ``shadow`` (a policy only): decide, log and count, answer none;
-    when people have answered, count whether the policy agreed (:meth:`agreement`).
-    ``grants``: a tool approval a valid grant covers is accepted before rules or policy."""
+    when people have answered, count whether the policy agreed (:meth:`agreement`)."""
 
     group = "auto"
 
     def __init__(
-        self,
-        rules: Rules | Policy,
-        *,
-        queue: str = "default",
-        shadow: bool = False,
-        grants: GrantCheck | None = None,
+        self, rules: Rules | Policy, *, queue: str = "default", shadow: bool = False
     ) -> None:
         if shadow and isinstance(rules, Rules):
             raise ConfigurationError("shadow mode is for a policy (--policy), not rules")
-        if shadow and grants is not None:
-            raise ConfigurationError("shadow mode answers nothing: it honours no grants")
         self.rules = rules
         self.queue = queue
         self.shadow = shadow
-        self.grants = grants
         self._later: dict[str, asyncio.Task[None]] = {}
         self._shadowed: dict[str, Decision] = {}
         self._agreement = {"agreed": 0, "disagreed": 0, "undecided": 0, "unresolved": 0}
 
     async def show(self, pending: Pending) -> None:
-        if self.grants is not None and await self._granted(pending, self.grants):
-            return
         if not isinstance(self.rules, Rules):
             await self._decide(pending, self.rules)
             return
@@ -462,24 +436,6 @@ class AutoWorker(Worker):
             task.cancel()
         await asyncio.gather(*waiting, return_exceptions=True)
         self._later.clear()
-
-    async def _granted(self, pending: Pending, check: GrantCheck) -> bool:
-        """Accept ``pending`` as proposed if a valid grant covers it; whether one did."""
-        call = _call(pending.request)
-        if call is None:
-            return False
-        grant = await check.grants.honoured(
-            pending.signer, call.name, call.arguments, check.keyring, max_s=check.max_s
-        )
-        if grant is None:
-            return False
-
-        def say(outcome: str, level: int = logging.INFO) -> None:
-            _log_grant(pending.request, grant, outcome, level=level)
-
-        person = f"auto:grant {grant.id}" + (f" from {grant.person}" if grant.person else "")
-        await self._answer(pending, "accept", None, None, person, say)
-        return True
 
     async def _decide(self, pending: Pending, policy: Policy) -> None:
         request = pending.request
@@ -587,21 +543,6 @@ def _log_policy(
     )
 
 
-def _log_grant(request: Request, grant: Grant, outcome: str, *, level: int) -> None:
-    """The one line that records an acceptance by a grant."""
-    log.log(
-        level,
-        "decision=accept request=%s grant=%s (from %s, until %s) principal=Agent::%r %s outcome=%s",
-        request.id,
-        grant.id,
-        grant.person or "-",
-        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(grant.expires_at)),
-        grant.agent,
-        _describe(request),
-        outcome,
-    )
-
-
 def _log(request: Request, rule: Rule | None, outcome: str, *, level: int = logging.INFO) -> None:
     """The one line that records a decision: what, by which rule, on what, and how it went."""
     log.log(
@@ -656,21 +597,6 @@ def parser() -> argparse.ArgumentParser:
         "policy agrees with what people answer",
     )
     p.add_argument(
-        "--grant-keys",
-        type=Path,
-        metavar="KEYS",
-        help="honour people's time-limited grants signed by these keys (a trusted-keys file "
-        "or a directory of .pub files: the web workers' keys); a tool approval a grant "
-        "covers is accepted before the rules or policy are asked",
-    )
-    p.add_argument(
-        "--max-grant-minutes",
-        type=float,
-        default=60.0,
-        metavar="N",
-        help="with --grant-keys: honour no grant longer than N minutes (default 60)",
-    )
-    p.add_argument(
         "--check",
         action="store_true",
         help="check the rules or policy file, print a summary, exit",
@@ -692,40 +618,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{rules.source}: {len(rules)} {kind}, all valid")
         return EXIT_OK
 
-    try:
-        keyring = _grant_keyring(args)
-    except ConfigurationError as exc:
-        return failed(args.prog, exc)
-
     async def work(broker: Broker) -> int:
-        grants = None
-        if keyring is not None:
-            grants = GrantCheck(Grants(broker), keyring, args.max_grant_minutes * 60)
-        worker = AutoWorker(rules, queue=args.queue, shadow=args.shadow, grants=grants)
+        worker = AutoWorker(rules, queue=args.queue, shadow=args.shadow)
         how = "in shadow mode (answering nothing) " if args.shadow else ""
         log.info("answering queue %r %sby %r", args.queue, how, rules)
         return await serve_worker(broker, args, worker, worker.aclose)
 
     return run_main(args, work)
-
-
-def _grant_keyring(args: argparse.Namespace) -> Keyring | None:
-    """The keys whose grants count (None: grants are not honoured).
-
-    Raises:
-        ConfigurationError: the keys cannot be read, ``--max-grant-minutes`` is not
-            positive, or grants are asked for in shadow mode.
-    """
-    minutes = args.max_grant_minutes
-    if not minutes > 0 or minutes == float("inf"):
-        raise ConfigurationError(
-            f"--max-grant-minutes must be a positive number of minutes, not {minutes:g}"
-        )
-    if args.grant_keys is None:
-        return None
-    if args.shadow:
-        raise ConfigurationError("--grant-keys: shadow mode answers nothing, so no grants")
-    return Keyring.load(args.grant_keys)
 
 
 def _load(args: argparse.Namespace) -> Rules | Policy:
@@ -745,13 +644,4 @@ def _load(args: argparse.Namespace) -> Rules | Policy:
     return Policy.load(args.policy, "skip" if args.on_error == "people" else "decline")
 
 
-__all__ = [
-    "AutoWorker",
-    "Condition",
-    "GrantCheck",
-    "Rule",
-    "Rules",
-    "RulesError",
-    "main",
-    "parser",
-]
+__all__ = ["AutoWorker", "Condition", "Rule", "Rules", "RulesError", "main", "parser"]

@@ -20,8 +20,8 @@ Each user gets only the commands its role needs, each with the key patterns it n
   any waiter's state and reply stream, never reads a reply stream), dead-letters garbage,
   follows events, reads liveness marks and routes, keeps heartbeats and workers' stores
   (chat message maps).
-- **ops** reads every key of the namespace and may only clear dead letters, requeue
-  the requests they hold, and revoke grants (delete them from the store ``grants``).
+- **ops** reads every key of the namespace and may only clear dead letters and requeue
+  the requests they hold.
 
 The ``default`` user is off. No line holds a password: ``deploy/redis/set-passwords.sh``
 adds each user's as a hash, from ``REDIS_<USER>_PASSWORD`` (:func:`password_variable`).
@@ -99,8 +99,7 @@ OPS_RULES = (
     "(~<q>:dead +xdel +xtrim) "
     "(%W~<q>:requests +xadd +xdel) "
     "(~<q>:route:* +set) "
-    "(~<q>:dead ~<q>:requests ~<q>:route:* +evalsha +script|load) "
-    "(~<q>:store:grants +hdel)"
+    "(~<q>:dead ~<q>:requests ~<q>:route:* +evalsha +script|load)"
 )
 """An operator's rules: ``<w>`` is the hash tag of every waiter's keys. The last three
 selectors are ``toolnexus dead-letters requeue``'s: a script that deletes a dead letter and adds the
@@ -108,8 +107,7 @@ request it held back to its stream (the request's original bytes, which responde
 again: an operator can add requests, never answer one), deleting its old entry if it is
 still there (moved, not copied: a group that has not read it yet reads it once), and
 points the request's route at its new entry (which answering by id reads: a route names
-the waiter and the entry). The last lets ``toolnexus grants revoke`` delete a grant (never
-write one: a grant counts only with a trusted key's signature)."""
+the waiter and the entry)."""
 
 DEFAULT_USER = "user default off resetchannels -@all"
 

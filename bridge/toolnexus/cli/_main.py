@@ -25,8 +25,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import msgspec
-
 from .._hops import parse_duration
 from .._numeric import MAX_SECONDS, check_number
 from ..errors import ConfigurationError, ToolnexusError
@@ -152,7 +150,6 @@ def _ops_parsers(commands: Any) -> None:
     _check_parser(commands)
     _audit_parser(commands)
     _dead_letters_parser(commands)
-    _grants_parser(commands)
 
 
 def _ask_parser(commands: Any) -> None:
@@ -439,67 +436,6 @@ def _dead_letters_parser(commands: Any) -> None:
         parser.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _grants_parser(commands: Any) -> None:
-    grants = commands.add_parser(
-        "grants",
-        help="list or revoke people's time-limited grants to the auto worker",
-        description=(
-            "A grant lets the auto worker (--grant-keys) accept one agent's calls of one "
-            "tool, optionally only with given arguments, until it expires; people make them "
-            "on the web page. Revoking deletes the grant: auto workers read the grants for "
-            "every tool approval, so it holds from their next request. Exit status: 0 done; "
-            "1 no grant has that id; 2 bad usage; 3 the broker unreachable."
-        ),
-    )
-    actions = grants.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser(
-        "list",
-        parents=[connection_parser(keys=False)],
-        help="one line each, oldest first: id, agent, tool, arguments, until when, by whom",
-        description="List the queue's grants (expired ones too, marked so), oldest first.",
-    )
-    listing.add_argument("--json", action="store_true", help="print JSON")
-    revoke = actions.add_parser(
-        "revoke",
-        parents=[connection_parser(keys=False)],
-        help="delete a grant",
-        description="Delete one grant: the auto workers stop honouring it.",
-    )
-    revoke.add_argument("id", metavar="ID", help="the grant's id (as list prints it)")
-
-
-def _grants(args: argparse.Namespace) -> int:
-    from ..grants import Grants
-    from ..models import Grant
-    from . import _ops as ops
-
-    async def act() -> list[Grant] | bool:
-        async with ops.redis_brokers(args.url, args.namespace, [args.queue]) as (broker,):
-            grants = Grants(broker)
-            if args.action == "revoke":
-                return await grants.revoke(args.id)
-            return await grants.all()
-
-    result = asyncio.run(act())
-    if isinstance(result, bool):
-        if not result:
-            print(f"toolnexus grants: no grant {args.id} on queue {args.queue!r}", file=sys.stderr)
-            return EXIT_NOT_DONE
-        print(f"revoked {args.id}")
-        return EXIT_OK
-    now = time.time()
-    with ops.closed_pipe_is_the_end():
-        if args.json:
-            print(json.dumps([msgspec.to_builtins(g) for g in result], indent=2))
-        else:
-            print(
-                "\n".join(ops.grant_line(g, now) for g in result)
-                or f"no grants on queue {args.queue!r}"
-            )
-        sys.stdout.flush()
-    return EXIT_OK
-
-
 def _keygen(args: argparse.Namespace) -> int:
     from ..security._signing import SigningKey
 
@@ -760,7 +696,6 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "audit": _audit,
     "acl": _acl,
     "dead-letters": _dead_letters,
-    "grants": _grants,
 }
 
 

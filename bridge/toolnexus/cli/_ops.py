@@ -33,12 +33,12 @@ from ..errors import (
     InvalidRequest,
 )
 from ..frameworks import TOOL_CALL, decide
-from ..models import Answer, Grant, Request
+from ..models import Answer, Request
 from ..redis_broker import RedisBroker
 from ..redis_broker import _inspect as state
 from ..redis_broker._inspect import DeadLetter, Status
 from ..redis_broker._layout import LUA_FIELDS
-from ..rendering import ArgumentChange, argument_changes, value_text
+from ..rendering import ArgumentChange, argument_changes
 from ..security._audit import AuditRecord
 from ._exits import one_line
 
@@ -487,20 +487,6 @@ def dead_letter_line(letter: DeadLetter) -> str:
     )
     group = f" group {letter.group}" if letter.group is not None else ""
     return f"{letter.id} {utc_text(letter.at)}{group} {held}: {letter.error}"
-
-
-def grant_line(grant: Grant, now: float) -> str:
-    """One line for ``toolnexus grants list``: id, agent, tool, arguments, until when (or
-    expired), by whom, signed by which key (an unsigned one says so: it counts nowhere)."""
-    arguments = value_text(grant.arguments) if grant.arguments is not None else "any arguments"
-    until = f"until {utc_text(grant.expires_at)}"
-    if grant.expires_at <= now:
-        until = f"expired {utc_text(grant.expires_at)}"
-    key = grant.signature.key if grant.signature is not None else "UNSIGNED"
-    return (
-        f"{grant.id} agent={grant.agent} tool={grant.tool} {arguments} {until} "
-        f"by {grant.person or '-'} (key {key})"
-    )
 
 
 def dead_letter_text(letter: DeadLetter) -> str:

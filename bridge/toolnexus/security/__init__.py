@@ -3,8 +3,7 @@
 :class:`SigningKey` signs a request or an answer; a :class:`Keyring` holds the public
 keys a process trusts and who may answer what, and :func:`sign_answer` /
 :func:`verify_answer` sign and check one answer, as a responder and a waiter do, so that
-a test can show a replayed approval refused, and :func:`sign_grant` / :func:`verify_grant`
-a person's time-limited grant (:mod:`._signing`); :class:`Signatures`
+a test can show a replayed approval refused (:mod:`._signing`); :class:`Signatures`
 is one process's signing configuration, from arguments or ``TOOLNEXUS_*`` variables
 (:mod:`._signatures`); :class:`AuditRecord` is one line of the audit trail, and
 :func:`verify_record` proves a record's outcome from its signatures later
@@ -19,7 +18,7 @@ from ._signatures import (
     Signatures,
     signatures_required,
 )
-from ._signing import Keyring, SigningKey, sign_answer, sign_grant, verify_answer, verify_grant
+from ._signing import Keyring, SigningKey, sign_answer, verify_answer
 from ._voting import voter_of
 
 __all__ = [
@@ -31,10 +30,8 @@ __all__ = [
     "Signatures",
     "SigningKey",
     "sign_answer",
-    "sign_grant",
     "signatures_required",
     "verify_answer",
-    "verify_grant",
     "verify_record",
     "voter_of",
 ]

@@ -43,7 +43,7 @@ from nacl.exceptions import BadSignatureError
 
 from ..codec import ENCODING_ERRORS, unencodable_field
 from ..errors import ConfigurationError, InvalidAnswer, InvalidRequest, SignatureError
-from ..models import Answer, Grant, Request, Signature
+from ..models import Answer, Request, Signature
 
 _REQUEST_DIGEST: Final = b"toolnexus request digest v1\n"
 _REQUEST_SIGNATURE: Final = b"toolnexus request signature v1\n"
@@ -51,7 +51,6 @@ _ANSWER_SIGNATURE: Final = b"toolnexus answer signature v1\n"
 _REQUEST_BYTES: Final = b"toolnexus request bytes v1\n"
 _REFUSAL_SIGNATURE: Final = b"toolnexus refusal signature v1\n"
 _OWN_SIGNATURE: Final = b"toolnexus own record signature v1\n"
-_GRANT_SIGNATURE: Final = b"toolnexus grant signature v1\n"
 """Prefixes that keep a signature made for one purpose from being valid for another."""
 
 _CANONICAL = msgspec.msgpack.Encoder(order="sorted")
@@ -571,49 +570,6 @@ def verify_own(
             what, f"signed by key {signature.key!r}, not this process's {key.name!r}"
         )
     _check(_public_raw(key.public_key), signature.sig, _own_message(kind, fields, key.name), what)
-
-
-def _grant_message(grant: Grant, key: str) -> bytes:
-    fields = {
-        "id": grant.id,
-        "agent": grant.agent,
-        "tool": grant.tool,
-        "arguments": grant.arguments,
-        "granted_at": float(grant.granted_at),
-        "expires_at": float(grant.expires_at),
-        "person": grant.person,
-        "key": key,
-    }
-    return _GRANT_SIGNATURE + _canonical(fields, "answer")
-
-
-def sign_grant(grant: Grant, key: SigningKey) -> Grant:
-    """``grant`` signed by ``key`` (the granting responder's): every field but the
-    signature is signed, so a grant cannot be widened, lengthened or moved to another
-    agent or tool without breaking it.
-
-    Raises:
-        InvalidAnswer: ``arguments`` holds something msgpack cannot encode.
-    """
-    signature = Signature(key=key.name, sig=key.sign(_grant_message(grant, key.name)))
-    return msgspec.structs.replace(grant, signature=signature)
-
-
-def verify_grant(grant: Grant, keyring: Keyring) -> str:
-    """The name of the trusted key that signed ``grant`` as it is.
-
-    Raises:
-        SignatureError: ``"missing signature"``, ``"unknown key 'x'"`` or ``"bad
-            signature"`` (a field was changed, or the grant was forged).
-    """
-    what = f"grant {grant.id!r}"
-    signature, public = _trusted(grant.signature, keyring, what)
-    try:
-        message = _grant_message(grant, signature.key)
-    except InvalidAnswer:
-        raise SignatureError(what, "bad signature") from None
-    _check(public, signature.sig, message, what)
-    return signature.key
 
 
 # -- who may answer -----------------------------------------------------------------

@@ -2,9 +2,7 @@
 
 Routes: ``GET /`` the page; ``GET /events`` its live changes (SSE: ``reset`` with
 every card, then ``shown`` and ``gone``); ``POST /answer`` one answer (``request``,
-``action`` accept/decline/dismiss, ``csrf``, ``field.<name>`` inputs, and for a tool
-approval accepted as proposed ``grant_minutes`` with ``grant_arguments``: also grant the
-tool to this agent, :mod:`toolnexus.grants`); ``GET|POST
+``action`` accept/decline/dismiss, ``csrf``, and ``field.<name>`` inputs); ``GET|POST
 /login`` and ``POST /logout``; ``/static/`` the page's own script and style sheet.
 
 Security: every answer needs a session's CSRF token (or a bearer token header, which
@@ -41,12 +39,10 @@ from toolnexus import Request
 from toolnexus.errors import (
     AlreadyVoted,
     BrokerUnavailable,
-    ConfigurationError,
     InvalidAnswer,
     InvalidRequest,
     NotResolved,
 )
-from toolnexus.grants import Grants, make_grant, why_not_valid
 from toolnexus.rendering import (
     KNOWN_DOMAINS,
     SHORT_CHARS,
@@ -67,10 +63,8 @@ from toolnexus.rendering import (
     standing_notes,
     tool_call_fields,
     tool_call_view,
-    value_text,
 )
 from toolnexus.responders import is_loopback, validate_form
-from toolnexus.security import Keyring, SigningKey
 
 from .. import bodies
 from .access import TOKEN_PERSON, Access, SignIn
@@ -98,10 +92,6 @@ SECURITY_HEADERS = [
 MESSAGE_INPUT = "message"
 """A tool approval's form input for the message a denial gives the agent."""
 _ACTIONS = ("accept", "decline", "dismiss")
-MAX_BULK = 200
-"""The most requests one bulk answer (``POST /answer-many``) answers."""
-GRANT_MINUTES = (10, 30, 60)
-"""How long a person may grant a tool for, in minutes: the page's choices."""
 FAVICON = (HERE / "static" / "favicon.svg").read_bytes()
 """The page's icon (also at ``/static/favicon.svg``), served at ``/favicon.ico``."""
 
@@ -154,29 +144,6 @@ class Card:
     signer: str | None = None  # the trusted key whose signature on the request verified
     name: str = ""  # what notes call it: kind, source and prompt
     tool: ToolCallView | None = None  # a tool approval's call: its tool and arguments
-    grant_minutes: tuple[int, ...] = ()  # a tool approval's grant choices (none: no grants)
-
-
-@dataclass(frozen=True)
-class GrantView:
-    """One grant in force, as the page lists it."""
-
-    id: str
-    agent: str
-    tool: str
-    arguments: str
-    left: str
-    person: str
-
-
-@dataclass(frozen=True)
-class Granting:
-    """How the page makes grants: kept in ``grants``, signed by ``key`` (this web worker's),
-    for one of ``minutes`` (keep them within the auto workers' ``--max-grant-minutes``)."""
-
-    grants: Grants
-    key: SigningKey
-    minutes: tuple[int, ...] = GRANT_MINUTES
 
 
 class SecurityHeaders:
@@ -213,11 +180,9 @@ class WebPage:
         *,
         known_domains: tuple[str, ...] = KNOWN_DOMAINS,
         ping_s: float = 15.0,
-        granting: Granting | None = None,
     ) -> None:
         self.board = board
         self.access = access
-        self.granting = granting
         self.known_domains = known_domains
         self.ping_s = ping_s
         self.open_csrf = secrets.token_urlsafe(32)  # an open page's forms carry it too
@@ -236,8 +201,6 @@ class WebPage:
             Route("/", self.page, methods=["GET"]),
             Route("/events", self.events, methods=["GET"]),
             Route("/answer", self.answer, methods=["POST"]),
-            Route("/answer-many", self.answer_many, methods=["POST"]),
-            Route("/revoke-grant", self.revoke_grant, methods=["POST"]),
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout, methods=["POST"]),
             Route("/favicon.ico", self.favicon, methods=["GET"]),
@@ -294,62 +257,15 @@ class WebPage:
         if who is None:
             loopback_only = "Without sign-in, this page answers at 127.0.0.1 or localhost only."
             return self.login_page(loopback_only if self.access.open else None, status_code=401)
-        return HTMLResponse(self.render_page(who, grants=await self.current_grants()))
+        return HTMLResponse(self.render_page(who))
 
-    async def current_grants(self) -> list[GrantView]:
-        """The grants in force that this page's key signed, for the page's list (none if
-        the page makes none, or the broker cannot be reached: the page shows its requests
-        all the same). What else the store holds is not this page's to vouch for."""
-        if self.granting is None:
-            return []
-        try:
-            grants = await self.granting.grants.all()
-        except BrokerUnavailable:
-            return []
-        now, own = time.time(), Keyring.of(self.granting.key)
-        longest_s = max(self.granting.minutes) * 60.0
-        grants = [g for g in grants if why_not_valid(g, own, longest_s, now) is None]
-        return [
-            GrantView(
-                g.id,
-                g.agent,
-                g.tool,
-                value_text(g.arguments) if g.arguments is not None else "any arguments",
-                time_left(g.expires_at),
-                g.person or "",
-            )
-            for g in grants
-        ]
-
-    async def revoke_grant(self, request: HttpRequest) -> Response:
-        """Delete the grant the form names; back to the page."""
-        who = self.identity(request)
-        if who is None:
-            return Response("sign in first", status_code=401)
-        if self.cross_site(request):
-            return Response("cross-site revocation refused", status_code=403)
-        form = await read_form(request)
-        if form is None or not self.csrf_ok(who, form):
-            return Response("this form is stale or forged: reload the page", status_code=403)
-        if self.granting is None:
-            return Response("this page makes no grants", status_code=404)
-        grant_id = _last(form, "grant")
-        try:
-            await self.granting.grants.revoke(grant_id)
-        except ConfigurationError:
-            return Response(f"no grant {grant_id[:80]!r}", status_code=400)
-        return RedirectResponse("/", status_code=303)
-
-    def render_page(
-        self, who: Identity, replaced: Card | None = None, grants: Sequence[GrantView] = ()
-    ) -> str:
+    def render_page(self, who: Identity, replaced: Card | None = None) -> str:
         cards = [self.card(p.request) for p in self.board.newest_first()]
         if replaced is not None:
             cards = [replaced if c.key == replaced.key else c for c in cards]
         return self.templates.get_template("page.html").render(
             cards=cards,
             who=who,
-            grants=grants,
             now=time.time(),
             open=self.access.open,
             by_token=who.person == TOKEN_PERSON,
@@ -495,9 +411,6 @@ class WebPage:
             if errors:
                 return self.outcome(fetch, who, "invalid", "", self.card(req, form, errors))
         message = _last(form, MESSAGE_INPUT).strip() if tool is not None else ""
-        minutes = self.grant_choice(form, pending.signer, tool)
-        if isinstance(minutes, str):
-            return self.outcome(fetch, who, "invalid", "", self.card(req, form, error=minutes))
         try:
             if action == "accept":
                 progress = await pending.accept(data, person=who.person)
@@ -528,137 +441,7 @@ class WebPage:
             return self.outcome(fetch, who, "voted", note, self.card(req))
         by = f" by {who.person}" if who.person else ""
         self.board.remove(request_id, f"{done} on this page{by}, in another tab or browser.")
-        told = f"{done}: the agent is told."
-        if action == "accept" and minutes is not None:
-            told += " " + await self.grant(req, pending.signer, tool, data, form, minutes, who)
-        return self.outcome(fetch, who, "sent", note_text(req, told))
-
-    def grant_choice(
-        self, form: Submitted, signer: str | None, tool: ToolCallView | None
-    ) -> int | str | None:
-        """The minutes of the grant the form asks for (None: none), or why it cannot be."""
-        chosen = _last(form, "grant_minutes")
-        if not chosen:
-            return None
-        if self.granting is None or tool is None:
-            return "This page makes no grants (it has no signing key), or this is no tool call."
-        if signer is None:
-            return "No grant: this request's agent is not verified (its request is unsigned)."
-        if not chosen.isdigit() or int(chosen) not in self.granting.minutes:
-            allowed = ", ".join(str(m) for m in self.granting.minutes)
-            return f"A grant lasts one of {allowed} minutes, not {chosen[:20]!r}."
-        return int(chosen)
-
-    async def grant(
-        self,
-        request: Request,
-        signer: str | None,
-        tool: ToolCallView | None,
-        data: Any,
-        form: Submitted,
-        minutes: int,
-        who: Identity,
-    ) -> str:
-        """Make and keep the grant the form asked for, after its answer was sent; what
-        happened, in words. Only a call approved as proposed is granted: a person who
-        changed its arguments approved another call than the one the agent makes again."""
-        assert self.granting is not None and tool is not None and signer is not None
-        schema = request.schema
-        if (
-            data is not None
-            and schema is not None
-            and argument_changes(request, validate_form(schema, data))
-        ):
-            return "No grant: you changed the arguments, so the agent's call was not approved."
-        arguments = tool.call.arguments if _last(form, "grant_arguments") else None
-        grant = make_grant(
-            self.granting.key,
-            agent=signer,
-            tool=tool.call.name,
-            minutes=minutes,
-            arguments=arguments,
-            person=who.person,
-        )
-        try:
-            await self.granting.grants.keep(grant)
-        except BrokerUnavailable:
-            return "The grant was not kept: the broker cannot be reached."
-        which = "with these arguments" if arguments is not None else "with any arguments"
-        return (
-            f"Granted {grant.id}: {signer} may call {tool.call.name} {which} for {minutes} minutes."
-        )
-
-    async def answer_many(self, request: HttpRequest) -> Response:
-        """One action for several requests, each answered on its own as :meth:`answer`
-        would without edits (accept: a tool call as proposed, a form with its defaults),
-        its outcome reported per request; one that fails leaves the others answered."""
-        who = self.identity(request)
-        if who is None:
-            return Response("sign in first", status_code=401)
-        if self.cross_site(request):
-            return Response("cross-site answer refused", status_code=403)
-        form = await read_form(request)
-        if form is None:
-            return Response("an answer must be a form of at most 256 KiB", status_code=400)
-        if not self.csrf_ok(who, form):
-            return Response("this form is stale or forged: reload the page", status_code=403)
-        action = _last(form, "action")
-        if action not in _ACTIONS:
-            return Response(f"action must be one of {', '.join(_ACTIONS)}", status_code=400)
-        ids = list(dict.fromkeys(form.get("request", ())))
-        if not ids:
-            return Response("choose at least one request", status_code=400)
-        if len(ids) > MAX_BULK:
-            return Response(f"at most {MAX_BULK} requests at once", status_code=400)
-        results = [await self.answer_one(who, request_id, action) for request_id in ids]
-        if FETCH_HEADER in request.headers:
-            return JSONResponse({"results": results})
-        html = self.templates.get_template("answered.html").render(results=results)
-        return HTMLResponse(html)
-
-    async def answer_one(self, who: Identity, request_id: str, action: str) -> dict[str, Any]:
-        """Answer one request of a bulk answer; its outcome (``sent``, ``voted``, ``gone``
-        or ``refused``) and a note, keyed by the card's anchor."""
-        pending = self.board.get(request_id)
-        key = request_anchor(request_id)
-        if pending is None:
-            return {"request": request_id, "key": key, "outcome": "gone", "note": "no longer open"}
-        req = pending.request
-        tool = self.tool_view(req)
-
-        def refused(why: str) -> dict[str, Any]:
-            note = note_text(req, f"Not answered: {why}")
-            return {"request": request_id, "key": key, "outcome": "refused", "note": note}
-
-        data: Any = {} if action == "accept" and tool is None and req.schema is not None else None
-        try:
-            if action == "accept":
-                progress = await pending.accept(data, person=who.person)
-            elif action == "decline":
-                progress = await pending.decline(person=who.person)
-            else:
-                progress = await pending.dismiss(person=who.person)
-        except AlreadyVoted as exc:
-            return refused(f"not counted: {exc.reason}.")
-        except InvalidAnswer as exc:
-            return refused(f"{exc} (answer it on its own card).")
-        except NotResolved as exc:
-            note = f"Not sent: this request was {exc.reason} before your answer."
-            self.board.remove(request_id, note)
-            return {"request": request_id, "key": key, "outcome": "gone", "note": note}
-        except BrokerUnavailable:
-            return refused("the broker cannot be reached: try again.")
-        done = {"accept": "Accepted", "decline": "Declined", "dismiss": "Dismissed"}[action]
-        if tool is not None:
-            done = self.tool_outcome(req, action, None, "")
-        if progress is not None:
-            self.board.progress(progress)
-            note = f"{done}: your vote is counted ({self.board.approvals(request_id)})."
-            return {"request": request_id, "key": key, "outcome": "voted", "note": note}
-        by = f" by {who.person}" if who.person else ""
-        self.board.remove(request_id, f"{done} on this page{by}, in another tab or browser.")
-        note = note_text(req, f"{done}: the agent is told.")
-        return {"request": request_id, "key": key, "outcome": "sent", "note": note}
+        return self.outcome(fetch, who, "sent", note_text(req, f"{done}: the agent is told."))
 
     def outcome(
         self,
@@ -785,14 +568,6 @@ class WebPage:
             signer=shown.signer if shown is not None else None,
             name=request_name(request),
             tool=tool,
-            grant_minutes=(
-                self.granting.minutes
-                if self.granting is not None
-                and tool is not None
-                and shown is not None
-                and shown.signer is not None
-                else ()
-            ),
         )
 
 

@@ -7,12 +7,11 @@ import logging
 from starlette.types import ASGIApp
 
 from toolnexus import Broker, Service
-from toolnexus.grants import Grants
 from toolnexus.rendering import KNOWN_DOMAINS
 
 from ..serving import AppServer
 from .access import Access, check_listen
-from .app import Granting, WebPage
+from .app import WebPage
 from .board import Board, WebWorker
 
 log = logging.getLogger("toolnexus.web")
@@ -59,11 +58,7 @@ class WebServer(AppServer):
         check_listen(host, self.access)
         self.broker = broker
         self.board = Board()
-        key = broker.signing_key  # with a key of its own, the page lets people grant tools
-        granting = Granting(Grants(broker), key) if key is not None else None
-        self.page = WebPage(
-            self.board, self.access, known_domains=known_domains, ping_s=ping_s, granting=granting
-        )
+        self.page = WebPage(self.board, self.access, known_domains=known_domains, ping_s=ping_s)
         self.service = Service(
             broker,
             WebWorker(self.board),
